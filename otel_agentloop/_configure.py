@@ -1,0 +1,252 @@
+"""Setting up tracing: provider, resource, sampler, processors and exporters. Not on the hot path."""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.export import SpanExporter
+from opentelemetry.sdk.trace.sampling import Sampler
+
+from . import _tracer
+from ._context import TracePer, defaults
+from ._export import ExportProcessor
+from ._file_exporter import OTLPJsonFileExporter
+from ._guard import logger
+from ._processor import PhaseMetricsProcessor
+from ._settings import DEFAULT_FILE, PROTOCOLS, env_bool, env_choice, env_number, env_str, parse_headers
+
+_DEFAULT_ATTRIBUTE_LENGTH = 4096
+
+
+class Handle:
+    """What :func:`configure` returns: the provider, the metrics processor, and bounded flush/shutdown.
+
+    ``enabled`` is ``False`` when tracing is off (``OTEL_SDK_DISABLED`` or ``enabled=False``): ``metrics``
+    then exists but sees no spans, and ``force_flush``/``shutdown`` return at once.
+    """
+
+    def __init__(
+        self,
+        provider: TracerProvider | None,
+        metrics: PhaseMetricsProcessor,
+        exporters: Sequence[ExportProcessor],
+        previous: TracerProvider | None,
+        description: str,
+    ) -> None:
+        self.provider = provider
+        self.metrics = metrics
+        self.export_processors = tuple(exporters)
+        self.description = description
+        self._previous = previous
+        self._closed = False
+
+    @property
+    def enabled(self) -> bool:
+        return self.provider is not None and not self._closed
+
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        """Export what is queued, waiting at most ``timeout_s`` in total; ``False`` if time ran out."""
+        if not self.enabled:
+            return True
+        return _bounded(lambda: self.provider.force_flush(int(timeout_s * 1000)), timeout_s)  # type: ignore[union-attr]
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        """Flush (bounded by ``timeout_s``), stop exporting and uninstall; idempotent."""
+        if self._closed:
+            return
+        self._closed = True
+        if _tracer._state.configured is self.provider:
+            _tracer.install(self._previous)
+        if self.provider is not None:
+            provider = self.provider
+            _bounded(lambda: provider.shutdown() or True, timeout_s)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Export counters summed over exporters (``queued``, ``exported``, ``dropped``, ``failed``, ``pending``)
+        plus the metrics processor's counters."""
+        out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
+        for proc in self.export_processors:
+            for key, value in proc.stats.items():
+                out[key] += value
+        out.update(self.metrics.stats)
+        return out
+
+    def __enter__(self) -> Handle:
+        return self
+
+    def __exit__(self, *exc: object) -> None:
+        self.shutdown()
+
+    def __repr__(self) -> str:
+        return f"<otel_agentloop.Handle {self.description}>"
+
+
+def _bounded(fn: Any, timeout_s: float) -> bool:
+    """Run ``fn`` on a daemon thread and wait at most ``timeout_s``: SDK calls do not always honour timeouts."""
+    result: list[bool] = []
+    worker = threading.Thread(target=lambda: result.append(bool(fn())), name="otel_agentloop.bounded", daemon=True)
+    worker.start()
+    worker.join(max(timeout_s, 0.0) + 0.05)
+    return bool(result and result[0])
+
+
+def _otlp_exporter(endpoint: str | None, protocol: str, headers: Mapping[str, str] | None,
+                   timeout_s: float | None) -> SpanExporter:
+    if protocol == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+
+        insecure = None
+        if endpoint is not None and endpoint.startswith("http://"):
+            insecure = True
+        return GrpcExporter(endpoint=endpoint, insecure=insecure, headers=dict(headers) if headers else None,
+                            timeout=timeout_s)
+    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+
+    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
+        endpoint = endpoint.rstrip("/") + "/v1/traces"
+    return HttpExporter(endpoint=endpoint, headers=dict(headers) if headers else None, timeout=timeout_s)
+
+
+def _span_limits() -> SpanLimits:
+    length = env_number("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", _DEFAULT_ATTRIBUTE_LENGTH, int, minimum=1)
+    try:
+        return SpanLimits(max_attribute_length=length, max_span_attribute_length=length)
+    except ValueError as exc:  # another OTEL_*_LIMIT variable is malformed
+        logger.warning("otel_agentloop: %s; using default span limits", exc)
+        return SpanLimits(max_attribute_length=length, max_span_attribute_length=length, max_events=128,
+                          max_links=128, max_attributes=128, max_span_attributes=128, max_event_attributes=128,
+                          max_link_attributes=128)
+
+
+def configure(
+    service_name: str | None = None,
+    *,
+    endpoint: str | None = None,
+    protocol: str | None = None,
+    headers: Mapping[str, str] | None = None,
+    file: str | os.PathLike[str] | None = None,
+    exporters: Sequence[SpanExporter] = (),
+    processors: Sequence[SpanProcessor] = (),
+    sampler: Sampler | None = None,
+    resource_attributes: Mapping[str, Any] | None = None,
+    trace_per: TracePer | None = None,
+    worker: str | None = None,
+    enabled: bool | None = None,
+    set_global: bool = True,
+    max_queue_size: int | None = None,
+    max_export_batch_size: int | None = None,
+    schedule_delay_s: float | None = None,
+    export_timeout_s: float | None = None,
+    max_steps: int = 16,
+    max_samples_per_step: int = 1 << 20,
+) -> Handle:
+    """Set up tracing for this process and return a :class:`Handle`.
+
+    Exporters: OTLP when ``endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
+    ``OTEL_EXPORTER_OTLP_ENDPOINT``) is set, over ``protocol`` (``"grpc"`` or ``"http/protobuf"``; default
+    ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``, else grpc); otherwise, and also whenever ``file`` is given, an
+    OTLP-JSON-lines file (``file``, ``OTEL_AGENTLOOP_FILE``, else ``./otel-agentloop-traces.jsonl``);
+    ``OTEL_TRACES_EXPORTER=none`` exports nothing (metrics only). ``exporters`` are added as given.
+
+    Also honoured: ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``,
+    ``OTEL_TRACES_SAMPLER(_ARG)``, ``OTEL_BSP_{MAX_QUEUE_SIZE,MAX_EXPORT_BATCH_SIZE,SCHEDULE_DELAY,
+    EXPORT_TIMEOUT}``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096 here), ``OTEL_SDK_DISABLED``,
+    ``OTEL_AGENTLOOP_TRACE_PER``. Arguments win over the environment.
+
+    Raises ``ValueError`` for invalid arguments; invalid environment values only warn (see ``_settings``).
+    """
+    if protocol is not None and protocol not in PROTOCOLS:
+        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
+    if trace_per not in (None, "sample", "step"):
+        raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
+    for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size)):
+        if pvalue is not None and pvalue < 1:
+            raise ValueError(f"{pname} must be >= 1, not {pvalue}")
+    for pname, fvalue in (("schedule_delay_s", schedule_delay_s), ("export_timeout_s", export_timeout_s)):
+        if fvalue is not None and fvalue <= 0:
+            raise ValueError(f"{pname} must be > 0, not {fvalue}")
+    metrics = PhaseMetricsProcessor(max_steps=max_steps, max_samples_per_step=max_samples_per_step)
+
+    defaults.trace_per = trace_per or env_choice("OTEL_AGENTLOOP_TRACE_PER", ("sample", "step"), "sample")  # type: ignore[assignment]
+    if worker:
+        defaults.worker = worker
+    if enabled is None:
+        enabled = not env_bool("OTEL_SDK_DISABLED", False)
+    if not enabled:
+        _tracer.set_disabled(True)
+        return Handle(None, metrics, (), None, "disabled")
+    _tracer.set_disabled(False)
+
+    attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
+    attrs.update(resource_attributes or {})
+    if service_name:
+        attrs["service.name"] = service_name
+    resource = Resource.create(attrs)
+    if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
+        resource = resource.merge(Resource({"service.name": "otel-agentloop"}))
+    provider = TracerProvider(resource=resource, sampler=sampler, span_limits=_span_limits(), shutdown_on_exit=True)
+    provider.add_span_processor(metrics)
+    for proc in processors:
+        provider.add_span_processor(proc)
+
+    queue_size = max_queue_size or env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, int, minimum=1)
+    batch_size = max_export_batch_size or env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, int, minimum=1)
+    if batch_size > queue_size:
+        logger.warning("otel_agentloop: OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) > max queue size (%d); using %d",
+                       batch_size, queue_size, queue_size)
+        batch_size = queue_size
+    delay_s = schedule_delay_s or env_number("OTEL_BSP_SCHEDULE_DELAY", 1000, int, minimum=1) / 1000.0
+    timeout_s = export_timeout_s or env_number("OTEL_BSP_EXPORT_TIMEOUT", 30000, int, minimum=1) / 1000.0
+
+    targets: list[tuple[str, SpanExporter]] = [(type(e).__name__, e) for e in exporters]
+    traces_exporter = (env_str("OTEL_TRACES_EXPORTER") or "otlp").lower()
+    if traces_exporter not in ("otlp", "none", "console"):
+        logger.warning("otel_agentloop: OTEL_TRACES_EXPORTER=%r is not supported; using otlp", traces_exporter)
+        traces_exporter = "otlp"
+    env_endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+    if traces_exporter == "otlp" and (endpoint or env_endpoint):
+        proto = protocol or env_choice(
+            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", PROTOCOLS,
+            env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", PROTOCOLS, "grpc"),
+        )
+        hdrs = headers
+        if hdrs is None and endpoint is not None:  # exporters read env headers only with env endpoints
+            raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
+            hdrs = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS") or None
+        otlp_timeout = env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001)
+        targets.append((f"otlp/{proto} {endpoint or env_endpoint}",
+                        _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout)))
+    if file is not None or (traces_exporter == "otlp" and not (endpoint or env_endpoint) and not exporters):
+        path = os.fspath(file) if file is not None else (env_str("OTEL_AGENTLOOP_FILE") or DEFAULT_FILE)
+        targets.append((f"file {path}", OTLPJsonFileExporter(path)))
+    if traces_exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        targets.append(("console", ConsoleSpanExporter()))
+
+    export_processors = []
+    for label, exporter in targets:
+        proc = ExportProcessor(exporter, max_queue_size=queue_size, max_export_batch_size=batch_size,
+                               schedule_delay_s=delay_s, export_timeout_s=timeout_s,
+                               name=f"otel_agentloop.export[{label}]")
+        provider.add_span_processor(proc)
+        export_processors.append(proc)
+
+    previous = _tracer.install(provider)
+    if set_global:
+        current = trace.get_tracer_provider()
+        if isinstance(current, trace.ProxyTracerProvider):
+            trace.set_tracer_provider(provider)
+        else:
+            logger.info("otel_agentloop: a global TracerProvider is already set; otel_agentloop's decorators use "
+                        "the configured one, other instrumentation keeps the global one")
+    description = ", ".join(label for label, _ in targets) or "no exporter"
+    return Handle(provider, metrics, export_processors, previous, description)

@@ -1,0 +1,182 @@
+"""A bounded, non-blocking export processor (the SDK's batch processor, minus its traps).
+
+``on_end`` appends to a bounded deque and returns: when the queue is full the span is dropped and counted,
+with one warning per minute at most (the SDK's ``BatchSpanProcessor`` logs every dropped span, which slows
+the caller by 50-75% when the endpoint is down). A single daemon thread exports batches. ``force_flush`` and
+``shutdown`` honour their timeouts: they wait for the worker, never for the network. Fork-safe: a forked
+child starts with an empty queue and a fresh worker.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from ._guard import internal_error
+
+logger = logging.getLogger("otel_agentloop")
+
+SpanFilter = Callable[[ReadableSpan], bool]
+
+
+class ExportProcessor(SpanProcessor):
+    """Queue sampled spans and export them in batches on a background thread.
+
+    Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full or after shutdown),
+    ``failed`` (spans in batches the exporter reported as failed or raised on).
+    """
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        max_queue_size: int = 2048,
+        max_export_batch_size: int = 512,
+        schedule_delay_s: float = 1.0,
+        export_timeout_s: float = 30.0,
+        name: str = "otel_agentloop.export",
+    ) -> None:
+        if max_queue_size < 1 or max_export_batch_size < 1:
+            raise ValueError("max_queue_size and max_export_batch_size must be >= 1")
+        if schedule_delay_s <= 0 or export_timeout_s <= 0:
+            raise ValueError("schedule_delay_s and export_timeout_s must be > 0")
+        self.exporter = exporter
+        self.max_queue_size = max_queue_size
+        self.max_export_batch_size = min(max_export_batch_size, max_queue_size)
+        self.schedule_delay_s = schedule_delay_s
+        self.export_timeout_s = export_timeout_s
+        self.name = name
+        self._init_state()
+        ref = weakref.ref(self)
+        os.register_at_fork(after_in_child=lambda: (p := ref()) is not None and p._init_state())
+
+    def _init_state(self) -> None:
+        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._flush_requested = False
+        self._stopping = False
+        self._shutdown = False
+        self._queued = self._exported = self._dropped = self._failed = 0
+        self._last_drop_log = 0.0
+        self._worker = threading.Thread(target=self._run, name=self.name, daemon=True)
+        self._worker.start()
+
+    # -- hot path ---------------------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        ctx = span.context
+        if ctx is None or not ctx.trace_flags.sampled:
+            return  # recorded for metrics only (sampler's RECORD_ONLY)
+        queue = self._queue
+        if self._shutdown or len(queue) >= self.max_queue_size:
+            self._dropped += 1
+            now = time.monotonic()
+            if now - self._last_drop_log > 60.0:
+                self._last_drop_log = now
+                logger.warning("otel_agentloop: export queue full or closed; dropping spans (%d so far). "
+                               "Is the OTLP endpoint reachable?", self._dropped)
+            return
+        queue.append(span)
+        self._queued += 1
+        if len(queue) >= self.max_export_batch_size:
+            self._wake.set()
+
+    # -- worker -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        while True:
+            self._wake.wait(self.schedule_delay_s)
+            self._wake.clear()
+            self._drain(stop_early=True)
+            with self._idle:
+                self._flush_requested = False
+                self._idle.notify_all()
+                if self._stopping and not self._queue:
+                    return
+
+    def _drain(self, stop_early: bool) -> None:
+        while self._queue:
+            batch: list[ReadableSpan] = []
+            queue = self._queue
+            while queue and len(batch) < self.max_export_batch_size:
+                batch.append(queue.popleft())
+            with self._idle:
+                self._in_flight = len(batch)
+            try:
+                result = self.exporter.export(batch)
+                if result is SpanExportResult.SUCCESS:
+                    self._exported += len(batch)
+                else:
+                    self._failed += len(batch)
+            except Exception:
+                self._failed += len(batch)
+                internal_error(f"{type(self.exporter).__name__}.export")
+            finally:
+                with self._idle:
+                    self._in_flight = 0
+            if stop_early and len(self._queue) < self.max_export_batch_size and not (
+                self._flush_requested or self._stopping
+            ):
+                return
+
+    # -- control ----------------------------------------------------------------------------------
+    def _wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._idle:
+            self._flush_requested = True
+            self._wake.set()
+            while self._queue or self._in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._worker.is_alive():
+                    return not (self._queue or self._in_flight)
+                self._idle.wait(min(remaining, 0.05))
+                self._wake.set()
+        return True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait up to ``timeout_millis`` for queued spans to be exported; ``False`` if time ran out."""
+        if self._shutdown:
+            return not self._queue
+        return self._wait_idle(timeout_millis / 1000.0)
+
+    def shutdown(self, timeout_millis: int = 30000) -> None:
+        """Export what is queued within ``timeout_millis``, then stop; what is left is counted as dropped."""
+        if self._shutdown:
+            return
+        deadline = time.monotonic() + timeout_millis / 1000.0
+        self._wait_idle(timeout_millis / 1000.0)
+        self._shutdown = True
+        with self._idle:
+            self._stopping = True
+        self._wake.set()
+        try:
+            self.exporter.shutdown()  # also aborts an OTLP exporter's retry back-off
+        except Exception:
+            internal_error(f"{type(self.exporter).__name__}.shutdown")
+        self._worker.join(max(deadline - time.monotonic(), 0.0) + 0.05)
+        left = len(self._queue)
+        if left:
+            self._queue.clear()
+            self._dropped += left
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {
+            "queued": self._queued,
+            "exported": self._exported,
+            "dropped": self._dropped,
+            "failed": self._failed,
+            "pending": len(self._queue) + self._in_flight,
+        }

@@ -1,0 +1,158 @@
+"""The span processor that turns phase spans into verl's agent-loop metrics."""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Iterable, Mapping
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.trace import StatusCode
+
+from . import semconv as sc
+from ._accumulate import PHASE_INDEX, StepRows
+from ._guard import internal_error, warn_once
+from ._records import SpanRecord
+from ._table import PhaseTable, StepMetrics, compute_metrics
+
+StepKey = tuple[int | None, bool]
+
+
+class PhaseMetricsProcessor(SpanProcessor):
+    """Accumulates, per step, each sample's phase time from finished spans; :meth:`collect` returns verl's dict.
+
+    Add it to any SDK ``TracerProvider`` (``configure()`` does). It reads only span attributes written by this
+    library (``rl.phase``, ``rl.step``, ``rl.validate``, ``rl.sample.index``, ``rl.sample.rollout_n``, and
+    per-sample facts on ``rl.sample`` root spans). It sees every *recorded* span, exported or not, so trace
+    sampling never changes the metrics.
+
+    Bounded: at most ``max_steps`` steps are open at once (the oldest is evicted, counted in
+    ``stats["steps_evicted"]``) and ``max_samples_per_step`` samples per step (more are counted in
+    ``stats["samples_dropped"]``). A step's state is released by :meth:`collect`/:meth:`take`.
+
+    Thread-safe. ``on_end`` is O(1) for the usual span orders and never raises.
+    """
+
+    def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:
+        if max_steps < 1:
+            raise ValueError(f"max_steps must be >= 1, not {max_steps}")
+        if max_samples_per_step < 1:
+            raise ValueError(f"max_samples_per_step must be >= 1, not {max_samples_per_step}")
+        self.max_steps = max_steps
+        self.max_samples_per_step = max_samples_per_step
+        self._steps: dict[StepKey, StepRows] = {}
+        self._lock = threading.Lock()
+        self._outside = 0
+        self._evicted = 0
+        self._dropped_closed = 0
+
+    # -- SpanProcessor ---------------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            attrs = span.attributes
+            if not attrs:
+                return
+            ctx = span.context
+            self.ingest(
+                span.name,
+                attrs,
+                span.start_time or 0,
+                span.end_time or 0,
+                ctx.trace_id if ctx is not None else 0,
+                span.status.status_code is StatusCode.ERROR,
+            )
+        except Exception:
+            internal_error("PhaseMetricsProcessor.on_end")
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+    # -- ingestion (shared by live spans and stored spans) ------------------------------------------
+    def ingest(
+        self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool
+    ) -> None:
+        """Account one finished span. Spans that are neither phase nor sample spans are ignored."""
+        phase = attrs.get(sc.RL_PHASE)
+        if phase is None and name != sc.SAMPLE_SPAN:
+            return
+        index = attrs.get(sc.RL_SAMPLE_INDEX)
+        if not isinstance(index, int):
+            self._outside += 1
+            if phase is not None:
+                warn_once("phase-outside-sample", "otel_agentloop: phase span %r outside any sample is not "
+                          "counted in agent_loop metrics (open otel_agentloop.sample(...) around it)", name)
+            return
+        p = PHASE_INDEX.get(phase) if phase is not None else None
+        rollout = attrs.get(sc.RL_ROLLOUT_N)
+        key: StepKey = (attrs.get(sc.RL_STEP), bool(attrs.get(sc.RL_VALIDATE, False)))
+        with self._lock:
+            rows = self._steps.get(key)
+            if rows is None:
+                rows = self._open(key)
+            r = rows.row(index, rollout if isinstance(rollout, int) else -1)
+            if r < 0:
+                return
+            if p is not None:
+                rows.add_phase(r, p, start, end, attrs)
+            else:
+                rows.add_root(r, attrs)
+                rows.trace_id[r] = trace_id
+            if error:
+                rows.error[r] = True
+            if not rows.trace_id[r]:
+                rows.trace_id[r] = trace_id
+
+    def ingest_records(self, records: Iterable[SpanRecord]) -> None:
+        """Account stored spans (from a trace file or Jaeger) exactly as live ones."""
+        for rec in records:
+            self.ingest(rec.name, rec.attributes, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
+
+    def _open(self, key: StepKey) -> StepRows:
+        while len(self._steps) >= self.max_steps:
+            oldest = next(iter(self._steps))
+            del self._steps[oldest]
+            self._evicted += 1
+            warn_once("step-evicted", "otel_agentloop: more than %d steps open in PhaseMetricsProcessor; evicting "
+                      "step %r uncollected (call collect(step) each step)", self.max_steps, oldest)
+        rows = StepRows(self.max_samples_per_step)
+        self._steps[key] = rows
+        return rows
+
+    # -- results --------------------------------------------------------------------------------
+    def take(self, step: int | None, validate: bool = False, *, release: bool = True) -> PhaseTable:
+        """The per-sample table of ``step`` (empty if none); ``release`` frees the step's state."""
+        with self._lock:
+            key: StepKey = (step, validate)
+            rows = self._steps.pop(key, None) if release else self._steps.get(key)
+            if rows is None:
+                return PhaseTable.empty()
+            if release and rows.dropped:
+                self._dropped_closed += rows.dropped
+            return rows.to_table()
+
+    def collect(self, step: int | None, validate: bool = False) -> StepMetrics:
+        """verl's metric dict for ``step`` (see :func:`otel_agentloop.compute_metrics`), releasing its state."""
+        return compute_metrics(self.take(step, validate))
+
+    def open_steps(self) -> list[StepKey]:
+        """(step, validate) pairs holding uncollected state."""
+        with self._lock:
+            return list(self._steps)
+
+    @property
+    def stats(self) -> dict[str, int]:
+        """Counters: spans outside any sample, steps evicted uncollected, samples dropped over the bound."""
+        with self._lock:
+            open_dropped = sum(rows.dropped for rows in self._steps.values())
+            return {
+                "spans_outside_sample": self._outside,
+                "steps_evicted": self._evicted,
+                "samples_dropped": self._dropped_closed + open_dropped,
+            }

@@ -1,0 +1,68 @@
+"""Every span name and attribute key this library writes or reads.
+
+RL-specific names live under the ``rl.`` namespace (mirroring verl's rollout identity and the
+OpenTelemetry RL proposals); generation and tool spans follow the OpenTelemetry GenAI conventions
+(``gen_ai.*``), and failures use ``error.type``. Nothing else in the package spells these strings.
+
+Metric attributes (spanmetrics, health) must only use the low-cardinality keys listed in
+:data:`LOW_CARDINALITY`: never :data:`RL_SAMPLE_INDEX` or :data:`RL_ROLLOUT_N`.
+"""
+
+from __future__ import annotations
+
+from typing import Final
+
+# -- verl phase keys (the value of ``rl.phase`` and the middle part of the metric keys) --------
+GENERATE: Final = "generate_sequences"
+TOOL_CALLS: Final = "tool_calls"
+COMPUTE_SCORE: Final = "compute_score"
+PHASES: Final = (GENERATE, TOOL_CALLS, COMPUTE_SCORE)
+"""The timed phases, in verl's order. ``num_preempted`` is a count, not a phase."""
+
+# -- span names -----------------------------------------------------------------------------------
+STEP_SPAN: Final = "rl.step"
+SAMPLE_SPAN: Final = "rl.sample"
+REWARD_SPAN: Final = "rl.reward"
+TRAINER_PHASE_SPAN_PREFIX: Final = "rl.train."
+"""Trainer phases (rollout, old_log_prob, ref, adv, update_actor, testing) are ``rl.train.<name>``."""
+TOOL_SPAN_PREFIX: Final = "execute_tool"
+"""GenAI tool span name: ``execute_tool {gen_ai.tool.name}``."""
+DEFAULT_GENERATE_OPERATION: Final = "text_completion"
+"""GenAI operation for token-in/token-out generation; the span is ``{operation} {model}``."""
+
+# -- RL attributes (namespace ``rl.``) -------------------------------------------------------------
+RL_PHASE: Final = "rl.phase"
+"""verl's key for the phase a span times: one of :data:`PHASES`. The metrics processor reads it."""
+RL_STEP: Final = "rl.step"
+RL_VALIDATE: Final = "rl.validate"
+RL_SAMPLE_INDEX: Final = "rl.sample.index"
+RL_ROLLOUT_N: Final = "rl.sample.rollout_n"
+RL_WORKER: Final = "rl.worker"
+RL_EXPERIMENT: Final = "rl.experiment.name"
+RL_NUM_PREEMPTED: Final = "rl.num_preempted"
+RL_PROMPT_LENGTH: Final = "rl.sample.prompt_length"
+RL_RESPONSE_LENGTH: Final = "rl.sample.response_length"
+RL_REWARD_SCORE: Final = "rl.reward.score"
+RL_NUM_TURNS: Final = "rl.sample.turns"
+RL_CANCELLED: Final = "rl.cancelled"
+RL_SAMPLED: Final = "rl.sample.exported"
+RL_PROMPT_CONTENT: Final = "rl.sample.prompt"
+RL_RESPONSE_CONTENT: Final = "rl.sample.response"
+
+# -- OpenTelemetry GenAI and general conventions -------------------------------------------------
+GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
+GEN_AI_PROVIDER_NAME: Final = "gen_ai.provider.name"
+GEN_AI_REQUEST_MODEL: Final = "gen_ai.request.model"
+GEN_AI_USAGE_INPUT_TOKENS: Final = "gen_ai.usage.input_tokens"
+GEN_AI_USAGE_OUTPUT_TOKENS: Final = "gen_ai.usage.output_tokens"
+GEN_AI_RESPONSE_FINISH_REASONS: Final = "gen_ai.response.finish_reasons"
+GEN_AI_TOOL_NAME: Final = "gen_ai.tool.name"
+GEN_AI_TOOL_CALL_ID: Final = "gen_ai.tool.call.id"
+EXECUTE_TOOL: Final = "execute_tool"
+ERROR_TYPE: Final = "error.type"
+
+LOW_CARDINALITY: Final = (RL_PHASE, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_NAME, RL_VALIDATE, ERROR_TYPE)
+"""The only span attributes fit to be metric dimensions (see ``collector/collector.yaml``)."""
+
+# -- metric keys (verl's, plus ours under the same prefix) ----------------------------------------
+METRIC_PREFIX: Final = "agent_loop"
