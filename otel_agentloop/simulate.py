@@ -1,0 +1,135 @@
+"""A simulated agent loop (no GPU, no model): the main job, and a realistic load for tests and benchmarks.
+
+Per sample: one to ``max_turns`` generation turns with long-tailed latency, tool calls between turns (up to
+three in parallel under ``asyncio.gather``), then reward. Latencies come from a generator seeded by
+(seed, step, sample, rollout), so a run is reproducible. ``time_scale`` shrinks every sleep.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import random
+from collections.abc import Callable, Sequence
+from dataclasses import dataclass, field
+
+from . import _context as ctx
+from ._phase import trace_generate, trace_reward, trace_tool
+
+TOOLS = ("search", "calculator", "python")
+
+
+@dataclass(frozen=True)
+class SimConfig:
+    """Shape of the simulated workload. Times are seconds before ``time_scale``."""
+
+    prompts: int = 16
+    rollout_n: int = 4
+    max_turns: int = 3
+    gen_median_s: float = 0.12
+    gen_sigma: float = 0.5
+    straggler_prob: float = 0.03
+    straggler_factor: float = 6.0
+    tool_prob: float = 0.7
+    tool_s: tuple[float, float] = (0.02, 0.15)
+    reward_s: tuple[float, float] = (0.01, 0.05)
+    tool_fail_prob: float = 0.03
+    reward_fail_prob: float = 0.0
+    preempt_prob: float = 0.05
+    time_scale: float = 1.0
+    seed: int = 0
+    fail_samples: frozenset[int] = field(default_factory=frozenset)
+    """Sample indices whose reward raises (to exercise failure paths)."""
+
+    def work(self) -> list[tuple[int, int]]:
+        """(sample_index, rollout_n) of one step, in batch order."""
+        return [(i, n) for i in range(self.prompts) for n in range(self.rollout_n)]
+
+
+class ToolError(RuntimeError):
+    """A simulated tool failure (the agent loop reports it to the model and goes on)."""
+
+
+class RewardError(RuntimeError):
+    """A simulated reward failure (the sample fails)."""
+
+
+@trace_generate(model="sim-7b")
+async def generate(rng: random.Random, cfg: SimConfig, prompt_tokens: int) -> int:
+    """One generation turn; returns the number of tokens generated."""
+    delay = rng.lognormvariate(0.0, cfg.gen_sigma) * cfg.gen_median_s
+    if rng.random() < cfg.straggler_prob:
+        delay *= cfg.straggler_factor
+    tokens = max(8, int(delay * 400))
+    await asyncio.sleep(delay * cfg.time_scale)
+    preempted = 1 if rng.random() < cfg.preempt_prob else 0
+    ctx.record_generation(input_tokens=prompt_tokens, output_tokens=tokens, finish_reason="stop",
+                          num_preempted=preempted)
+    return tokens
+
+
+async def _tool(rng: random.Random, cfg: SimConfig) -> str:
+    await asyncio.sleep(rng.uniform(*cfg.tool_s) * cfg.time_scale)
+    if rng.random() < cfg.tool_fail_prob:
+        raise ToolError("tool backend timed out")
+    return "ok"
+
+
+@trace_tool("search")
+async def search(rng: random.Random, cfg: SimConfig) -> str:
+    return await _tool(rng, cfg)
+
+
+@trace_tool("calculator")
+async def calculator(rng: random.Random, cfg: SimConfig) -> str:
+    return await _tool(rng, cfg)
+
+
+@trace_tool("python")
+async def python(rng: random.Random, cfg: SimConfig) -> str:
+    return await _tool(rng, cfg)
+
+
+_TOOL_FUNCS = {"search": search, "calculator": calculator, "python": python}
+
+
+@trace_reward
+async def compute_score(rng: random.Random, cfg: SimConfig, index: int) -> float:
+    await asyncio.sleep(rng.uniform(*cfg.reward_s) * cfg.time_scale)
+    if index in cfg.fail_samples or rng.random() < cfg.reward_fail_prob:
+        raise RewardError(f"reward model failed on sample {index}")
+    return rng.random()
+
+
+async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int) -> float:
+    """One sample's agent loop inside its ``sample`` context; returns the reward."""
+    rng = random.Random(hash((cfg.seed, step, index, rollout_n)) & 0xFFFFFFFF)
+    async with ctx.sample(index, rollout_n) as handle:
+        prompt = rng.randint(64, 512)
+        response = 0
+        turns = rng.randint(1, cfg.max_turns)
+        for turn in range(turns):
+            response += await generate(rng, cfg, prompt + response)
+            if turn < turns - 1 and rng.random() < cfg.tool_prob:
+                names = rng.sample(TOOLS, rng.randint(1, 3))
+                results = await asyncio.gather(*(_TOOL_FUNCS[n](rng, cfg) for n in names), return_exceptions=True)
+                response += 16 * len(results)  # tool responses go back into the context
+        handle.record(prompt_length=prompt, response_length=response, turns=turns)
+        return await compute_score(rng, cfg, index)
+
+
+async def run_samples(
+    cfg: SimConfig,
+    step: int,
+    work: Sequence[tuple[int, int]],
+    on_done: Callable[[], None] | None = None,
+) -> list[float | BaseException]:
+    """Run ``work`` concurrently (inside the caller's step context); failed samples come back as exceptions."""
+
+    async def one(index: int, rollout_n: int) -> float:
+        try:
+            return await run_sample(cfg, step, index, rollout_n)
+        finally:
+            if on_done is not None:
+                on_done()
+
+    return list(await asyncio.gather(*(one(i, n) for i, n in work), return_exceptions=True))
