@@ -3,11 +3,15 @@
 A phase's time for one sample is the wall time covered by that sample's spans of that phase: parallel
 tool calls overlap and count once (what verl's timer around ``asyncio.gather`` measures), sequential turns
 add up. Each (sample, phase) keeps its disjoint blocks sorted; the common cases (a span after the last
-block, or overlapping only it) are O(1), the rest a short scan. Totals are kept in integer nanoseconds.
+block, or overlapping only it) are O(1), the rest a short scan. Totals are integer nanoseconds.
+
+Columns are ``array.array`` so :meth:`StepRows.to_table` hands them to numpy without copying element by
+element; :meth:`StepRows.add` is one flat method because Python calls dominate the cost of ``on_end``.
 """
 
 from __future__ import annotations
 
+from array import array
 from collections.abc import Mapping
 from typing import Any
 
@@ -17,8 +21,11 @@ from . import semconv as sc
 from ._table import PhaseTable
 
 PHASE_INDEX: Mapping[str, int] = {name: i for i, name in enumerate(sc.PHASES)}
-_GENERATE = PHASE_INDEX[sc.GENERATE]
 _UNSET = -(1 << 62)
+_MASK64 = (1 << 64) - 1
+_NPRE = sc.RL_NUM_PREEMPTED
+_PLEN = sc.RL_PROMPT_LENGTH
+_RLEN = sc.RL_RESPONSE_LENGTH
 
 
 def add_interval(blocks: list[int], start: int, end: int) -> int:
@@ -53,102 +60,139 @@ def add_interval(blocks: list[int], start: int, end: int) -> int:
 
 
 class StepRows:
-    """Accumulated facts of one step: one row per sample, created on the sample's first span."""
+    """Accumulated facts of one step: one row per sample, created on the sample's first span. Not locked:
+    the caller serialises access."""
 
-    __slots__ = ("max_rows", "rows", "index", "rollout", "total", "blocks", "npre_sum", "npre_first",
-                 "npre_first_missing", "npre_final", "prompt_len", "response_len", "error", "trace_id",
-                 "dropped")
+    __slots__ = (
+        "blocks",
+        "dropped",
+        "error",
+        "in_order",
+        "index",
+        "max_rows",
+        "npre_final",
+        "npre_first",
+        "npre_first_missing",
+        "npre_sum",
+        "prompt_len",
+        "response_len",
+        "rollout",
+        "rows",
+        "tid_hi",
+        "tid_lo",
+        "total",
+    )
 
     def __init__(self, max_rows: int) -> None:
         self.max_rows = max_rows
         self.rows: dict[tuple[int, int], int] = {}
-        self.index: list[int] = []
-        self.rollout: list[int] = []
-        self.total: tuple[list[int], ...] = ([], [], [])
+        self.index = array("q")
+        self.rollout = array("q")
+        self.total = (array("q"), array("q"), array("q"))
         self.blocks: tuple[list[list[int] | None], ...] = ([], [], [])
-        self.npre_sum: list[int] = []
-        self.npre_first: list[int] = []  # start of the earliest generation span; -1 when none yet
-        self.npre_first_missing: list[bool] = []
-        self.npre_final: list[int] = []  # set on the root span; _UNSET when not
-        self.prompt_len: list[int] = []
-        self.response_len: list[int] = []
-        self.error: list[bool] = []
-        self.trace_id: list[int] = []
+        self.npre_sum = array("q")
+        self.npre_first = array("q")  # start of the earliest generation span; -1 when none yet
+        self.npre_first_missing = array("b")
+        self.npre_final = array("q")  # set from the root span; _UNSET when not
+        self.prompt_len = array("q")
+        self.response_len = array("q")
+        self.error = array("b")
+        self.tid_hi = array("Q")
+        self.tid_lo = array("Q")
         self.dropped = 0
+        self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
 
     def __len__(self) -> int:
         return len(self.index)
 
-    def row(self, index: int, rollout: int) -> int:
-        """Row of sample (index, rollout); -1 when the step is full (the span is dropped and counted)."""
-        key = (index, rollout)
-        r = self.rows.get(key)
-        if r is not None:
-            return r
+    def _new_row(self, key: tuple[int, int]) -> int:
         r = len(self.index)
         if r >= self.max_rows:
             self.dropped += 1
             return -1
+        index, rollout = key
+        if r and self.in_order and (index, rollout) < (self.index[-1], self.rollout[-1]):
+            self.in_order = False
         self.rows[key] = r
         self.index.append(index)
         self.rollout.append(rollout)
-        for p in range(3):
+        for p in (0, 1, 2):
             self.total[p].append(0)
             self.blocks[p].append(None)
         self.npre_sum.append(0)
         self.npre_first.append(-1)
-        self.npre_first_missing.append(False)
+        self.npre_first_missing.append(0)
         self.npre_final.append(_UNSET)
         self.prompt_len.append(-1)
         self.response_len.append(-1)
-        self.error.append(False)
-        self.trace_id.append(0)
+        self.error.append(0)
+        self.tid_hi.append(0)
+        self.tid_lo.append(0)
         return r
 
-    def add_phase(self, r: int, p: int, start: int, end: int, attrs: Mapping[str, Any]) -> None:
-        blocks = self.blocks[p][r]
-        if blocks is None:
-            self.blocks[p][r] = [start, end]
-            self.total[p][r] += end - start
+    def add(self, key: tuple[int, int], p: int, start: int, end: int, attrs: Mapping[str, Any], trace_id: int,
+            error: bool) -> None:
+        """Account one span of sample ``key``: phase ``p`` (0..2), or ``p = -1`` for the sample's root span."""
+        r = self.rows.get(key)
+        if r is None:
+            r = self._new_row(key)
+            if r < 0:
+                return
+        if p >= 0:
+            blocks = self.blocks[p]
+            b = blocks[r]
+            if b is None:
+                blocks[r] = [start, end]
+                self.total[p][r] += end - start
+            elif start > b[-1]:
+                b += (start, end)
+                self.total[p][r] += end - start
+            else:
+                self.total[p][r] += add_interval(b, start, end)
+            if p == 0:
+                # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0).
+                value = attrs.get(_NPRE)
+                known = type(value) is int
+                if known:
+                    self.npre_sum[r] += value  # type: ignore[operator]
+                first = self.npre_first[r]
+                if first < 0 or start < first:
+                    self.npre_first[r] = start
+                    self.npre_first_missing[r] = not known
         else:
-            self.total[p][r] += add_interval(blocks, start, end)
-        if p == _GENERATE:
-            # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0).
-            value = attrs.get(sc.RL_NUM_PREEMPTED)
-            if isinstance(value, int):
-                self.npre_sum[r] += value
-            first = self.npre_first[r]
-            if first < 0 or start < first:
-                self.npre_first[r] = start
-                self.npre_first_missing[r] = not isinstance(value, int)
-
-    def add_root(self, r: int, attrs: Mapping[str, Any]) -> None:
-        value = attrs.get(sc.RL_NUM_PREEMPTED)
-        if isinstance(value, int):
-            self.npre_final[r] = value
-        value = attrs.get(sc.RL_PROMPT_LENGTH)
-        if isinstance(value, int):
-            self.prompt_len[r] = value
-        value = attrs.get(sc.RL_RESPONSE_LENGTH)
-        if isinstance(value, int):
-            self.response_len[r] = value
-
-    def _num_preempted(self) -> np.ndarray:
-        final = np.array(self.npre_final, dtype=np.int64)
-        summed = np.array(self.npre_sum, dtype=np.int64) - np.array(self.npre_first_missing, dtype=np.int64)
-        summed[np.array(self.npre_first, dtype=np.int64) < 0] = -1  # no generation span: unknown
-        return np.where(final != _UNSET, final, summed)
+            value = attrs.get(_NPRE)
+            if type(value) is int:
+                self.npre_final[r] = value  # type: ignore[assignment]
+            value = attrs.get(_PLEN)
+            if type(value) is int:
+                self.prompt_len[r] = value  # type: ignore[assignment]
+            value = attrs.get(_RLEN)
+            if type(value) is int:
+                self.response_len[r] = value  # type: ignore[assignment]
+        if error:
+            self.error[r] = 1
+        if p < 0 or not (self.tid_hi[r] or self.tid_lo[r]):  # the root's trace id wins
+            self.tid_hi[r] = trace_id >> 64
+            self.tid_lo[r] = trace_id & _MASK64
 
     def to_table(self) -> PhaseTable:
+        def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]
+            return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
+
+        final = col(self.npre_final, np.int64)
+        summed = col(self.npre_sum, np.int64) - col(self.npre_first_missing, np.int8)
+        summed[col(self.npre_first, np.int64) < 0] = -1  # no generation span: unknown, like verl
         return PhaseTable(
-            sample_index=np.array(self.index, dtype=np.int64),
-            rollout_n=np.array(self.rollout, dtype=np.int64),
-            generate_sequences=np.array(self.total[0], dtype=np.float64) / 1e9,
-            tool_calls=np.array(self.total[1], dtype=np.float64) / 1e9,
-            compute_score=np.array(self.total[2], dtype=np.float64) / 1e9,
-            num_preempted=self._num_preempted(),
-            prompt_length=np.array(self.prompt_len, dtype=np.int64),
-            response_length=np.array(self.response_len, dtype=np.int64),
-            error=np.array(self.error, dtype=np.bool_),
-            trace_id=np.array(self.trace_id, dtype=np.object_),
+            sample_index=col(self.index, np.int64),
+            rollout_n=col(self.rollout, np.int64),
+            generate_sequences=col(self.total[0], np.int64) / 1e9,
+            tool_calls=col(self.total[1], np.int64) / 1e9,
+            compute_score=col(self.total[2], np.int64) / 1e9,
+            num_preempted=np.where(final != _UNSET, final, summed),
+            prompt_length=col(self.prompt_len, np.int64),
+            response_length=col(self.response_len, np.int64),
+            error=col(self.error, np.int8).astype(np.bool_),
+            trace_id_hi=col(self.tid_hi, np.uint64),
+            trace_id_lo=col(self.tid_lo, np.uint64),
+            ordered=self.in_order,
         )

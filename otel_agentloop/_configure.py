@@ -212,11 +212,10 @@ def configure(
         logger.warning("otel_agentloop: OTEL_TRACES_EXPORTER=%r is not supported; using otlp", traces_exporter)
         traces_exporter = "otlp"
     env_endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+    proto = protocol or env_choice(  # validated even when unused: a typo is reported now, not later
+        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", PROTOCOLS, env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", PROTOCOLS, "grpc")
+    )
     if traces_exporter == "otlp" and (endpoint or env_endpoint):
-        proto = protocol or env_choice(
-            "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", PROTOCOLS,
-            env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", PROTOCOLS, "grpc"),
-        )
         hdrs = headers
         if hdrs is None and endpoint is not None:  # exporters read env headers only with env endpoints
             raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")

@@ -44,7 +44,7 @@ defaults = _Defaults()
 class StepState:
     """The active step (immutable once entered)."""
 
-    __slots__ = ("step", "validate", "trace_per", "span")
+    __slots__ = ("span", "step", "trace_per", "validate")
 
     def __init__(self, step: int, validate: bool, trace_per: TracePer, span: Span | None) -> None:
         self.step = step
@@ -56,7 +56,7 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("index", "rollout_n", "step", "validate", "span", "phase_attributes")
+    __slots__ = ("index", "phase_attributes", "rollout_n", "span", "step", "validate")
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index

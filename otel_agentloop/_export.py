@@ -67,6 +67,7 @@ class ExportProcessor(SpanProcessor):
         self._flush_requested = False
         self._stopping = False
         self._shutdown = False
+        self._closing = False
         self._queued = self._exported = self._dropped = self._failed = 0
         self._last_drop_log = 0.0
         self._worker = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -153,8 +154,9 @@ class ExportProcessor(SpanProcessor):
 
     def shutdown(self, timeout_millis: int = 30000) -> None:
         """Export what is queued within ``timeout_millis``, then stop; what is left is counted as dropped."""
-        if self._shutdown:
+        if self._shutdown or self._closing:
             return
+        self._closing = True
         deadline = time.monotonic() + timeout_millis / 1000.0
         self._wait_idle(timeout_millis / 1000.0)
         self._shutdown = True

@@ -41,7 +41,7 @@ _PHASE_ALIASES = {
 class PhaseSpec:
     """What a phase span looks like: name and static attributes. Immutable and picklable (no SDK objects)."""
 
-    __slots__ = ("phase", "name", "attributes")
+    __slots__ = ("attributes", "name", "phase")
 
     def __init__(self, phase: str, name: str, attributes: Mapping[str, AttributeValue]) -> None:
         self.phase = phase
@@ -255,7 +255,7 @@ class span:  # noqa: N801 - used like a function: ``with otel_agentloop.span("to
     Create one per use: ``with span("tool_calls"): await asyncio.gather(...)``. Same contract as :func:`phase`.
     """
 
-    __slots__ = ("_spec", "_started", "_extra")
+    __slots__ = ("_extra", "_spec", "_started")
 
     def __init__(
         self,

@@ -17,6 +17,8 @@ from ._records import SpanRecord
 from ._table import PhaseTable, StepMetrics, compute_metrics
 
 StepKey = tuple[int | None, bool]
+_PHASE, _SAMPLE, _INDEX, _ROLLOUT = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N
+_STEP, _VALIDATE = sc.RL_STEP, sc.RL_VALIDATE
 
 
 class PhaseMetricsProcessor(SpanProcessor):
@@ -43,9 +45,12 @@ class PhaseMetricsProcessor(SpanProcessor):
         self.max_samples_per_step = max_samples_per_step
         self._steps: dict[StepKey, StepRows] = {}
         self._lock = threading.Lock()
+        self._acquire, self._release = self._lock.acquire, self._lock.release
         self._outside = 0
         self._evicted = 0
         self._dropped_closed = 0
+        self._last_key: object = object()  # one-entry cache: most spans belong to the step of the previous one
+        self._last_rows: StepRows | None = None
 
     # -- SpanProcessor ---------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -53,9 +58,13 @@ class PhaseMetricsProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            attrs = span.attributes
-            if not attrs:
-                return
+            # Read BoundedAttributes' backing dict when it is there: the public view costs a Python-level
+            # call per lookup (~0.3 us each on a 2-core EPYC); fall back to it on any other SDK layout.
+            attrs = getattr(getattr(span, "_attributes", None), "_dict", None)
+            if attrs is None:
+                attrs = span.attributes
+                if not attrs:
+                    return
             ctx = span.context
             self.ingest(
                 span.name,
@@ -79,35 +88,36 @@ class PhaseMetricsProcessor(SpanProcessor):
         self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool
     ) -> None:
         """Account one finished span. Spans that are neither phase nor sample spans are ignored."""
-        phase = attrs.get(sc.RL_PHASE)
-        if phase is None and name != sc.SAMPLE_SPAN:
-            return
-        index = attrs.get(sc.RL_SAMPLE_INDEX)
-        if not isinstance(index, int):
-            self._outside += 1
-            if phase is not None:
+        get = attrs.get
+        phase = get(_PHASE)
+        if phase is None:
+            if name != _SAMPLE:
+                return
+            p = -1
+        else:
+            p = PHASE_INDEX.get(phase, -2)  # type: ignore[arg-type]
+            if p == -2:
+                return
+        index = get(_INDEX)
+        if type(index) is not int:
+            with self._lock:
+                self._outside += 1
+            if p >= 0:
                 warn_once("phase-outside-sample", "otel_agentloop: phase span %r outside any sample is not "
                           "counted in agent_loop metrics (open otel_agentloop.sample(...) around it)", name)
             return
-        p = PHASE_INDEX.get(phase) if phase is not None else None
-        rollout = attrs.get(sc.RL_ROLLOUT_N)
-        key: StepKey = (attrs.get(sc.RL_STEP), bool(attrs.get(sc.RL_VALIDATE, False)))
-        with self._lock:
-            rows = self._steps.get(key)
-            if rows is None:
-                rows = self._open(key)
-            r = rows.row(index, rollout if isinstance(rollout, int) else -1)
-            if r < 0:
-                return
-            if p is not None:
-                rows.add_phase(r, p, start, end, attrs)
+        rollout = get(_ROLLOUT, -1)
+        step_key: StepKey = (get(_STEP), get(_VALIDATE) is True)  # type: ignore[assignment]
+        self._acquire()  # not `with`: ~0.25 us cheaper per span here
+        try:
+            if step_key == self._last_key:
+                rows = self._last_rows
             else:
-                rows.add_root(r, attrs)
-                rows.trace_id[r] = trace_id
-            if error:
-                rows.error[r] = True
-            if not rows.trace_id[r]:
-                rows.trace_id[r] = trace_id
+                rows = self._steps.get(step_key) or self._open(step_key)
+                self._last_key, self._last_rows = step_key, rows
+            rows.add((index, rollout if type(rollout) is int else -1), p, start, end, attrs, trace_id, error)  # type: ignore[union-attr]
+        finally:
+            self._release()
 
     def ingest_records(self, records: Iterable[SpanRecord]) -> None:
         """Account stored spans (from a trace file or Jaeger) exactly as live ones."""
@@ -117,7 +127,8 @@ class PhaseMetricsProcessor(SpanProcessor):
     def _open(self, key: StepKey) -> StepRows:
         while len(self._steps) >= self.max_steps:
             oldest = next(iter(self._steps))
-            del self._steps[oldest]
+            self._dropped_closed += self._steps.pop(oldest).dropped
+            self._last_key = object()
             self._evicted += 1
             warn_once("step-evicted", "otel_agentloop: more than %d steps open in PhaseMetricsProcessor; evicting "
                       "step %r uncollected (call collect(step) each step)", self.max_steps, oldest)
@@ -131,6 +142,7 @@ class PhaseMetricsProcessor(SpanProcessor):
         with self._lock:
             key: StepKey = (step, validate)
             rows = self._steps.pop(key, None) if release else self._steps.get(key)
+            self._last_key = object()
             if rows is None:
                 return PhaseTable.empty()
             if release and rows.dropped:

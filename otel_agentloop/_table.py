@@ -26,7 +26,8 @@ class PhaseTable:
 
     Times are seconds (float64), phase time = wall time covered by the sample's spans of that phase.
     ``num_preempted`` is -1 when unknown; ``prompt_length``/``response_length`` are -1 when unknown.
-    ``trace_id`` holds 128-bit ints (0 when unknown).
+    ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit trace id (0 when unknown).
+    ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when unsure.
     """
 
     sample_index: npt.NDArray[np.int64]
@@ -38,7 +39,9 @@ class PhaseTable:
     prompt_length: npt.NDArray[np.int64]
     response_length: npt.NDArray[np.int64]
     error: npt.NDArray[np.bool_]
-    trace_id: npt.NDArray[np.object_]
+    trace_id_hi: npt.NDArray[np.uint64]
+    trace_id_lo: npt.NDArray[np.uint64]
+    ordered: bool = False
 
     def __len__(self) -> int:
         return int(self.sample_index.shape[0])
@@ -62,10 +65,18 @@ class PhaseTable:
             cols[name] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
         return cls(**cols)
 
+    def trace_id_hex(self, i: int) -> str | None:
+        """Row ``i``'s trace id as 32 hex digits, or ``None`` when unknown."""
+        value = (int(self.trace_id_hi[i]) << 64) | int(self.trace_id_lo[i])
+        return format(value, "032x") if value else None
+
     def canonical(self) -> PhaseTable:
         """Rows sorted by (sample_index, rollout_n): the order every metric is computed in."""
+        if self.ordered:
+            return self
         order = np.lexsort((self.rollout_n, self.sample_index))
-        return PhaseTable(**{name: getattr(self, name)[order] for name, _ in _COLUMNS})
+        cols = {name: getattr(self, name)[order] for name, _ in _COLUMNS}
+        return PhaseTable(**cols, ordered=True)
 
     def slowest(self, n: int = 5) -> list[dict[str, object]]:
         """The ``n`` samples with the largest total, slowest first (canonical order breaks ties)."""
@@ -81,7 +92,7 @@ class PhaseTable:
                 sc.TOOL_CALLS: float(t.tool_calls[i]),
                 sc.COMPUTE_SCORE: float(t.compute_score[i]),
                 "error": bool(t.error[i]),
-                "trace_id": format(int(t.trace_id[i]), "032x") if t.trace_id[i] else None,
+                "trace_id": t.trace_id_hex(int(i)),
             })
         return rows
 
@@ -96,7 +107,8 @@ _COLUMNS: Sequence[tuple[str, type]] = (
     ("prompt_length", np.int64),
     ("response_length", np.int64),
     ("error", np.bool_),
-    ("trace_id", np.object_),
+    ("trace_id_hi", np.uint64),
+    ("trace_id_lo", np.uint64),
 )
 
 
@@ -136,7 +148,7 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
         out[f"{_PREFIX}/{name}/max"] = float(col.max())
         out[f"{_PREFIX}/{name}/mean"] = float(col.mean())
     for name, col in columns[1:]:
-        for q, value in zip(PERCENTILES, np.percentile(col, PERCENTILES)):
+        for q, value in zip(PERCENTILES, np.percentile(col, PERCENTILES), strict=True):
             out[f"{_PREFIX}/{name}/p{q}"] = float(value)
     i = int(np.argmax(t.total))
     out[f"{_PREFIX}/slowest/{sc.GENERATE}"] = float(t.generate_sequences[i])
@@ -150,6 +162,6 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
     out[f"{_PREFIX}/slowest/sample_index"] = float(t.sample_index[i])
     out[f"{_PREFIX}/slowest/rollout_n"] = float(t.rollout_n[i])
     out[f"{_PREFIX}/num_samples"] = float(n)
-    out.slowest_trace_id = format(int(t.trace_id[i]), "032x") if t.trace_id[i] else None
+    out.slowest_trace_id = t.trace_id_hex(i)
     out.slowest_sample = (int(t.sample_index[i]), int(t.rollout_n[i]))
     return out

@@ -18,7 +18,7 @@ _SCOPE = "otel_agentloop"
 
 
 class _State:
-    __slots__ = ("configured", "disabled", "key", "tracer", "lock")
+    __slots__ = ("configured", "disabled", "key", "lock", "tracer")
 
     def __init__(self) -> None:
         self.configured: TracerProvider | None = None

@@ -79,7 +79,7 @@ def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> st
     t0 = min(s.start_ns for s in spans)
     palette = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
     fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.3))
-    for y, (depth, s) in enumerate(rows):
+    for y, (_depth, s) in enumerate(rows):
         start = (s.start_ns - t0) / 1e9
         color = "#C44E52" if s.error else palette.get(str(s.attributes.get(sc.RL_PHASE)), "#8C8C8C")
         ax.barh(y, s.duration_s, left=start, color=color, height=0.6)

@@ -1,0 +1,48 @@
+# The README names these targets. Everything installs itself into .venv on first use.
+PYTHON ?= python3
+VENV   ?= .venv
+PY     := $(VENV)/bin/python
+STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
+ARGS   ?=
+
+.PHONY: install run test test-verl lint bench up down status clean
+
+install: $(STAMP)
+
+$(STAMP): pyproject.toml constraints.txt
+	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
+	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,plot,ray]'
+	@rm -f $(VENV)/.installed-* && touch $@
+
+## run: the main job: the simulated agent loop, printing metrics and the slowest sample's waterfall
+run: install
+	$(VENV)/bin/otel-agentloop simulate $(ARGS)
+
+## test: the whole test suite except the heavy verl stage (pytest exit 5, no tests, is a failure)
+test: install
+	@$(PY) -m pytest $(ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+## test-verl: real verl 0.9.1 agent-loop code in its own cached venv
+test-verl:
+	@VERL_PY=$$(bash scripts/verl_env.sh | tail -n 1) && \
+	  $$VERL_PY -m pytest -p no:cacheprovider -o addopts="" tests/verl -q $(ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test-verl: pytest collected no tests" >&2; fi; exit $$rc
+
+lint: install
+	$(VENV)/bin/ruff check .
+
+bench: install
+	$(PY) bench/run.py $(ARGS)
+
+## up/down/status: a real Jaeger v2 + OpenTelemetry Collector on 127.0.0.1 (built from source with Go once)
+up:
+	bash scripts/stack.sh up
+down:
+	bash scripts/stack.sh down
+status:
+	bash scripts/stack.sh status
+
+clean:
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache otel-agentloop-traces.jsonl

@@ -1,0 +1,48 @@
+"""Shared fixtures: a configured otel_agentloop with an in-memory exporter, isolated per test."""
+
+from __future__ import annotations
+
+import os
+from collections.abc import Iterator
+from dataclasses import dataclass
+
+import pytest
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+import otel_agentloop as oal
+from otel_agentloop import _context, _guard, _tracer
+
+
+@dataclass
+class Traced:
+    handle: oal.Handle
+    exporter: InMemorySpanExporter
+
+    def spans(self) -> list[ReadableSpan]:
+        assert self.handle.force_flush(5)
+        return list(self.exporter.get_finished_spans())
+
+    def by_name(self, name: str) -> list[ReadableSpan]:
+        return [s for s in self.spans() if s.name == name]
+
+
+@pytest.fixture(autouse=True)
+def _isolate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No OTEL_* from the outer environment; decorator state and once-only warnings reset."""
+    for key in list(os.environ):
+        if key.startswith(("OTEL_", "OTEL_AGENTLOOP_")):
+            monkeypatch.delenv(key)
+    _guard.reset_warnings()
+    yield
+    _tracer.install(None)
+    _tracer.set_disabled(False)
+    _context.defaults.trace_per = "sample"
+
+
+@pytest.fixture
+def traced(tmp_path: os.PathLike[str]) -> Iterator[Traced]:
+    exporter = InMemorySpanExporter()
+    handle = oal.configure("test", exporters=[exporter], set_global=False, schedule_delay_s=0.05)
+    yield Traced(handle, exporter)
+    handle.shutdown(5)

@@ -1,0 +1,41 @@
+"""The main job, run as a user runs it: metrics table, waterfall, and a trace file that rebuilds the metrics."""
+
+from __future__ import annotations
+
+import json
+import os
+import subprocess
+import sys
+
+import otel_agentloop as oal
+
+
+def _simulate(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "simulate", "--steps", "2", "--prompts", "4", "--rollout-n", "2",
+         "--time-scale", "0.05", *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+    )
+
+
+def test_simulate_prints_metrics_and_waterfall(tmp_path) -> None:
+    out = _simulate(tmp_path).stdout
+    assert "== step 1: agent_loop metrics" in out and "== step 2: agent_loop metrics" in out
+    assert "generate_sequences" in out and "slowest sample" in out
+    assert "rl.sample" in out and "text_completion sim-7b" in out
+    assert "dropped: 0" in out
+    assert (tmp_path / "otel-agentloop-traces.jsonl").exists()
+
+
+def test_simulate_json_equals_metrics_rebuilt_from_the_trace_file(tmp_path) -> None:
+    out = _simulate(tmp_path, "--json", "--quiet", "--file", "run.jsonl").stdout
+    steps = json.loads(out[out.index("["): out.rindex("]") + 1])
+    records = list(oal.read_jsonl(str(tmp_path / "run.jsonl")))
+    for entry in steps:
+        proc = oal.PhaseMetricsProcessor()
+        proc.ingest_records(records)
+        rebuilt = proc.collect(entry["step"])
+        assert rebuilt == entry["metrics"]
+        assert rebuilt.slowest_trace_id == entry["slowest_trace_id"]
+        assert rebuilt["agent_loop/num_samples"] == 8

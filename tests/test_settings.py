@@ -1,0 +1,113 @@
+"""Environment variables: honoured when valid; a warning naming the variable and a default when not."""
+
+from __future__ import annotations
+
+import logging
+
+import pytest
+
+import otel_agentloop as oal
+
+BAD_ENV = {
+    "OTEL_BSP_MAX_QUEUE_SIZE": "lots",
+    "OTEL_BSP_MAX_EXPORT_BATCH_SIZE": "-5",
+    "OTEL_BSP_SCHEDULE_DELAY": "soon",
+    "OTEL_BSP_EXPORT_TIMEOUT": "0",
+    "OTEL_SDK_DISABLED": "maybe",
+    "OTEL_TRACES_SAMPLER": "sometimes",
+    "OTEL_EXPORTER_OTLP_PROTOCOL": "carrier-pigeon",
+    "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "huge",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT": "x",
+    "OTEL_TRACES_EXPORTER": "zipkin-v0",
+    "OTEL_AGENTLOOP_TRACE_PER": "epoch",
+}
+
+
+def test_bad_env_values_warn_and_fall_back(monkeypatch, caplog, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    for key, value in BAD_ENV.items():
+        monkeypatch.setenv(key, value)
+    with caplog.at_level(logging.WARNING):
+        handle = oal.configure("bad-env", set_global=False)
+    try:
+        assert handle.enabled  # "maybe" is not true
+        text = caplog.text
+        for key in BAD_ENV:
+            if key in ("OTEL_TRACES_SAMPLER", "OTEL_SPAN_EVENT_COUNT_LIMIT"):
+                continue  # reported by the SDK / our span-limit fallback, checked below
+            assert key in text, key
+        assert "Couldn't recognize sampler sometimes" in text
+        assert "OTEL_SPAN_EVENT_COUNT_LIMIT" in text
+        (proc,) = handle.export_processors
+        assert (proc.max_queue_size, proc.max_export_batch_size) == (2048, 512)
+        assert (proc.schedule_delay_s, proc.export_timeout_s) == (1.0, 30.0)
+        assert handle.provider._span_limits.max_attribute_length == 4096
+        assert oal._context.defaults.trace_per == "sample"
+
+        @oal.trace_reward
+        def score() -> float:
+            return 1.0
+
+        with oal.sample(0, step=1):
+            assert score() == 1.0
+        assert handle.metrics.collect(1)["agent_loop/num_samples"] == 1
+    finally:
+        handle.shutdown(2)
+
+
+def test_valid_env_values_are_used(monkeypatch, tmp_path) -> None:
+    monkeypatch.setenv("OTEL_BSP_MAX_QUEUE_SIZE", "100")
+    monkeypatch.setenv("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "10")
+    monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "250")
+    monkeypatch.setenv("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", "16")
+    monkeypatch.setenv("OTEL_TRACES_SAMPLER", "always_off")
+    monkeypatch.setenv("OTEL_AGENTLOOP_FILE", str(tmp_path / "t.jsonl"))
+    monkeypatch.setenv("OTEL_AGENTLOOP_TRACE_PER", "step")
+    handle = oal.configure("env", set_global=False)
+    try:
+        (proc,) = handle.export_processors
+        assert (proc.max_queue_size, proc.max_export_batch_size, proc.schedule_delay_s) == (100, 10, 0.25)
+        assert handle.description == f"file {tmp_path / 't.jsonl'}"
+        assert oal._context.defaults.trace_per == "step"
+        with oal.step(1), oal.sample(0) as s:
+            assert s.span is not None and not s.span.is_recording()  # always_off sampler
+    finally:
+        handle.shutdown(2)
+
+
+def test_traces_exporter_none_keeps_metrics_only(monkeypatch, tmp_path) -> None:
+    monkeypatch.chdir(tmp_path)
+    monkeypatch.setenv("OTEL_TRACES_EXPORTER", "none")
+    handle = oal.configure("none", set_global=False)
+    try:
+        assert handle.export_processors == ()
+        assert not (tmp_path / "otel-agentloop-traces.jsonl").exists()
+    finally:
+        handle.shutdown(2)
+
+
+@pytest.mark.parametrize(
+    ("kwargs", "message"),
+    [
+        ({"protocol": "udp"}, "protocol must be one of"),
+        ({"trace_per": "epoch"}, "trace_per must be"),
+        ({"max_queue_size": 0}, "max_queue_size must be >= 1"),
+        ({"export_timeout_s": -1}, "export_timeout_s must be > 0"),
+        ({"max_steps": 0}, "max_steps must be >= 1"),
+    ],
+)
+def test_bad_arguments_raise_naming_the_parameter(kwargs, message) -> None:
+    with pytest.raises(ValueError, match=message):
+        oal.configure("bad-args", set_global=False, **kwargs)
+
+
+def test_long_attributes_are_truncated_and_bad_numbers_dropped(traced, caplog) -> None:
+    with caplog.at_level(logging.WARNING), oal.sample(0, step=1) as s:
+        s.record(prompt_length="many", response_length=12, reward="0.5")
+        s.span.set_attribute("note", "x" * 10_000)
+    (root,) = traced.by_name("rl.sample")
+    assert "rl.sample.prompt_length" not in root.attributes
+    assert root.attributes["rl.sample.response_length"] == 12
+    assert root.attributes["rl.reward.score"] == 0.5
+    assert len(root.attributes["note"]) == 4096
+    assert "dropping non-numeric value for rl.sample.prompt_length" in caplog.text
