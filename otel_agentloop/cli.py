@@ -18,6 +18,10 @@ from .simulate import SimConfig, run_samples
 
 
 def _simulate(args: argparse.Namespace) -> int:
+    if args.workers:
+        from ._ray_sim import simulate_on_ray  # needs the ``ray`` extra
+
+        return simulate_on_ray(args)
     cfg = SimConfig(prompts=args.prompts, rollout_n=args.rollout_n, max_turns=args.max_turns,
                     time_scale=args.time_scale, seed=args.seed)
     timelines = TimelineRecorder()
@@ -69,6 +73,8 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--steps", type=int, default=3)
     sim.add_argument("--prompts", type=int, default=16, help="prompts per step")
     sim.add_argument("--rollout-n", type=int, default=4, help="rollouts per prompt")
+    sim.add_argument("--workers", type=int, default=0,
+                     help="run as a manager plus N Ray actor workers on a local Ray cluster (0: in-process)")
     sim.add_argument("--max-turns", type=int, default=3)
     sim.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated latency")
     sim.add_argument("--seed", type=int, default=0)
