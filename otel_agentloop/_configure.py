@@ -12,14 +12,16 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from . import _tracer
 from ._context import TracePer, defaults
 from ._export import ExportProcessor
 from ._file_exporter import OTLPJsonFileExporter
 from ._guard import logger
+from ._keep import SampleKeeper
 from ._processor import PhaseMetricsProcessor
+from ._sampling import BudgetSampler
 from ._settings import DEFAULT_FILE, PROTOCOLS, env_bool, env_choice, env_number, env_str, parse_headers
 
 _DEFAULT_ATTRIBUTE_LENGTH = 4096
@@ -39,11 +41,13 @@ class Handle:
         exporters: Sequence[ExportProcessor],
         previous: TracerProvider | None,
         description: str,
+        keeper: SampleKeeper | None = None,
     ) -> None:
         self.provider = provider
         self.metrics = metrics
         self.export_processors = tuple(exporters)
         self.description = description
+        self.keeper = keeper
         self._previous = previous
         self._closed = False
 
@@ -70,13 +74,25 @@ class Handle:
 
     @property
     def stats(self) -> dict[str, int]:
-        """Export counters summed over exporters (``queued``, ``exported``, ``dropped``, ``failed``, ``pending``)
-        plus the metrics processor's counters."""
+        """Export counters summed over exporters (``queued``, ``exported``, ``dropped``, ``failed``, ``pending``),
+        the keeper's (``kept_slowest``, ``kept_errors``, ``samples_not_kept``, ``samples_spilled``, buffered)
+        and the metrics processor's counters."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
         for proc in self.export_processors:
             for key, value in proc.stats.items():
                 out[key] += value
+        if self.keeper is not None:
+            out.update(self.keeper.stats)
         out.update(self.metrics.stats)
+        return out
+
+    def export_counters(self) -> dict[str, int]:
+        """The counters reported under ``agent_loop/telemetry/`` by ``metrics.collect``."""
+        stats = self.stats
+        out = {"spans_dropped": stats["dropped"], "spans_failed": stats["failed"]}
+        for key in ("samples_not_kept", "samples_spilled"):
+            if key in stats:
+                out[key] = stats[key]
         return out
 
     def __enter__(self) -> Handle:
@@ -147,6 +163,11 @@ def configure(
     export_timeout_s: float | None = None,
     max_steps: int = 16,
     max_samples_per_step: int = 1 << 20,
+    max_exported_samples_per_step: int | None = None,
+    keep_slowest: int = 5,
+    keep_errors: bool = True,
+    max_buffered_spans: int = 50_000,
+    max_buffered_bytes: int = 64 << 20,
 ) -> Handle:
     """Set up tracing for this process and return a :class:`Handle`.
 
@@ -161,6 +182,12 @@ def configure(
     EXPORT_TIMEOUT}``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096 here), ``OTEL_SDK_DISABLED``,
     ``OTEL_AGENTLOOP_TRACE_PER``. Arguments win over the environment.
 
+    Budget: ``max_exported_samples_per_step`` (or ``OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP``) caps the samples per
+    step exported from this process (whole prompts); over-budget samples and samples the sampler rejects are
+    still recorded, so ``metrics`` stays exact. Whatever the budget, the ``keep_slowest`` slowest samples of
+    each step and every sample with an error are exported (buffered until known, within
+    ``max_buffered_spans``/``max_buffered_bytes``; spills are counted).
+
     Raises ``ValueError`` for invalid arguments; invalid environment values only warn (see ``_settings``).
     """
     if protocol is not None and protocol not in PROTOCOLS:
@@ -170,6 +197,11 @@ def configure(
     for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size)):
         if pvalue is not None and pvalue < 1:
             raise ValueError(f"{pname} must be >= 1, not {pvalue}")
+    for pname, ivalue in (("max_exported_samples_per_step", max_exported_samples_per_step),
+                          ("keep_slowest", keep_slowest), ("max_buffered_spans", max_buffered_spans),
+                          ("max_buffered_bytes", max_buffered_bytes)):
+        if ivalue is not None and ivalue < 0:
+            raise ValueError(f"{pname} must be >= 0, not {ivalue}")
     for pname, fvalue in (("schedule_delay_s", schedule_delay_s), ("export_timeout_s", export_timeout_s)):
         if fvalue is not None and fvalue <= 0:
             raise ValueError(f"{pname} must be > 0, not {fvalue}")
@@ -192,7 +224,16 @@ def configure(
     resource = Resource.create(attrs)
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "otel-agentloop"}))
-    provider = TracerProvider(resource=resource, sampler=sampler, span_limits=_span_limits(), shutdown_on_exit=True)
+    budget = max_exported_samples_per_step
+    if budget is None:
+        env_budget = env_number("OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP", -1, int, minimum=-1)
+        budget = env_budget if env_budget >= 0 else None
+    limits = _span_limits()
+    # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
+    inner = sampler or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
+    selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
+    effective = BudgetSampler(inner, budget) if selective else inner
+    provider = TracerProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
     provider.add_span_processor(metrics)
     for proc in processors:
         provider.add_span_processor(proc)
@@ -231,13 +272,20 @@ def configure(
 
         targets.append(("console", ConsoleSpanExporter()))
 
-    export_processors = []
-    for label, exporter in targets:
-        proc = ExportProcessor(exporter, max_queue_size=queue_size, max_export_batch_size=batch_size,
-                               schedule_delay_s=delay_s, export_timeout_s=timeout_s,
-                               name=f"otel_agentloop.export[{label}]")
-        provider.add_span_processor(proc)
-        export_processors.append(proc)
+    export_processors = [
+        ExportProcessor(exporter, max_queue_size=queue_size, max_export_batch_size=batch_size,
+                        schedule_delay_s=delay_s, export_timeout_s=timeout_s, name=f"otel_agentloop.export[{label}]")
+        for label, exporter in targets
+    ]
+    keeper = None
+    if selective:  # some samples are record-only: decide their fate before export
+        keeper = SampleKeeper(export_processors, keep_slowest=keep_slowest, keep_errors=keep_errors,
+                              max_buffered_spans=max_buffered_spans, max_buffered_bytes=max_buffered_bytes)
+        provider.add_span_processor(keeper)
+        metrics.add_release_listener(keeper.close_step)
+    else:
+        for proc in export_processors:
+            provider.add_span_processor(proc)
 
     previous = _tracer.install(provider)
     if set_global:
@@ -248,4 +296,6 @@ def configure(
             logger.info("otel_agentloop: a global TracerProvider is already set; otel_agentloop's decorators use "
                         "the configured one, other instrumentation keeps the global one")
     description = ", ".join(label for label, _ in targets) or "no exporter"
-    return Handle(provider, metrics, export_processors, previous, description)
+    handle = Handle(provider, metrics, export_processors, previous, description, keeper)
+    metrics.add_counter_source(handle.export_counters)
+    return handle

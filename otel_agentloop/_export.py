@@ -81,6 +81,10 @@ class ExportProcessor(SpanProcessor):
         ctx = span.context
         if ctx is None or not ctx.trace_flags.sampled:
             return  # recorded for metrics only (sampler's RECORD_ONLY)
+        self.enqueue(span)
+
+    def enqueue(self, span: ReadableSpan) -> None:
+        """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
             self._dropped += 1

@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 import threading
-from collections.abc import Iterable, Mapping
+from collections.abc import Callable, Iterable, Mapping
 from typing import Any
 
 from opentelemetry.context import Context
@@ -49,6 +49,8 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._outside = 0
         self._evicted = 0
         self._dropped_closed = 0
+        self._release_listeners: list[Callable[[int | None, bool], None]] = []
+        self._counter_sources: list[Callable[[], Mapping[str, int]]] = []
         self._last_key: object = object()  # one-entry cache: most spans belong to the step of the previous one
         self._last_rows: StepRows | None = None
 
@@ -147,11 +149,39 @@ class PhaseMetricsProcessor(SpanProcessor):
                 return PhaseTable.empty()
             if release and rows.dropped:
                 self._dropped_closed += rows.dropped
-            return rows.to_table()
+            table = rows.to_table()
+        if release:
+            for listener in self._release_listeners:
+                try:
+                    listener(step, validate)
+                except Exception:
+                    internal_error("PhaseMetricsProcessor.release_listener")
+        return table
 
     def collect(self, step: int | None, validate: bool = False) -> StepMetrics:
-        """verl's metric dict for ``step`` (see :func:`otel_agentloop.compute_metrics`), releasing its state."""
-        return compute_metrics(self.take(step, validate))
+        """verl's metric dict for ``step`` (see :func:`otel_agentloop.compute_metrics`), releasing its state.
+
+        Also holds this process's telemetry counters since start, ``agent_loop/telemetry/<name>`` (spans
+        dropped or failed in export, samples not kept or spilled under a budget, spans outside any sample).
+        """
+        metrics = compute_metrics(self.take(step, validate))
+        counters = dict(self.stats)
+        for source in self._counter_sources:
+            try:
+                counters.update(source())
+            except Exception:
+                internal_error("PhaseMetricsProcessor.counter_source")
+        for name, value in counters.items():
+            metrics[f"{sc.METRIC_PREFIX}/telemetry/{name}"] = float(value)
+        return metrics
+
+    def add_release_listener(self, listener: Callable[[int | None, bool], None]) -> None:
+        """Call ``listener(step, validate)`` whenever a step's state is released (``take``/``collect``)."""
+        self._release_listeners.append(listener)
+
+    def add_counter_source(self, source: Callable[[], Mapping[str, int]]) -> None:
+        """Report ``source()``'s counters in :meth:`collect` under ``agent_loop/telemetry/``."""
+        self._counter_sources.append(source)
 
     def open_steps(self) -> list[StepKey]:
         """(step, validate) pairs holding uncollected state."""

@@ -46,3 +46,8 @@ def traced(tmp_path: os.PathLike[str]) -> Iterator[Traced]:
     handle = oal.configure("test", exporters=[exporter], set_global=False, schedule_delay_s=0.05)
     yield Traced(handle, exporter)
     handle.shutdown(5)
+
+
+def span_metrics(metrics: dict[str, float]) -> dict[str, float]:
+    """The keys derived from spans (drops the process's ``agent_loop/telemetry/`` counters)."""
+    return {k: v for k, v in metrics.items() if not k.startswith("agent_loop/telemetry/")}

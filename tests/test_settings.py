@@ -70,9 +70,14 @@ def test_valid_env_values_are_used(monkeypatch, tmp_path) -> None:
         assert handle.description == f"file {tmp_path / 't.jsonl'}"
         assert oal._context.defaults.trace_per == "step"
         with oal.step(1), oal.sample(0) as s:
-            assert s.span is not None and not s.span.is_recording()  # always_off sampler
+            # always_off: recorded for the metrics, not sampled for export
+            assert s.span.is_recording() and not s.span.get_span_context().trace_flags.sampled
+        assert handle.metrics.collect(1)["agent_loop/num_samples"] == 1
     finally:
         handle.shutdown(2)
+    # ... but the step's slowest sample is kept and exported (nothing else: the step span was not sampled)
+    names = [r.name for r in oal.read_jsonl(str(tmp_path / "t.jsonl"))]
+    assert names == ["rl.sample"]
 
 
 def test_traces_exporter_none_keeps_metrics_only(monkeypatch, tmp_path) -> None:
