@@ -37,6 +37,7 @@ from ._processor import PhaseMetricsProcessor
 from ._records import SpanRecord
 from ._table import PhaseTable, StepMetrics, compute_metrics
 from ._timeline import TimelineRecorder
+from ._trainer import trainer_phase
 from ._version import __version__
 
 __all__ = [
@@ -67,4 +68,5 @@ __all__ = [
     "trace_generate",
     "trace_reward",
     "trace_tool",
+    "trainer_phase",
 ]

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 from opentelemetry import trace
@@ -15,6 +15,7 @@ from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
 from . import _tracer
+from ._content import policy as content_policy
 from ._context import TracePer, defaults
 from ._export import ExportProcessor
 from ._file_exporter import OTLPJsonFileExporter
@@ -89,7 +90,8 @@ class Handle:
     def export_counters(self) -> dict[str, int]:
         """The counters reported under ``agent_loop/telemetry/`` by ``metrics.collect``."""
         stats = self.stats
-        out = {"spans_dropped": stats["dropped"], "spans_failed": stats["failed"]}
+        out = {"spans_dropped": stats["dropped"], "spans_failed": stats["failed"],
+               "content_truncated": content_policy.truncated}
         for key in ("samples_not_kept", "samples_spilled"):
             if key in stats:
                 out[key] = stats[key]
@@ -168,6 +170,9 @@ def configure(
     keep_errors: bool = True,
     max_buffered_spans: int = 50_000,
     max_buffered_bytes: int = 64 << 20,
+    capture_content: bool | None = None,
+    max_content_chars: int = 2048,
+    redact: Callable[[str], str] | None = None,
 ) -> Handle:
     """Set up tracing for this process and return a :class:`Handle`.
 
@@ -188,6 +193,10 @@ def configure(
     each step and every sample with an error are exported (buffered until known, within
     ``max_buffered_spans``/``max_buffered_bytes``; spills are counted).
 
+    Content: prompt/response text is captured only with ``capture_content=True`` (or
+    ``OTEL_AGENTLOOP_CAPTURE_CONTENT=true``), passed through ``redact`` and truncated to ``max_content_chars``
+    (truncations counted in ``agent_loop/telemetry/content_truncated``).
+
     Raises ``ValueError`` for invalid arguments; invalid environment values only warn (see ``_settings``).
     """
     if protocol is not None and protocol not in PROTOCOLS:
@@ -206,6 +215,9 @@ def configure(
         if fvalue is not None and fvalue <= 0:
             raise ValueError(f"{pname} must be > 0, not {fvalue}")
     metrics = PhaseMetricsProcessor(max_steps=max_steps, max_samples_per_step=max_samples_per_step)
+    if capture_content is None:
+        capture_content = env_bool("OTEL_AGENTLOOP_CAPTURE_CONTENT", False)
+    content_policy.set(capture_content, max_content_chars, redact)
 
     defaults.trace_per = trace_per or env_choice("OTEL_AGENTLOOP_TRACE_PER", ("sample", "step"), "sample")  # type: ignore[assignment]
     if worker:

@@ -23,6 +23,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
+from . import _content as content
 from . import semconv as sc
 from ._guard import internal_error, warn_once
 from ._tracer import current_tracer
@@ -106,6 +107,19 @@ class SampleHandle:
                 coerced = coerce_number(value, kind, key)
                 if coerced is not None:
                     span.set_attribute(key, coerced)
+
+
+    def record_content(self, *, prompt: object = None, response: object = None) -> None:
+        """Attach prompt/response text to the root span, only when content capture is on
+        (``configure(capture_content=True)``); redacted, then truncated to ``max_content_chars``."""
+        span = self.span
+        if span is None or not content.policy.enabled:
+            return
+        for key, value in ((sc.RL_PROMPT_CONTENT, prompt), (sc.RL_RESPONSE_CONTENT, response)):
+            if value is not None:
+                cleaned = content.policy.clean(value)
+                if cleaned is not None:
+                    span.set_attribute(key, cleaned)
 
 
 _STEP: contextvars.ContextVar[StepState | None] = contextvars.ContextVar("otel_agentloop_step", default=None)

@@ -66,3 +66,5 @@ LOW_CARDINALITY: Final = (RL_PHASE, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_NAME, RL_
 
 # -- metric keys (verl's, plus ours under the same prefix) ----------------------------------------
 METRIC_PREFIX: Final = "agent_loop"
+RL_PHASE_TRAIN: Final = "rl.train.phase"
+"""The trainer phase a ``rl.train.<name>`` span times (verl's ``marked_timer`` name)."""
