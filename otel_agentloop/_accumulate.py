@@ -172,7 +172,7 @@ class StepRows:
         if error:
             self.error[r] = 1
         if p < 0 or not (self.tid_hi[r] or self.tid_lo[r]):  # the root's trace id wins
-            self.tid_hi[r] = trace_id >> 64
+            self.tid_hi[r] = (trace_id >> 64) & _MASK64
             self.tid_lo[r] = trace_id & _MASK64
 
     def to_table(self) -> PhaseTable:

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ._guard import internal_error
-from ._otlp_json import dumps, encode_spans
+from ._otlp_json import encode_spans
 
 
 class OTLPJsonFileExporter(SpanExporter):
@@ -31,7 +31,7 @@ class OTLPJsonFileExporter(SpanExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         try:
-            line = dumps(encode_spans(spans)) + "\n"
+            line = encode_spans(spans) + "\n"
             with self._lock:
                 if self._file is None:
                     directory = os.path.dirname(self.path)

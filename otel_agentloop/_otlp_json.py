@@ -1,10 +1,12 @@
 """OTLP-JSON encoding and decoding, without protobuf.
 
 The encoder writes the OTLP/JSON mapping the Collector's file exporter writes (hex ids, int64 as strings,
-enums as integers): one ``{"resourceSpans": [...]}`` object per export. Building plain dicts directly is
-several times cheaper than protobuf's ``json_format`` (which costs ~75 us per span here), and export shares
-the GIL with training. The decoder reads the same layout, also from Jaeger's ``api_v3`` and from protobuf's
-JSON (base64 ids), into :class:`SpanRecord`.
+enums as integers): one ``{"resourceSpans": [...]}`` object per export, built as a string directly. Export
+shares the GIL with training, so this matters. Per span on a 2-core EPYC: dicts + ``json.dumps`` ~77 us (as
+much as protobuf's ``json_format``), the SDK's protobuf encoder ~150 us, these strings ~23 us.
+
+The decoder reads the same layout, also from Jaeger's ``api_v3`` and from protobuf's JSON (base64 ids),
+into :class:`SpanRecord`.
 """
 
 from __future__ import annotations
@@ -12,7 +14,9 @@ from __future__ import annotations
 import base64
 import binascii
 import json
+import math
 from collections.abc import Iterable, Iterator, Mapping, Sequence
+from json.encoder import encode_basestring  # type: ignore[attr-defined]
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -21,63 +25,84 @@ from opentelemetry.trace import StatusCode
 from ._records import SpanRecord
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
+_quote: Any = encode_basestring  # C-accelerated JSON string quoting
+_key_cache: dict[str, str] = {}
 
 
-def _value(v: Any) -> dict[str, Any]:
-    if isinstance(v, bool):
-        return {"boolValue": v}
-    if isinstance(v, int):
-        return {"intValue": str(v)}
-    if isinstance(v, float):
-        return {"doubleValue": v}
-    if isinstance(v, str):
-        return {"stringValue": v}
-    if isinstance(v, (bytes, bytearray)):
-        return {"bytesValue": base64.b64encode(v).decode()}
-    if isinstance(v, (list, tuple)):
-        return {"arrayValue": {"values": [_value(x) for x in v]}}
-    return {"stringValue": str(v)}
+def _value(v: Any) -> str:
+    t = type(v)
+    if t is str:
+        return '{"stringValue":' + _quote(v) + "}"
+    if t is bool:
+        return '{"boolValue":true}' if v else '{"boolValue":false}'
+    if t is int:
+        return f'{{"intValue":"{v}"}}'
+    if t is float:
+        if math.isfinite(v):
+            return f'{{"doubleValue":{v!r}}}'
+        return '{"doubleValue":"' + ("NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")) + '"}'
+    if t is tuple or t is list:
+        return '{"arrayValue":{"values":[' + ",".join([_value(x) for x in v]) + "]}}"
+    if t is bytes or t is bytearray:
+        return '{"bytesValue":"' + base64.b64encode(v).decode() + '"}'
+    return '{"stringValue":' + _quote(str(v)) + "}"
 
 
-def _attrs(attrs: Mapping[str, Any] | None) -> list[dict[str, Any]]:
-    return [{"key": k, "value": _value(v)} for k, v in (attrs or {}).items()]
+def _raw(attributes: Any) -> Mapping[str, Any] | None:
+    """The plain dict behind the SDK's BoundedAttributes when it is there: iterating the public view costs
+    a Python-level call per item. Falls back to the mapping itself."""
+    inner = getattr(attributes, "_dict", None)
+    return inner if inner is not None else attributes
 
 
-def _span(s: ReadableSpan) -> dict[str, Any]:
-    ctx = s.context
-    out: dict[str, Any] = {
-        "traceId": format(ctx.trace_id, "032x") if ctx else "",
-        "spanId": format(ctx.span_id, "016x") if ctx else "",
-        "name": s.name,
-        "kind": s.kind.value + 1,  # SDK INTERNAL=0 .. ; OTLP SPAN_KIND_INTERNAL=1 ..
-        "startTimeUnixNano": str(s.start_time or 0),
-        "endTimeUnixNano": str(s.end_time or 0),
-        "attributes": _attrs(s.attributes),
-        "status": {"code": _STATUS[s.status.status_code]},
-    }
-    if s.parent is not None:
-        out["parentSpanId"] = format(s.parent.span_id, "016x")
-    if s.status.description:
-        out["status"]["message"] = s.status.description
-    if s.events:
-        out["events"] = [
-            {"name": e.name, "timeUnixNano": str(e.timestamp), "attributes": _attrs(e.attributes)} for e in s.events
-        ]
-    if s.links:
-        out["links"] = [
-            {"traceId": format(link.context.trace_id, "032x"), "spanId": format(link.context.span_id, "016x"),
-             "attributes": _attrs(link.attributes)}
-            for link in s.links
-        ]
+def _attrs(attrs: Mapping[str, Any] | None) -> str:
+    if not attrs:
+        return "[]"
+    parts = []
+    cache = _key_cache
+    for k, v in attrs.items():
+        head = cache.get(k)
+        if head is None:
+            head = '{"key":' + _quote(k) + ',"value":'
+            if len(cache) < 4096:
+                cache[k] = head
+        parts.append(head + _value(v) + "}")
+    return "[" + ",".join(parts) + "]"
+
+
+def _span(s: ReadableSpan) -> str:
+    ctx = s._context  # ReadableSpan's public properties cost a call each; these fields are its own state
+    parent = s._parent
+    status = s._status
+    out = f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",' if ctx else '{'
+    if parent is not None:
+        out += f'"parentSpanId":"{parent.span_id:016x}",'
+    # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
+    out += (f'"name":{_quote(s._name)},"kind":{s._kind.value + 1},"startTimeUnixNano":"{s._start_time or 0}",'
+            f'"endTimeUnixNano":"{s._end_time or 0}","attributes":{_attrs(_raw(s._attributes))}')
+    code = _STATUS[status.status_code]
+    if status.description:
+        out += f',"status":{{"code":{code},"message":{_quote(status.description)}}}'
+    else:
+        out += f',"status":{{"code":{code}}}'
+    if s._events:
+        out += ',"events":[' + ",".join(
+            f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
+            for e in s._events) + "]"
+    if s._links:
+        out += ',"links":[' + ",".join(
+            f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
+            f'"attributes":{_attrs(_raw(link.attributes))}}}'
+            for link in s._links) + "]"
     dropped = s.dropped_attributes
     if dropped:
-        out["droppedAttributesCount"] = dropped
-    return out
+        out += f',"droppedAttributesCount":{dropped}'
+    return out + "}"
 
 
-def encode_spans(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
-    """One OTLP ``ExportTraceServiceRequest`` as a JSON-ready dict, grouped by resource and scope."""
-    by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[dict[str, Any]]]]] = {}
+def encode_spans(spans: Sequence[ReadableSpan]) -> str:
+    """One OTLP ``ExportTraceServiceRequest`` as a single line of OTLP-JSON, grouped by resource and scope."""
+    by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]] = {}
     for s in spans:
         entry = by_resource.get(id(s.resource))
         if entry is None:
@@ -85,23 +110,14 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> dict[str, Any]:
         scope = s.instrumentation_scope
         key = (scope.name, scope.version or "") if scope is not None else ("", "")
         entry[1].setdefault(key, []).append(_span(s))
-    return {
-        "resourceSpans": [
-            {
-                "resource": {"attributes": _attrs(resource.attributes if resource is not None else None)},
-                "scopeSpans": [
-                    {"scope": {"name": name, "version": version}, "spans": spans_json}
-                    for (name, version), spans_json in scopes.items()
-                ],
-            }
-            for resource, scopes in by_resource.values()
-        ]
-    }
-
-
-def dumps(request: Mapping[str, Any]) -> str:
-    """Compact single-line JSON (one export per line)."""
-    return json.dumps(request, separators=(",", ":"), ensure_ascii=False)
+    resources = []
+    for resource, scopes in by_resource.values():
+        scope_json = ",".join(
+            f'{{"scope":{{"name":{_quote(name)},"version":{_quote(version)}}},"spans":[{",".join(spans_json)}]}}'
+            for (name, version), spans_json in scopes.items())
+        resource_attrs = _attrs(_raw(resource.attributes) if resource is not None else None)
+        resources.append(f'{{"resource":{{"attributes":{resource_attrs}}},"scopeSpans":[{scope_json}]}}')
+    return '{"resourceSpans":[' + ",".join(resources) + "]}"
 
 
 # -- decoding ---------------------------------------------------------------------------------------

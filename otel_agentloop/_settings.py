@@ -15,7 +15,7 @@ from urllib.parse import unquote
 logger = logging.getLogger("otel_agentloop")
 N = TypeVar("N", int, float)
 
-PROTOCOLS = ("grpc", "http/protobuf")
+PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 DEFAULT_FILE = "otel-agentloop-traces.jsonl"
 
 

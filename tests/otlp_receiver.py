@@ -2,12 +2,15 @@
 
 from __future__ import annotations
 
+import base64
 import gzip
+import json
 import threading
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import grpc
+from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from otel_agentloop import SpanRecord
@@ -30,6 +33,19 @@ def to_records(request: trace_service_pb2.ExportTraceServiceRequest) -> list[Spa
                                 for link in s.links),
                 ))
     return out
+
+
+def _hex_ids_to_base64(obj):
+    """OTLP/JSON encodes trace/span ids as hex (the spec's exception to protobuf's JSON mapping, which
+    json_format follows with base64): convert them before json_format parses the request."""
+    for rs in obj.get("resourceSpans", []):
+        for ss in rs.get("scopeSpans", []):
+            for span in ss.get("spans", []):
+                for item in (span, *span.get("links", [])):
+                    for key in ("traceId", "spanId", "parentSpanId"):
+                        if item.get(key):
+                            item[key] = base64.b64encode(bytes.fromhex(item[key])).decode()
+    return obj
 
 
 def _value(v):
@@ -84,7 +100,10 @@ def start_http(receiver: Receiver) -> tuple[ThreadingHTTPServer, str]:
                 self.end_headers()
                 return
             request = trace_service_pb2.ExportTraceServiceRequest()
-            request.ParseFromString(body)
+            if self.headers.get("Content-Type", "").startswith("application/json"):
+                json_format.Parse(json.dumps(_hex_ids_to_base64(json.loads(body))), request)
+            else:
+                request.ParseFromString(body)
             receiver.add(request, {k.lower(): v for k, v in self.headers.items()})
             self.send_response(200)
             self.send_header("Content-Type", "application/x-protobuf")

@@ -66,7 +66,7 @@ def check_structure(records: list[oal.SpanRecord], metrics: oal.StepMetrics) -> 
     assert span_metrics(rebuilt.collect(1)) == span_metrics(metrics)
 
 
-@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
 def test_otlp_export_reaches_a_real_receiver(protocol: str) -> None:
     receiver = Receiver()
     server, endpoint = start_grpc(receiver) if protocol == "grpc" else start_http(receiver)
