@@ -19,6 +19,7 @@ import tempfile
 import time
 from collections.abc import Callable
 
+import step_overhead
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 from opentelemetry.version import __version__ as otel_version
@@ -141,8 +142,29 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--collect-samples", type=int, default=1_000_000)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
+    parser.add_argument("--only", default="core,step,memory", help="comma list of: core, step, memory")
+    parser.add_argument("--step-pairs", type=int, default=3)
+    parser.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 rollouts)")
+    parser.add_argument("--endpoint", help="OTLP endpoint for the step run (default: file export)")
     args = parser.parse_args()
+    only = set(args.only.split(","))
+    sections = []
 
+    if "core" in only:
+        sections.append(core_section(args))
+    if "step" in only:
+        sections.append(step_overhead.overhead_section(pairs=args.step_pairs, prompts=args.step_prompts,
+                                                       endpoint=args.endpoint))
+    if "memory" in only:
+        sections.append(step_overhead.memory_section())
+    text = f"# Benchmark results (`make bench`)\n\nMachine: {machine()}\n\n" + "\n".join(sections)
+    print(text)
+    with open(args.out, "w") as f:
+        f.write(text)
+    return 0
+
+
+def core_section(args: argparse.Namespace) -> str:
     calls = bench_calls(args.calls, args.rounds)
     on_end = bench_on_end(30_000)
     collect_s, fill_s = bench_collect(args.collect_samples)
@@ -160,22 +182,16 @@ def main() -> int:
         (f"collect() on {args.collect_samples:,} samples", f"{collect_s:.3f} s", "target <= 0.5 s"),
     ]
     table = "\n".join(f"| {a} | {b} | {c} |" for a, b, c in rows)
-    text = f"""# Benchmark results (`make bench`)
+    return f"""## Per-call costs (issue 2)
 
-Machine: {machine()}
-
-Core (issue 2): {args.rounds} interleaved rounds of {args.calls:,} calls each, median; spans exported through
-the real OTLP-JSON file exporter on its worker thread ({calls['exported']:,} exported, {calls['dropped']} dropped).
-The processor was filled with 3 spans per sample for the collect() run ({fill_s:.1f} s to fill).
+{args.rounds} interleaved rounds of {args.calls:,} calls each, median; spans exported through the real
+OTLP-JSON file exporter on its worker thread ({calls['exported']:,} exported, {calls['dropped']} dropped), so
+the per-span numbers include export's share of the GIL. collect(): 3 spans per sample ({fill_s:.1f} s to fill).
 
 | measure | value | target |
 |---|---|---|
 {table}
 """
-    print(text)
-    with open(args.out, "w") as f:
-        f.write(text)
-    return 0
 
 
 if __name__ == "__main__":

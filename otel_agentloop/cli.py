@@ -7,11 +7,16 @@ import asyncio
 import json
 import sys
 from collections.abc import Sequence
+from datetime import datetime, timedelta, timezone
 
 from . import _context as ctx
+from . import semconv as sc
 from ._configure import configure
 from ._display import metrics_table
+from ._otlp_json import decode_resource_spans, read_jsonl
 from ._progress import Progress
+from ._records import SpanRecord
+from ._report import build_report, steps_in
 from ._timeline import TimelineRecorder
 from ._waterfall import render_png, render_text
 from .simulate import SimConfig, run_samples
@@ -66,6 +71,59 @@ def _simulate(args: argparse.Namespace) -> int:
     return 0
 
 
+def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
+    if args.file:
+        return list(read_jsonl(args.file))
+    from .jaeger import JaegerClient  # stdlib-only client
+
+    client = JaegerClient(args.jaeger, timeout_s=args.timeout)
+    end = datetime.now(timezone.utc)
+    start = end - timedelta(minutes=args.since_minutes)
+    attributes = {sc.RL_STEP: str(args.step)} if args.step is not None else None
+    resource_spans = client.find_traces(args.service, start, end, attributes=attributes,
+                                        search_depth=args.search_depth)
+    return list(decode_resource_spans(resource_spans))
+
+
+def _report(args: argparse.Namespace) -> int:
+    if not (args.file or args.jaeger):
+        print("report: give --file PATH or --jaeger URL", file=sys.stderr)
+        return 2
+    records = _load_records(args)
+    available = steps_in(records)
+    if not available:
+        print("report: no sample spans found", file=sys.stderr)
+        return 1
+    step = args.step if args.step is not None else max(s for s, v in available if v == args.validate)
+    report = build_report(records, step, args.validate)
+    if not len(report.table):
+        print(f"report: no samples for step {step} (found steps: {[s for s, _ in available]})", file=sys.stderr)
+        return 1
+    if args.json:
+        print(json.dumps({"step": step, "metrics": dict(report.metrics), "slowest": report.slowest(args.top),
+                          "slowest_trace_id": report.metrics.slowest_trace_id}, indent=1))
+        return 0
+    source = args.file or f"{args.jaeger} (service {args.service})"
+    print(metrics_table(report.metrics, title=f"== step {step}{' (validation)' if args.validate else ''}: "
+                                              f"agent_loop metrics rebuilt from {source}"))
+    print(f"\n{'slowest samples':<16}{'total s':>9}{'gen s':>9}{'tool s':>9}{'score s':>9}  trace id")
+    for row in report.slowest(args.top):
+        print(f"{row['sample_index']:>6} / {row['rollout_n']:<6}{row['total']:9.3f}{row[sc.GENERATE]:9.3f}"
+              f"{row[sc.TOOL_CALLS]:9.3f}{row[sc.COMPUTE_SCORE]:9.3f}  {row['trace_id']}"
+              f"{'  ERROR' if row['error'] else ''}")
+    key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample
+    spans = report.samples.get(key) if key is not None else None
+    if not spans:
+        print(f"\nno spans stored for sample {key}", file=sys.stderr)
+        return 1
+    title = f"sample {key[0]} (rollout {key[1]}), step {step}, trace {spans[0].trace_id_hex}"
+    print()
+    print(render_text(spans, title=title))
+    if args.png:
+        print(f"waterfall written to {render_png(spans, args.png, title=title)}")
+    return 0
+
+
 def build_parser() -> argparse.ArgumentParser:
     parser = argparse.ArgumentParser(prog="otel-agentloop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
@@ -88,6 +146,23 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.add_argument("--flush-timeout", type=float, default=10.0)
     sim.set_defaults(func=_simulate)
+
+    rep = sub.add_parser("report", help="rebuild a step's metrics and waterfalls from a trace file or Jaeger")
+    src = rep.add_mutually_exclusive_group()
+    src.add_argument("--file", help="OTLP-JSON lines (the embedded exporter's or the Collector's file exporter's)")
+    src.add_argument("--jaeger", help="Jaeger query URL, e.g. http://127.0.0.1:16686")
+    rep.add_argument("--service", default="otel-agentloop-sim", help="service name to search in Jaeger")
+    rep.add_argument("--since-minutes", type=float, default=60.0, help="Jaeger search window")
+    rep.add_argument("--search-depth", type=int, default=1000, help="max traces fetched from Jaeger")
+    rep.add_argument("--timeout", type=float, default=10.0)
+    rep.add_argument("--step", type=int, help="default: the last step found")
+    rep.add_argument("--validate", action="store_true", help="the validation pass of that step")
+    rep.add_argument("--sample", type=int, help="draw this sample index (default: the slowest)")
+    rep.add_argument("--rollout", type=int, default=0)
+    rep.add_argument("--top", type=int, default=5, help="how many slowest samples to list")
+    rep.add_argument("--png", help="also write the waterfall as a PNG (needs matplotlib: the plot extra)")
+    rep.add_argument("--json", action="store_true")
+    rep.set_defaults(func=_report)
     return parser
 
 

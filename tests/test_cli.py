@@ -41,3 +41,31 @@ def test_simulate_json_equals_metrics_rebuilt_from_the_trace_file(tmp_path) -> N
         assert span_metrics(rebuilt) == span_metrics(entry["metrics"])
         assert rebuilt.slowest_trace_id == entry["slowest_trace_id"]
         assert rebuilt["agent_loop/num_samples"] == 8
+
+
+def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    return subprocess.run([sys.executable, "-m", "otel_agentloop", *args], cwd=tmp_path, env=env,
+                          capture_output=True, text=True, timeout=120)
+
+
+def test_report_from_a_trace_file_matches_the_live_run_and_draws_the_waterfall(tmp_path) -> None:
+    out = _simulate(tmp_path, "--json", "--quiet", "--file", "run.jsonl").stdout
+    live = json.loads(out[out.index("["): out.rindex("]") + 1])
+    rep = _cli(tmp_path, "report", "--file", "run.jsonl", "--step", "2", "--json")
+    assert rep.returncode == 0, rep.stderr
+    data = json.loads(rep.stdout)
+    assert span_metrics(data["metrics"]) == span_metrics(live[1]["metrics"])
+    assert data["slowest_trace_id"] == live[1]["slowest_trace_id"]
+    totals = [row["total"] for row in data["slowest"]]
+    assert totals == sorted(totals, reverse=True) and len(totals) == 5
+
+    text = _cli(tmp_path, "report", "--file", "run.jsonl", "--png", "w.png")
+    assert text.returncode == 0, text.stderr
+    assert "== step 2: agent_loop metrics rebuilt from run.jsonl" in text.stdout  # the last step by default
+    assert "rl.sample" in text.stdout and "text_completion sim-7b" in text.stdout
+    png = (tmp_path / "w.png").read_bytes()
+    assert png.startswith(b"\x89PNG") and len(png) > 5000
+
+    missing = _cli(tmp_path, "report", "--file", "run.jsonl", "--step", "9")
+    assert missing.returncode == 1 and "no samples for step 9" in missing.stderr
