@@ -283,7 +283,8 @@ def configure(
         if hdrs is None and endpoint is not None:  # exporters read env headers only with env endpoints
             raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
             hdrs = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS") or None
-        otlp_timeout = env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001)
+        # one export call's deadline, retries included: export_timeout_s, else OTEL_EXPORTER_OTLP_TIMEOUT
+        otlp_timeout = export_timeout_s or env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001)
         targets.append((f"otlp/{proto} {endpoint or env_endpoint}",
                         _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout)))
     if file is not None or (traces_exporter == "otlp" and not (endpoint or env_endpoint) and not exporters):

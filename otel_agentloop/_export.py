@@ -43,6 +43,7 @@ class ExportProcessor(SpanProcessor):
         max_export_batch_size: int = 512,
         schedule_delay_s: float = 1.0,
         export_timeout_s: float = 30.0,
+        shutdown_timeout_s: float = 5.0,
         name: str = "otel_agentloop.export",
     ) -> None:
         if max_queue_size < 1 or max_export_batch_size < 1:
@@ -54,6 +55,7 @@ class ExportProcessor(SpanProcessor):
         self.max_export_batch_size = min(max_export_batch_size, max_queue_size)
         self.schedule_delay_s = schedule_delay_s
         self.export_timeout_s = export_timeout_s
+        self.shutdown_timeout_s = shutdown_timeout_s
         self.name = name
         self._init_state()
         ref = weakref.ref(self)
@@ -156,13 +158,16 @@ class ExportProcessor(SpanProcessor):
             return not self._queue
         return self._wait_idle(timeout_millis / 1000.0)
 
-    def shutdown(self, timeout_millis: int = 30000) -> None:
-        """Export what is queued within ``timeout_millis``, then stop; what is left is counted as dropped."""
+    def shutdown(self, timeout_millis: int | None = None) -> None:
+        """Export what is queued within ``timeout_millis`` (default ``shutdown_timeout_s``: the SDK's exit hook
+        passes none, and a stuck endpoint must not hold the process at exit), then stop; what is left is
+        counted as dropped."""
         if self._shutdown or self._closing:
             return
         self._closing = True
-        deadline = time.monotonic() + timeout_millis / 1000.0
-        self._wait_idle(timeout_millis / 1000.0)
+        timeout_s = self.shutdown_timeout_s if timeout_millis is None else timeout_millis / 1000.0
+        deadline = time.monotonic() + timeout_s
+        self._wait_idle(timeout_s)
         self._shutdown = True
         with self._idle:
             self._stopping = True

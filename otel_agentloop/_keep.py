@@ -193,7 +193,7 @@ class SampleKeeper(SpanProcessor):
             release = [span for key in list(self._heaps) for span in self._close_locked(key)]
         self._forward(release)
         for exporter in self.exporters:
-            exporter.shutdown()
+            exporter.shutdown()  # each bounded by its shutdown_timeout_s
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the exporters (kept samples of open steps wait for their step to close)."""
