@@ -15,9 +15,9 @@ $(STAMP): pyproject.toml constraints.txt
 	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,plot,ray]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
-## run: the main job: the simulated agent loop, printing metrics and the slowest sample's waterfall
+## run: the main job: the simulated agent loop as a manager + 2 Ray actor workers (local cluster)
 run: install
-	$(VENV)/bin/otel-agentloop simulate $(ARGS)
+	$(VENV)/bin/otel-agentloop simulate --workers 2 $(ARGS)
 
 ## test: the whole test suite except the heavy verl stage (pytest exit 5, no tests, is a failure)
 test: install

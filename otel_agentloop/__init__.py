@@ -18,7 +18,7 @@ Typical use::
 """
 
 from . import semconv
-from ._configure import Handle, configure
+from ._configure import Handle, configure, current_handle
 from ._context import (
     SampleHandle,
     StepState,
@@ -54,6 +54,7 @@ __all__ = [
     "bind",
     "compute_metrics",
     "configure",
+    "current_handle",
     "current_sample",
     "current_step",
     "decode_resource_spans",

@@ -49,6 +49,8 @@ class Handle:
         self.export_processors = tuple(exporters)
         self.description = description
         self.keeper = keeper
+        self.worker_env: dict[str, str] = {}
+        """Environment for another process's ``configure()`` to export like this one (see integrations.ray)."""
         self._previous = previous
         self._closed = False
 
@@ -105,6 +107,42 @@ class Handle:
 
     def __repr__(self) -> str:
         return f"<otel_agentloop.Handle {self.description}>"
+
+
+_current: Handle | None = None
+
+
+def current_handle() -> Handle | None:
+    """The handle of the last :func:`configure` call in this process (``None`` before any)."""
+    return _current
+
+
+def _worker_env(*, service: str, otlp: tuple[str | None, str | None, Mapping[str, str] | None] | None,
+                file: str | None, traces_exporter: str, budget: int | None, capture: bool) -> dict[str, str]:
+    """Environment variables that make ``configure()`` in another process (a Ray worker) export like this one."""
+    env = {"OTEL_SERVICE_NAME": service, "OTEL_AGENTLOOP_TRACE_PER": defaults.trace_per,
+           "OTEL_TRACES_EXPORTER": traces_exporter}
+    for key in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_BSP_MAX_QUEUE_SIZE",
+                "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+        value = env_str(key)
+        if value is not None:
+            env[key] = value
+    if otlp is not None:
+        endpoint, protocol, headers = otlp
+        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint or ""
+        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = protocol or "grpc"
+        if headers:
+            env["OTEL_EXPORTER_OTLP_HEADERS"] = ",".join(f"{k}={v}" for k, v in headers.items())
+    if file is not None:
+        env["OTEL_AGENTLOOP_FILE"] = file
+        if otlp is not None:
+            env["OTEL_AGENTLOOP_ALSO_FILE"] = "true"
+    if budget is not None:
+        env["OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP"] = str(budget)
+    if capture:
+        env["OTEL_AGENTLOOP_CAPTURE_CONTENT"] = "true"
+    return env
 
 
 def _bounded(fn: Any, timeout_s: float) -> bool:
@@ -236,7 +274,9 @@ def configure(
         enabled = not env_bool("OTEL_SDK_DISABLED", False)
     if not enabled:
         _tracer.set_disabled(True)
-        return Handle(None, metrics, (), None, "disabled")
+        handle = Handle(None, metrics, (), None, "disabled")
+        handle.worker_env = {"OTEL_SDK_DISABLED": "true"}
+        return handle
     _tracer.set_disabled(False)
 
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
@@ -287,6 +327,8 @@ def configure(
         otlp_timeout = export_timeout_s or env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001)
         targets.append((f"otlp/{proto} {endpoint or env_endpoint}",
                         _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout)))
+    if file is None and env_bool("OTEL_AGENTLOOP_ALSO_FILE", False):
+        file = env_str("OTEL_AGENTLOOP_FILE")
     if file is not None or (traces_exporter == "otlp" and not (endpoint or env_endpoint) and not exporters):
         path = os.fspath(file) if file is not None else (env_str("OTEL_AGENTLOOP_FILE") or DEFAULT_FILE)
         targets.append((f"file {path}", OTLPJsonFileExporter(path)))
@@ -320,5 +362,14 @@ def configure(
                         "the configured one, other instrumentation keeps the global one")
     description = ", ".join(label for label, _ in targets) or "no exporter"
     handle = Handle(provider, metrics, export_processors, previous, description, keeper)
+    handle.worker_env = _worker_env(
+        service=str(resource.attributes.get("service.name")),
+        otlp=(endpoint or env_endpoint, proto, headers) if traces_exporter == "otlp" and (endpoint or env_endpoint)
+        else None,
+        file=next((e.path for _, e in targets if isinstance(e, OTLPJsonFileExporter)), None),
+        traces_exporter=traces_exporter, budget=budget, capture=capture_content,
+    )
+    global _current
+    _current = handle
     metrics.add_counter_source(handle.export_counters)
     return handle

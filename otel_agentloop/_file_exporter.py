@@ -17,30 +17,31 @@ class OTLPJsonFileExporter(SpanExporter):
     """Appends one ``{"resourceSpans": [...]}`` line per export to ``path``.
 
     The layout is the one the Collector's file exporter writes; the Jaeger UI loads such a file, and
-    ``otel-agentloop report --file`` reads it. The file is opened lazily and kept open; a failed write
-    returns FAILURE (counted by the export processor), never raises.
+    ``otel-agentloop report --file`` reads it. Each line goes out in one ``write`` on an ``O_APPEND``
+    descriptor, so several processes (Ray workers) can share one file without interleaving lines. A failed
+    write returns FAILURE (counted by the export processor), never raises.
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.fspath(path)
+        self.path = os.path.abspath(os.fspath(path))
         self._lock = threading.Lock()
-        self._file: object | None = None
+        self._fd: int | None = None
         self._closed = False
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:
             return SpanExportResult.FAILURE
         try:
-            line = encode_spans(spans) + "\n"
+            data = (encode_spans(spans) + "\n").encode("utf-8")
             with self._lock:
-                if self._file is None:
+                if self._fd is None:
                     directory = os.path.dirname(self.path)
                     if directory:
                         os.makedirs(directory, exist_ok=True)
-                    self._file = open(self.path, "a", encoding="utf-8")  # noqa: SIM115 - kept open
-                f = self._file
-                f.write(line)  # type: ignore[attr-defined]
-                f.flush()  # type: ignore[attr-defined]
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                view = memoryview(data)
+                while view:  # a regular file takes it in one write; loop only on a short write
+                    view = view[os.write(self._fd, view):]
             return SpanExportResult.SUCCESS
         except Exception:
             internal_error("OTLPJsonFileExporter.export")
@@ -49,9 +50,9 @@ class OTLPJsonFileExporter(SpanExporter):
     def shutdown(self) -> None:
         with self._lock:
             self._closed = True
-            if self._file is not None:
-                self._file.close()  # type: ignore[attr-defined]
-                self._file = None
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True

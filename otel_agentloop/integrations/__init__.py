@@ -1,0 +1,1 @@
+"""Optional integrations; each imports its heavy dependency lazily and says what to install when missing."""

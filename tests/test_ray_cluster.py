@@ -1,0 +1,232 @@
+"""Ray, for real: a local cluster, actors in other processes, spans over OTLP to a receiver on 127.0.0.1."""
+
+from __future__ import annotations
+
+import os
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+
+from .conftest import span_metrics
+from .otlp_receiver import Receiver, start_grpc
+from .ray_actors import Item, SampleFailedError, synthetic_samples
+
+ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
+from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+
+
+@pytest.fixture(scope="module")
+def cluster():
+    """A local Ray cluster whose workers export to a real OTLP/gRPC receiver, like the driver."""
+    receiver = Receiver()
+    server, endpoint = start_grpc(receiver)
+    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
+    handle = oal.configure("ray-test", endpoint=endpoint, protocol="grpc", trace_per="step",
+                           schedule_delay_s=0.05)
+    env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": ROOT}})
+    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
+    from .ray_actors import Worker
+
+    actor = ray.remote(num_cpus=0)(Worker)
+    workers = [actor.remote(), actor.remote()]
+    try:
+        yield handle, receiver, workers
+    finally:
+        ray.shutdown()
+        handle.shutdown(5)
+        server.stop(0)
+        os.environ.update(saved)
+        oal._tracer.install(None)
+        oal._context.defaults.trace_per = "sample"
+
+
+def _wait(predicate, timeout: float = 20.0) -> bool:
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(0.1)
+    return predicate()
+
+
+def _items(n: int, first: int = 0) -> list[Item]:
+    out = []
+    for i in range(first, first + n):
+        phases = [("generate_sequences", 0.0, 0.1 + i * 0.011), ("tool_calls", 0.2, 0.05 + (i % 3) * 0.02),
+                  ("tool_calls", 0.21, 0.03), ("generate_sequences", 0.3, 0.02 * (i % 5)),
+                  ("compute_score", 0.4, 0.01 + (i % 7) * 0.003)]
+        out.append((i // 2, i % 2, phases, False))
+    return out
+
+
+def test_one_trace_per_step_connects_driver_workers_samples_and_phases(cluster) -> None:
+    handle, receiver, (a, b) = cluster
+    with oal.step(1):
+        carrier = oal_ray.carrier()
+        ray.get([a.run_async.remote([(0, 0, [], False), (1, 0, [], False)], otel_carrier=carrier),
+                 b.run_sync.remote(_items(2, first=10), otel_carrier=carrier)], timeout=60)
+    assert handle.force_flush(5)
+    step_records = lambda: [r for r in receiver.records if r.attributes.get(sc.RL_STEP) == 1]  # noqa: E731
+    assert _wait(lambda: sum(r.name == sc.SAMPLE_SPAN for r in step_records()) == 4)
+    records = step_records()
+    by_id = {r.span_id: r for r in records}
+    (step_span,) = [r for r in records if r.name == sc.STEP_SPAN]
+    workers = [r for r in records if r.name == sc.WORKER_SPAN]
+    assert len(workers) == 2
+    assert {r.trace_id for r in records} == {step_span.trace_id}  # one connected trace
+    pids = {step_span.resource["process.pid"]}
+    for w in workers:
+        assert w.parent_id == step_span.span_id
+        pids.add(w.resource["process.pid"])
+    assert len(pids) == 3  # the driver and two worker processes
+    for root in (r for r in records if r.name == sc.SAMPLE_SPAN):
+        assert by_id[root.parent_id].name == sc.WORKER_SPAN
+        assert root.attributes[sc.RL_STEP] == 1 and root.attributes[sc.RL_VALIDATE] is False
+    phases = [r for r in records if sc.RL_PHASE in r.attributes]
+    assert {r.attributes[sc.RL_PHASE] for r in phases} == set(sc.PHASES)
+    for r in phases:
+        assert by_id[r.parent_id].name == sc.SAMPLE_SPAN and r.attributes[sc.RL_STEP] == 1
+    for w in (a, b):
+        ray.get(w.table.remote(1))  # release the workers' state of this step
+
+
+def test_per_sample_traces_link_to_the_driver_step(cluster) -> None:
+    _, receiver, (a, _) = cluster
+    with oal.step(2, trace_per="sample") as step:
+        ray.get(a.run_async.remote([(0, 0, [], False), (1, 1, [], False)], otel_carrier=oal_ray.carrier()))
+    step_ctx = step.span.get_span_context()
+    assert _wait(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2
+                             for r in receiver.records) == 2)
+    roots = [r for r in receiver.records if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2]
+    assert len({r.trace_id for r in roots}) == 2
+    for r in roots:
+        assert r.parent_id == 0 and r.links == ((step_ctx.trace_id, step_ctx.span_id),)
+    ray.get(a.table.remote(2))
+
+
+@pytest.mark.parametrize("ways", [1, 2, 4])
+def test_merged_metrics_equal_one_process_and_any_split(cluster, ways) -> None:
+    handle, _, workers = cluster
+    items = _items(16)
+    step = 10 + ways
+    with oal.step(step):
+        carrier = oal_ray.carrier()
+        chunks = [items[i::ways] for i in range(ways)]
+        ray.get([workers[i % 2].run_sync.remote(chunk, otel_carrier=carrier) for i, chunk in enumerate(chunks)])
+    merged = oal_ray.merge_metrics(ray.get([w.table.remote(step) for w in workers]))
+    with oal.step(100 + ways):  # the same per-sample timings, in this process
+        synthetic_samples(items)
+    local = handle.metrics.collect(100 + ways)
+    local_spans, merged_spans = span_metrics(local), span_metrics(merged)
+    assert merged_spans.keys() == local_spans.keys()
+    for key, value in local_spans.items():
+        if key.endswith("/num_samples"):
+            assert merged_spans[key] == value == 16
+        else:
+            assert merged_spans[key] == pytest.approx(value, abs=0.001), key
+    test_merged_metrics_equal_one_process_and_any_split.seen.append(merged_spans)  # type: ignore[attr-defined]
+    assert all(m == merged_spans for m in test_merged_metrics_equal_one_process_and_any_split.seen)  # type: ignore[attr-defined]
+
+
+test_merged_metrics_equal_one_process_and_any_split.seen = []  # type: ignore[attr-defined]
+
+
+def test_a_failing_worker_keeps_finished_samples_and_tells_the_driver(cluster) -> None:
+    _, receiver, (a, b) = cluster
+    with oal.step(20):
+        carrier = oal_ray.carrier()
+        bad = a.run_async.remote([(0, 0, [], False), (1, 0, [], False), (2, 0, [], True)], otel_carrier=carrier)
+        good = b.run_async.remote([(3, 0, [], False)], otel_carrier=carrier)
+        with pytest.raises(SampleFailedError, match="reward exploded"):
+            ray.get(bad, timeout=60)
+        assert ray.get(good, timeout=60) == 1
+    metrics = oal_ray.merge_metrics(ray.get([w.table.remote(20) for w in (a, b)]))
+    assert metrics["agent_loop/num_samples"] == 4  # finished samples counted, and the failed one
+    assert metrics["agent_loop/compute_score/max"] >= 0.05
+    assert _wait(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20
+                             for r in receiver.records) == 4)
+    roots = {r.attributes[sc.RL_SAMPLE_INDEX]: r for r in receiver.records
+             if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20}
+    assert roots[2].error and not roots[0].error and not roots[1].error
+    worker = [r for r in receiver.records if r.name == sc.WORKER_SPAN and r.attributes.get(sc.RL_STEP) == 20
+              and r.error]
+    assert len(worker) == 1 and worker[0].attributes[sc.ERROR_TYPE].endswith("SampleFailedError")
+    for index in (0, 1, 3):  # every span of the finished samples arrived: root, gen, 2 tools, reward
+        assert sum(r.attributes.get(sc.RL_SAMPLE_INDEX) == index and r.attributes.get(sc.RL_STEP) == 20
+                   for r in receiver.records) == 5
+
+
+def test_no_span_is_lost_when_actors_finish_normally(cluster) -> None:
+    handle, receiver, workers = cluster
+    assert handle.force_flush(5)
+    infos = ray.get([w.info.remote() for w in workers])
+    created = handle.stats["queued"] + sum(i["stats"]["queued"] for i in infos)
+    assert all(i["stats"]["dropped"] == 0 and i["stats"]["failed"] == 0 for i in infos)
+    assert _wait(lambda: len(receiver.records) == created)
+    assert len(receiver.records) == created
+    # the workers were configured from the driver's settings
+    env = infos[0]["env"]
+    assert env["OTEL_SERVICE_NAME"] == "ray-test" and env["OTEL_EXPORTER_OTLP_PROTOCOL"] == "grpc"
+    assert all(r.resource["service.name"] == "ray-test" for r in receiver.records)
+
+
+def test_carrier_keyword_is_declared_for_ray() -> None:
+    import inspect
+
+    def method(self, items: list, *, flag: bool = False, **extra) -> int:
+        return len(items)
+
+    async def amethod(self, items: list) -> int:
+        return len(items)
+
+    for fn in (oal_ray.traced_remote(method), oal_ray.traced_remote(flush_timeout_s=1)(amethod)):
+        sig = inspect.signature(inspect.unwrap(fn))  # what Ray checks calls against
+        assert sig.parameters["otel_carrier"].kind is inspect.Parameter.KEYWORD_ONLY
+        assert list(sig.parameters)[-1] in ("extra", "otel_carrier")
+        sig.bind(None, [1], otel_carrier={})
+    assert oal_ray.traced_remote(method)(None, [1, 2], otel_carrier=None) == 2
+    with pytest.raises(TypeError, match="already has a parameter"):
+        oal_ray.traced_remote(lambda self, otel_carrier: 1)
+
+
+def test_ray_stays_optional() -> None:
+    code = textwrap.dedent("""
+        import sys
+        class Block:
+            def find_spec(self, name, path=None, target=None):
+                if name == "ray" or name.startswith("ray."):
+                    raise ImportError("no ray here")
+        sys.meta_path.insert(0, Block())
+        import otel_agentloop
+        from otel_agentloop.integrations import ray as oal_ray
+        assert "ray" not in sys.modules
+        try:
+            oal_ray.runtime_env()
+        except ImportError as exc:
+            print(exc)
+    """)
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, timeout=60, check=True)
+    assert "pip install 'otel-agentloop[ray]'" in out.stdout
+
+
+def test_main_job_on_ray(tmp_path) -> None:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "2", "--steps", "2", "--prompts", "4",
+         "--rollout-n", "2", "--time-scale", "0.05", "--quiet"],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True,
+    ).stdout
+    assert "== step 1: agent_loop metrics over 2 workers" in out and "== step 2:" in out
+    assert "slowest sample" in out and "rl.sample" in out
+    assert "dropped: 0, failed: 0" in out
+    records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    assert sum(r.name == sc.SAMPLE_SPAN for r in records) == 16
+    assert len({r.resource["process.pid"] for r in records}) == 3  # the driver and two workers share the file
