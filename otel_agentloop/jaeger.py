@@ -1,0 +1,96 @@
+"""A small client for Jaeger's ``api_v3`` HTTP query API (stdlib only).
+
+Answers are OTLP-JSON (``result.resourceSpans``, hex ids); :func:`otel_agentloop.decode_resource_spans`
+turns them into :class:`~otel_agentloop.SpanRecord`. Built on ``/api/v3`` only: the legacy
+``/api/traces?service=`` was removed on Jaeger's main branch. A missing trace or an empty search is a 404,
+returned here as an empty list (poll past it while spans are in flight).
+"""
+
+from __future__ import annotations
+
+import json
+import time
+import urllib.error
+import urllib.parse
+import urllib.request
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+
+class JaegerError(RuntimeError):
+    """Jaeger answered with an error other than 'not found'."""
+
+
+def _rfc3339(t: datetime) -> str:
+    if t.tzinfo is None:
+        t = t.replace(tzinfo=timezone.utc)
+    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+
+
+class JaegerClient:
+    """``JaegerClient("http://127.0.0.1:16686")``; every call is bounded by ``timeout_s``."""
+
+    def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+        self.base_url = base_url.rstrip("/")
+        self.timeout_s = timeout_s
+
+    def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any | None:
+        url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        try:
+            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+                return json.loads(response.read() or b"null")
+        except urllib.error.HTTPError as exc:
+            if exc.code == 404:
+                return None
+            raise JaegerError(f"GET {url}: HTTP {exc.code}: {exc.read()[:300]!r}") from exc
+
+    def services(self) -> list[str]:
+        """Service names Jaeger has seen."""
+        body = self._get("/api/v3/services") or {}
+        return list(body.get("services") or [])
+
+    def find_traces(
+        self,
+        service: str,
+        start: datetime,
+        end: datetime,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        operation: str | None = None,
+        search_depth: int = 1000,
+    ) -> list[dict[str, Any]]:
+        """The ``resourceSpans`` of every trace of ``service`` in [start, end] matching ``attributes``
+        (span attributes, e.g. ``{"rl.step": "3"}``), at most ``search_depth`` traces."""
+        params = {
+            "query.service_name": service,
+            "query.start_time_min": _rfc3339(start),
+            "query.start_time_max": _rfc3339(end),
+            "query.search_depth": str(search_depth),
+        }
+        if operation:
+            params["query.operation_name"] = operation
+        if attributes:
+            params["query.attributes"] = json.dumps(dict(attributes))
+        return self._resource_spans(self._get("/api/v3/traces", params))
+
+    def get_trace(self, trace_id: str) -> list[dict[str, Any]]:
+        """The ``resourceSpans`` of one trace (hex id), or ``[]`` if Jaeger does not have it (yet)."""
+        return self._resource_spans(self._get(f"/api/v3/traces/{trace_id}"))
+
+    @staticmethod
+    def _resource_spans(body: Any | None) -> list[dict[str, Any]]:
+        if not body:
+            return []
+        result = body.get("result", body)
+        return list(result.get("resourceSpans") or [])
+
+    def wait_for(self, fetch: Callable[[], list[dict[str, Any]]], done: Callable[[list[dict[str, Any]]], bool],
+                 timeout_s: float = 30.0, interval_s: float = 0.5) -> list[dict[str, Any]]:
+        """Call ``fetch`` until ``done(result)`` or ``timeout_s`` passes; returns the last result."""
+        deadline = time.monotonic() + timeout_s
+        result = fetch()
+        while not done(result) and time.monotonic() < deadline:
+            time.sleep(interval_s)
+            result = fetch()
+        return result

@@ -1,0 +1,27 @@
+"""The real Jaeger v2 and OpenTelemetry Collector, built once and started on free ports on 127.0.0.1.
+
+If Go or the module proxy is missing, the tests FAIL with the reason (they never skip silently in CI).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Iterator
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
+import stack as stack_mod
+
+
+@pytest.fixture(scope="session")
+def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]:
+    try:
+        running = stack_mod.start(log_dir=tmp_path_factory.mktemp("stack-logs"))
+    except stack_mod.StackError as exc:
+        pytest.fail(f"cannot run the Jaeger/Collector stack: {exc}", pytrace=False)
+    try:
+        yield running
+    finally:
+        running.stop()
