@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
 
-.PHONY: install run test test-verl lint bench up down status clean
+.PHONY: install run test test-verl lint bench up down status clean stack-build
 
 install: $(STAMP)
 
@@ -37,12 +37,15 @@ bench: install
 	$(PY) bench/run.py $(ARGS)
 
 ## up/down/status: a real Jaeger v2 + OpenTelemetry Collector on 127.0.0.1 (built from source with Go once)
-up:
-	bash scripts/stack.sh up
+up: install
+	$(PY) scripts/stack.py up
 down:
-	bash scripts/stack.sh down
+	$(PYTHON) scripts/stack.py down
 status:
-	bash scripts/stack.sh status
+	$(PYTHON) scripts/stack.py status
+
+stack-build:
+	$(PYTHON) scripts/stack.py build
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache otel-agentloop-traces.jsonl
