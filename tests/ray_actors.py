@@ -9,6 +9,7 @@ from typing import Any
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.integrations import ray as oal_ray
+from otel_agentloop.validation_capture import ValidationCapture
 
 # (sample index, rollout n, [(phase, start offset s, duration s)], fail)
 Item = tuple[int, int, list[tuple[str, float, float]], bool]
@@ -74,6 +75,14 @@ class Worker:
     def run_sync(self, items: list[Item]) -> int:
         synthetic_samples(items)
         return len(items)
+
+    def validation_state(self, batches: list[list[tuple[str, str, float, int]]], n: int, seed: int) -> Any:
+        """Offer every sample of several validation batches; return the sketch to merge in the driver."""
+        capture = ValidationCapture(n, seed)
+        for batch in batches:
+            for inp, out, score, index in batch:
+                capture.offer(inp, out, score, sample_index=index, rollout_n=0, step=5)
+        return capture.state(), os.getpid()
 
     def table(self, step: int) -> Any:
         return oal_ray.worker_table(step)

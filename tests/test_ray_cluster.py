@@ -178,6 +178,28 @@ def test_no_span_is_lost_when_actors_finish_normally(cluster) -> None:
     assert all(r.resource["service.name"] == "ray-test" for r in receiver.records)
 
 
+@pytest.mark.parametrize("split", [1, 3])
+def test_validation_capture_across_workers_draws_from_every_batch(cluster, split) -> None:
+    from otel_agentloop.validation_capture import ValidationCapture
+
+    _, _, workers = cluster
+    batches = [[(f"q{b}-{i}", f"a{b}-{i}", (b * 40 + i) / 200, b * 40 + i) for i in range(40)] for b in range(5)]
+    # each worker gets several batches (round robin over `split` groups per worker), as in fully-async mode
+    groups = [batches[g::2 * split] for g in range(2 * split)]
+    results = ray.get([workers[g % 2].validation_state.remote(group, 10, 42) for g, group in enumerate(groups)])
+    assert len({pid for _, pid in results}) == 2
+    merged = ValidationCapture(10, 42)
+    for state, _ in results:
+        assert len(state) <= 10  # bounded on every worker
+        merged.merge(state)
+    local = ValidationCapture(10, 42)
+    for batch in batches:
+        for inp, out, score, index in batch:
+            local.offer(inp, out, score, sample_index=index, rollout_n=0, step=5)
+    assert merged.result() == local.result()
+    assert len({inp.split("-")[0] for inp, _, _ in merged.result()}) >= 3  # not only the last batch
+
+
 def test_carrier_keyword_is_declared_for_ray() -> None:
     import inspect
 
