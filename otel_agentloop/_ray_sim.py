@@ -11,18 +11,30 @@ from __future__ import annotations
 import argparse
 import json
 import os
+import time
+from dataclasses import replace
 from typing import Any
 
 from . import _context as ctx
 from ._configure import configure, current_handle
-from ._display import metrics_table
 from ._progress import Progress
 from ._records import SpanRecord
 from ._table import PhaseTable
 from ._timeline import TimelineRecorder
-from ._waterfall import render_png, render_text
+from ._trainer import trainer_phase
+from ._trainer_sim import (
+    format_alerts,
+    format_generations,
+    run_trainer_phases,
+    slowdown,
+    summary_text,
+    trainer_metrics,
+    validation_config,
+)
 from .integrations import ray as oal_ray
 from .simulate import SimConfig, run_samples
+from .training_health import HealthMonitor
+from .validation_capture import ValidationCapture
 
 CHUNKS_PER_WORKER = 4  # finer chunks: a livelier progress bar and better balance
 
@@ -33,13 +45,19 @@ class SimWorker:
     def __init__(self) -> None:
         handle = oal_ray.setup_worker()
         self.timelines = TimelineRecorder()
+        self.captures: dict[int, ValidationCapture] = {}
         handle.provider.add_span_processor(self.timelines)  # type: ignore[union-attr]
 
     @oal_ray.traced_remote
-    async def run_chunk(self, step: int, work: list[tuple[int, int]], cfg: SimConfig) -> int:
-        """Run ``work`` inside the driver's step; returns the number of failed samples."""
-        outcomes = await run_samples(cfg, step, work)
-        return sum(isinstance(o, BaseException) for o in outcomes)
+    async def run_chunk(self, step: int, work: list[tuple[int, int]], cfg: SimConfig,
+                        val_generations: int = 0) -> tuple[int, list[float]]:
+        """Run ``work`` inside the driver's step; returns (failed samples, rewards). With ``val_generations``
+        (a validation pass) the samples' texts go to this worker's validation sketch for the step."""
+        capture = None
+        if val_generations:
+            capture = self.captures.setdefault(step, ValidationCapture(val_generations, seed=cfg.seed))
+        outcomes = await run_samples(cfg, step, work, capture=capture)
+        return (sum(isinstance(o, BaseException) for o in outcomes), [o for o in outcomes if isinstance(o, float)])
 
     def finish_step(self, step: int) -> tuple[PhaseTable, dict[tuple[int, int], list[SpanRecord]], dict[str, int]]:
         """This worker's table of ``step``, the spans of its slowest sample, and its export counters."""
@@ -52,6 +70,14 @@ class SimWorker:
             spans[key] = timelines.get(key, [])
         return table, spans, current_handle().stats  # type: ignore[union-attr]
 
+    def finish_validation(self, step: int) -> tuple[list[Any], int]:
+        """This worker's validation sketch of ``step`` and how many samples it saw (releasing the step's
+        validation state)."""
+        oal_ray.worker_table(step, validate=True)
+        self.timelines.pop(step, validate=True)
+        capture = self.captures.pop(step, None)
+        return (capture.state(), capture.offered) if capture is not None else ([], 0)
+
     def shutdown(self, timeout_s: float) -> dict[str, int]:
         handle = current_handle()
         assert handle is not None
@@ -61,12 +87,38 @@ class SimWorker:
         return stats
 
 
+def _rollout(ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progress | None,
+             val_generations: int = 0) -> tuple[int, list[float]]:
+    """One pass over the batch, split into chunks across the workers, inside the current step."""
+    n = len(workers)
+    work = cfg.work()
+    chunks = [work[i::n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
+    carrier = oal_ray.carrier()
+    pending = {workers[i % n].run_chunk.remote(step, chunk, cfg, val_generations, otel_carrier=carrier): len(chunk)
+               for i, chunk in enumerate(chunks) if chunk}
+    failed, rewards = 0, []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=600)
+        if not done:
+            raise TimeoutError(f"step {step}: no chunk finished in 600 s")
+        for ref in done:
+            chunk_failed, chunk_rewards = ray.get(ref)
+            failed += chunk_failed
+            rewards += chunk_rewards
+            size = pending.pop(ref)
+            if bar is not None:
+                bar.advance(size)
+    return failed, rewards
+
+
 def simulate_on_ray(args: argparse.Namespace) -> int:
+    from .cli import _print_step, sim_config
+
     ray = oal_ray._ray()
-    cfg = SimConfig(prompts=args.prompts, rollout_n=args.rollout_n, max_turns=args.max_turns,
-                    time_scale=args.time_scale, seed=args.seed)
+    cfg = sim_config(args)
     handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
                        trace_per=args.trace_per)
+    monitor = HealthMonitor(log=False)  # alerts are printed below
     n = args.workers
     print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
           f"traces -> {handle.description}")
@@ -80,41 +132,44 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         actor = ray.remote(num_cpus=0)(SimWorker)
         workers = [actor.remote() for _ in range(n)]
         for step in range(1, args.steps + 1):
-            work = cfg.work()
-            chunks = [work[i::n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
-            bar = Progress(len(work), f"step {step}", enabled=not args.quiet)
+            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave))
+            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet)
+            timing_raw: dict[str, float] = {}
+            t0 = time.perf_counter()
             with ctx.step(step):
-                carrier = oal_ray.carrier()
-                pending = {workers[i % n].run_chunk.remote(step, chunk, cfg, otel_carrier=carrier): len(chunk)
-                           for i, chunk in enumerate(chunks) if chunk}
-                failed = 0
-                while pending:
-                    done, _ = ray.wait(list(pending), num_returns=1, timeout=600)
-                    if not done:
-                        raise TimeoutError(f"step {step}: no chunk finished in 600 s")
-                    for ref in done:
-                        failed += ray.get(ref)
-                        bar.advance(pending.pop(ref))
-            bar.close()
-            finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-            metrics = oal_ray.merge_metrics(t for t, _, _ in finished)
+                with trainer_phase("gen", timing_raw):
+                    failed, rewards = _rollout(ray, workers, step_cfg, step, bar)
+                run_trainer_phases(timing_raw, cfg.time_scale)
+                step_s = time.perf_counter() - t0
+                bar.close()
+                finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
+                metrics = oal_ray.merge_metrics(t for t, _, _ in finished)
+                capture, val_rewards = None, []
+                if args.val_every and step % args.val_every == 0:
+                    with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
+                        _, val_rewards = _rollout(ray, workers, validation_config(cfg), step, None,
+                                                  args.val_generations)
+                    capture = ValidationCapture(args.val_generations, seed=cfg.seed)
+                    for state, offered in ray.get([w.finish_validation.remote(step) for w in workers], timeout=120):
+                        capture.merge(state, offered)
+                trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
+                alerts = monitor.observe(step, trainer)
             spans: dict[tuple[int, int], list[SpanRecord]] = {}
             for _, worker_spans, _ in finished:
                 spans.update(worker_spans)
             results.append({"step": step, "metrics": dict(metrics), "slowest_trace_id": metrics.slowest_trace_id,
-                            "failed_samples": failed})
+                            "failed_samples": failed, "trainer": trainer, "timing_raw": timing_raw,
+                            "alerts": [a.rule for a in alerts],
+                            "validation_generations": capture.result() if capture else None})
             if args.json:
                 continue
-            print()
-            print(metrics_table(metrics, title=f"== step {step}: agent_loop metrics over {n} workers "
-                                               f"({failed} failed samples)"))
-            key = metrics.slowest_sample
-            if key is not None and spans.get(key):
-                title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
+            _print_step(step, metrics, failed, spans, args.png, where=f" over {n} workers")
+            if capture is not None:
                 print()
-                print(render_text(spans[key], title=title))
-                if args.png:
-                    print(f"waterfall written to {render_png(spans[key], args.png, title=title)}")
+                print(format_generations(capture))
+            if alerts:
+                print()
+                print(format_alerts(alerts))
         worker_stats = ray.get([w.shutdown.remote(args.flush_timeout) for w in workers], timeout=120)
     finally:
         ray.shutdown()
@@ -126,6 +181,9 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
             stats[key] += ws[key]
     if args.json:
         print(json.dumps(results, indent=1))
+    else:
+        print()
+        print(summary_text(monitor))
     print(f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
           f"{'' if flushed else ' (flush timed out)'}; traces -> {handle.description}")
     return 0

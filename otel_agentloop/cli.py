@@ -6,7 +6,9 @@ import argparse
 import asyncio
 import json
 import sys
-from collections.abc import Sequence
+import time
+from collections.abc import Callable, Sequence
+from dataclasses import replace
 from datetime import datetime, timedelta, timezone
 
 from . import _context as ctx
@@ -17,9 +19,24 @@ from ._otlp_json import decode_resource_spans, read_jsonl
 from ._progress import Progress
 from ._records import SpanRecord
 from ._report import build_report, steps_in
+from ._table import StepMetrics
 from ._timeline import TimelineRecorder
+from ._trainer import trainer_phase
+from ._trainer_sim import (
+    MISBEHAVE_FROM_STEP,
+    SLOWDOWN,
+    format_alerts,
+    format_generations,
+    run_trainer_phases,
+    slowdown,
+    summary_text,
+    trainer_metrics,
+    validation_config,
+)
 from ._waterfall import render_png, render_text
 from .simulate import SimConfig, run_samples
+from .training_health import HealthMonitor
+from .validation_capture import ValidationCapture
 
 
 def _simulate(args: argparse.Namespace) -> int:
@@ -27,48 +44,87 @@ def _simulate(args: argparse.Namespace) -> int:
         from ._ray_sim import simulate_on_ray  # needs the ``ray`` extra
 
         return simulate_on_ray(args)
-    cfg = SimConfig(prompts=args.prompts, rollout_n=args.rollout_n, max_turns=args.max_turns,
-                    time_scale=args.time_scale, seed=args.seed)
+    cfg = sim_config(args)
     timelines = TimelineRecorder()
     handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
                        trace_per=args.trace_per, processors=[timelines])
+    monitor = HealthMonitor(log=False)  # alerts are printed below
     print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}")
     results = []
     try:
         for step in range(1, args.steps + 1):
+            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave))
             bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet)
-
-            async def run(step: int = step, bar: Progress = bar) -> list[float | BaseException]:
-                with ctx.step(step):
-                    return await run_samples(cfg, step, cfg.work(), on_done=bar.advance)
-
-            outcomes = asyncio.run(run())
-            bar.close()
-            metrics = handle.metrics.collect(step)
+            timing_raw: dict[str, float] = {}
+            t0 = time.perf_counter()
+            with ctx.step(step):
+                with trainer_phase("gen", timing_raw):
+                    outcomes = asyncio.run(_rollout(step_cfg, step, bar.advance))
+                run_trainer_phases(timing_raw, cfg.time_scale)
+                step_s = time.perf_counter() - t0  # rollout + update; the validation pass is not counted
+                bar.close()
+                metrics = handle.metrics.collect(step)
+                spans = timelines.pop(step)
+                capture = None
+                if args.val_every and step % args.val_every == 0:
+                    capture = ValidationCapture(args.val_generations, seed=args.seed)
+                    with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
+                        val_outcomes = asyncio.run(_rollout(validation_config(cfg), step, None, capture))
+                    handle.metrics.collect(step, validate=True)
+                    timelines.pop(step, validate=True)
+                rewards = [o for o in outcomes if isinstance(o, float)]
+                val_rewards = [o for o in val_outcomes if isinstance(o, float)] if capture else []
+                trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
+                alerts = monitor.observe(step, trainer)  # alerts become events on the step span
             failed = sum(isinstance(o, BaseException) for o in outcomes)
-            spans = timelines.pop(step)
             results.append({"step": step, "metrics": dict(metrics), "slowest_trace_id": metrics.slowest_trace_id,
-                            "failed_samples": failed})
+                            "failed_samples": failed, "trainer": trainer, "timing_raw": timing_raw,
+                            "alerts": [a.rule for a in alerts],
+                            "validation_generations": capture.result() if capture else None})
             if args.json:
                 continue
-            print()
-            print(metrics_table(metrics, title=f"== step {step}: agent_loop metrics ({failed} failed samples)"))
-            if metrics.slowest_sample is not None and metrics.slowest_sample in spans:
-                index, rollout = metrics.slowest_sample
-                title = (f"slowest sample {index} (rollout {rollout}), trace {metrics.slowest_trace_id}")
+            _print_step(step, metrics, failed, spans, args.png)
+            if capture is not None:
                 print()
-                print(render_text(spans[metrics.slowest_sample], title=title))
-                if args.png:
-                    print(f"waterfall written to {render_png(spans[metrics.slowest_sample], args.png, title=title)}")
+                print(format_generations(capture))
+            if alerts:
+                print()
+                print(format_alerts(alerts))
     finally:
         flushed = handle.force_flush(args.flush_timeout)
         stats = handle.stats
         handle.shutdown(args.flush_timeout)
     if args.json:
         print(json.dumps(results, indent=1))
+    else:
+        print()
+        print(summary_text(monitor))
     print(f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
           f"{'' if flushed else ' (flush timed out)'}; traces -> {handle.description}")
     return 0
+
+
+async def _rollout(cfg: SimConfig, step: int, on_done: Callable[[], None] | None,
+                   capture: ValidationCapture | None = None) -> list[float | BaseException]:
+    return await run_samples(cfg, step, cfg.work(), on_done=on_done, capture=capture)
+
+
+def sim_config(args: argparse.Namespace) -> SimConfig:
+    return SimConfig(prompts=args.prompts, rollout_n=args.rollout_n, max_turns=args.max_turns,
+                     time_scale=args.time_scale, seed=args.seed)
+
+
+def _print_step(step: int, metrics: StepMetrics, failed: int, spans: dict[tuple[int, int], list[SpanRecord]],
+                png: str | None, where: str = "") -> None:
+    print()
+    print(metrics_table(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)"))
+    key = metrics.slowest_sample
+    if key is not None and spans.get(key):
+        title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
+        print()
+        print(render_text(spans[key], title=title))
+        if png:
+            print(f"waterfall written to {render_png(spans[key], png, title=title)}")
 
 
 def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
@@ -145,6 +201,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--json", action="store_true", help="print the metric dicts as JSON")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.add_argument("--flush-timeout", type=float, default=10.0)
+    sim.add_argument("--val-every", type=int, default=2, help="a validation pass every N steps (0: none)")
+    sim.add_argument("--val-generations", type=int, default=4, help="validation generations to keep")
+    sim.add_argument("--misbehave", action="store_true",
+                     help=f"from step {MISBEHAVE_FROM_STEP}: KL spike and a {SLOWDOWN:.0f}x slower rollout")
     sim.set_defaults(func=_simulate)
 
     rep = sub.add_parser("report", help="rebuild a step's metrics and waterfalls from a trace file or Jaeger")
@@ -153,7 +213,7 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--jaeger", help="Jaeger query URL, e.g. http://127.0.0.1:16686")
     rep.add_argument("--service", default="otel-agentloop-sim", help="service name to search in Jaeger")
     rep.add_argument("--since-minutes", type=float, default=60.0, help="Jaeger search window")
-    rep.add_argument("--search-depth", type=int, default=1000, help="max traces fetched from Jaeger")
+    rep.add_argument("--search-depth", type=int, default=500, help="max traces fetched from Jaeger (< its limit)")
     rep.add_argument("--timeout", type=float, default=10.0)
     rep.add_argument("--step", type=int, help="default: the last step found")
     rep.add_argument("--validate", action="store_true", help="the validation pass of that step")

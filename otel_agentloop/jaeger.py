@@ -58,15 +58,17 @@ class JaegerClient:
         *,
         attributes: Mapping[str, str] | None = None,
         operation: str | None = None,
-        search_depth: int = 1000,
+        search_depth: int = 500,
     ) -> list[dict[str, Any]]:
-        """The ``resourceSpans`` of every trace of ``service`` in [start, end] matching ``attributes``
-        (span attributes, e.g. ``{"rl.step": "3"}``), at most ``search_depth`` traces."""
+        """The ``resourceSpans`` of the traces of ``service`` in [start, end], at most ``search_depth`` (below
+        Jaeger's max-traces setting). ``attributes`` (e.g. ``{"rl.step": "3"}``) narrows the search where Jaeger
+        supports ``query.attributes`` (newer than 2.13); callers still filter the spans they get."""
         params = {
             "query.service_name": service,
             "query.start_time_min": _rfc3339(start),
             "query.start_time_max": _rfc3339(end),
-            "query.search_depth": str(search_depth),
+            "query.search_depth": str(search_depth),  # the name since Jaeger 2.14 ...
+            "query.num_traces": str(search_depth),  # ... and before (2.13 here); each ignores the other
         }
         if operation:
             params["query.operation_name"] = operation

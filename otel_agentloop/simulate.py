@@ -14,6 +14,7 @@ from dataclasses import dataclass, field
 
 from . import _context as ctx
 from ._phase import trace_generate, trace_reward, trace_tool
+from .validation_capture import ValidationCapture
 
 TOOLS = ("search", "calculator", "python")
 
@@ -100,8 +101,18 @@ async def compute_score(rng: random.Random, cfg: SimConfig, index: int) -> float
     return rng.random()
 
 
-async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int) -> float:
-    """One sample's agent loop inside its ``sample`` context; returns the reward."""
+def texts(index: int, rollout_n: int, seed: int) -> tuple[str, str]:
+    """A simulated prompt and response for a sample (for validation capture)."""
+    rng = random.Random(hash((seed, index, rollout_n, "text")) & 0xFFFFFFFF)
+    a, b = rng.randint(2, 99), rng.randint(2, 99)
+    answer = a * b + (0 if rng.random() < 0.7 else rng.randint(1, 9))
+    return f"What is {a} * {b}?", f"<think>{a} * {b} ...</think> The answer is {answer}."
+
+
+async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int,
+                     capture: ValidationCapture | None = None) -> float:
+    """One sample's agent loop inside its ``sample`` context; returns the reward. With ``capture`` (a
+    validation pass), the sample's texts are offered to it."""
     rng = random.Random(hash((cfg.seed, step, index, rollout_n)) & 0xFFFFFFFF)
     async with ctx.sample(index, rollout_n) as handle:
         prompt = rng.randint(64, 512)
@@ -114,7 +125,11 @@ async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int) -> f
                 results = await asyncio.gather(*(_TOOL_FUNCS[n](rng, cfg) for n in names), return_exceptions=True)
                 response += 16 * len(results)  # tool responses go back into the context
         handle.record(prompt_length=prompt, response_length=response, turns=turns)
-        return await compute_score(rng, cfg, index)
+        score = await compute_score(rng, cfg, index)
+        if capture is not None:
+            capture.offer(*texts(index, rollout_n, cfg.seed), score, sample_index=index, rollout_n=rollout_n,
+                          step=step)
+        return score
 
 
 async def run_samples(
@@ -122,12 +137,13 @@ async def run_samples(
     step: int,
     work: Sequence[tuple[int, int]],
     on_done: Callable[[], None] | None = None,
+    capture: ValidationCapture | None = None,
 ) -> list[float | BaseException]:
     """Run ``work`` concurrently (inside the caller's step context); failed samples come back as exceptions."""
 
     async def one(index: int, rollout_n: int) -> float:
         try:
-            return await run_sample(cfg, step, index, rollout_n)
+            return await run_sample(cfg, step, index, rollout_n, capture)
         finally:
             if on_done is not None:
                 on_done()

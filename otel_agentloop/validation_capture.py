@@ -90,8 +90,12 @@ class ValidationCapture:
         """A compact, picklable copy of the sketch (at most ``n`` entries)."""
         return [(k, inp, out, score, identity) for _, k, inp, out, score, identity in self._heap]
 
-    def merge(self, other: ValidationCapture | Iterable[Entry]) -> None:
-        """Fold another sketch (or its ``state()``) in; the result is as if all samples were offered here."""
+    def merge(self, other: ValidationCapture | Iterable[Entry], offered: int = 0) -> None:
+        """Fold another sketch (or its ``state()``, with its ``offered`` count) in; the result is as if all
+        samples were offered here."""
+        if isinstance(other, ValidationCapture):
+            offered = other.offered
+        self.offered += offered
         entries = other.state() if isinstance(other, ValidationCapture) else other
         for entry in entries:
             self._push(tuple(entry))  # type: ignore[arg-type]

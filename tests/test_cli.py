@@ -69,3 +69,24 @@ def test_report_from_a_trace_file_matches_the_live_run_and_draws_the_waterfall(t
 
     missing = _cli(tmp_path, "report", "--file", "run.jsonl", "--step", "9")
     assert missing.returncode == 1 and "no samples for step 9" in missing.stderr
+
+
+def test_main_job_shows_validation_generations_trainer_phases_and_health_alarms(tmp_path) -> None:
+    out = _simulate(tmp_path, "--steps", "4", "--misbehave", "--json", "--quiet", "--time-scale", "0.3").stdout
+    steps = json.loads(out[out.index("["): out.rindex("]") + 1])
+    assert [s["validation_generations"] is not None for s in steps] == [False, True, False, True]
+    gens = steps[1]["validation_generations"]
+    assert len(gens) == 4 and all(inp.startswith("What is") and isinstance(score, float) for inp, _, score in gens)
+    assert set(steps[0]["timing_raw"]) == {"gen", "old_log_prob", "ref", "adv", "update_actor"}
+    assert "testing" in steps[1]["timing_raw"]
+    assert steps[0]["alerts"] == [] and steps[1]["alerts"] == []
+    assert "kl_high" in steps[2]["alerts"] and "step_time_swing" in steps[2]["alerts"]  # the injected faults
+    records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    step3 = [r for r in records
+             if r.name == "rl.step" and r.attributes["rl.step"] == 3 and not r.attributes["rl.validate"]]
+    assert [e[0] for e in step3[0].events].count("rl.health.alert") == len(steps[2]["alerts"])
+    train = {r.name for r in records if r.name.startswith("rl.train.") and r.parent_id == step3[0].span_id}
+    assert train == {"rl.train.gen", "rl.train.old_log_prob", "rl.train.ref", "rl.train.adv", "rl.train.update_actor"}
+    text = _simulate(tmp_path, "--steps", "3", "--misbehave", "--quiet").stdout
+    assert "validation generations (4 kept of 8 offered" in text
+    assert "HEALTH step 3: kl_high" in text and "TRIPPED kl_high at step 3" in text

@@ -250,5 +250,8 @@ def test_main_job_on_ray(tmp_path) -> None:
     assert "slowest sample" in out and "rl.sample" in out
     assert "dropped: 0, failed: 0" in out
     records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
-    assert sum(r.name == sc.SAMPLE_SPAN for r in records) == 16
+    roots = [r for r in records if r.name == sc.SAMPLE_SPAN]
+    assert sum(not r.attributes[sc.RL_VALIDATE] for r in roots) == 16  # 2 steps x 8 samples
+    assert sum(r.attributes[sc.RL_VALIDATE] for r in roots) == 8  # the validation pass of step 2
+    assert "validation generations (4 kept of 8 offered" in out
     assert len({r.resource["process.pid"] for r in records}) == 3  # the driver and two workers share the file

@@ -113,17 +113,21 @@ def test_every_sample_reaches_jaeger_with_its_structure_and_metrics(stack, proto
     roots = [r for r in records if r.name == sc.SAMPLE_SPAN]
     assert {(r.attributes[sc.RL_SAMPLE_INDEX], r.attributes[sc.RL_ROLLOUT_N]) for r in roots} == set(CFG.work())
     by_id = {r.span_id: r for r in records}
+    seen_phases: set[str] = set()
     for root in roots:
         assert root.parent_id == 0
         trace = list(oal.decode_resource_spans(client.get_trace(root.trace_id_hex)))
         phases = [r for r in trace if sc.RL_PHASE in r.attributes]
-        assert {r.attributes[sc.RL_PHASE] for r in phases} == set(sc.PHASES)  # tool_prob=1: every phase
+        names = {r.attributes[sc.RL_PHASE] for r in phases}
+        assert {sc.GENERATE, sc.COMPUTE_SCORE} <= names  # tools run only between turns
+        seen_phases |= names
         for r in phases:
             assert r.parent_id == root.span_id and r.trace_id == root.trace_id
             assert r.attributes[sc.RL_SAMPLE_INDEX] == root.attributes[sc.RL_SAMPLE_INDEX]
             assert r.attributes[sc.RL_STEP] == 1
         assert root.resource["service.name"] == service
         assert by_id[root.span_id].name == sc.SAMPLE_SPAN
+    assert seen_phases == set(sc.PHASES)
     rebuilt = build_report(records, 1).metrics
     live_m, rebuilt_m = span_metrics(live), span_metrics(rebuilt)
     assert live_m.keys() == rebuilt_m.keys()
@@ -198,5 +202,10 @@ def test_collector_stopped_and_restarted_mid_run(stack) -> None:
     assert stats["pending"] == 0 and stats["queued"] == stats["exported"] + stats["failed"]
     client = JaegerClient(stack.jaeger_url)
     assert len([r for r in _records(client, service, 3, len(CFG.work()), start) if r.name == sc.SAMPLE_SPAN]) == 6
-    # what could not be delivered while the Collector was down is counted, not silently lost
-    assert stats["failed"] + stats["dropped"] > 0
+    # spans sent while the Collector was down were either delivered after it came back (the queue and the
+    # exporter's retries bridge a short outage) or are counted as failed/dropped: never silently lost
+    during = [r for r in _records(client, service, 2, len(CFG.work()), start) if r.name == sc.SAMPLE_SPAN]
+    if stats["failed"] + stats["dropped"] == 0:
+        assert len(during) == 6
+    else:
+        assert len(during) < 6
