@@ -27,6 +27,8 @@ TRAINER_PHASE_SPAN_PREFIX: Final = "rl.train."
 """Trainer phases (rollout, old_log_prob, ref, adv, update_actor, testing) are ``rl.train.<name>``."""
 TOOL_SPAN_PREFIX: Final = "execute_tool"
 """GenAI tool span name: ``execute_tool {gen_ai.tool.name}``."""
+TOOL_CALLS_SPAN: Final = "rl.tool_calls"
+"""A turn's tool calls as one block (verl's ``tool_calls`` timer around ``asyncio.gather``)."""
 DEFAULT_GENERATE_OPERATION: Final = "text_completion"
 """GenAI operation for token-in/token-out generation; the span is ``{operation} {model}``."""
 

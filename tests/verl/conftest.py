@@ -1,0 +1,25 @@
+"""The verl stage: real verl 0.9.1 code on CPU (run with the venv scripts/verl_env.sh builds: make test-verl)."""
+
+from __future__ import annotations
+
+import os
+import sys
+from pathlib import Path
+
+import pytest
+
+sys.path.insert(0, str(Path(__file__).resolve().parent))
+
+try:
+    import verl  # noqa: F401
+except ImportError as exc:  # pragma: no cover - depends on the environment
+    if os.environ.get("CI"):
+        raise RuntimeError(f"the verl stage needs verl installed (scripts/verl_env.sh): {exc}") from exc
+    pytest.skip(f"verl is not installed here ({exc}); run `make test-verl`", allow_module_level=True)
+
+
+@pytest.fixture(autouse=True)
+def _no_outer_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
+    for key in list(os.environ):
+        if key.startswith("OTEL_"):
+            monkeypatch.delenv(key)
