@@ -142,7 +142,9 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--collect-samples", type=int, default=1_000_000)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
-    parser.add_argument("--only", default="core,step,memory", help="comma list of: core, step, memory")
+    parser.add_argument("--only", default="core,step,memory,throughput",
+                        help="comma list of: core, step, memory, throughput (needs Go: builds the stack)")
+    parser.add_argument("--throughput-seconds", type=float, default=60.0)
     parser.add_argument("--step-pairs", type=int, default=3)
     parser.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 rollouts)")
     parser.add_argument("--endpoint", help="OTLP endpoint for the step run (default: file export)")
@@ -157,6 +159,10 @@ def main() -> int:
                                                        endpoint=args.endpoint))
     if "memory" in only:
         sections.append(step_overhead.memory_section())
+    if "throughput" in only:
+        import throughput
+
+        sections.append(throughput.run(seconds=args.throughput_seconds))
     text = f"# Benchmark results (`make bench`)\n\nMachine: {machine()}\n\n" + "\n".join(sections)
     print(text)
     with open(args.out, "w") as f:

@@ -138,6 +138,8 @@ class StepRows:
             r = self._new_row(key)
             if r < 0:
                 return
+            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # the sample's first span names its trace ...
+            self.tid_lo[r] = trace_id & _MASK64
         if p >= 0:
             blocks = self.blocks[p]
             b = blocks[r]
@@ -169,11 +171,10 @@ class StepRows:
             value = attrs.get(_RLEN)
             if type(value) is int:
                 self.response_len[r] = value  # type: ignore[assignment]
+            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
+            self.tid_lo[r] = trace_id & _MASK64
         if error:
             self.error[r] = 1
-        if p < 0 or not (self.tid_hi[r] or self.tid_lo[r]):  # the root's trace id wins
-            self.tid_hi[r] = (trace_id >> 64) & _MASK64
-            self.tid_lo[r] = trace_id & _MASK64
 
     def to_table(self) -> PhaseTable:
         def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]

@@ -19,6 +19,7 @@ from ._table import PhaseTable, StepMetrics, compute_metrics
 StepKey = tuple[int | None, bool]
 _PHASE, _SAMPLE, _INDEX, _ROLLOUT = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N
 _STEP, _VALIDATE = sc.RL_STEP, sc.RL_VALIDATE
+_ERROR = StatusCode.ERROR
 
 
 class PhaseMetricsProcessor(SpanProcessor):
@@ -60,22 +61,20 @@ class PhaseMetricsProcessor(SpanProcessor):
 
     def on_end(self, span: ReadableSpan) -> None:
         try:
-            # Read BoundedAttributes' backing dict when it is there: the public view costs a Python-level
-            # call per lookup (~0.3 us each on a 2-core EPYC); fall back to it on any other SDK layout.
-            attrs = getattr(getattr(span, "_attributes", None), "_dict", None)
-            if attrs is None:
-                attrs = span.attributes
-                if not attrs:
-                    return
-            ctx = span.context
-            self.ingest(
-                span.name,
-                attrs,
-                span.start_time or 0,
-                span.end_time or 0,
-                ctx.trace_id if ctx is not None else 0,
-                span.status.status_code is StatusCode.ERROR,
-            )
+            # ReadableSpan's public properties cost a Python call each (~0.2 us on a 2-core EPYC) and the public
+            # attribute view a call per lookup; read the span's own fields, falling back to the public API on
+            # any other SDK layout.
+            try:
+                attrs = span._attributes._dict  # type: ignore[union-attr]
+                name, ctx, status = span._name, span._context, span._status
+                start, end = span._start_time, span._end_time
+            except AttributeError:
+                attrs = span.attributes or {}
+                name, ctx, start, end, status = span.name, span.context, span.start_time, span.end_time, span.status
+            if not attrs:
+                return
+            self.ingest(name, attrs, start or 0, end or 0, ctx.trace_id if ctx is not None else 0,
+                        status.status_code is _ERROR)
         except Exception:
             internal_error("PhaseMetricsProcessor.on_end")
 

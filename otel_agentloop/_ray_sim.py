@@ -9,7 +9,6 @@ the spans of its own slowest sample: the global slowest is one of them).
 from __future__ import annotations
 
 import argparse
-import json
 import os
 import time
 from dataclasses import replace
@@ -23,11 +22,8 @@ from ._table import PhaseTable
 from ._timeline import TimelineRecorder
 from ._trainer import trainer_phase
 from ._trainer_sim import (
-    format_alerts,
-    format_generations,
     run_trainer_phases,
     slowdown,
-    summary_text,
     trainer_metrics,
     validation_config,
 )
@@ -112,7 +108,7 @@ def _rollout(ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progr
 
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
-    from .cli import _print_step, sim_config
+    from .cli import StepOutcome, _finish, _report_step, sim_config
 
     ray = oal_ray._ray()
     cfg = sim_config(args)
@@ -157,19 +153,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
             spans: dict[tuple[int, int], list[SpanRecord]] = {}
             for _, worker_spans, _ in finished:
                 spans.update(worker_spans)
-            results.append({"step": step, "metrics": dict(metrics), "slowest_trace_id": metrics.slowest_trace_id,
-                            "failed_samples": failed, "trainer": trainer, "timing_raw": timing_raw,
-                            "alerts": [a.rule for a in alerts],
-                            "validation_generations": capture.result() if capture else None})
-            if args.json:
-                continue
-            _print_step(step, metrics, failed, spans, args.png, where=f" over {n} workers")
-            if capture is not None:
-                print()
-                print(format_generations(capture))
-            if alerts:
-                print()
-                print(format_alerts(alerts))
+            _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture,
+                                                    spans), where=f" over {n} workers")
         worker_stats = ray.get([w.shutdown.remote(args.flush_timeout) for w in workers], timeout=120)
     finally:
         ray.shutdown()
@@ -179,11 +164,4 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     for ws in worker_stats:
         for key in ("exported", "dropped", "failed"):
             stats[key] += ws[key]
-    if args.json:
-        print(json.dumps(results, indent=1))
-    else:
-        print()
-        print(summary_text(monitor))
-    print(f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
-          f"{'' if flushed else ' (flush timed out)'}; traces -> {handle.description}")
-    return 0
+    return _finish(args, results, monitor, stats, flushed, handle.description)

@@ -8,8 +8,9 @@ import json
 import sys
 import time
 from collections.abc import Callable, Sequence
-from dataclasses import replace
+from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
+from typing import Any
 
 from . import _context as ctx
 from . import semconv as sc
@@ -35,7 +36,7 @@ from ._trainer_sim import (
 )
 from ._waterfall import render_png, render_text
 from .simulate import SimConfig, run_samples
-from .training_health import HealthMonitor
+from .training_health import Alert, HealthMonitor
 from .validation_capture import ValidationCapture
 
 
@@ -77,30 +78,55 @@ def _simulate(args: argparse.Namespace) -> int:
                 trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
                 alerts = monitor.observe(step, trainer)  # alerts become events on the step span
             failed = sum(isinstance(o, BaseException) for o in outcomes)
-            results.append({"step": step, "metrics": dict(metrics), "slowest_trace_id": metrics.slowest_trace_id,
-                            "failed_samples": failed, "trainer": trainer, "timing_raw": timing_raw,
-                            "alerts": [a.rule for a in alerts],
-                            "validation_generations": capture.result() if capture else None})
-            if args.json:
-                continue
-            _print_step(step, metrics, failed, spans, args.png)
-            if capture is not None:
-                print()
-                print(format_generations(capture))
-            if alerts:
-                print()
-                print(format_alerts(alerts))
+            _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture,
+                                                    spans))
     finally:
         flushed = handle.force_flush(args.flush_timeout)
         stats = handle.stats
         handle.shutdown(args.flush_timeout)
+    return _finish(args, results, monitor, stats, flushed, handle.description)
+
+
+@dataclass
+class StepOutcome:
+    """What one simulated step produced, for printing and for ``--json``."""
+
+    step: int
+    metrics: StepMetrics
+    failed: int
+    trainer: dict[str, float]
+    timing_raw: dict[str, float]
+    alerts: list[Alert]
+    capture: ValidationCapture | None
+    spans: dict[tuple[int, int], list[SpanRecord]]
+
+
+def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: StepOutcome,
+                 where: str = "") -> None:
+    results.append({"step": out.step, "metrics": dict(out.metrics), "slowest_trace_id": out.metrics.slowest_trace_id,
+                    "failed_samples": out.failed, "trainer": out.trainer, "timing_raw": out.timing_raw,
+                    "alerts": [a.rule for a in out.alerts],
+                    "validation_generations": out.capture.result() if out.capture else None})
+    if args.json:
+        return
+    _print_step(out.step, out.metrics, out.failed, out.spans, args.png, where=where)
+    if out.capture is not None:
+        print()
+        print(format_generations(out.capture))
+    if out.alerts:
+        print()
+        print(format_alerts(out.alerts))
+
+
+def _finish(args: argparse.Namespace, results: list[dict[str, Any]], monitor: HealthMonitor, stats: dict[str, int],
+            flushed: bool, description: str) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
     else:
         print()
         print(summary_text(monitor))
     print(f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
-          f"{'' if flushed else ' (flush timed out)'}; traces -> {handle.description}")
+          f"{'' if flushed else ' (flush timed out)'}; traces -> {description}")
     return 0
 
 

@@ -90,6 +90,7 @@ def build(verbose: bool = True) -> dict[str, float]:
             _run(["go", "install", f"go.opentelemetry.io/collector/cmd/builder@{COLLECTOR_VERSION}"], ROOT,
                  "installing the Collector builder", 1800, GOBIN=str(BUILDER_BIN.parent))
         out = CACHE / "build" / f"otelcol-{COLLECTOR_VERSION}"
+        out.mkdir(parents=True, exist_ok=True)  # the builder creates only the last path component
         _run([str(BUILDER_BIN), "--config", str(COLLECTOR_DIR / "manifest.yaml"), "--output-path", str(out)], ROOT,
              "building the Collector", 3600)
         COLLECTOR_BIN.parent.mkdir(parents=True, exist_ok=True)

@@ -280,6 +280,17 @@ _tool_specs: dict[str, PhaseSpec] = {}
 _REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
 
 
+async def _awaited(started: tuple[Any, object] | None, wrapped: Any, args: Any, kwargs: Any) -> Any:
+    """Await the wrapped coroutine; if it raises, end ``started`` with the error and re-raise it unchanged."""
+    if started is None:
+        return await wrapped(*args, **kwargs)
+    try:
+        return await wrapped(*args, **kwargs)
+    except BaseException as exc:
+        finish(started, exc)
+        raise
+
+
 async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     config = getattr(instance, "config", None)
     try:
@@ -293,13 +304,9 @@ async def _generate(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     except Exception:
         provider = None
     started = start(spec, extra={sc.GEN_AI_PROVIDER_NAME: provider} if provider else None)
+    output = await _awaited(started, wrapped, args, kwargs)
     if started is None:
-        return await wrapped(*args, **kwargs)
-    try:
-        output = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        finish(started, exc)
-        raise
+        return output
     try:
         span = started[0]
         prompt_ids = kwargs.get("prompt_ids")
@@ -322,26 +329,17 @@ async def _call_tool(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any
     spec = _spec(_tool_specs, name, lambda: PhaseSpec.build(sc.TOOL_CALLS, tool=name))
     call_id = getattr(tool_call, "id", None)
     started = start(spec, extra={sc.GEN_AI_TOOL_CALL_ID: str(call_id)} if call_id else None)
-    if started is None:
-        return await wrapped(*args, **kwargs)
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        finish(started, exc)
-        raise
-    finish(started)
+    result = await _awaited(started, wrapped, args, kwargs)
+    if started is not None:
+        finish(started)
     return result
 
 
 async def _compute_score(wrapped: Any, instance: Any, args: Any, kwargs: Any) -> Any:
     started = start(_REWARD)
+    result = await _awaited(started, wrapped, args, kwargs)
     if started is None:
-        return await wrapped(*args, **kwargs)
-    try:
-        result = await wrapped(*args, **kwargs)
-    except BaseException as exc:
-        finish(started, exc)
-        raise
+        return result
     try:
         outputs = args[0] if args else kwargs.get("outputs")
         score = outputs[-1].reward_score if outputs else None

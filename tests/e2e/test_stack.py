@@ -209,3 +209,12 @@ def test_collector_stopped_and_restarted_mid_run(stack) -> None:
         assert len(during) == 6
     else:
         assert len(during) < 6
+
+
+def test_a_missing_go_toolchain_fails_with_a_message_that_says_so(monkeypatch) -> None:
+    monkeypatch.setenv("PATH", "/nonexistent")
+    with pytest.raises(stack_mod.StackError, match="the Go toolchain is not installed"):
+        stack_mod.build(verbose=False)
+    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), "build"], env={"PATH": "/nonexistent"},
+                         capture_output=True, text=True, timeout=60)
+    assert out.returncode == 1 and "Go toolchain is not installed" in out.stderr
