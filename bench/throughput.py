@@ -29,6 +29,7 @@ def collector_counter(stack: stack_mod.Stack, name: str) -> float:
 
 
 def run(seconds: float = 60.0, rate: int = 10_000, protocol: str = "http/json") -> str:
+    pace = rate * 1.05  # offer a little more than the target, so meeting it is not a rounding artefact
     stack = stack_mod.start()
     try:
         endpoint = stack.otlp_http_endpoint if protocol.startswith("http") else stack.otlp_grpc_endpoint
@@ -46,7 +47,7 @@ def run(seconds: float = 60.0, rate: int = 10_000, protocol: str = "http/json") 
         deadline = t0 + seconds
         sample = 0
         while time.perf_counter() < deadline:
-            target = int((time.perf_counter() - t0) * rate)
+            target = int((time.perf_counter() - t0) * pace)
             while created < target:
                 with oal.sample(sample % 4096, step=1 + sample // 4096):
                     for _ in range(spans_per_sample - 1):
@@ -68,16 +69,17 @@ def run(seconds: float = 60.0, rate: int = 10_000, protocol: str = "http/json") 
         stack.stop()
     cpu = (cpu1.ru_utime - cpu0.ru_utime) + (cpu1.ru_stime - cpu0.ru_stime)
     achieved = created / elapsed
-    ok = "met" if achieved >= 0.97 * rate and stats["dropped"] == 0 and sent >= created else "NOT met"
+    ok = "met" if achieved >= rate and stats["dropped"] == 0 and sent >= created else "NOT met"
+    flush = "completed" if flushed else "timed out"
     return f"""## Sustained export into the real Collector -> Jaeger (issue 5 c)
 
-Target {rate:,} spans/s for {seconds:.0f} s from one Python process, OTLP {protocol} to the Collector
-(native build, 127.0.0.1), which batches and forwards to Jaeger (memory storage). Achieved **{achieved:,.0f}
-spans/s** ({created:,} spans in {elapsed:.1f} s; target {ok}). Our side: exported {stats["exported"]:,}, dropped
-{stats["dropped"]:,}, failed {stats["failed"]:,}, flush {"completed" if flushed else "timed out"}. Collector:
-accepted {accepted:,.0f}, refused {refused:,.0f}, sent to Jaeger {sent:,.0f}, send failures {failed:,.0f}.
-Process CPU {cpu:.1f} s for {elapsed:.1f} s wall ({cpu / elapsed:.0%} of one core: span creation and encoding
-share the GIL; the Collector and Jaeger use the second core).
+Target {rate:,} spans/s for {seconds:.0f} s (offered: {pace:,.0f}/s) from one Python process,
+OTLP {protocol} to the Collector (native build, 127.0.0.1), which batches and forwards to Jaeger
+(memory storage). Achieved **{achieved:,.0f} spans/s** ({created:,} spans in {elapsed:.1f} s; target {ok}).
+Our side: exported {stats["exported"]:,}, dropped {stats["dropped"]:,}, failed {stats["failed"]:,},
+flush {flush}. Collector: accepted {accepted:,.0f}, refused {refused:,.0f}, sent to Jaeger {sent:,.0f},
+send failures {failed:,.0f}. Process CPU {cpu:.1f} s for {elapsed:.1f} s wall ({cpu / elapsed:.0%} of one
+core: span creation and encoding share the GIL; the Collector and Jaeger use the second core).
 """
 
 
