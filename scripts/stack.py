@@ -69,7 +69,7 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float, **extra_env: str)
 
 def build(verbose: bool = True) -> dict[str, float]:
     """Build (or find cached) Jaeger and the Collector; returns seconds spent per binary (0 when cached)."""
-    if shutil.which("go") is None:
+    if not (JAEGER_BIN.exists() and COLLECTOR_BIN.exists()) and shutil.which("go") is None:
         raise StackError("the Go toolchain is not installed (need Go >= 1.24 on PATH to build Jaeger and the "
                          "OpenTelemetry Collector); on Debian: apt-get install golang, or see go.dev/doc/install")
     timings = {"jaeger": 0.0, "collector": 0.0}

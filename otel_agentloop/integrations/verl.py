@@ -282,12 +282,11 @@ _REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
 
 async def _awaited(started: tuple[Any, object] | None, wrapped: Any, args: Any, kwargs: Any) -> Any:
     """Await the wrapped coroutine; if it raises, end ``started`` with the error and re-raise it unchanged."""
-    if started is None:
-        return await wrapped(*args, **kwargs)
     try:
         return await wrapped(*args, **kwargs)
     except BaseException as exc:
-        finish(started, exc)
+        if started is not None:
+            finish(started, exc)
         raise
 
 
