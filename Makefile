@@ -19,8 +19,9 @@ $(STAMP): pyproject.toml constraints.txt
 run: install
 	$(VENV)/bin/otel-agentloop simulate --workers 2 $(ARGS)
 
-## test: the whole test suite except the heavy verl stage (pytest exit 5, no tests, is a failure)
-test: install
+## test: first the Go-built Jaeger + Collector (minutes, once; then cached), then the whole test suite except the
+## heavy verl stage (pytest exit 5, no tests, is a failure). The build is its own step, never inside a test timeout.
+test: install stack-build
 	@$(PY) -m pytest $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
@@ -45,7 +46,7 @@ status:
 	$(PYTHON) scripts/stack.py status
 
 stack-build:
-	$(PYTHON) scripts/stack.py build
+	@$(PYTHON) scripts/stack.py build
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache otel-agentloop-traces.jsonl

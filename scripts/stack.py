@@ -25,6 +25,7 @@ import signal
 import socket
 import subprocess
 import sys
+import threading
 import time
 import urllib.request
 from dataclasses import dataclass, field
@@ -39,6 +40,7 @@ JAEGER_BIN = CACHE / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
 COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}" / "otelcol-agentloop"
 BUILDER_BIN = CACHE / "bin" / f"builder-{COLLECTOR_VERSION}" / "builder"
 RUN_DIR = CACHE / "run"
+JAEGER_COLD, COLLECTOR_COLD = "5-10 min", "4-6 min"  # measured from an empty cache (README)
 DEFAULT_PORTS = {"grpc": 4317, "http": 4318, "prometheus": 8889, "otelcol_health": 13134, "otelcol_metrics": 8890,
                  "query": 16686, "query_grpc": 16685, "jaeger_health": 13133, "jaeger_metrics": 8888,
                  "jaeger_otlp_grpc": 14317, "jaeger_otlp_http": 14318}
@@ -54,16 +56,32 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path, what: str, timeout: float, **extra_env: str) -> None:
+def _run(cmd: list[str], cwd: Path, what: str, timeout: float, progress: str | None = None, **extra_env: str) -> None:
+    """Run one Go step; with ``progress`` (the usual duration, e.g. "5-10 min"), say every 30 s that it still runs."""
+    t0 = time.monotonic()
     try:
-        proc = subprocess.run(cmd, cwd=cwd, env={**_go_env(), **extra_env}, capture_output=True, text=True,
-                              timeout=timeout)
+        proc = subprocess.Popen(cmd, cwd=cwd, env={**_go_env(), **extra_env}, stdout=subprocess.PIPE,
+                                stderr=subprocess.STDOUT, text=True)
     except FileNotFoundError as exc:
         raise StackError(f"{what}: {cmd[0]} not found") from exc
-    except subprocess.TimeoutExpired as exc:
-        raise StackError(f"{what}: timed out after {timeout:.0f} s ({' '.join(cmd)})") from exc
+    output: list[str] = []
+    reader = threading.Thread(target=lambda: output.extend(proc.stdout or ()), daemon=True)
+    reader.start()
+    while True:
+        try:
+            proc.wait(30)
+            break
+        except subprocess.TimeoutExpired:
+            elapsed = time.monotonic() - t0
+            if elapsed > timeout:
+                proc.kill()
+                proc.wait()
+                raise StackError(f"{what}: timed out after {timeout:.0f} s ({' '.join(cmd)})") from None
+            if progress:
+                print(f"  ... {what}: {elapsed / 60:.1f} min so far (usually {progress} on 2 cores)", flush=True)
+    reader.join(5)
     if proc.returncode != 0:
-        tail = "\n".join((proc.stderr or proc.stdout).strip().splitlines()[-15:])
+        tail = "\n".join("".join(output).strip().splitlines()[-15:])
         raise StackError(f"{what} failed ({' '.join(cmd)}); is the Go module proxy reachable?\n{tail}")
 
 
@@ -76,27 +94,32 @@ def build(verbose: bool = True) -> dict[str, float]:
     if not JAEGER_BIN.exists():
         t0 = time.monotonic()
         if verbose:
-            print(f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} ...", flush=True)
+            print(f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once; usually {JAEGER_COLD} "
+                  "on 2 cores, then cached) ...", flush=True)
         JAEGER_BIN.parent.mkdir(parents=True, exist_ok=True)
         _run(["go", "build", "-trimpath", "-o", str(JAEGER_BIN), "github.com/jaegertracing/jaeger/cmd/jaeger"],
-             COLLECTOR_DIR / "jaeger-build", "building Jaeger", 3600)
+             COLLECTOR_DIR / "jaeger-build", "building Jaeger", 3600, progress=JAEGER_COLD if verbose else None)
         timings["jaeger"] = time.monotonic() - t0
     if not COLLECTOR_BIN.exists():
         t0 = time.monotonic()
         if verbose:
-            print(f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} ...", flush=True)
+            print(f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once; usually "
+                  f"{COLLECTOR_COLD} on 2 cores, then cached) ...", flush=True)
         if not BUILDER_BIN.exists():
             BUILDER_BIN.parent.mkdir(parents=True, exist_ok=True)
             _run(["go", "install", f"go.opentelemetry.io/collector/cmd/builder@{COLLECTOR_VERSION}"], ROOT,
-                 "installing the Collector builder", 1800, GOBIN=str(BUILDER_BIN.parent))
+                 "installing the Collector builder", 1800, progress="1 min" if verbose else None,
+                 GOBIN=str(BUILDER_BIN.parent))
         out = CACHE / "build" / f"otelcol-{COLLECTOR_VERSION}"
         out.mkdir(parents=True, exist_ok=True)  # the builder creates only the last path component
         _run([str(BUILDER_BIN), "--config", str(COLLECTOR_DIR / "manifest.yaml"), "--output-path", str(out)], ROOT,
-             "building the Collector", 3600)
+             "building the Collector", 3600, progress=COLLECTOR_COLD if verbose else None)
         COLLECTOR_BIN.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(out / "otelcol-agentloop", COLLECTOR_BIN)
         timings["collector"] = time.monotonic() - t0
-    if verbose:
+    if verbose and not any(timings.values()):
+        print(f"Jaeger and Collector: cached in {CACHE / 'bin'}")
+    elif verbose:
         print(f"binaries ready (built: Jaeger {timings['jaeger']:.0f} s, Collector {timings['collector']:.0f} s)")
     return timings
 
@@ -194,9 +217,17 @@ class Stack:
             self._stop(name)
 
 
+def missing() -> list[Path]:
+    """The binaries that ``build`` still has to make."""
+    return [p for p in (JAEGER_BIN, COLLECTOR_BIN) if not p.exists()]
+
+
 def start(ports: dict[str, int] | None = None, log_dir: Path | None = None) -> Stack:
-    """Build if needed, then start Jaeger and the Collector (free ports unless given); bounded waits."""
-    build(verbose=False)
+    """Start the built Jaeger and Collector (free ports unless given); bounded waits. Never builds: a build takes
+    minutes and belongs before the tests (``make stack-build``), not inside a test's timeout."""
+    if missing():
+        raise StackError("not built yet: " + ", ".join(map(str, missing())) +
+                         " (run `make stack-build`; `make test` does it first)")
     if ports is None:
         ports = {name: free_port() for name in DEFAULT_PORTS}
     log_dir = log_dir or RUN_DIR

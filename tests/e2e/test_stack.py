@@ -227,3 +227,16 @@ def test_a_missing_go_toolchain_fails_with_a_message_that_says_so(monkeypatch, t
     jaeger.touch()
     collector.touch()
     assert stack_mod.build(verbose=False) == {"jaeger": 0.0, "collector": 0.0}
+
+
+def test_an_unreachable_module_proxy_fails_with_the_reason_and_start_never_builds(monkeypatch, tmp_path) -> None:
+    monkeypatch.setattr(stack_mod, "JAEGER_BIN", tmp_path / "bin" / "jaeger")
+    monkeypatch.setattr(stack_mod, "COLLECTOR_BIN", tmp_path / "bin" / "otelcol")
+    with pytest.raises(stack_mod.StackError, match=r"not built yet: .*make stack-build"):
+        stack_mod.start(log_dir=tmp_path / "logs")  # a build takes minutes: never inside a test's timeout
+    # an empty module cache and a proxy that refuses connections (a closed port on 127.0.0.1)
+    monkeypatch.setenv("GOMODCACHE", str(tmp_path / "modcache"))
+    monkeypatch.setenv("GOPROXY", "http://127.0.0.1:9")
+    monkeypatch.setenv("GOFLAGS", "")
+    with pytest.raises(stack_mod.StackError, match="is the Go module proxy reachable"):
+        stack_mod.build(verbose=False)
