@@ -158,7 +158,8 @@ main{display:flex;gap:12px;padding:8px 14px;align-items:flex-start}
 .bar.open{background-image:repeating-linear-gradient(45deg,rgba(255,255,255,.65) 0 3px,transparent 3px 7px);
  outline:2px solid var(--err)}
 .snap{position:absolute;top:0;bottom:0;width:0;border-left:2px dotted var(--err)}
-.end-mark{position:absolute;top:50%;transform:translate(3px,-50%);font:bold 9px/1 system-ui;color:var(--err)}
+.end-mark{position:absolute;top:50%;transform:translate(3px,-50%);font:bold 9px/1 system-ui;color:var(--err);
+ background:#fff;padding:1px 2px;border-radius:2px;white-space:nowrap}
 aside{flex:2;min-width:380px;max-width:640px;position:sticky;top:8px}
 #hists{display:grid;grid-template-columns:1fr 1fr;gap:8px 14px;margin-bottom:10px}
 .hist h3{font-size:12px;margin:0 0 2px}.hist .stats{font-size:11px;color:#555}
@@ -271,7 +272,9 @@ _JS = r"""
       var snap = h("div", "snap"); snap.style.left = pct(s.snap); track.appendChild(snap);
     }
     if (s.st === "hung") {
-      var mark = h("span", "end-mark", "⏳ hung"); mark.style.left = pct(s.e); track.appendChild(mark);
+      var mark = h("span", "end-mark", "still open"); mark.style.left = pct(s.e);
+      if (s.e > 0.8 * span) mark.style.transform = "translate(calc(-100% - 4px), -50%)";  // inside, at the edge
+      track.appendChild(mark);
     }
     row.appendChild(track);
     row.addEventListener("mousemove", function (ev) { showTip(s, ev); });

@@ -22,9 +22,9 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
         raise ImportError("--timeline-png needs matplotlib: pip install 'otel-agentloop[plot]'") from exc
     samples = view.samples
     n = max(len(samples), 1)
-    height = min(max(0.16 * n + 1.6, 4.5), 40.0)
+    height = min(max(0.16 * n + 1.8, 6.0), 40.0)
     fig = plt.figure(figsize=(14, height))
-    grid = fig.add_gridspec(len(sc.PHASES) + 1, 2, width_ratios=(3.2, 1), hspace=0.9, wspace=0.12)
+    grid = fig.add_gridspec(len(sc.PHASES) + 1, 2, width_ratios=(3.2, 1), hspace=1.1, wspace=0.12)
     ax = fig.add_subplot(grid[:, 0])
     t0 = view.t0_ns
     for y, s in enumerate(samples):
@@ -52,9 +52,9 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
         if s.key == view.slowest:
             tick.set_fontweight("bold")
     ax.set_ylim(len(samples) - 0.5, -0.5)
-    ax.set_xlim(0, max((view.t1_ns - t0) / 1e9, 1e-3) * 1.04)
+    ax.set_xlim(0, max((view.t1_ns - t0) / 1e9, 1e-3) * 1.07)
     ax.set_xlabel("seconds since the step's first sample started")
-    ax.set_ylabel("sample / rollout (ordered by end time; * = slowest)")
+    ax.set_ylabel("sample/rollout by end time (* slowest)")
     ax.grid(axis="x", alpha=0.3)
     counts = view.counts
     ax.set_title(title or (f"step {view.step}{' (validation)' if view.validate else ''}: {len(samples)} samples, "
