@@ -2,11 +2,14 @@
 
 from __future__ import annotations
 
+import numpy as np
+
 from . import semconv as sc
 from ._step_view import FAILED, HUNG, SLOW, StepView
 
 PALETTE = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
 ERROR = "#C44E52"
+MAX_LABELLED_ROWS = 160
 _LABELS = {sc.GENERATE: "generation", sc.TOOL_CALLS: "tool call", sc.COMPUTE_SCORE: "reward"}
 
 
@@ -26,27 +29,48 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
     fig = plt.figure(figsize=(14, height))
     grid = fig.add_gridspec(len(sc.PHASES) + 1, 2, width_ratios=(3.2, 1), hspace=1.1, wspace=0.12)
     ax = fig.add_subplot(grid[:, 0])
+    from matplotlib.collections import LineCollection, PolyCollection
+
     t0 = view.t0_ns
+    lines, line_colors = [], []
+    groups: dict[tuple[str, bool], tuple[list[float], list[float], list[float], list[float]]] = {}
+    snaps: list[tuple[tuple[float, float], tuple[float, float]]] = []
     for y, s in enumerate(samples):
-        ax.plot([(s.start_ns - t0) / 1e9, (s.end_ns - t0) / 1e9], [y, y], color=ERROR if s.state == HUNG else "#BBBBBB",
-                lw=1, ls="--" if s.state == HUNG else "-", zorder=1)
+        lines.append([((s.start_ns - t0) / 1e9, y), ((s.end_ns - t0) / 1e9, y)])
+        line_colors.append(ERROR if s.state == HUNG else "#BBBBBB")
         lane_h = 0.8 / s.lanes
         for b in s.bars:
-            color = ERROR if b.error else PALETTE.get(b.phase, "#8C8C8C")
-            ax.barh(y - 0.4 + lane_h * (b.lane + 0.5), (b.end_ns - b.start_ns) / 1e9, left=(b.start_ns - t0) / 1e9,
-                    height=lane_h * 0.92, color=color, hatch="////" if b.open else None,
-                    edgecolor=ERROR if b.open else color, lw=1.2 if b.open else 0, zorder=2)
+            ys, widths, lefts, heights = groups.setdefault(
+                (ERROR if b.error else PALETTE.get(b.phase, "#8C8C8C"), b.open), ([], [], [], []))
+            ys.append(y - 0.4 + lane_h * (b.lane + 0.5))
+            widths.append((b.end_ns - b.start_ns) / 1e9)
+            lefts.append((b.start_ns - t0) / 1e9)
+            heights.append(lane_h * 0.92)
         if s.snapshot is not None:
-            ax.plot([(s.snapshot.end_ns - t0) / 1e9] * 2, [y - 0.45, y + 0.45], color=ERROR, lw=1.2, ls=":", zorder=3)
+            x = (s.snapshot.end_ns - t0) / 1e9
+            snaps.append(((x, y - 0.45), (x, y + 0.45)))
         if s.state == HUNG:
             ax.text((s.end_ns - t0) / 1e9, y, "  hung", va="center", fontsize=7, color=ERROR, weight="bold")
+    ax.add_collection(LineCollection(lines, colors=line_colors, linewidths=max(0.3, min(1.0, 300 / n)), zorder=1))
+    for (color, is_open), (ys, widths, lefts, heights) in groups.items():  # one collection per colour
+        y, w, x, h = (np.asarray(v, dtype=float) for v in (ys, widths, lefts, heights))
+        verts = np.stack([np.stack([x, y - h / 2], 1), np.stack([x + w, y - h / 2], 1),
+                          np.stack([x + w, y + h / 2], 1), np.stack([x, y + h / 2], 1)], 1)
+        ax.add_collection(PolyCollection(verts, facecolors=color, hatch="////" if is_open else None,
+                                         edgecolors=ERROR if is_open else "none", linewidths=1.2 if is_open else 0,
+                                         zorder=2))
+    if snaps:
+        ax.add_collection(LineCollection(snaps, colors=ERROR, linewidths=1.2, linestyles=":", zorder=3))
+    # one label per row while they are legible; past that only the marked samples are named
+    shown = [(y, s) for y, s in enumerate(samples)
+             if n <= MAX_LABELLED_ROWS or s.state != "ok" or s.key == view.slowest][:MAX_LABELLED_ROWS]
     labels = []
-    for s in samples:
+    for _, s in shown:
         tag = {HUNG: " HUNG", SLOW: " slow", FAILED: " failed"}.get(s.state, "")
         labels.append(f"{s.index}/{s.rollout}{tag}{' *' if s.key == view.slowest else ''}")
-    ax.set_yticks(range(len(samples)))
-    ax.set_yticklabels(labels, fontsize=max(4.0, min(8.0, 420 / n)), family="monospace")
-    for tick, s in zip(ax.get_yticklabels(), samples, strict=True):
+    ax.set_yticks([y for y, _ in shown])
+    ax.set_yticklabels(labels, fontsize=max(4.0, min(8.0, 420 / min(n, MAX_LABELLED_ROWS))), family="monospace")
+    for tick, (_, s) in zip(ax.get_yticklabels(), shown, strict=True):
         if s.state in (HUNG, FAILED):
             tick.set_color(ERROR)
         if s.key == view.slowest:
