@@ -169,14 +169,17 @@ async def _hung_step(handle: oal.Handle, step: int) -> tuple[tuple[int, int], tu
 @pytest.fixture(scope="module")
 def hung_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int, int], tuple[int, int]]:
     cwd = tmp_path_factory.mktemp("hung")
-    handle = oal.configure("hung-job", file=str(cwd / "hung.jsonl"), set_global=False, schedule_delay_s=0.05)
-    try:
-        hung_key, slow_key = asyncio.run(_hung_step(handle, 7))
-    finally:
-        handle.shutdown(5)
-        from otel_agentloop import _tracer
+    with pytest.MonkeyPatch.context() as mp:  # module scope: set up before the per-test isolation
+        for key in [k for k in os.environ if k.startswith("OTEL_")]:
+            mp.delenv(key)
+        handle = oal.configure("hung-job", file=str(cwd / "hung.jsonl"), set_global=False, schedule_delay_s=0.05)
+        try:
+            hung_key, slow_key = asyncio.run(_hung_step(handle, 7))
+        finally:
+            handle.shutdown(5)
+            from otel_agentloop import _tracer
 
-        _tracer.install(None)
+            _tracer.install(None)
     return cwd, hung_key, slow_key
 
 
@@ -337,7 +340,9 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
     assert _severe_console(browser) == []
     if UPDATE_DOCS:
         browser.execute_script("document.getElementById('scroller').scrollTop = 0")
+        browser.set_window_size(1500, 760)
         browser.save_screenshot(str(ROOT / "docs" / "timeline.png"))
+        browser.set_window_size(1500, 1000)
         assert _cli(cwd, "report", "--file", "hung.jsonl", "--timeline-png",
                     str(ROOT / "docs" / "timeline-matplotlib.png")).returncode == 0
 
