@@ -8,8 +8,9 @@ time its phase spans cover (parallel tool calls count once), computed as the met
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
+from typing import Any
 
 from . import semconv as sc
 from ._accumulate import add_interval
@@ -84,12 +85,11 @@ class StepView:
     counts: dict[str, int] = field(default_factory=dict)
 
 
-def _key(attrs: object) -> SampleKey | None:
-    get = attrs.get  # type: ignore[attr-defined]
-    index = get(sc.RL_SAMPLE_INDEX)
+def _key(attrs: Mapping[str, Any]) -> SampleKey | None:
+    index = attrs.get(sc.RL_SAMPLE_INDEX)
     if type(index) is not int:
         return None
-    rollout = get(sc.RL_ROLLOUT_N)
+    rollout = attrs.get(sc.RL_ROLLOUT_N)
     return (index, rollout if type(rollout) is int else -1)
 
 
