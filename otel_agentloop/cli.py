@@ -20,8 +20,11 @@ from ._otlp_json import decode_resource_spans, read_jsonl
 from ._progress import Progress
 from ._records import SpanRecord
 from ._report import build_report, steps_in
+from ._step_view import HUNG, build_step_view, is_snapshot
 from ._table import StepMetrics
 from ._timeline import TimelineRecorder
+from ._timeline_html import jaeger_ui_base, write_html
+from ._timeline_png import render_timeline_png
 from ._trainer import trainer_phase
 from ._trainer_sim import (
     MISBEHAVE_FROM_STEP,
@@ -171,21 +174,37 @@ def _report(args: argparse.Namespace) -> int:
     if not (args.file or args.jaeger):
         print("report: give --file PATH or --jaeger URL", file=sys.stderr)
         return 2
-    records = _load_records(args)
-    available = steps_in(records)
+    loaded = _load_records(args)
+    records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
+    available = sorted(set(steps_in(records)) | {
+        (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
+        for r in loaded if is_snapshot(r) and isinstance(r.attributes.get(sc.RL_STEP), int)})
     if not available:
         print("report: no sample spans found", file=sys.stderr)
         return 1
-    step = args.step if args.step is not None else max(s for s, v in available if v == args.validate)
+    validate_steps = [s for s, v in available if v == args.validate]
+    step = args.step if args.step is not None else max(validate_steps or [s for s, _ in available])
     report = build_report(records, step, args.validate)
-    if not len(report.table):
+    view = build_step_view(loaded, step, args.validate) if (args.html or args.timeline_png) else None
+    if not len(report.table) and not (view and view.samples):
         print(f"report: no samples for step {step} (found steps: {[s for s, _ in available]})", file=sys.stderr)
         return 1
+    source = args.file or f"{args.jaeger} (service {args.service})"
+    written = []
+    if view is not None and args.html:
+        jaeger_ui = args.jaeger_ui or args.jaeger
+        if jaeger_ui and jaeger_ui_base(jaeger_ui) is None:
+            print(f"report: --jaeger-ui {jaeger_ui!r} is not an http(s) URL; the page has no Jaeger links",
+                  file=sys.stderr)
+        written.append(f"timeline page written to {write_html(view, args.html, source=source, jaeger_ui=jaeger_ui)}")
+    if view is not None and args.timeline_png:
+        written.append(f"timeline PNG written to {render_timeline_png(view, args.timeline_png)}")
     if args.json:
         print(json.dumps({"step": step, "metrics": dict(report.metrics), "slowest": report.slowest(args.top),
                           "slowest_trace_id": report.metrics.slowest_trace_id}, indent=1))
+        for line in written:
+            print(line, file=sys.stderr)
         return 0
-    source = args.file or f"{args.jaeger} (service {args.service})"
     print(metrics_table(report.metrics, title=f"== step {step}{' (validation)' if args.validate else ''}: "
                                               f"agent_loop metrics rebuilt from {source}"))
     print(f"\n{'slowest samples':<16}{'total s':>9}{'gen s':>9}{'tool s':>9}{'score s':>9}  trace id")
@@ -193,6 +212,12 @@ def _report(args: argparse.Namespace) -> int:
         print(f"{row['sample_index']:>6} / {row['rollout_n']:<6}{row['total']:9.3f}{row[sc.GENERATE]:9.3f}"
               f"{row[sc.TOOL_CALLS]:9.3f}{row[sc.COMPUTE_SCORE]:9.3f}  {row['trace_id']}"
               f"{'  ERROR' if row['error'] else ''}")
+    if view is not None and view.counts.get(HUNG):
+        hung = [f"{s.index}/{s.rollout} ({s.current_phase}, trace {s.trace_id})" for s in view.samples
+                if s.state == HUNG]
+        print(f"\nhung samples (a snapshot, no end): {', '.join(hung)}")
+    for line in written:
+        print(line)
     key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample
     spans = report.samples.get(key) if key is not None else None
     if not spans:
@@ -247,6 +272,12 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--rollout", type=int, default=0)
     rep.add_argument("--top", type=int, default=5, help="how many slowest samples to list")
     rep.add_argument("--png", help="also write the waterfall as a PNG (needs matplotlib: the plot extra)")
+    rep.add_argument("--html", metavar="FILE",
+                     help="write the step timeline page: every sample on one time axis, one self-contained HTML file")
+    rep.add_argument("--timeline-png", metavar="FILE",
+                     help="write the step timeline as a PNG (needs matplotlib: the plot extra)")
+    rep.add_argument("--jaeger-ui", metavar="URL",
+                     help="Jaeger UI base URL for the page's trace links (default: --jaeger)")
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
     return parser
