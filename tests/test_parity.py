@@ -10,7 +10,11 @@ import pytest
 
 import otel_agentloop as oal
 
-TOL = 0.002  # seconds, per value
+# seconds, per value. verl's timers wrap the call sites (a tool turn's timer includes creating and scheduling the
+# gather's tasks) while spans start inside them; on 2 oversubscribed cores another process can preempt the event
+# loop between the two: up to 3.1 ms was measured here with 4 test runs side by side. Real verl code (tests/verl)
+# keeps 2 ms: there the span sits inside verl's own timer.
+TOL = 0.005
 
 
 class BoomError(RuntimeError):
