@@ -3,7 +3,8 @@
 :class:`InflightRegistry` is an SDK ``SpanProcessor`` fed by the spans the decorators already start and end,
 so nothing is added to the decorators themselves. ``on_start`` registers ``rl.sample`` root spans and the
 phase spans below them (found through the parent span id: one dict lookup, whatever the nesting);
-``on_end`` removes them by span id. Both are O(1), lock-protected and never raise.
+``on_end`` removes them by span id. Both are O(1), take no lock for phase spans (single dict operations are
+atomic under the GIL; readers copy a dict before iterating it) and never raise.
 
 Bounded: at most ``max_samples`` samples (the oldest is evicted, counted) and ``4 * max_samples`` open phase
 spans (more are not tracked, counted). Ended phase and sample spans are queued (bounded, drops counted) for
@@ -18,9 +19,9 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Iterator
+from collections.abc import Callable
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, NamedTuple
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -34,10 +35,10 @@ NO_PHASE = "other"
 
 
 class _Sample:
-    """A running sample (mutable; guarded by the registry's lock)."""
+    """A running sample (fields written once at start, ``tripped``/``ended`` flags later)."""
 
-    __slots__ = ("ended", "index", "name", "open", "rollout", "span_id", "start_ns", "step", "trace_flags",
-                 "trace_id", "tripped", "validate", "worker")
+    __slots__ = ("ended", "index", "name", "rollout", "span_id", "start_ns", "step", "trace_flags", "trace_id",
+                 "tripped", "validate", "worker")
 
     def __init__(self, attrs: Any, name: str, trace_id: int, span_id: int, trace_flags: int, start_ns: int) -> None:
         get = attrs.get
@@ -51,27 +52,17 @@ class _Sample:
         self.span_id = span_id
         self.trace_flags = trace_flags
         self.start_ns = start_ns
-        self.open: dict[int, _Phase] = {}  # open phase spans, in start order
         self.tripped = False
         self.ended = False
 
-    def current(self) -> _Phase | None:
-        """The most recently started phase span still open."""
-        return next(reversed(self.open.values()), None) if self.open else None
 
+class OpenPhase(NamedTuple):
+    """An open phase span of a tracked sample. The hot path stores plain tuples of these four fields."""
 
-class _Phase:
-    """An open phase span of a tracked sample."""
-
-    __slots__ = ("phase", "sample", "span_id", "start_ns", "tool", "tripped")
-
-    def __init__(self, sample: _Sample, phase: str, tool: str | None, span_id: int, start_ns: int) -> None:
-        self.sample = sample
-        self.phase = phase
-        self.tool = tool
-        self.span_id = span_id
-        self.start_ns = start_ns
-        self.tripped = False
+    sample: _Sample
+    phase: str
+    tool: str | None
+    start_ns: int
 
 
 @dataclass(frozen=True)
@@ -105,11 +96,8 @@ class InflightSample:
 
 
 def _fields(span: Any) -> tuple[Any, str, Any, Any, int]:
-    """(attributes, name, context, parent, start) read from the SDK span's fields, or its public API."""
-    try:
-        return span._attributes._dict, span._name, span._context, span._parent, span._start_time
-    except AttributeError:
-        return span.attributes or {}, span.name, span.context, span.parent, span.start_time or 0
+    """(attributes, name, context, parent, start) through the public span API."""
+    return span.attributes or {}, span.name, span.context, span.parent, span.start_time or 0
 
 
 class InflightRegistry(SpanProcessor):
@@ -144,8 +132,8 @@ class InflightRegistry(SpanProcessor):
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._samples: dict[int, _Sample] = {}  # by span id, in start order
-        self._phases: dict[int, _Phase] = {}  # by span id, in start order
-        self._ended: deque[tuple[_Sample | _Phase, ReadableSpan]] = deque()
+        self._phases: dict[int, tuple[Any, ...]] = {}  # by span id, in start order: OpenPhase fields
+        self._ended: deque[tuple[Any, ReadableSpan]] = deque()
         self.samples_evicted = 0
         self.phases_untracked = 0
         self.ended_dropped = 0
@@ -153,7 +141,11 @@ class InflightRegistry(SpanProcessor):
     # -- SpanProcessor --------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
-            attrs, name, ctx, parent, start = _fields(span)
+            try:  # the SDK span's own fields: each public property is a Python call
+                attrs, name, ctx, parent, start = (span._attributes._dict, span._name, span._context,  # type: ignore[union-attr]
+                                                   span._parent, span._start_time)
+            except AttributeError:
+                attrs, name, ctx, parent, start = _fields(span)
             phase = attrs.get(_PHASE)
             if phase is None:
                 if name == _SAMPLE_NAME:
@@ -161,19 +153,17 @@ class InflightRegistry(SpanProcessor):
                 return
             if parent is None:
                 return
+            # Lock-free: single dict operations are atomic under the GIL; readers copy before iterating.
             pid = parent.span_id
-            with self._lock:
-                owner = self._phases.get(pid)
-                sample = owner.sample if owner is not None else self._samples.get(pid)
-                if sample is None:
-                    return
-                if len(self._phases) >= self.max_phases:
-                    self.phases_untracked += 1
-                    return
-                sid = ctx.span_id
-                rec = _Phase(sample, phase, attrs.get(_TOOL), sid, start)
-                self._phases[sid] = rec
-                sample.open[sid] = rec
+            phases = self._phases
+            owner = phases.get(pid)
+            sample = owner[0] if owner is not None else self._samples.get(pid)
+            if sample is None:
+                return
+            if len(phases) >= self.max_phases:
+                self.phases_untracked += 1
+                return
+            phases[ctx.span_id] = (sample, phase, attrs.get(_TOOL), start)
         except Exception:
             internal_error("InflightRegistry.on_start")
 
@@ -183,8 +173,9 @@ class InflightRegistry(SpanProcessor):
             samples = self._samples
             while len(samples) >= self.max_samples:
                 old = samples.pop(next(iter(samples)))
-                for sid in old.open:
-                    self._phases.pop(sid, None)
+                for sid, rec in list(self._phases.items()):
+                    if rec[0] is old:
+                        self._phases.pop(sid, None)
                 self.samples_evicted += 1
             samples[ctx.span_id] = sample
 
@@ -194,23 +185,18 @@ class InflightRegistry(SpanProcessor):
                 sid = span._context.span_id  # type: ignore[union-attr]
             except AttributeError:
                 sid = span.context.span_id  # type: ignore[union-attr]
-            phases, samples = self._phases, self._samples
-            if sid not in phases and sid not in samples:  # not ours: no lock taken
-                return
-            with self._lock:
-                rec: _Sample | _Phase | None = phases.pop(sid, None)
-                if rec is not None:
-                    rec.sample.open.pop(sid, None)  # type: ignore[union-attr]
+            rec: Any = self._phases.pop(sid, None)  # atomic under the GIL: no lock on the hot path
+            if rec is None:
+                rec = self._samples.pop(sid, None)
+                if rec is None:
+                    return  # not ours
+                rec.ended = True
+            if self.keep_ended:
+                ended = self._ended
+                if len(ended) < self.max_ended:
+                    ended.append((rec, span))
                 else:
-                    rec = samples.pop(sid, None)
-                    if rec is None:
-                        return
-                    rec.ended = True
-                if self.keep_ended:
-                    if len(self._ended) < self.max_ended:
-                        self._ended.append((rec, span))
-                    else:
-                        self.ended_dropped += 1
+                    self.ended_dropped += 1
         except Exception:
             internal_error("InflightRegistry.on_end")
 
@@ -222,12 +208,21 @@ class InflightRegistry(SpanProcessor):
         return self.on_flush(timeout_millis / 1000) if self.on_flush is not None else True
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
-    def drain(self) -> list[tuple[_Sample | _Phase, ReadableSpan]]:
-        """Take the ended spans queued so far."""
-        with self._lock:
-            out = list(self._ended)
-            self._ended.clear()
+    def drain(self) -> list[tuple[_Sample | OpenPhase, ReadableSpan]]:
+        """Take the ended spans queued so far (phase records as :class:`OpenPhase`)."""
+        ended = self._ended
+        out: list[tuple[_Sample | OpenPhase, ReadableSpan]] = []
+        for _ in range(len(ended)):
+            rec, span = ended.popleft()
+            out.append((OpenPhase(*rec) if type(rec) is tuple else rec, span))
         return out
+
+    def _current(self) -> dict[int, tuple[Any, ...]]:
+        """The most recently started open phase of each sample (by the sample's span id)."""
+        latest: dict[int, tuple[Any, ...]] = {}
+        for rec in list(self._phases.values()):  # start order: later entries win
+            latest[rec[0].span_id] = rec
+        return latest
 
     def __len__(self) -> int:
         return len(self._samples)
@@ -235,51 +230,48 @@ class InflightRegistry(SpanProcessor):
     def snapshot(self, limit: int | None = None, now_ns: int | None = None) -> list[InflightSample]:
         """Running samples, oldest first (at most ``limit``)."""
         now = time.time_ns() if now_ns is None else now_ns
-        with self._lock:
-            picked = []
-            for sample in self._samples.values():
-                if limit is not None and len(picked) >= limit:
-                    break
-                picked.append((sample, sample.current()))
-        return [self._describe(s, cur, now) for s, cur in picked]
+        samples = list(self._samples.values())
+        if limit is not None:
+            samples = samples[:limit]
+        current = self._current()
+        return [self._describe(s, current.get(s.span_id), now) for s in samples]
 
-    def _describe(self, s: _Sample, cur: _Phase | None, now: int) -> InflightSample:
+    def _describe(self, s: _Sample, cur: tuple[Any, ...] | None, now: int) -> InflightSample:
         return InflightSample(
             step=s.step, validate=s.validate, sample_index=s.index, rollout_n=s.rollout,
-            phase=cur.phase if cur is not None else NO_PHASE, tool=cur.tool if cur is not None else None,
-            phase_age_s=(now - (cur.start_ns if cur is not None else s.start_ns)) / 1e9,
+            phase=cur[1] if cur is not None else NO_PHASE, tool=cur[2] if cur is not None else None,
+            phase_age_s=(now - (cur[3] if cur is not None else s.start_ns)) / 1e9,
             sample_age_s=(now - s.start_ns) / 1e9, trace_id=format(s.trace_id, "032x"),
             span_id=format(s.span_id, "016x"), overdue=s.tripped, worker=s.worker, pid=self.pid)
 
     def counts(self, now_ns: int | None = None) -> tuple[dict[str, int], float]:
         """(running samples by current phase, age in seconds of the oldest running sample, 0 when none)."""
         now = time.time_ns() if now_ns is None else now_ns
+        samples = list(self._samples.values())
+        current = self._current()
         by_phase: dict[str, int] = {}
-        with self._lock:
-            oldest = next(iter(self._samples.values()), None)
-            for sample in self._samples.values():
-                cur = sample.current()
-                key = cur.phase if cur is not None else NO_PHASE
-                by_phase[key] = by_phase.get(key, 0) + 1
-        return by_phase, ((now - oldest.start_ns) / 1e9 if oldest is not None else 0.0)
+        for sample in samples:
+            cur = current.get(sample.span_id)
+            key = cur[1] if cur is not None else NO_PHASE
+            by_phase[key] = by_phase.get(key, 0) + 1
+        return by_phase, ((now - samples[0].start_ns) / 1e9 if samples else 0.0)
 
-    def overdue(self, now_ns: int, thresholds: Any, min_threshold_ns: int) -> Iterator[tuple[_Phase, int]]:
-        """Open phase spans whose age passed ``thresholds(phase, tool)`` (ns), not reported before; each is
-        marked reported. Phases are visited oldest first and the scan stops at the first younger than
-        ``min_threshold_ns``: O(overdue-candidates), not O(in-flight)."""
-        found: list[tuple[_Phase, int]] = []
-        with self._lock:
-            for rec in self._phases.values():
-                age = now_ns - rec.start_ns
-                if age < min_threshold_ns:
-                    break
-                if rec.tripped or rec.sample.tripped:
-                    continue
-                if age >= thresholds(rec.phase, rec.tool):
-                    rec.tripped = True
-                    rec.sample.tripped = True
-                    found.append((rec, age))
-        return iter(found)
+    def overdue(self, now_ns: int, thresholds: Any, min_threshold_ns: int) -> list[tuple[OpenPhase, int]]:
+        """Open phase spans whose age reached ``thresholds(phase, tool)`` (ns), of samples not reported before;
+        their samples are marked reported. Phases are visited oldest first and the scan stops at the first
+        younger than ``min_threshold_ns``: O(candidates), not O(in-flight)."""
+        found: list[tuple[OpenPhase, int]] = []
+        for rec in list(self._phases.values()):
+            sample, phase, tool, start = rec
+            age = now_ns - start
+            if age < min_threshold_ns:
+                break
+            if sample.tripped or sample.ended:
+                continue
+            if age >= thresholds(phase, tool):
+                sample.tripped = True
+                found.append((OpenPhase(*rec), age))
+        return found
 
     @property
     def stats(self) -> dict[str, int]:

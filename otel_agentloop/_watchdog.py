@@ -35,7 +35,7 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from . import semconv as sc
 from ._guard import internal_error, logger
-from ._inflight import InflightRegistry, _Phase, _Sample
+from ._inflight import InflightRegistry, OpenPhase, _Sample
 from ._settings import env_bool, env_number, env_str
 
 _ALIASES = {"generate": sc.GENERATE, "tool": sc.TOOL_CALLS, "tool_call": sc.TOOL_CALLS, "reward": sc.COMPUTE_SCORE,
@@ -229,7 +229,7 @@ class LiveMonitor:
         self._learner = _Learner(settings.window)
         self._thresholds: dict[ThresholdKey, float] = {}
         self._rebuild({})
-        self._tripped: dict[tuple[int | None, bool], list[tuple[_Sample, _Phase]]] = {}
+        self._tripped: dict[tuple[int | None, bool], list[tuple[_Sample, OpenPhase]]] = {}
         self._verdicts: dict[tuple[int | None, bool], Verdict] = {}
         self.reports = 0
         self.snapshots_exported = 0
@@ -267,7 +267,7 @@ class LiveMonitor:
                 self._drain()
                 if self.settings.enabled:
                     now = time.time_ns() if now_ns is None else now_ns
-                    found = list(self.registry.overdue(now, self._threshold_ns, self._min_ns))
+                    found = self.registry.overdue(now, self._threshold_ns, self._min_ns)
                     for n, (rec, age) in enumerate(found):
                         self._report(rec, age, now, log=n < self.settings.max_warnings_per_check)
                     if len(found) > self.settings.max_warnings_per_check:
@@ -281,7 +281,7 @@ class LiveMonitor:
     def _drain(self) -> None:
         metrics, learn = self.metrics, self.settings.enabled
         for rec, span in self.registry.drain():
-            phase = rec.phase if type(rec) is _Phase else None
+            phase = rec.phase if type(rec) is OpenPhase else None
             if metrics is not None:
                 metrics.record(phase, span)
             if learn and phase is not None:
@@ -313,7 +313,7 @@ class LiveMonitor:
         return self._threshold_ns(phase, tool) / 1e9
 
     # -- reports ----------------------------------------------------------------------------------
-    def _report(self, rec: _Phase, age_ns: int, now_ns: int, *, log: bool) -> None:
+    def _report(self, rec: OpenPhase, age_ns: int, now_ns: int, *, log: bool) -> None:
         sample = rec.sample
         trace_id = format(sample.trace_id, "032x")
         self.reports += 1
@@ -334,7 +334,7 @@ class LiveMonitor:
             tripped.append((sample, rec))
         self._snapshot(sample, rec, now_ns)
 
-    def _snapshot(self, sample: _Sample, rec: _Phase | None, now_ns: int) -> None:
+    def _snapshot(self, sample: _Sample, rec: OpenPhase | None, now_ns: int) -> None:
         if self._snapshots is None:
             return
         try:

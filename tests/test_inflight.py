@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop._inflight import OpenPhase
 from otel_agentloop._watchdog import WatchdogSettings, parse_thresholds
 
 from .conftest import span_metrics
@@ -174,7 +175,7 @@ def test_watchdog_boundary_is_exact_with_an_injected_clock(live) -> None:
     worker = threading.Thread(target=run)
     worker.start()
     assert started.wait(5)
-    rec = next(iter(monitor.registry._phases.values()))
+    rec = OpenPhase(*next(iter(monitor.registry._phases.values())))
     threshold_ns = int(HANG_S * 1e9)
     monitor.check(now_ns=rec.start_ns + threshold_ns - 1)
     assert monitor.reports == 0
