@@ -142,28 +142,38 @@ class InflightRegistry(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             try:  # the SDK span's own fields: each public property is a Python call
-                attrs, name, ctx, parent, start = (span._attributes._dict, span._name, span._context,  # type: ignore[union-attr]
-                                                   span._parent, span._start_time)
+                attrs = span._attributes._dict  # type: ignore[union-attr]
+                phase = attrs.get(_PHASE)
+                if phase is None:
+                    if span._name == _SAMPLE_NAME:
+                        self._start_sample(attrs, span._name, span._context, span._start_time)
+                    return
+                parent = span._parent
+                sid = span._context.span_id
+                start = span._start_time
             except AttributeError:
                 attrs, name, ctx, parent, start = _fields(span)
-            phase = attrs.get(_PHASE)
-            if phase is None:
-                if name == _SAMPLE_NAME:
-                    self._start_sample(attrs, name, ctx, start)
-                return
+                phase = attrs.get(_PHASE)
+                if phase is None:
+                    if name == _SAMPLE_NAME:
+                        self._start_sample(attrs, name, ctx, start)
+                    return
+                sid = ctx.span_id
             if parent is None:
                 return
             # Lock-free: single dict operations are atomic under the GIL; readers copy before iterating.
             pid = parent.span_id
-            phases = self._phases
-            owner = phases.get(pid)
-            sample = owner[0] if owner is not None else self._samples.get(pid)
+            sample = self._samples.get(pid)  # most phases sit right below their sample ...
             if sample is None:
-                return
-            if len(phases) >= self.max_phases:
+                owner = self._phases.get(pid)  # ... others below a phase of it (tools under rl.tool_calls)
+                if owner is None:
+                    return
+                sample = owner[0]
+            phases = self._phases
+            if len(phases) < self.max_phases:
+                phases[sid] = (sample, phase, attrs.get(_TOOL), start)
+            else:
                 self.phases_untracked += 1
-                return
-            phases[ctx.span_id] = (sample, phase, attrs.get(_TOOL), start)
         except Exception:
             internal_error("InflightRegistry.on_start")
 
@@ -192,9 +202,8 @@ class InflightRegistry(SpanProcessor):
                     return  # not ours
                 rec.ended = True
             if self.keep_ended:
-                ended = self._ended
-                if len(ended) < self.max_ended:
-                    ended.append((rec, span))
+                if len(self._ended) < self.max_ended:
+                    self._ended.append((rec, span))
                 else:
                     self.ended_dropped += 1
         except Exception:
@@ -208,14 +217,11 @@ class InflightRegistry(SpanProcessor):
         return self.on_flush(timeout_millis / 1000) if self.on_flush is not None else True
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
-    def drain(self) -> list[tuple[_Sample | OpenPhase, ReadableSpan]]:
-        """Take the ended spans queued so far (phase records as :class:`OpenPhase`)."""
+    def drain(self) -> list[tuple[Any, ReadableSpan]]:
+        """Take the ended spans queued so far: ``(record, span)`` with a ``_Sample`` or a phase tuple with
+        :class:`OpenPhase`'s fields."""
         ended = self._ended
-        out: list[tuple[_Sample | OpenPhase, ReadableSpan]] = []
-        for _ in range(len(ended)):
-            rec, span = ended.popleft()
-            out.append((OpenPhase(*rec) if type(rec) is tuple else rec, span))
-        return out
+        return [ended.popleft() for _ in range(len(ended))]
 
     def _current(self) -> dict[int, tuple[Any, ...]]:
         """The most recently started open phase of each sample (by the sample's span id)."""

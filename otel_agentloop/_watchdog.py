@@ -182,24 +182,27 @@ def apply_verdicts(metrics: dict[str, float], verdicts: Sequence[Verdict]) -> No
 
 
 class _Learner:
-    """Recent durations per (phase, tool) and per (phase, None); p99-based thresholds on demand."""
+    """Recent durations per (phase, tool); p99-based thresholds per (phase, tool) and per phase on demand."""
 
     def __init__(self, window: int) -> None:
         self.window = window
         self.durations: dict[ThresholdKey, deque[float]] = {}
 
     def add(self, phase: str, tool: str | None, seconds: float) -> None:
-        for key in ((phase, None), (phase, tool)) if tool is not None else ((phase, None),):
-            window = self.durations.get(key)
-            if window is None:
-                window = self.durations[key] = deque(maxlen=self.window)
-            window.append(seconds)
+        window = self.durations.get((phase, tool))
+        if window is None:
+            window = self.durations[(phase, tool)] = deque(maxlen=self.window)
+        window.append(seconds)
 
     def thresholds(self, multiple: float, floor: float, min_obs: int) -> dict[ThresholdKey, float]:
         import numpy as np
 
-        return {key: max(floor, multiple * float(np.percentile(np.fromiter(window, float), 99)))
-                for key, window in self.durations.items() if len(window) >= min_obs}
+        pooled: dict[ThresholdKey, list[float]] = {}
+        for (phase, _tool), window in self.durations.items():
+            pooled.setdefault((phase, None), []).extend(window)
+        keys = {**{k: list(v) for k, v in self.durations.items()}, **pooled}
+        return {key: max(floor, multiple * float(np.percentile(np.asarray(values, float), 99)))
+                for key, values in keys.items() if len(values) >= min_obs}
 
 
 class LiveMonitor:
@@ -280,16 +283,20 @@ class LiveMonitor:
 
     def _drain(self) -> None:
         metrics, learn = self.metrics, self.settings.enabled
+        add = self._learner.add
         for rec, span in self.registry.drain():
-            phase = rec.phase if type(rec) is OpenPhase else None
+            if type(rec) is tuple:  # a phase: (sample, phase, tool, start_ns)
+                phase = rec[1]
+                if learn:
+                    try:
+                        end = span._end_time  # type: ignore[attr-defined]
+                    except AttributeError:
+                        end = span.end_time
+                    add(phase, rec[2], ((end or 0) - rec[3]) / 1e9)
+            else:
+                phase = None
             if metrics is not None:
                 metrics.record(phase, span)
-            if learn and phase is not None:
-                try:
-                    seconds = (span._end_time - span._start_time) / 1e9  # type: ignore[attr-defined]
-                except AttributeError:
-                    seconds = ((span.end_time or 0) - (span.start_time or 0)) / 1e9
-                self._learner.add(phase, rec.tool, seconds)  # type: ignore[union-attr]
 
     # -- thresholds -------------------------------------------------------------------------------
     def _rebuild(self, learned: Mapping[ThresholdKey, float]) -> None:
