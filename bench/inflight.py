@@ -69,7 +69,7 @@ def per_call(n: int) -> tuple[float, float]:
 
 def bench_phase(calls: int, rounds: int) -> dict[str, object]:
     """Many short rounds, on and off alternating (order flipped every round), so drift on a shared machine
-    hits both; the ratio is the median of the per-round on/off ratios."""
+    hits both; medians per configuration, and the median of the per-round on/off ratios."""
     tmp = tempfile.mkdtemp()
     on, monitor = provider(os.path.join(tmp, "on.jsonl"), True)
     off, _ = provider(os.path.join(tmp, "off.jsonl"), False)
@@ -90,11 +90,12 @@ def bench_phase(calls: int, rounds: int) -> dict[str, object]:
     _tracer.install(None)
     on.shutdown()
     off.shutdown()
-    ratio_wall = statistics.median(a / b for a, b in zip(wall["on"], wall["off"], strict=True))
+    ratio_pairs = statistics.median(a / b for a, b in zip(wall["on"], wall["off"], strict=True))
+    ratio_wall = statistics.median(wall["on"]) / statistics.median(wall["off"])
     ratio_cpu = statistics.median(a / b for a, b in zip(cpu["on"], cpu["off"], strict=True))
     return {"off_us": statistics.median(wall["off"]), "on_us": statistics.median(wall["on"]),
             "off_cpu_us": statistics.median(cpu["off"]), "on_cpu_us": statistics.median(cpu["on"]),
-            "ratio": ratio_wall, "ratio_cpu": ratio_cpu, "rounds": wall,
+            "ratio": ratio_wall, "ratio_pairs": ratio_pairs, "ratio_cpu": ratio_cpu, "rounds": wall,
             "drained_checks": monitor.checks}  # type: ignore[union-attr]
 
 
@@ -166,7 +167,7 @@ def main() -> int:
     args = ap.parse_args()
     phase = bench_phase(args.calls, args.rounds)
     print(f"decorated phase: registry off {phase['off_us']:.2f} us, on {phase['on_us']:.2f} us, "
-          f"ratio {phase['ratio']:.3f}; CPU off {phase['off_cpu_us']:.2f} us, on {phase['on_cpu_us']:.2f} us, "
+          f"ratio {phase['ratio']:.3f} (median of per-round ratios {phase['ratio_pairs']:.3f}); CPU off {phase['off_cpu_us']:.2f} us, on {phase['on_cpu_us']:.2f} us, "
           f"ratio {phase['ratio_cpu']:.3f}")
     typical = bench_watchdog(args.samples, args.window, 1.0, worst=False)
     print("watchdog default thresholds, 1 s checks:", typical)
@@ -183,7 +184,8 @@ def main() -> int:
         rows = [
             ("decorated phase, registry off (wall)", f"{phase['off_us']:.2f} us", "same processors and file export"),
             ("decorated phase, registry + watchdog on (wall)", f"{phase['on_us']:.2f} us", ""),
-            ("on / off, wall (median of per-round ratios)", f"{phase['ratio']:.3f}x", f"target <= 1.05x: {ok_phase}"),
+            ("on / off, wall (ratio of medians)", f"{phase['ratio']:.3f}x", f"target <= 1.05x: {ok_phase}"),
+            ("on / off, wall (median of per-round ratios)", f"{phase['ratio_pairs']:.3f}x", "noisier: shared machine"),
             ("decorated phase, process CPU off / on", f"{phase['off_cpu_us']:.2f} / {phase['on_cpu_us']:.2f} us",
              "all threads: export and watchdog included"),
             ("on / off, process CPU", f"{phase['ratio_cpu']:.3f}x", f"target <= 1.05x: {ok_phase_cpu}"),

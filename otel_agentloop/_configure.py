@@ -269,7 +269,8 @@ def configure(
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     if trace_per not in (None, "sample", "step"):
         raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
-    for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size)):
+    for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size),
+                          ("max_inflight_samples", max_inflight_samples)):
         if pvalue is not None and pvalue < 1:
             raise ValueError(f"{pname} must be >= 1, not {pvalue}")
     for pname, ivalue in (("max_exported_samples_per_step", max_exported_samples_per_step),

@@ -438,6 +438,7 @@ def install(provider: TracerProvider, metrics_processor: Any, export: Sequence[S
     registry.on_flush = monitor.force_flush
     provider.add_span_processor(registry)
     metrics_processor.add_release_listener(monitor.on_release)
+    metrics_processor.add_counter_source(lambda: {k: v for k, v in registry.stats.items() if k != "inflight_samples"})
     if on_step_metrics is not None:
         on_step_metrics(monitor.add_to_metrics)
     return monitor

@@ -371,3 +371,17 @@ def test_collect_without_reports_keeps_the_exact_metric_keys(live) -> None:
     asyncio.run(_quick_step(1))
     metrics = handle.metrics.collect(1)
     assert not any(k.startswith("agent_loop/watchdog/") for k in span_metrics(metrics))
+
+
+def test_bad_arguments_raise_before_anything_is_installed() -> None:
+    with pytest.raises(ValueError, match="max_inflight_samples"):
+        oal.configure("bad", exporters=[InMemorySpanExporter()], set_global=False, max_inflight_samples=0)
+    assert oal._tracer.current_tracer() is None
+
+
+def test_registry_counters_are_reported_with_the_step(live) -> None:
+    handle, _, _ = live
+    asyncio.run(_quick_step(1))
+    metrics = handle.metrics.collect(1)
+    for key in ("inflight_samples_evicted", "inflight_phases_untracked", "inflight_ended_dropped"):
+        assert metrics[f"agent_loop/telemetry/{key}"] == 0.0
