@@ -167,7 +167,8 @@ def main() -> int:
     args = ap.parse_args()
     phase = bench_phase(args.calls, args.rounds)
     print(f"decorated phase: registry off {phase['off_us']:.2f} us, on {phase['on_us']:.2f} us, "
-          f"ratio {phase['ratio']:.3f} (median of per-round ratios {phase['ratio_pairs']:.3f}); CPU off {phase['off_cpu_us']:.2f} us, on {phase['on_cpu_us']:.2f} us, "
+          f"ratio {phase['ratio']:.3f} (median of per-round ratios {phase['ratio_pairs']:.3f}); "
+          f"CPU off {phase['off_cpu_us']:.2f} us, on {phase['on_cpu_us']:.2f} us, "
           f"ratio {phase['ratio_cpu']:.3f}")
     typical = bench_watchdog(args.samples, args.window, 1.0, worst=False)
     print("watchdog default thresholds, 1 s checks:", typical)

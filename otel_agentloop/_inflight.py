@@ -57,7 +57,8 @@ class _Sample:
 
 
 class OpenPhase(NamedTuple):
-    """An open phase span of a tracked sample. The hot path stores plain tuples of these four fields."""
+    """An open phase span of a tracked sample. The hot path stores plain tuples of these four fields (and the
+    duration window of its (phase, tool))."""
 
     sample: _Sample
     phase: str
@@ -103,16 +104,21 @@ def _fields(span: Any) -> tuple[Any, str, Any, Any, int]:
 class InflightRegistry(SpanProcessor):
     """Tracks every running sample of this process and its open phase spans; see the module docstring.
 
-    ``keep_ended``: queue ended phase/sample spans (``(record, span)`` pairs) for :meth:`drain`.
+    ``keep_ended``: queue ended phase/sample spans (``(record, span)`` pairs) for :meth:`drain` (the library's
+    metrics need the spans). ``learn``: keep the durations (ns) of the last ``window`` ended phase spans per
+    (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in ``on_end`` itself.
     """
 
-    def __init__(self, *, max_samples: int = 65_536, keep_ended: bool = True, max_ended: int = 65_536) -> None:
+    def __init__(self, *, max_samples: int = 65_536, keep_ended: bool = True, max_ended: int = 65_536,
+                 learn: bool = True, window: int = 2048) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, not {max_samples}")
         self.max_samples = max_samples
         self.max_phases = 4 * max_samples
         self.keep_ended = keep_ended
         self.max_ended = max_ended
+        self.learn = learn
+        self.window = window
         self.pid = os.getpid()
         self.on_shutdown: Callable[[], None] | None = None
         """Called by ``shutdown`` (the provider's): stops the background thread."""
@@ -134,6 +140,8 @@ class InflightRegistry(SpanProcessor):
         self._samples: dict[int, _Sample] = {}  # by span id, in start order
         self._phases: dict[int, tuple[Any, ...]] = {}  # by span id, in start order: OpenPhase fields
         self._ended: deque[tuple[Any, ReadableSpan]] = deque()
+        self.durations: dict[tuple[str, str | None], deque[int]] = {}
+        """Recent phase durations in ns per (phase, tool): bounded deques (``learn``)."""
         self.samples_evicted = 0
         self.phases_untracked = 0
         self.ended_dropped = 0
@@ -171,7 +179,13 @@ class InflightRegistry(SpanProcessor):
                 sample = owner[0]
             phases = self._phases
             if len(phases) < self.max_phases:
-                phases[sid] = (sample, phase, attrs.get(_TOOL), start)
+                tool = attrs.get(_TOOL)
+                window = None
+                if self.learn:
+                    window = self.durations.get((phase, tool))
+                    if window is None:
+                        window = self.durations.setdefault((phase, tool), deque(maxlen=self.window))
+                phases[sid] = (sample, phase, tool, start, window)
             else:
                 self.phases_untracked += 1
         except Exception:
@@ -201,6 +215,11 @@ class InflightRegistry(SpanProcessor):
                 if rec is None:
                     return  # not ours
                 rec.ended = True
+            elif rec[4] is not None:
+                try:
+                    rec[4].append(span._end_time - rec[3])  # type: ignore[attr-defined,operator]
+                except (AttributeError, TypeError):
+                    rec[4].append((span.end_time or 0) - rec[3])
             if self.keep_ended:
                 if len(self._ended) < self.max_ended:
                     self._ended.append((rec, span))
@@ -218,8 +237,8 @@ class InflightRegistry(SpanProcessor):
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
     def drain(self) -> list[tuple[Any, ReadableSpan]]:
-        """Take the ended spans queued so far: ``(record, span)`` with a ``_Sample`` or a phase tuple with
-        :class:`OpenPhase`'s fields."""
+        """Take the ended spans queued so far: ``(record, span)`` with a ``_Sample`` or a phase tuple
+        (:class:`OpenPhase`'s fields, then the duration window)."""
         ended = self._ended
         return [ended.popleft() for _ in range(len(ended))]
 
@@ -268,7 +287,7 @@ class InflightRegistry(SpanProcessor):
         younger than ``min_threshold_ns``: O(candidates), not O(in-flight)."""
         found: list[tuple[OpenPhase, int]] = []
         for rec in list(self._phases.values()):
-            sample, phase, tool, start = rec
+            sample, phase, tool, start, _ = rec
             age = now_ns - start
             if age < min_threshold_ns:
                 break
@@ -276,7 +295,7 @@ class InflightRegistry(SpanProcessor):
                 continue
             if age >= thresholds(phase, tool):
                 sample.tripped = True
-                found.append((OpenPhase(*rec), age))
+                found.append((OpenPhase(*rec[:4]), age))
         return found
 
     @property

@@ -23,7 +23,6 @@ import os
 import threading
 import time
 import weakref
-from collections import deque
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
@@ -181,28 +180,20 @@ def apply_verdicts(metrics: dict[str, float], verdicts: Sequence[Verdict]) -> No
     metrics.hung_samples = hung  # type: ignore[attr-defined]
 
 
-class _Learner:
-    """Recent durations per (phase, tool); p99-based thresholds per (phase, tool) and per phase on demand."""
+def learned_thresholds(durations: Mapping[ThresholdKey, Any], multiple: float, floor: float,
+                       min_obs: int) -> dict[ThresholdKey, float]:
+    """``max(floor, multiple x p99)`` in seconds per (phase, tool) window of ns durations with at least
+    ``min_obs`` values, and per (phase, None) over all of that phase's windows."""
+    import numpy as np
 
-    def __init__(self, window: int) -> None:
-        self.window = window
-        self.durations: dict[ThresholdKey, deque[float]] = {}
-
-    def add(self, phase: str, tool: str | None, seconds: float) -> None:
-        window = self.durations.get((phase, tool))
-        if window is None:
-            window = self.durations[(phase, tool)] = deque(maxlen=self.window)
-        window.append(seconds)
-
-    def thresholds(self, multiple: float, floor: float, min_obs: int) -> dict[ThresholdKey, float]:
-        import numpy as np
-
-        pooled: dict[ThresholdKey, list[float]] = {}
-        for (phase, _tool), window in self.durations.items():
-            pooled.setdefault((phase, None), []).extend(window)
-        keys = {**{k: list(v) for k, v in self.durations.items()}, **pooled}
-        return {key: max(floor, multiple * float(np.percentile(np.asarray(values, float), 99)))
-                for key, values in keys.items() if len(values) >= min_obs}
+    keys: dict[ThresholdKey, list[int]] = {}
+    for (phase, tool), window in list(durations.items()):
+        values = list(window)  # one C-level copy: safe while on_end appends
+        keys.setdefault((phase, None), []).extend(values)
+        if tool is not None:
+            keys[(phase, tool)] = values
+    return {key: max(floor, multiple * float(np.percentile(np.asarray(values, float), 99)) / 1e9)
+            for key, values in keys.items() if len(values) >= min_obs}
 
 
 class LiveMonitor:
@@ -229,7 +220,6 @@ class LiveMonitor:
                 snap.add_span_processor(proc)
             self._snapshots = snap.get_tracer("otel_agentloop.watchdog")
         self._explicit = settings.parsed
-        self._learner = _Learner(settings.window)
         self._thresholds: dict[ThresholdKey, float] = {}
         self._rebuild({})
         self._tripped: dict[tuple[int | None, bool], list[tuple[_Sample, OpenPhase]]] = {}
@@ -245,7 +235,6 @@ class LiveMonitor:
         def after_fork() -> None:
             monitor = ref()
             if monitor is not None and not monitor._closed:
-                monitor._learner = _Learner(settings.window)
                 monitor._tripped, monitor._verdicts = {}, {}
                 monitor._init_thread()
 
@@ -282,21 +271,10 @@ class LiveMonitor:
         self.cpu_s += time.thread_time() - t0
 
     def _drain(self) -> None:
-        metrics, learn = self.metrics, self.settings.enabled
-        add = self._learner.add
+        metrics = self.metrics
         for rec, span in self.registry.drain():
-            if type(rec) is tuple:  # a phase: (sample, phase, tool, start_ns)
-                phase = rec[1]
-                if learn:
-                    try:
-                        end = span._end_time  # type: ignore[attr-defined]
-                    except AttributeError:
-                        end = span.end_time
-                    add(phase, rec[2], ((end or 0) - rec[3]) / 1e9)
-            else:
-                phase = None
             if metrics is not None:
-                metrics.record(phase, span)
+                metrics.record(rec[1] if type(rec) is tuple else None, span)
 
     # -- thresholds -------------------------------------------------------------------------------
     def _rebuild(self, learned: Mapping[ThresholdKey, float]) -> None:
@@ -373,7 +351,8 @@ class LiveMonitor:
                 self._drain()
                 if self.settings.enabled:
                     s = self.settings
-                    self._rebuild(self._learner.thresholds(s.p99_multiple, s.min_s, s.min_observations))
+                    self._rebuild(learned_thresholds(self.registry.durations, s.p99_multiple, s.min_s,
+                                                     s.min_observations))
                 slow, hung = [], []
                 for sample, rec in self._tripped.pop((step, validate), ()):
                     item = OverdueSample(sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase,
@@ -431,7 +410,8 @@ def install(provider: TracerProvider, metrics_processor: Any, export: Sequence[S
     """Create the registry (added to ``provider``) and the monitor; hook step release and collect."""
     from ._otel_metrics import LibraryMetrics
 
-    registry = InflightRegistry(max_samples=max_inflight, keep_ended=settings.enabled or bool(readers))
+    registry = InflightRegistry(max_samples=max_inflight, keep_ended=bool(readers), learn=settings.enabled,
+                                window=settings.window)
     lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
     monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
     registry.on_shutdown = monitor.shutdown  # provider.shutdown() stops the thread
