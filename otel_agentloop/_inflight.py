@@ -20,7 +20,6 @@ import time
 import weakref
 from collections import deque
 from collections.abc import Callable
-from dataclasses import dataclass
 from typing import Any, NamedTuple
 
 from opentelemetry.context import Context
@@ -66,8 +65,7 @@ class OpenPhase(NamedTuple):
     start_ns: int
 
 
-@dataclass(frozen=True)
-class InflightSample:
+class InflightSample(NamedTuple):
     """One running sample as seen at snapshot time (picklable: it crosses Ray).
 
     ``phase`` is the phase of the most recently started open phase span (``"other"`` when none is open) and

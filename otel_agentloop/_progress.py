@@ -24,7 +24,7 @@ class Progress:
     """
 
     def __init__(self, total: int, label: str, *, enabled: bool = True,
-                 inflight: Callable[[], Sequence[Any]] | None = None, redraw_s: float = 0.5,
+                 inflight: Callable[[], Sequence[Any]] | None = None, redraw_s: float = 1.0,
                  live_every_s: float = 5.0) -> None:
         self.total = max(total, 1)
         self.label = label
