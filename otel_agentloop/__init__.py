@@ -31,6 +31,7 @@ from ._context import (
     step,
 )
 from ._file_exporter import OTLPJsonFileExporter
+from ._inflight import InflightSample
 from ._otlp_json import decode_resource_spans, read_jsonl
 from ._phase import phase, span, trace_generate, trace_reward, trace_tool
 from ._processor import PhaseMetricsProcessor
@@ -39,10 +40,13 @@ from ._table import PhaseTable, StepMetrics, compute_metrics
 from ._timeline import TimelineRecorder
 from ._trainer import trainer_phase
 from ._version import __version__
+from ._watchdog import OverdueSample, WatchdogSettings
 
 __all__ = [
     "Handle",
+    "InflightSample",
     "OTLPJsonFileExporter",
+    "OverdueSample",
     "PhaseMetricsProcessor",
     "PhaseTable",
     "SampleHandle",
@@ -50,6 +54,7 @@ __all__ = [
     "StepMetrics",
     "StepState",
     "TimelineRecorder",
+    "WatchdogSettings",
     "__version__",
     "bind",
     "compute_metrics",

@@ -14,7 +14,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
-from . import _tracer
+from . import _otel_metrics, _tracer, _watchdog
 from ._content import policy as content_policy
 from ._context import TracePer, defaults
 from ._export import ExportProcessor
@@ -24,6 +24,7 @@ from ._keep import SampleKeeper
 from ._processor import PhaseMetricsProcessor
 from ._sampling import BudgetSampler
 from ._settings import DEFAULT_FILE, PROTOCOLS, env_bool, env_choice, env_number, env_str, parse_headers
+from ._watchdog import WatchdogSettings
 
 _DEFAULT_ATTRIBUTE_LENGTH = 4096
 
@@ -53,6 +54,14 @@ class Handle:
         """Environment for another process's ``configure()`` to export like this one (see integrations.ray)."""
         self._previous = previous
         self._closed = False
+
+    live: Any = None
+    """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
+
+    def inflight(self, limit: int | None = None) -> list[Any]:
+        """This process's running samples, oldest first (``InflightSample``: identity, phase, tool, ages,
+        trace id); ``[]`` when tracing is off."""
+        return self.live.registry.snapshot(limit) if self.live is not None and not self._closed else []
 
     @property
     def enabled(self) -> bool:
@@ -220,6 +229,9 @@ def configure(
     capture_content: bool | None = None,
     max_content_chars: int = 2048,
     redact: Callable[[str], str] | None = None,
+    watchdog: WatchdogSettings | bool | None = None,
+    max_inflight_samples: int = 65_536,
+    metric_readers: Sequence[Any] = (),
 ) -> Handle:
     """Set up tracing for this process and return a :class:`Handle`.
 
@@ -245,13 +257,20 @@ def configure(
     ``OTEL_AGENTLOOP_CAPTURE_CONTENT=true``), passed through ``redact`` and truncated to ``max_content_chars``
     (truncations counted in ``agent_loop/telemetry/content_truncated``).
 
+    Live view (see ``_inflight``, ``_watchdog``, ``_otel_metrics``): every running sample is tracked
+    (``handle.inflight()``, at most ``max_inflight_samples``); ``watchdog`` (a :class:`WatchdogSettings`,
+    ``False`` to turn it off, default from ``OTEL_AGENTLOOP_WATCHDOG*``) reports phases running too long; the
+    library's duration histograms and in-flight gauges go to ``metric_readers`` and to the reader
+    ``OTEL_METRICS_EXPORTER`` asks for (OTLP by default when an OTLP endpoint is set).
+
     Raises ``ValueError`` for invalid arguments; invalid environment values only warn (see ``_settings``).
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     if trace_per not in (None, "sample", "step"):
         raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
-    for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size)):
+    for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size),
+                          ("max_inflight_samples", max_inflight_samples)):
         if pvalue is not None and pvalue < 1:
             raise ValueError(f"{pname} must be >= 1, not {pvalue}")
     for pname, ivalue in (("max_exported_samples_per_step", max_exported_samples_per_step),
@@ -369,6 +388,15 @@ def configure(
         file=next((e.path for _, e in targets if isinstance(e, OTLPJsonFileExporter)), None),
         traces_exporter=traces_exporter, budget=budget, capture=capture_content,
     )
+    settings = watchdog if isinstance(watchdog, WatchdogSettings) else WatchdogSettings.from_env(
+        **({} if watchdog is None else {"enabled": bool(watchdog)}))
+    metric_endpoint = (endpoint or env_endpoint) if traces_exporter == "otlp" else None
+    handle.live = _watchdog.install(
+        provider, metrics, export_processors, settings=settings, max_inflight=max_inflight_samples,
+        readers=[*metric_readers, *_otel_metrics.build_readers(endpoint, protocol)],
+        on_step_metrics=metrics.add_step_source)
+    handle.worker_env.update(settings.worker_env())
+    handle.worker_env.update(_otel_metrics.worker_env(metric_endpoint))
     global _current
     _current = handle
     metrics.add_counter_source(handle.export_counters)

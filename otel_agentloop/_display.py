@@ -1,8 +1,9 @@
-"""Printing a step's metrics the way a person reads them."""
+"""Printing a step's metrics, and the samples still running, the way a person reads them."""
 
 from __future__ import annotations
 
-from collections.abc import Mapping
+from collections.abc import Mapping, Sequence
+from typing import Any
 
 from . import semconv as sc
 
@@ -32,3 +33,27 @@ def metrics_table(metrics: Mapping[str, float], title: str = "") -> str:
         lines.append("slowest: " + ", ".join(parts))
     lines.append(f"samples: {metrics.get(p + '/num_samples', 0):.0f}")
     return "\n".join(lines)
+
+
+def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
+    """The live view of running samples (``InflightSample``\\ s, any order): counts by phase (tools by name),
+    then the ``top`` oldest, overdue ones flagged."""
+    by_phase: dict[str, int] = {}
+    tools: dict[str, int] = {}
+    for s in samples:
+        by_phase[s.phase] = by_phase.get(s.phase, 0) + 1
+        if s.tool:
+            tools[s.tool] = tools.get(s.tool, 0) + 1
+    parts = []
+    for phase in (*_PHASES, "other"):
+        n = by_phase.get(phase, 0)
+        if phase == sc.TOOL_CALLS and tools:
+            parts.append(f"{phase} {n} ({', '.join(f'{t} {c}' for t, c in sorted(tools.items()))})")
+        elif n or phase != "other":
+            parts.append(f"{phase} {n}")
+    lines = [f"in flight: {len(samples):>4}  " + " | ".join(parts)]
+    for s in sorted(samples, key=lambda s: -s.sample_age_s)[:top]:
+        where = f"{s.phase}{' ' + s.tool if s.tool else ''} {s.phase_age_s:.1f}s"
+        lines.append(f"  oldest: {s.label():<28} {where:<32} sample {s.sample_age_s:6.1f}s  trace {s.trace_id}"
+                     f"{'  OVERDUE' if s.overdue else ''}")
+    return lines

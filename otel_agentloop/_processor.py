@@ -19,6 +19,7 @@ from ._table import PhaseTable, StepMetrics, compute_metrics
 StepKey = tuple[int | None, bool]
 _PHASE, _SAMPLE, _INDEX, _ROLLOUT = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N
 _STEP, _VALIDATE = sc.RL_STEP, sc.RL_VALIDATE
+_SNAPSHOT = sc.RL_SNAPSHOT
 _ERROR = StatusCode.ERROR
 
 
@@ -52,6 +53,7 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._dropped_closed = 0
         self._release_listeners: list[Callable[[int | None, bool], None]] = []
         self._counter_sources: list[Callable[[], Mapping[str, int]]] = []
+        self._step_sources: list[Callable[[int | None, bool, StepMetrics], None]] = []
         self._last_key: object = object()  # one-entry cache: most spans belong to the step of the previous one
         self._last_rows: StepRows | None = None
 
@@ -97,7 +99,7 @@ class PhaseMetricsProcessor(SpanProcessor):
             p = -1
         else:
             p = PHASE_INDEX.get(phase, -2)  # type: ignore[arg-type]
-            if p == -2:
+            if p == -2 or get(_SNAPSHOT):  # a watchdog snapshot of a running sample is not phase time
                 return
         index = get(_INDEX)
         if type(index) is not int:
@@ -172,6 +174,11 @@ class PhaseMetricsProcessor(SpanProcessor):
                 internal_error("PhaseMetricsProcessor.counter_source")
         for name, value in counters.items():
             metrics[f"{sc.METRIC_PREFIX}/telemetry/{name}"] = float(value)
+        for step_source in self._step_sources:
+            try:
+                step_source(step, validate, metrics)
+            except Exception:
+                internal_error("PhaseMetricsProcessor.step_source")
         return metrics
 
     def add_release_listener(self, listener: Callable[[int | None, bool], None]) -> None:
@@ -181,6 +188,10 @@ class PhaseMetricsProcessor(SpanProcessor):
     def add_counter_source(self, source: Callable[[], Mapping[str, int]]) -> None:
         """Report ``source()``'s counters in :meth:`collect` under ``agent_loop/telemetry/``."""
         self._counter_sources.append(source)
+
+    def add_step_source(self, source: Callable[[int | None, bool, StepMetrics], None]) -> None:
+        """Let ``source(step, validate, metrics)`` add keys to :meth:`collect`'s result (after release)."""
+        self._step_sources.append(source)
 
     def open_steps(self) -> list[StepKey]:
         """(step, validate) pairs holding uncollected state."""

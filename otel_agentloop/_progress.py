@@ -1,13 +1,31 @@
-"""A tiny progress bar on stderr (no dependency); plain lines when stderr is not a terminal."""
+"""A tiny progress bar on stderr (no dependency), with an optional live view of the samples still running.
+
+On a terminal the bar and the live view are redrawn in place (plain ANSI: cursor up, clear to end); otherwise
+a plain line is printed every ``live_every_s`` seconds while the step runs, and one when it ends.
+"""
 
 from __future__ import annotations
 
 import sys
+import threading
 import time
+from collections.abc import Callable, Sequence
+from typing import Any
+
+from ._display import inflight_lines
+from ._guard import internal_error
 
 
 class Progress:
-    def __init__(self, total: int, label: str, *, enabled: bool = True) -> None:
+    """``advance()`` per finished sample; ``close()`` at the end of the step.
+
+    ``inflight``: a callable returning the running samples (``handle.inflight`` or a Ray gather); with it a
+    daemon thread redraws the live view every ``redraw_s`` (terminal) or prints a line every ``live_every_s``.
+    """
+
+    def __init__(self, total: int, label: str, *, enabled: bool = True,
+                 inflight: Callable[[], Sequence[Any]] | None = None, redraw_s: float = 1.0,
+                 live_every_s: float = 5.0) -> None:
         self.total = max(total, 1)
         self.label = label
         self.done = 0
@@ -15,26 +33,64 @@ class Progress:
         self.tty = sys.stderr.isatty()
         self.start = time.perf_counter()
         self._last = 0.0
+        self._drawn = 0  # lines of the last terminal redraw
+        self._lock = threading.Lock()
+        self._inflight = inflight if enabled else None
+        self._stop = threading.Event()
+        self._thread: threading.Thread | None = None
+        if self._inflight is not None:
+            period = redraw_s if self.tty else live_every_s
+            self._thread = threading.Thread(target=self._live, args=(period,), name="otel_agentloop.view",
+                                            daemon=True)
+            self._thread.start()
 
     def advance(self, n: int = 1) -> None:
         self.done += n
-        if not self.enabled or not self.tty:
+        if not self.enabled or not self.tty or self._thread is not None:
             return
         now = time.perf_counter()
         if now - self._last < 0.05 and self.done < self.total:
             return
         self._last = now
+        self._draw([])
+
+    def _bar(self) -> str:
         width = 30
         filled = int(width * self.done / self.total)
-        sys.stderr.write(f"\r{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                         f"{now - self.start:5.1f}s")
-        sys.stderr.flush()
+        return (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+                f"{time.perf_counter() - self.start:5.1f}s")
+
+    def _draw(self, extra: list[str]) -> None:
+        with self._lock:
+            up = f"\x1b[{self._drawn - 1}F" if self._drawn > 1 else ""
+            lines = [self._bar(), *extra]
+            sys.stderr.write(up + "\r\x1b[J" + "\n".join(lines))
+            sys.stderr.flush()
+            self._drawn = len(lines)
+
+    def _live(self, period: float) -> None:
+        while not self._stop.wait(period):
+            try:
+                samples = list(self._inflight())  # type: ignore[misc]
+                lines = inflight_lines(samples)
+                if self.tty:
+                    self._draw(lines)
+                else:
+                    head = f"{self.label}: {self.done}/{self.total} done {time.perf_counter() - self.start:.1f}s; "
+                    sys.stderr.write(head + "\n".join(lines) + "\n")
+                    sys.stderr.flush()
+            except Exception:
+                internal_error("Progress.live")
 
     def close(self) -> None:
+        if self._thread is not None:
+            self._stop.set()
+            self._thread.join(5)
         if not self.enabled:
             return
         elapsed = time.perf_counter() - self.start
         if self.tty:
+            self._draw([])
             sys.stderr.write("\n")
         else:
             sys.stderr.write(f"{self.label}: {self.done}/{self.total} samples in {elapsed:.1f}s\n")

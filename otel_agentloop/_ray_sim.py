@@ -9,6 +9,7 @@ the spans of its own slowest sample: the global slowest is one of them).
 from __future__ import annotations
 
 import argparse
+import asyncio
 import os
 import time
 from dataclasses import replace
@@ -27,6 +28,7 @@ from ._trainer_sim import (
     trainer_metrics,
     validation_config,
 )
+from ._watchdog import Verdict
 from .integrations import ray as oal_ray
 from .simulate import SimConfig, run_samples
 from .training_health import HealthMonitor
@@ -43,6 +45,7 @@ class SimWorker:
         self.timelines = TimelineRecorder()
         self.captures: dict[int, ValidationCapture] = {}
         handle.provider.add_span_processor(self.timelines)  # type: ignore[union-attr]
+        self.stragglers: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[float]]] = []
 
     @oal_ray.traced_remote
     async def run_chunk(self, step: int, work: list[tuple[int, int]], cfg: SimConfig,
@@ -52,19 +55,28 @@ class SimWorker:
         capture = None
         if val_generations:
             capture = self.captures.setdefault(step, ValidationCapture(val_generations, seed=cfg.seed))
-        outcomes = await run_samples(cfg, step, work, capture=capture)
+        stragglers: list[asyncio.Task[float]] = []
+        outcomes = await run_samples(cfg, step, work, capture=capture, stragglers=stragglers)
+        loop = asyncio.get_running_loop()
+        self.stragglers += [(loop, task) for task in stragglers]  # still running: cancelled in finish_step
         return (sum(isinstance(o, BaseException) for o in outcomes), [o for o in outcomes if isinstance(o, float)])
 
-    def finish_step(self, step: int) -> tuple[PhaseTable, dict[tuple[int, int], list[SpanRecord]], dict[str, int]]:
-        """This worker's table of ``step``, the spans of its slowest sample, and its export counters."""
+    def finish_step(self, step: int) -> tuple[PhaseTable, dict[tuple[int, int], list[SpanRecord]], dict[str, int],
+                                              Verdict]:
+        """This worker's table of ``step``, the spans of its slowest sample, its export counters and watchdog
+        verdict; then samples still running (hung) are cancelled."""
         table = oal_ray.worker_table(step)
+        verdict = oal_ray.worker_verdict(step)
+        for loop, task in self.stragglers:
+            loop.call_soon_threadsafe(task.cancel)
+        self.stragglers.clear()
         timelines = self.timelines.pop(step)
         slowest = table.slowest(1)
         spans = {}
         if slowest:
             key = (int(slowest[0]["sample_index"]), int(slowest[0]["rollout_n"]))  # type: ignore[call-overload]
             spans[key] = timelines.get(key, [])
-        return table, spans, current_handle().stats  # type: ignore[union-attr]
+        return table, spans, current_handle().stats, verdict  # type: ignore[union-attr]
 
     def finish_validation(self, step: int) -> tuple[list[Any], int]:
         """This worker's validation sketch of ``step`` and how many samples it saw (releasing the step's
@@ -108,12 +120,12 @@ def _rollout(ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progr
 
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
-    from .cli import StepOutcome, _finish, _report_step, sim_config
+    from .cli import StepOutcome, _finish, _report_step, misbehaviour, sim_config, sim_watchdog
 
     ray = oal_ray._ray()
     cfg = sim_config(args)
     handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
-                       trace_per=args.trace_per)
+                       trace_per=args.trace_per, watchdog=sim_watchdog(args))
     monitor = HealthMonitor(log=False)  # alerts are printed below
     n = args.workers
     print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
@@ -128,8 +140,11 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         actor = ray.remote(num_cpus=0)(SimWorker)
         workers = [actor.remote() for _ in range(n)]
         for step in range(1, args.steps + 1):
-            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave))
-            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet)
+            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave),
+                               **misbehaviour(step, args.misbehave))
+            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet,
+                           inflight=lambda: oal_ray.gather_inflight(workers, timeout_s=2.0),
+                           live_every_s=args.live_every)
             timing_raw: dict[str, float] = {}
             t0 = time.perf_counter()
             with ctx.step(step):
@@ -139,7 +154,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 step_s = time.perf_counter() - t0
                 bar.close()
                 finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-                metrics = oal_ray.merge_metrics(t for t, _, _ in finished)
+                metrics = oal_ray.add_verdicts(oal_ray.merge_metrics(t for t, _, _, _ in finished),
+                                               [v for _, _, _, v in finished])
                 capture, val_rewards = None, []
                 if args.val_every and step % args.val_every == 0:
                     with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
@@ -151,7 +167,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
                 alerts = monitor.observe(step, trainer)
             spans: dict[tuple[int, int], list[SpanRecord]] = {}
-            for _, worker_spans, _ in finished:
+            for _, worker_spans, _, _ in finished:
                 spans.update(worker_spans)
             _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture,
                                                     spans), where=f" over {n} workers")

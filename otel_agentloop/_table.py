@@ -120,6 +120,13 @@ class StepMetrics(dict[str, float]):
 
     slowest_trace_id: str | None = None
     slowest_sample: tuple[int, int] | None = None
+    slow_trace_ids: tuple[str, ...] = ()
+    """Trace ids of samples the watchdog reported that finished before collection (``agent_loop/watchdog/slow``)."""
+    hung_trace_ids: tuple[str, ...] = ()
+    """Trace ids of samples the watchdog reported still running at collection (``agent_loop/watchdog/hung``)."""
+    slow_samples: tuple[object, ...] = ()
+    hung_samples: tuple[object, ...] = ()
+    """(sample_index, rollout_n, trace_id, phase, tool) of each, as ``OverdueSample``."""
 
 
 def compute_metrics(table: PhaseTable) -> StepMetrics:

@@ -14,7 +14,7 @@ from typing import Any
 
 from . import _context as ctx
 from . import semconv as sc
-from ._configure import configure
+from ._configure import Handle, configure
 from ._display import metrics_table
 from ._otlp_json import decode_resource_spans, read_jsonl
 from ._progress import Progress
@@ -37,6 +37,7 @@ from ._trainer_sim import (
     trainer_metrics,
     validation_config,
 )
+from ._watchdog import WatchdogSettings
 from ._waterfall import render_png, render_text
 from .simulate import SimConfig, run_samples
 from .training_health import Alert, HealthMonitor
@@ -51,23 +52,24 @@ def _simulate(args: argparse.Namespace) -> int:
     cfg = sim_config(args)
     timelines = TimelineRecorder()
     handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
-                       trace_per=args.trace_per, processors=[timelines])
+                       trace_per=args.trace_per, processors=[timelines], watchdog=sim_watchdog(args))
     monitor = HealthMonitor(log=False)  # alerts are printed below
     print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}")
     results = []
     try:
         for step in range(1, args.steps + 1):
-            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave))
-            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet)
+            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave),
+                               **misbehaviour(step, args.misbehave))
+            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet, inflight=handle.inflight,
+                           live_every_s=args.live_every)
             timing_raw: dict[str, float] = {}
             t0 = time.perf_counter()
             with ctx.step(step):
                 with trainer_phase("gen", timing_raw):
-                    outcomes = asyncio.run(_rollout(step_cfg, step, bar.advance))
+                    outcomes, metrics = asyncio.run(_rollout_and_collect(step_cfg, step, bar.advance, handle))
                 run_trainer_phases(timing_raw, cfg.time_scale)
                 step_s = time.perf_counter() - t0  # rollout + update; the validation pass is not counted
                 bar.close()
-                metrics = handle.metrics.collect(step)
                 spans = timelines.pop(step)
                 capture = None
                 if args.val_every and step % args.val_every == 0:
@@ -107,6 +109,8 @@ class StepOutcome:
 def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: StepOutcome,
                  where: str = "") -> None:
     results.append({"step": out.step, "metrics": dict(out.metrics), "slowest_trace_id": out.metrics.slowest_trace_id,
+                    "hung_trace_ids": list(out.metrics.hung_trace_ids),
+                    "slow_trace_ids": list(out.metrics.slow_trace_ids),
                     "failed_samples": out.failed, "trainer": out.trainer, "timing_raw": out.timing_raw,
                     "alerts": [a.rule for a in out.alerts],
                     "validation_generations": out.capture.result() if out.capture else None})
@@ -138,6 +142,39 @@ async def _rollout(cfg: SimConfig, step: int, on_done: Callable[[], None] | None
     return await run_samples(cfg, step, cfg.work(), on_done=on_done, capture=capture)
 
 
+async def _rollout_and_collect(cfg: SimConfig, step: int, on_done: Callable[[], None] | None, handle: Handle
+                               ) -> tuple[list[float | BaseException], StepMetrics]:
+    """The rollout, then the step's metrics collected while any hung sample still runs, then it is cancelled
+    (what a trainer with a rollout timeout does): the watchdog classifies it hung."""
+    stragglers: list[asyncio.Task[float]] = []
+    outcomes = await run_samples(cfg, step, cfg.work(), on_done=on_done, stragglers=stragglers)
+    metrics = handle.metrics.collect(step)
+    for task in stragglers:
+        task.cancel()
+    await asyncio.gather(*stragglers, return_exceptions=True)
+    return outcomes, metrics
+
+
+WATCH_INTERVAL_S = 0.25
+TOOL_THRESHOLD_S = 1.0
+
+
+def sim_watchdog(args: argparse.Namespace) -> WatchdogSettings | None:
+    """Under ``--misbehave``: tool calls over 1 s are reported (checked every 0.25 s); else the defaults."""
+    if not args.misbehave:
+        return None
+    return WatchdogSettings.from_env(interval_s=WATCH_INTERVAL_S, thresholds_s={"tool_calls": TOOL_THRESHOLD_S})
+
+
+def misbehaviour(step: int, misbehave: bool) -> dict[str, Any]:
+    """From step MISBEHAVE_FROM_STEP under ``--misbehave``: sample 0/0's sandbox call hangs (cancelled once the
+    step is collected), sample 1/0's takes 1.5x the tool threshold (slow, then done)."""
+    if not (misbehave and step >= MISBEHAVE_FROM_STEP):
+        return {}
+    return {"hang": (0, 0), "hang_grace_s": TOOL_THRESHOLD_S + 3 * WATCH_INTERVAL_S, "slow": (1, 0),
+            "slow_tool_s": 1.5 * TOOL_THRESHOLD_S}
+
+
 def sim_config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(prompts=args.prompts, rollout_n=args.rollout_n, max_turns=args.max_turns,
                      time_scale=args.time_scale, seed=args.seed)
@@ -147,6 +184,10 @@ def _print_step(step: int, metrics: StepMetrics, failed: int, spans: dict[tuple[
                 png: str | None, where: str = "") -> None:
     print()
     print(metrics_table(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)"))
+    for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
+        for item in items:
+            print(f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"  # type: ignore[attr-defined]
+                  f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}")  # type: ignore[attr-defined]
     key = metrics.slowest_sample
     if key is not None and spans.get(key):
         title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
@@ -255,7 +296,10 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--val-every", type=int, default=2, help="a validation pass every N steps (0: none)")
     sim.add_argument("--val-generations", type=int, default=4, help="validation generations to keep")
     sim.add_argument("--misbehave", action="store_true",
-                     help=f"from step {MISBEHAVE_FROM_STEP}: KL spike and a {SLOWDOWN:.0f}x slower rollout")
+                     help=f"from step {MISBEHAVE_FROM_STEP}: KL spike, a {SLOWDOWN:.0f}x slower rollout, a hung and a "
+                          "slow tool call (reported by the watchdog, classified hung/slow)")
+    sim.add_argument("--live-every", type=float, default=5.0,
+                     help="seconds between live-view lines when stderr is not a terminal")
     sim.set_defaults(func=_simulate)
 
     rep = sub.add_parser("report", help="rebuild a step's metrics and waterfalls from a trace file or Jaeger")

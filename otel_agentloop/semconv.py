@@ -76,3 +76,24 @@ RL_PHASE_TRAIN: Final = "rl.train.phase"
 """The trainer phase a ``rl.train.<name>`` span times (verl's ``marked_timer`` name)."""
 WORKER_SPAN: Final = "rl.worker"
 """One Ray actor call's share of a step (driver step -> worker call -> samples)."""
+
+# -- live view: in-flight samples, watchdog snapshots, metrics from the library ------------------
+RL_SNAPSHOT: Final = "rl.snapshot"
+"""``True`` on a watchdog snapshot span: a still-running sample as seen at snapshot time. Not a phase span:
+metrics and reports skip it."""
+SNAPSHOT_SUFFIX: Final = " (in progress)"
+"""A snapshot span is named ``"<sample span name> (in progress)"``, in the sample's trace, linked to the open
+sample span, from the sample's start to the snapshot time, with the sample's identity, ``rl.phase`` (the
+phase running at snapshot time) and ``gen_ai.tool.name`` when in a tool."""
+RL_SNAPSHOT_PHASE_AGE: Final = "rl.snapshot.phase_age_s"
+"""Seconds the current phase had run at snapshot time."""
+GEN_AI_CLIENT_OPERATION_DURATION: Final = "gen_ai.client.operation.duration"
+GEN_AI_EXECUTE_TOOL_DURATION: Final = "gen_ai.execute_tool.duration"
+RL_REWARD_DURATION: Final = "rl.reward.duration"
+RL_SAMPLE_DURATION: Final = "rl.sample.duration"
+RL_INFLIGHT_SAMPLES: Final = "rl.samples.in_flight"
+RL_INFLIGHT_OLDEST_AGE: Final = "rl.samples.in_flight.oldest_age"
+WATCHDOG_SLOW: Final = "watchdog/slow"
+"""``agent_loop/watchdog/slow``: samples the watchdog reported that finished before the step was collected."""
+WATCHDOG_HUNG: Final = "watchdog/hung"
+"""``agent_loop/watchdog/hung``: samples the watchdog reported still running when the step was collected."""

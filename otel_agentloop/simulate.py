@@ -3,6 +3,10 @@
 Per sample: one to ``max_turns`` generation turns with long-tailed latency, tool calls between turns (up to
 three in parallel under ``asyncio.gather``), then reward. Latencies come from a generator seeded by
 (seed, step, sample, rollout), so a run is reproducible. ``time_scale`` shrinks every sleep.
+
+Misbehaviour for the live view (``simulate --misbehave``): ``hang`` names a sample whose first tool call
+never returns by itself (it is left running when the others are done, for the caller to cancel after
+collecting the step), ``slow`` one whose first tool call takes ``slow_tool_s`` (unscaled) and then finishes.
 """
 
 from __future__ import annotations
@@ -40,6 +44,13 @@ class SimConfig:
     seed: int = 0
     fail_samples: frozenset[int] = field(default_factory=frozenset)
     """Sample indices whose reward raises (to exercise failure paths)."""
+    hang: tuple[int, int] | None = None
+    """(sample index, rollout n) whose first tool call hangs until cancelled."""
+    hang_grace_s: float = 0.0
+    """How long :func:`run_samples` waits for the hung sample after the others finished (unscaled)."""
+    slow: tuple[int, int] | None = None
+    """(sample index, rollout n) whose first tool call takes ``slow_tool_s`` (unscaled)."""
+    slow_tool_s: float = 0.0
 
     def work(self) -> list[tuple[int, int]]:
         """(sample_index, rollout_n) of one step, in batch order."""
@@ -93,6 +104,16 @@ async def python(rng: random.Random, cfg: SimConfig) -> str:
 _TOOL_FUNCS = {"search": search, "calculator": calculator, "python": python}
 
 
+@trace_tool("sandbox")
+async def sandbox(delay: float | None) -> str:
+    """A code sandbox that never answers (``delay=None``) or answers late."""
+    if delay is None:
+        await asyncio.Event().wait()  # until cancelled
+    else:
+        await asyncio.sleep(delay)
+    return "ok"
+
+
 @trace_reward
 async def compute_score(rng: random.Random, cfg: SimConfig, index: int) -> float:
     await asyncio.sleep(rng.uniform(*cfg.reward_s) * cfg.time_scale)
@@ -118,8 +139,11 @@ async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int,
         prompt = rng.randint(64, 512)
         response = 0
         turns = rng.randint(1, cfg.max_turns)
+        key = (index, rollout_n)
         for turn in range(turns):
             response += await generate(rng, cfg, prompt + response)
+            if turn == 0 and key in (cfg.hang, cfg.slow):
+                await sandbox(None if key == cfg.hang else cfg.slow_tool_s)
             if turn < turns - 1 and rng.random() < cfg.tool_prob:
                 names = rng.sample(TOOLS, rng.randint(1, 3))
                 results = await asyncio.gather(*(_TOOL_FUNCS[n](rng, cfg) for n in names), return_exceptions=True)
@@ -138,8 +162,14 @@ async def run_samples(
     work: Sequence[tuple[int, int]],
     on_done: Callable[[], None] | None = None,
     capture: ValidationCapture | None = None,
+    stragglers: list[asyncio.Task[float]] | None = None,
 ) -> list[float | BaseException]:
-    """Run ``work`` concurrently (inside the caller's step context); failed samples come back as exceptions."""
+    """Run ``work`` concurrently (inside the caller's step context); failed samples come back as exceptions.
+
+    The ``cfg.hang`` sample is awaited at most ``cfg.hang_grace_s`` after the others; if still running it comes
+    back as a ``TimeoutError`` and its task is appended to ``stragglers`` (the caller cancels it once the step
+    is collected), or cancelled here when ``stragglers`` is ``None``.
+    """
 
     async def one(index: int, rollout_n: int) -> float:
         try:
@@ -148,4 +178,23 @@ async def run_samples(
             if on_done is not None:
                 on_done()
 
-    return list(await asyncio.gather(*(one(i, n) for i, n in work), return_exceptions=True))
+    tasks = [asyncio.ensure_future(one(i, n)) for i, n in work]
+    hung = [t for key, t in zip(work, tasks, strict=True) if key == cfg.hang]
+    await asyncio.gather(*(t for t in tasks if t not in hung), return_exceptions=True)
+    if hung:
+        await asyncio.wait(hung, timeout=cfg.hang_grace_s)
+    out: list[float | BaseException] = []
+    for task in tasks:
+        if not task.done():
+            out.append(TimeoutError("sample still running when the step was collected"))
+            if stragglers is not None:
+                stragglers.append(task)
+            else:
+                task.cancel()
+                await asyncio.gather(task, return_exceptions=True)
+        elif task.cancelled():
+            out.append(asyncio.CancelledError())
+        else:
+            exc = task.exception()
+            out.append(exc if exc is not None else task.result())
+    return out

@@ -217,3 +217,55 @@ def worker_table(step: int | None, validate: bool = False, *, flush_timeout_s: f
 def merge_metrics(tables: Iterable[PhaseTable]) -> StepMetrics:
     """verl's metric dict over all workers' tables: the same code as single-process ``collect()``."""
     return compute_metrics(PhaseTable.concat(tables))
+
+
+# -- in-flight samples across workers --------------------------------------------------------------
+def inflight(limit: int | None = None) -> list[Any]:
+    """This process's running samples (``InflightSample``, oldest first); ``[]`` before ``configure``."""
+    handle = _worker_handle or current_handle()
+    return handle.inflight(limit) if handle is not None else []
+
+
+def _inflight_in_actor(actor: Any, limit: int | None) -> list[Any]:
+    return inflight(limit)
+
+
+def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_s: float = 5.0) -> list[Any]:
+    """Running samples of every actor's process, oldest first (driver side; at most ``limit`` per actor).
+
+    Runs a function in each actor through Ray's ``__ray_call__``: an async actor (verl's agent-loop workers)
+    answers at once even while its samples run; a sync actor answers between calls. Actors that do not
+    answer within ``timeout_s`` (in total) are left out. Nothing is added to the actor class.
+    """
+    ray = _ray()
+    refs = [actor.__ray_call__.remote(_inflight_in_actor, limit) for actor in actors]
+    if not refs:
+        return []
+    ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
+    out: dict[tuple[int, str], Any] = {}
+    for ref in ready:
+        try:
+            for item in ray.get(ref):
+                out[(item.pid, item.span_id)] = item  # two actors in one process report it once
+        except Exception:  # an actor that died or failed: its samples are not running anywhere we can see
+            continue
+    return sorted(out.values(), key=lambda s: -s.sample_age_s)
+
+
+def worker_verdict(step: int | None, validate: bool = False) -> Any:
+    """This worker's watchdog verdict for ``step`` (call after :func:`worker_table`, which classifies)."""
+    handle = _worker_handle or current_handle()
+    live = handle.live if handle is not None else None
+    if live is None:
+        from .._watchdog import Verdict
+
+        return Verdict()
+    return live.verdict(step, validate)
+
+
+def add_verdicts(metrics: StepMetrics, verdicts: Iterable[Any]) -> StepMetrics:
+    """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``."""
+    from .._watchdog import apply_verdicts
+
+    apply_verdicts(metrics, list(verdicts))
+    return metrics
