@@ -50,10 +50,6 @@ RL_CANCELLED: Final = "rl.cancelled"
 RL_SAMPLED: Final = "rl.sample.exported"
 RL_PROMPT_CONTENT: Final = "rl.sample.prompt"
 RL_RESPONSE_CONTENT: Final = "rl.sample.response"
-RL_SNAPSHOT: Final = "rl.snapshot"
-"""True on a snapshot of a still-open sample: a span named ``"<sample span name>" + SNAPSHOT_SUFFIX`` with the
-sample's identity, ``rl.phase`` = its current phase, start = the sample's start, end = the snapshot time."""
-SNAPSHOT_SUFFIX: Final = " (in progress)"
 
 # -- OpenTelemetry GenAI and general conventions -------------------------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
