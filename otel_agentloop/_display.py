@@ -2,8 +2,9 @@
 
 from __future__ import annotations
 
+import sys
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import Any, TextIO
 
 from . import semconv as sc
 
@@ -57,3 +58,8 @@ def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
         lines.append(f"  oldest: {s.label():<28} {where:<32} sample {s.sample_age_s:6.1f}s  trace {s.trace_id}"
                      f"{'  OVERDUE' if s.overdue else ''}")
     return lines
+
+
+def info_stream(args: Any) -> TextIO:
+    """Where lines for people go: stderr under ``--json``, so stdout holds only the JSON document."""
+    return sys.stderr if getattr(args, "json", False) else sys.stdout

@@ -17,6 +17,7 @@ from typing import Any
 
 from . import _context as ctx
 from ._configure import configure, current_handle
+from ._display import info_stream as _info
 from ._progress import Progress
 from ._records import SpanRecord
 from ._table import PhaseTable
@@ -129,7 +130,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     monitor = HealthMonitor(log=False)  # alerts are printed below
     n = args.workers
     print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
-          f"traces -> {handle.description}")
+          f"traces -> {handle.description}", file=_info(args))
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
     ray.init(num_cpus=max(2, n), include_dashboard=False, log_to_driver=False, runtime_env=env,

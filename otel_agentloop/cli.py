@@ -15,11 +15,13 @@ from typing import Any
 from . import _context as ctx
 from . import semconv as sc
 from ._configure import Handle, configure
+from ._display import info_stream as _info
 from ._display import metrics_table
 from ._otlp_json import decode_resource_spans, read_jsonl
 from ._progress import Progress
 from ._records import SpanRecord
 from ._report import build_report, steps_in
+from ._settings import PROTOCOLS
 from ._step_view import HUNG, build_step_view, is_snapshot
 from ._table import StepMetrics
 from ._timeline import TimelineRecorder
@@ -54,7 +56,8 @@ def _simulate(args: argparse.Namespace) -> int:
     handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
                        trace_per=args.trace_per, processors=[timelines], watchdog=sim_watchdog(args))
     monitor = HealthMonitor(log=False)  # alerts are printed below
-    print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}")
+    print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}",
+          file=_info(args))
     results = []
     try:
         for step in range(1, args.steps + 1):
@@ -133,7 +136,7 @@ def _finish(args: argparse.Namespace, results: list[dict[str, Any]], monitor: He
         print()
         print(summary_text(monitor))
     print(f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
-          f"{'' if flushed else ' (flush timed out)'}; traces -> {description}")
+          f"{'' if flushed else ' (flush timed out)'}; traces -> {description}", file=_info(args))
     return 0
 
 
@@ -286,7 +289,7 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--service-name", default="otel-agentloop-sim")
     sim.add_argument("--endpoint", help="OTLP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT, else a file)")
-    sim.add_argument("--protocol", choices=("grpc", "http/protobuf"))
+    sim.add_argument("--protocol", choices=PROTOCOLS)
     sim.add_argument("--file", help="also write OTLP-JSON lines here")
     sim.add_argument("--trace-per", choices=("sample", "step"))
     sim.add_argument("--png", help="write the slowest sample's waterfall as a PNG")

@@ -32,7 +32,7 @@ def test_simulate_prints_metrics_and_waterfall(tmp_path) -> None:
 
 def test_simulate_json_equals_metrics_rebuilt_from_the_trace_file(tmp_path) -> None:
     out = _simulate(tmp_path, "--json", "--quiet", "--file", "run.jsonl").stdout
-    steps = json.loads(out[out.index("["): out.rindex("]") + 1])
+    steps = json.loads(out)  # stdout holds the JSON document alone (jq-able); lines for people go to stderr
     records = list(oal.read_jsonl(str(tmp_path / "run.jsonl")))
     for entry in steps:
         proc = oal.PhaseMetricsProcessor()
@@ -90,3 +90,13 @@ def test_main_job_shows_validation_generations_trainer_phases_and_health_alarms(
     text = _simulate(tmp_path, "--steps", "3", "--misbehave", "--quiet").stdout
     assert "validation generations (4 kept of 8 offered" in text
     assert "HEALTH step 3: kl_high" in text and "TRIPPED kl_high at step 3" in text
+
+
+def test_json_output_is_only_json_for_simulate_on_ray_and_for_report(tmp_path) -> None:
+    out = _simulate(tmp_path, "--json", "--workers", "1", "--steps", "1", "--file", "ray.jsonl")
+    assert [entry["step"] for entry in json.loads(out.stdout)] == [1]
+    assert "spans exported" in out.stderr
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    report = subprocess.run([sys.executable, "-m", "otel_agentloop", "report", "--file", "ray.jsonl", "--step", "1",
+                             "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)
+    assert json.loads(report.stdout)["step"] == 1
