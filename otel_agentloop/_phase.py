@@ -9,6 +9,7 @@ our own code is logged once and swallowed.
 
 from __future__ import annotations
 
+import asyncio
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Callable, Generator, Mapping
@@ -21,7 +22,7 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
-from ._context import _SAMPLE, mark_error
+from ._context import _SAMPLE, clean_attributes, mark_error
 from ._guard import internal_error
 from ._tracer import current_tracer
 
@@ -67,7 +68,7 @@ class PhaseSpec:
         key = _PHASE_ALIASES.get(phase)
         if key is None:
             raise ValueError(f"unknown phase {phase!r}: expected one of {', '.join(sc.PHASES)}")
-        attrs: dict[str, AttributeValue] = {sc.RL_PHASE: key}
+        attrs: dict[str, AttributeValue] = {sc.RL_PHASE: key}  # ours go after the user's (see below)
         if key == sc.GENERATE:
             op = operation or sc.DEFAULT_GENERATE_OPERATION
             attrs[sc.GEN_AI_OPERATION_NAME] = op
@@ -82,14 +83,84 @@ class PhaseSpec:
             name = f"{sc.TOOL_SPAN_PREFIX} {tool_name}" if tool_name else sc.TOOL_SPAN_PREFIX
         else:
             name = sc.REWARD_SPAN
-        if attributes:
-            attrs.update(attributes)
+        if attributes:  # the user's first: a count limit evicts the oldest, never the identity
+            attrs = {**clean_attributes(attributes), **attrs}
         return cls(key, name, attrs)
 
 
+class Scope:
+    """One call's instrumentation, driven by :func:`instrument`: ``enter``/``leave`` make it current (around
+    the whole call, or around each resume of a generator), ``close(exc)`` ends it once. Implementations never
+    raise from these methods (internal errors are logged once and swallowed)."""
+
+    __slots__ = ()
+
+    def enter(self) -> None:
+        return None
+
+    def leave(self) -> None:
+        return None
+
+    def close(self, exc: BaseException | None) -> None:
+        return None
+
+    def exit(self, exc: BaseException | None) -> None:
+        """``leave()`` then ``close(exc)``: the end of a plain call."""
+        self.leave()
+        self.close(exc)
+
+
+Begin = Callable[[dict[str, Any]], "Scope | None"]
+"""Opens one call's scope from the call's keyword arguments (it may pop its own), or ``None`` when off."""
+
+_NOOP = Scope()
+
+
+class SpanScope(Scope):
+    """A started span: current while entered, ended by ``close`` with the user's exception recorded."""
+
+    __slots__ = ("span", "token")
+
+    def __init__(self, span: Span) -> None:
+        self.span = span
+        self.token: object = None
+
+    def enter(self) -> None:
+        try:
+            self.token = otel_context.attach(trace.set_span_in_context(self.span))
+        except Exception:
+            internal_error("span.attach")
+
+    def leave(self) -> None:
+        token, self.token = self.token, None
+        if token is not None:
+            try:
+                otel_context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                internal_error("span.detach")
+
+    def close(self, exc: BaseException | None) -> None:
+        end_span(self.span, exc)
+
+    def __getitem__(self, i: int) -> Any:
+        """``(span, token)[i]``: the tuple :func:`start` used to return."""
+        return (self.span, self.token)[i]
+
+
+def end_span(span: Span, exc: BaseException | None = None) -> None:
+    """End ``span``, recording ``exc`` if given. Never raises."""
+    try:
+        if exc is not None:
+            mark_error(span, exc)
+        span.end()
+    except Exception:
+        internal_error("span.end")
+
+
 def start(spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeValue] | None = None,
-          ) -> tuple[Span, object] | None:
-    """Start ``spec``'s span below the current context; ``None`` when tracing is off or on internal failure."""
+          ) -> SpanScope | None:
+    """Start ``spec``'s span below the current context (entered when ``attach``); ``None`` when tracing is off
+    or on internal failure. The sample's identity goes last: an attribute count limit evicts the oldest."""
     tracer = current_tracer()
     if tracer is None:
         return None
@@ -97,96 +168,280 @@ def start(spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeVal
         sample = _SAMPLE.get()
         attrs = spec.attributes if sample is None else {**spec.attributes, **sample.phase_attributes}
         if extra:
-            attrs = {**attrs, **extra}
-        span = tracer.start_span(spec.name, attributes=attrs)
-        token = otel_context.attach(trace.set_span_in_context(span)) if attach else None
-        return span, token
+            attrs = {**clean_attributes(extra), **attrs}
+        scope = SpanScope(tracer.start_span(spec.name, attributes=attrs))
     except Exception:
         internal_error("phase.start")
         return None
+    if attach:
+        scope.enter()
+    return scope
 
 
-def finish(started: tuple[Span, object], exc: BaseException | None = None) -> None:
-    """End a span from :func:`start`, recording ``exc`` if given. Never raises."""
-    span, token = started
+def finish(started: Scope, exc: BaseException | None = None) -> None:
+    """End a scope from :func:`start` (leaving it first), recording ``exc`` if given. Never raises."""
+    started.exit(exc)
+
+
+# -- one lifecycle for every wrapper ------------------------------------------------------------------
+_awaitable_types: dict[type, bool] = {}
+
+
+def _is_awaitable(value: object) -> bool:
+    t = type(value)
+    known = _awaitable_types.get(t)
+    if known is None:
+        known = hasattr(t, "__await__")
+        if len(_awaitable_types) < 1024:
+            _awaitable_types[t] = known
+    return known
+
+
+async def _finish_after(awaitable: Any, scope: Scope) -> Any:
+    scope.enter()
     try:
-        if token is not None:
-            otel_context.detach(token)  # type: ignore[arg-type]
-    except Exception:
-        internal_error("phase.detach")
+        result = await awaitable
+    except BaseException as exc:
+        scope.exit(exc)
+        raise
+    scope.exit(None)
+    return result
+
+
+class _TimedAwaitable:
+    """An awaitable returned by a sync callable, whose scope ends when it completes. Other attributes are the
+    original's."""
+
+    __slots__ = ("_awaitable", "_scope")
+
+    def __init__(self, awaitable: Any, scope: Scope) -> None:
+        self._awaitable = awaitable
+        self._scope = scope
+
+    def __await__(self) -> Generator[Any, None, Any]:
+        return _finish_after(self._awaitable, self._scope).__await__()
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._awaitable, name)
+
+
+def _future_done(scope: Scope) -> Callable[[Any], None]:
+    def done(future: Any) -> None:
+        try:
+            exc = asyncio.CancelledError() if future.cancelled() else future.exception()
+        except BaseException as err:
+            exc = err
+        scope.close(exc)
+
+    return done
+
+
+def _timed_result(result: Any, scope: Scope) -> Any:
+    """``result`` of a sync call that returned an awaitable: the scope ends when the awaitable completes.
+    A coroutine is wrapped in a coroutine, a future keeps its identity (a done callback ends the scope),
+    any other awaitable is proxied."""
     try:
-        if exc is not None:
-            mark_error(span, exc)
-        span.end()
+        if inspect.iscoroutine(result):
+            return _finish_after(result, scope)
+        if isinstance(result, asyncio.Future):
+            result.add_done_callback(_future_done(scope))
+            return result
+        return _TimedAwaitable(result, scope)
     except Exception:
-        internal_error("phase.end")
+        internal_error("instrument.awaitable")
+        scope.close(None)
+        return result
 
 
-def _wrap(fn: F, spec: PhaseSpec) -> F:
+def _is_async_callable(fn: Any) -> bool:
+    if inspect.iscoroutinefunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with ``async def __call__``
+    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
+
+
+def _is_asyncgen_callable(fn: Any) -> bool:
     if inspect.isasyncgenfunction(fn):
-        @functools.wraps(fn)
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
-            started = start(spec, attach=False)  # a span attached across yields would leak into the consumer
-            if started is None:
-                async for item in fn(*args, **kwargs):
-                    yield item
-                return
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004
+    return call is not None and not inspect.isfunction(fn) and inspect.isasyncgenfunction(call)
+
+
+def _is_gen_callable(fn: Any) -> bool:
+    if inspect.isgeneratorfunction(fn):
+        return True
+    call = getattr(type(fn), "__call__", None)  # noqa: B004
+    return call is not None and not inspect.isfunction(fn) and inspect.isgeneratorfunction(call)
+
+
+def _wraps(fn: Any) -> Callable[[F], F]:
+    def apply(wrapper: F) -> F:
+        try:
+            functools.update_wrapper(wrapper, fn)
+        except Exception:  # callables without __name__ & co.
+            wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+        return wrapper
+
+    return apply
+
+
+def instrument(fn: F, begin: Begin) -> F:
+    """Wrap ``fn`` so each call runs in a :class:`Scope` from ``begin(kwargs)``; the one lifecycle of every
+    wrapper (``phase``/``trace_*``, ``trainer_phase``, ``traced_remote``).
+
+    The kind is decided here, once: async functions (and objects with ``async def __call__``) are timed until
+    they return; generators and async generators from the first step to exhaustion, close or error, driven
+    by hand so ``send``/``throw``/``close`` and ``asend``/``athrow``/``aclose`` behave exactly as without the
+    wrapper, with the scope current only while the generator runs (never in the consumer). A sync callable
+    that returns an awaitable is timed until the awaitable completes. The user's exception is recorded and
+    re-raised unchanged; cancellation and ``GeneratorExit`` are not errors.
+    """
+    if _is_asyncgen_callable(fn):
+        @_wraps(fn)
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            scope = begin(kwargs) or _NOOP
+            scope.enter()
             try:
-                async for item in fn(*args, **kwargs):
-                    yield item
+                agen = fn(*args, **kwargs)
+                value = await agen.__anext__()
+            except StopAsyncIteration:
+                scope.exit(None)
+                return
             except BaseException as exc:
-                finish(started, exc)
+                scope.exit(exc)
                 raise
-            finish(started)
+            scope.leave()
+            while True:
+                try:
+                    sent = yield value
+                except GeneratorExit as stop:
+                    scope.enter()
+                    try:
+                        await agen.aclose()
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                    scope.exit(stop)
+                    raise
+                except BaseException as thrown:
+                    scope.enter()
+                    try:
+                        value = await agen.athrow(thrown)
+                    except StopAsyncIteration:
+                        scope.exit(None)
+                        return
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                else:
+                    scope.enter()
+                    try:
+                        value = await agen.asend(sent)
+                    except StopAsyncIteration:
+                        scope.exit(None)
+                        return
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                scope.leave()
 
         return agen_wrapper  # type: ignore[return-value]
 
-    if inspect.iscoroutinefunction(fn):
-        @functools.wraps(fn)
+    if _is_async_callable(fn):
+        @_wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            started = start(spec)
-            if started is None:
+            scope = begin(kwargs)
+            if scope is None:
                 return await fn(*args, **kwargs)
+            scope.enter()
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
-                finish(started, exc)
+                scope.exit(exc)
                 raise
-            finish(started)
+            scope.exit(None)
             return result
 
         return async_wrapper  # type: ignore[return-value]
 
-    if inspect.isgeneratorfunction(fn):
-        @functools.wraps(fn)
+    if _is_gen_callable(fn):
+        @_wraps(fn)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            started = start(spec, attach=False)
-            if started is None:
+            scope = begin(kwargs)
+            if scope is None:
                 return (yield from fn(*args, **kwargs))
+            scope.enter()
             try:
-                result = yield from fn(*args, **kwargs)
+                gen = fn(*args, **kwargs)
+                value = next(gen)
+            except StopIteration as done:
+                scope.exit(None)
+                return done.value
             except BaseException as exc:
-                finish(started, exc)
+                scope.exit(exc)
                 raise
-            finish(started)
-            return result
+            scope.leave()
+            while True:
+                try:
+                    sent = yield value
+                except GeneratorExit as stop:
+                    scope.enter()
+                    try:
+                        gen.close()
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                    scope.exit(stop)
+                    raise
+                except BaseException as thrown:
+                    scope.enter()
+                    try:
+                        value = gen.throw(thrown)
+                    except StopIteration as done:
+                        scope.exit(None)
+                        return done.value
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                else:
+                    scope.enter()
+                    try:
+                        value = gen.send(sent)
+                    except StopIteration as done:
+                        scope.exit(None)
+                        return done.value
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                scope.leave()
 
         return gen_wrapper  # type: ignore[return-value]
 
-    @functools.wraps(fn)
+    @_wraps(fn)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-        started = start(spec)
-        if started is None:
+        scope = begin(kwargs)
+        if scope is None:
             return fn(*args, **kwargs)
+        scope.enter()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
-            finish(started, exc)
+            scope.exit(exc)
             raise
-        finish(started)
+        scope.leave()
+        if result is not None and _is_awaitable(result):
+            return _timed_result(result, scope)
+        scope.close(None)
         return result
 
     return sync_wrapper  # type: ignore[return-value]
+
+
+def _wrap(fn: F, spec: PhaseSpec) -> F:
+    def begin(kwargs: dict[str, Any]) -> Scope | None:
+        return start(spec, attach=False)
+
+    return instrument(fn, begin)
 
 
 def phase(
@@ -267,16 +522,16 @@ class span:  # noqa: N801 - used like a function: ``with otel_agentloop.span("to
         attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
         self._spec = PhaseSpec.build(name, tool=tool, model=model, operation=operation, attributes=attributes)
-        self._started: tuple[Span, object] | None = None
+        self._started: SpanScope | None = None
 
     def __enter__(self) -> Span:
         self._started = start(self._spec)
-        return self._started[0] if self._started is not None else trace.INVALID_SPAN
+        return self._started.span if self._started is not None else trace.INVALID_SPAN
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         started, self._started = self._started, None
         if started is not None:
-            finish(started, exc)
+            started.exit(exc)
 
     async def __aenter__(self) -> Span:
         return self.__enter__()
