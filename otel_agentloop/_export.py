@@ -25,6 +25,8 @@ from ._settings import MAX_QUEUE, check_int, check_seconds
 logger = logging.getLogger("otel_agentloop")
 
 SpanFilter = Callable[[ReadableSpan], bool]
+FAST_EXPORT_S = 0.25
+"""An export slower than this makes the path unhealthy for :meth:`ExportProcessor.request_flush`."""
 
 
 class ExportProcessor(SpanProcessor):
@@ -66,7 +68,8 @@ class ExportProcessor(SpanProcessor):
         self._shutdown = False
         self._closing = False
         self._queued = self._exported = self._dropped = self._failed = 0
-        self._healthy = True  # the last export succeeded and no flush wait timed out since
+        self._healthy = False  # the last export succeeded quickly and no flush wait timed out since
+        self._last_export_s = 0.0
         self._abandoned = False  # shutdown gave up on a stuck export: its batch was counted as dropped
         self._last_drop_log = 0.0
         self._worker = threading.Thread(target=self._run, name=self.name, daemon=True)
@@ -127,13 +130,15 @@ class ExportProcessor(SpanProcessor):
                 batch.append(queue.popleft())
             with self._idle:
                 self._in_flight = len(batch)
+            t0 = time.monotonic()
             try:
                 result = self.exporter.export(batch)
                 ok = result is SpanExportResult.SUCCESS
             except Exception:
                 ok = False
                 internal_error(f"{type(self.exporter).__name__}.export")
-            self._healthy = ok
+            self._last_export_s = took = time.monotonic() - t0
+            self._healthy = ok and took < FAST_EXPORT_S
             if self._abandoned:  # shutdown already counted this batch as dropped
                 return
             if ok:
@@ -172,16 +177,18 @@ class ExportProcessor(SpanProcessor):
 
     @property
     def healthy(self) -> bool:
-        """The last export succeeded and no flush wait timed out since."""
+        """The last export succeeded within ``FAST_EXPORT_S`` and no flush wait timed out since."""
         return self._healthy
 
     def request_flush(self, wait_s: float = 0.0) -> bool:
-        """Export what is queued now, on the worker; wait for it (at most ``wait_s``) only while
-        :attr:`healthy`. Returns whether the queue is known to be empty."""
+        """Export what is queued now, on the worker. Wait for it only while :attr:`healthy`, and then at most
+        ``min(wait_s, 2 x the last export's duration + 50 ms)``: with a backend that is dead, hung, slow or not
+        yet heard from, the caller never waits; one that turns bad costs one short wait, then none until an
+        export succeeds quickly again. Returns whether the queue is known to be empty."""
         if self._shutdown:
             return not self._queue
         if wait_s > 0 and self._healthy:
-            return self.force_flush(int(wait_s * 1000))
+            return self.force_flush(int(min(wait_s, 2 * self._last_export_s + 0.05) * 1000))
         with self._idle:
             self._flush_requested = True
         self._wake.set()
