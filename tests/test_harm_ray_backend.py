@@ -16,12 +16,9 @@ import time
 
 import pytest
 
-import otel_agentloop as oal
-
 from .otlp_receiver import Receiver, start_http
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
-from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 FLUSH_TIMEOUT_S = 5.0  # traced_remote's default
