@@ -64,8 +64,9 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._last_in_flight = 0
         # samples whose root span started and has not ended, per step: excluded from collect()
         self._running: dict[StepKey, dict[tuple[int, int], int]] = {}
-        # steps already collected: their late spans are counted, never accumulated into a second result
-        self._closed: OrderedDict[StepKey, None] = OrderedDict()
+        # samples still running when their step was collected: their later spans are counted, never
+        # accumulated into a second result
+        self._late_samples: OrderedDict[StepKey, set[tuple[int, int]]] = OrderedDict()
         self._last_key: object = object()  # one-entry cache: most spans belong to the step of the previous one
         self._last_rows: StepRows | None = None
 
@@ -156,15 +157,19 @@ class PhaseMetricsProcessor(SpanProcessor):
         try:
             if p < 0 and self._running:
                 self._sample_ended(step_key, sample)
+            if self._late_samples:
+                late = self._late_samples.get(step_key)
+                if late is not None and sample in late:  # still running when its step was collected
+                    self._late += 1
+                    if p < 0:
+                        late.discard(sample)
+                        if not late:
+                            del self._late_samples[step_key]
+                    return
             if step_key == self._last_key:
                 rows = self._last_rows
             else:
-                rows = self._steps.get(step_key)
-                if rows is None:
-                    if step_key in self._closed:  # a sample that was still running when its step was collected
-                        self._late += 1
-                        return
-                    rows = self._open(step_key)
+                rows = self._steps.get(step_key) or self._open(step_key)
                 self._last_key, self._last_rows = step_key, rows
             rows.add(sample, p, start, end, attrs, trace_id, error)  # type: ignore[union-attr]
         finally:
@@ -193,9 +198,9 @@ class PhaseMetricsProcessor(SpanProcessor):
         """The per-sample table of ``step`` (empty if none); ``release`` frees the step's state.
 
         Samples of the step still running (root span started, not ended) are left out and counted in
-        ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. After a release, the
-        step (unless ``step`` is ``None``) is closed: spans that end later for it, the running samples' included,
-        are counted in ``spans_after_collect`` and never start a second result, so no sample is counted twice.
+        ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. After a release, their
+        spans that end later are counted in ``spans_after_collect`` and never start a second result, so no
+        sample is counted twice (nor half). Other spans of the same step start a new result, as before.
         """
         with self._lock:
             key: StepKey = (step, validate)
@@ -206,10 +211,10 @@ class PhaseMetricsProcessor(SpanProcessor):
                 self._running.pop(key, None)
                 self._last_in_flight = len(running)
                 self._in_flight_total += len(running)
-                if step is not None:
-                    self._closed[key] = None
-                    while len(self._closed) > 1024:
-                        self._closed.popitem(last=False)
+                if running:
+                    self._late_samples.setdefault(key, set()).update(running)
+                    while len(self._late_samples) > 4 * self.max_steps:
+                        self._late_samples.popitem(last=False)
             if rows is None:
                 return PhaseTable.empty()
             if release and rows.dropped:
