@@ -18,7 +18,7 @@ from typing import Any, TypeVar, overload
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
@@ -142,6 +142,20 @@ class SpanScope(Scope):
     def close(self, exc: BaseException | None) -> None:
         end_span(self.span, exc)
 
+    def exit(self, exc: BaseException | None) -> None:  # leave() + close(), inlined: the hot path
+        token, self.token = self.token, None
+        if token is not None:
+            try:
+                otel_context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                internal_error("span.detach")
+        try:
+            if exc is not None:
+                mark_error(self.span, exc)
+            self.span.end()
+        except Exception:
+            internal_error("span.end")
+
     def __getitem__(self, i: int) -> Any:
         """``(span, token)[i]``: the tuple :func:`start` used to return."""
         return (self.span, self.token)[i]
@@ -164,18 +178,22 @@ def start(spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeVal
     tracer = current_tracer()
     if tracer is None:
         return None
+    scope = _start(tracer, spec, extra)
+    if attach and scope is not None:
+        scope.enter()
+    return scope
+
+
+def _start(tracer: Tracer, spec: PhaseSpec, extra: Mapping[str, AttributeValue] | None = None) -> SpanScope | None:
     try:
         sample = _SAMPLE.get()
         attrs = spec.attributes if sample is None else {**spec.attributes, **sample.phase_attributes}
         if extra:
             attrs = {**clean_attributes(extra), **attrs}
-        scope = SpanScope(tracer.start_span(spec.name, attributes=attrs))
+        return SpanScope(tracer.start_span(spec.name, attributes=attrs))
     except Exception:
         internal_error("phase.start")
         return None
-    if attach:
-        scope.enter()
-    return scope
 
 
 def finish(started: Scope, exc: BaseException | None = None) -> None:
@@ -428,18 +446,29 @@ def instrument(fn: F, begin: Begin) -> F:
         except BaseException as exc:
             scope.exit(exc)
             raise
-        scope.leave()
         if result is not None and _is_awaitable(result):
+            scope.leave()
             return _timed_result(result, scope)
-        scope.close(None)
+        scope.exit(None)
         return result
 
     return sync_wrapper  # type: ignore[return-value]
 
 
 def _wrap(fn: F, spec: PhaseSpec) -> F:
-    def begin(kwargs: dict[str, Any]) -> Scope | None:
-        return start(spec, attach=False)
+    name, attrs = spec.name, spec.attributes
+
+    def begin(kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
+        tracer = current_tracer()
+        if tracer is None:  # the whole cost when tracing is off: this call and begin's
+            return None
+        try:
+            sample = _SAMPLE.get()
+            return SpanScope(tracer.start_span(
+                name, attributes=attrs if sample is None else {**attrs, **sample.phase_attributes}))
+        except Exception:
+            internal_error("phase.start")
+            return None
 
     return instrument(fn, begin)
 
