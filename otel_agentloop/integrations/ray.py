@@ -254,9 +254,11 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
 
 
 def worker_table(step: int | None, validate: bool = False, *, flush_timeout_s: float = 5.0) -> PhaseTable:
-    """This worker's per-sample table of ``step`` (releasing it), after a bounded flush of its spans."""
+    """This worker's per-sample table of ``step`` (releasing it). Its spans are flushed first, waiting (at most
+    ``flush_timeout_s``) only while the backend answers quickly: the table never depends on export, and a dead
+    or hung backend must not add the timeout to every step (see :meth:`Handle.request_flush`)."""
     handle = setup_worker()
-    handle.force_flush(flush_timeout_s)
+    handle.request_flush(flush_timeout_s)
     return handle.metrics.take(step, validate)
 
 
