@@ -241,7 +241,7 @@ def record_generation(
                 if coerced is not None:
                     span.set_attribute(key, coerced)
         if finish_reason is not None:
-            span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, (str(finish_reason),))
+            span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, (safe_str(finish_reason, 256),))
     except Exception:
         internal_error("record_generation")
 

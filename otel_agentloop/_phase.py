@@ -1,10 +1,11 @@
-"""Phase decorators and spans: the hot path.
+"""Phase decorators and spans: the hot path, and the one span lifecycle every wrapper uses.
 
 Everything that can be decided when a function is decorated is decided then (span name, static attributes,
-sync/async/generator wrapper). Per call, with tracing off, the wrapper costs one function call and one
-check; with tracing on, it starts one span with ``start_span`` and attaches it explicitly (no generator-based
-context managers). The user's exception is recorded on the span and re-raised unchanged; an exception in
-our own code is logged once and swallowed.
+sync/async/generator/async-generator wrapper: :func:`instrument`). Per call, with tracing off, the wrapper
+costs one function call and one check; with tracing on, it starts one span with ``start_span`` and attaches it
+explicitly (no generator-based context managers). The user's exception is recorded on the span and re-raised
+unchanged; an exception in our own code is logged once and swallowed. ``trainer_phase`` and
+``integrations.ray.traced_remote`` plug their own :class:`Scope` into the same :func:`instrument`.
 """
 
 from __future__ import annotations

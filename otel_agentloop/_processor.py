@@ -35,7 +35,13 @@ class PhaseMetricsProcessor(SpanProcessor):
     ``stats["steps_evicted"]``) and ``max_samples_per_step`` samples per step (more are counted in
     ``stats["samples_dropped"]``). A step's state is released by :meth:`collect`/:meth:`take`.
 
-    Thread-safe. ``on_end`` is O(1) for the usual span orders and never raises.
+    ``collect(step)`` while some of the step's samples still run (their ``rl.sample`` span started and has not
+    ended): those samples are left out of the result and counted in ``agent_loop/telemetry/samples_in_flight``;
+    their spans that end later are counted in ``spans_after_collect`` and never start a second result, so no
+    sample is counted twice or half. Collect a step after its samples end for complete numbers.
+
+    Thread-safe and fork-safe (a forked child starts empty). ``on_end`` is O(1) for the usual span orders and
+    never raises.
     """
 
     def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:

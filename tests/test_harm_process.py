@@ -70,8 +70,8 @@ _FORK_SCRIPT = textwrap.dedent("""
             with oal.step(99), oal.sample(0):
                 gen()
             ok = handle.metrics.collect(99)["agent_loop/num_samples"] == 1
-            handle.force_flush(2)
-            sys.exit(0 if ok else 2)
+            flushed = handle.force_flush(5)  # the export worker was restarted in the child
+            sys.exit(0 if ok and flushed else 2)
         deadline = time.monotonic() + 10
         code = None
         while time.monotonic() < deadline:
