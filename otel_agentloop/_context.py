@@ -246,6 +246,24 @@ def record_generation(
         internal_error("record_generation")
 
 
+IDENTITY_KEYS = (sc.RL_PHASE, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, sc.RL_VALIDATE)
+"""What the metrics processor, the keeper and the sampler read: never lost to an attribute count limit."""
+
+
+def restore_identity(span: Span, started_with: Mapping[str, object]) -> None:
+    """Before ``span`` ends: if its attribute count limit evicted anything (the SDK evicts the oldest), write
+    back the identity it started with, which makes it the newest. Costs one check when nothing was dropped."""
+    try:
+        attrs = span._attributes  # type: ignore[attr-defined]
+        if not attrs.dropped:
+            return
+        for key in IDENTITY_KEYS:
+            if key in started_with and attrs.get(key) != started_with[key]:
+                span.set_attribute(key, started_with[key])  # type: ignore[arg-type]
+    except Exception:
+        return
+
+
 MAX_STACK_FRAMES = 32
 MAX_STACKTRACE_CHARS = 8192
 _RECORDED = "_otel_agentloop_recorded"
@@ -315,8 +333,11 @@ class _Scope:
     def _reset(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _enter_span(self, span: Span) -> None:
+    _identity: Mapping[str, object] = {}
+
+    def _enter_span(self, span: Span, identity: Mapping[str, object]) -> None:
         self._span = span
+        self._identity = identity
         self._otel_token = otel_context.attach(trace.set_span_in_context(span))
 
     def _exit(self, exc: BaseException | None) -> None:
@@ -332,6 +353,7 @@ class _Scope:
             try:
                 if exc is not None:
                     mark_error(span, exc)
+                restore_identity(span, self._identity)
                 span.end()
             except Exception:
                 internal_error(type(self).__name__ + ".end")
@@ -377,7 +399,7 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
                 attrs[sc.RL_STEP] = self.step
                 attrs[sc.RL_VALIDATE] = self.validate
                 span = tracer.start_span(sc.STEP_SPAN, attributes=attrs)
-                self._enter_span(span)
+                self._enter_span(span, attrs)
         except Exception:
             internal_error("step.enter")
         state = StepState(self.step, self.validate, self.trace_per, span)
@@ -440,7 +462,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
                         links = [Link(ctx)]  # ... linked to the step
                 span = tracer.start_span(sc.SAMPLE_SPAN, context=parent, attributes=attrs, links=links)
                 handle.span = span
-                self._enter_span(span)
+                self._enter_span(span, attrs)
         except Exception:
             internal_error("sample.enter")
         self._token = _SAMPLE.set(handle)

@@ -23,7 +23,7 @@ from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from . import semconv as sc
-from ._context import _SAMPLE, clean_attributes, mark_error
+from ._context import _SAMPLE, clean_attributes, mark_error, restore_identity
 from ._guard import internal_error
 from ._tracer import current_tracer
 
@@ -112,7 +112,8 @@ class Scope:
 
 
 Begin = Callable[[dict[str, Any]], "Scope | None"]
-"""Opens one call's scope from the call's keyword arguments (it may pop its own), or ``None`` when off."""
+"""Opens one call's scope, entered, from the call's keyword arguments (it may pop its own); ``None`` when
+off."""
 
 _NOOP = Scope()
 
@@ -120,11 +121,17 @@ _NOOP = Scope()
 class SpanScope(Scope):
     """A started span: current while entered, ended by ``close`` with the user's exception recorded."""
 
-    __slots__ = ("span", "token")
+    __slots__ = ("identity", "span", "token")
 
-    def __init__(self, span: Span) -> None:
+    def __init__(self, span: Span, identity: Mapping[str, object] | None = None, enter: bool = False) -> None:
         self.span = span
+        self.identity = identity  # the attributes it started with: identity is restored from them at the end
         self.token: object = None
+        if enter:
+            try:
+                self.token = otel_context.attach(trace.set_span_in_context(span))
+            except Exception:
+                internal_error("span.attach")
 
     def enter(self) -> None:
         try:
@@ -141,7 +148,7 @@ class SpanScope(Scope):
                 internal_error("span.detach")
 
     def close(self, exc: BaseException | None) -> None:
-        end_span(self.span, exc)
+        end_span(self.span, exc, self.identity)
 
     def exit(self, exc: BaseException | None) -> None:  # leave() + close(), inlined: the hot path
         token, self.token = self.token, None
@@ -150,10 +157,13 @@ class SpanScope(Scope):
                 otel_context.detach(token)  # type: ignore[arg-type]
             except Exception:
                 internal_error("span.detach")
+        span = self.span
         try:
             if exc is not None:
-                mark_error(self.span, exc)
-            self.span.end()
+                mark_error(span, exc)
+            if self.identity is not None and span._attributes.dropped:  # type: ignore[attr-defined]
+                restore_identity(span, self.identity)
+            span.end()
         except Exception:
             internal_error("span.end")
 
@@ -162,11 +172,15 @@ class SpanScope(Scope):
         return (self.span, self.token)[i]
 
 
-def end_span(span: Span, exc: BaseException | None = None) -> None:
-    """End ``span``, recording ``exc`` if given. Never raises."""
+def end_span(span: Span, exc: BaseException | None = None, identity: Mapping[str, object] | None = None,
+             ) -> None:
+    """End ``span``, recording ``exc`` if given and restoring the ``identity`` attributes it started with if a
+    count limit evicted them. Never raises."""
     try:
         if exc is not None:
             mark_error(span, exc)
+        if identity is not None:
+            restore_identity(span, identity)
         span.end()
     except Exception:
         internal_error("span.end")
@@ -191,7 +205,7 @@ def _start(tracer: Tracer, spec: PhaseSpec, extra: Mapping[str, AttributeValue] 
         attrs = spec.attributes if sample is None else {**spec.attributes, **sample.phase_attributes}
         if extra:
             attrs = {**clean_attributes(extra), **attrs}
-        return SpanScope(tracer.start_span(spec.name, attributes=attrs))
+        return SpanScope(tracer.start_span(spec.name, attributes=attrs), attrs)
     except Exception:
         internal_error("phase.start")
         return None
@@ -318,8 +332,7 @@ def instrument(fn: F, begin: Begin) -> F:
     if _is_asyncgen_callable(fn):
         @_wraps(fn)
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            scope = begin(kwargs) or _NOOP
-            scope.enter()
+            scope = begin(kwargs) or _NOOP  # entered
             try:
                 agen = fn(*args, **kwargs)
                 value = await agen.__anext__()
@@ -369,10 +382,9 @@ def instrument(fn: F, begin: Begin) -> F:
     if _is_async_callable(fn):
         @_wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            scope = begin(kwargs)
+            scope = begin(kwargs)  # entered
             if scope is None:
                 return await fn(*args, **kwargs)
-            scope.enter()
             try:
                 result = await fn(*args, **kwargs)
             except BaseException as exc:
@@ -386,10 +398,9 @@ def instrument(fn: F, begin: Begin) -> F:
     if _is_gen_callable(fn):
         @_wraps(fn)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            scope = begin(kwargs)
+            scope = begin(kwargs)  # entered
             if scope is None:
                 return (yield from fn(*args, **kwargs))
-            scope.enter()
             try:
                 gen = fn(*args, **kwargs)
                 value = next(gen)
@@ -438,10 +449,9 @@ def instrument(fn: F, begin: Begin) -> F:
 
     @_wraps(fn)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-        scope = begin(kwargs)
+        scope = begin(kwargs)  # entered
         if scope is None:
             return fn(*args, **kwargs)
-        scope.enter()
         try:
             result = fn(*args, **kwargs)
         except BaseException as exc:
@@ -465,8 +475,8 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
             return None
         try:
             sample = _SAMPLE.get()
-            return SpanScope(tracer.start_span(
-                name, attributes=attrs if sample is None else {**attrs, **sample.phase_attributes}))
+            started = attrs if sample is None else {**attrs, **sample.phase_attributes}
+            return SpanScope(tracer.start_span(name, attributes=started), started, True)
         except Exception:
             internal_error("phase.start")
             return None

@@ -90,13 +90,14 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
     def _begin(self, kwargs: dict[str, Any] | None = None) -> _TrainerScope | None:
         if self.timing_raw is None and current_tracer() is None:
             return None
-        return _TrainerScope(self.name, self.timing_raw)
+        scope = _TrainerScope(self.name, self.timing_raw)
+        scope.enter()
+        return scope
 
     def __enter__(self) -> Span:
         scope = self._scope = self._begin()
         if scope is None or scope.inner is None:
             return trace.INVALID_SPAN
-        scope.enter()
         return scope.inner.span
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:

@@ -238,3 +238,23 @@ def test_cancellation_is_not_an_error(traced) -> None:
     asyncio.run(run())
     (s,) = traced.by_name("execute_tool slow")
     assert sc.ERROR_TYPE not in s.attributes and s.attributes[sc.RL_CANCELLED] is True
+
+
+def test_identity_survives_a_flood_of_attributes_set_after_start(traced) -> None:
+    from opentelemetry import trace
+
+    @oal.trace_generate
+    def gen() -> None:
+        span = trace.get_current_span()
+        for i in range(500):  # far more than the count limit (128 + reserved)
+            span.set_attribute(f"user.{i}", i)
+        time.sleep(0.01)
+
+    with oal.step(1), oal.sample(0, rollout_n=2) as s:
+        gen()
+        for i in range(500):
+            s.span.set_attribute(f"user.{i}", i)
+        s.record(response_length=9)
+    metrics = traced.handle.metrics.collect(1)
+    assert metrics["agent_loop/num_samples"] == 1
+    assert metrics["agent_loop/generate_sequences/max"] >= 0.009

@@ -245,7 +245,9 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
                                      or inspect.isasyncgenfunction(fn)) else 0.0
 
     def begin(kwargs: dict[str, Any]) -> _RemoteScope:
-        return _RemoteScope(kwargs.pop(CARRIER_KEYWORD, None), worker_span, wait_s)
+        scope = _RemoteScope(kwargs.pop(CARRIER_KEYWORD, None), worker_span, wait_s)
+        scope.enter()
+        return scope
 
     wrapper: Any = instrument(fn, begin)
     wrapper.__signature__ = new_sig
