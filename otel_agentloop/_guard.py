@@ -60,6 +60,8 @@ def after_fork_in_child(owner: object, method: str) -> None:
     lives. Every lock and thread this library owns registers here: a child inherits locks held by threads
     that do not exist in it."""
     with _fork_hooks_lock:
+        if len(_fork_hooks) >= 256:  # forget owners that are gone
+            _fork_hooks[:] = [ref for ref in _fork_hooks if ref() is not None]
         _fork_hooks.append(weakref.WeakMethod(getattr(owner, method)))
 
 

@@ -161,8 +161,13 @@ class SpanScope(Scope):
         try:
             if exc is not None:
                 mark_error(span, exc)
-            if self.identity is not None and span._attributes.dropped:  # type: ignore[attr-defined]
-                restore_identity(span, self.identity)
+            if self.identity is not None:
+                try:
+                    dropped = span._attributes.dropped  # type: ignore[attr-defined]
+                except AttributeError:  # not the SDK's span
+                    dropped = 0
+                if dropped:
+                    restore_identity(span, self.identity)
             span.end()
         except Exception:
             internal_error("span.end")
