@@ -59,7 +59,7 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("index", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = ("index", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -73,6 +73,8 @@ class SampleHandle:
         if rollout_n is not None:
             attrs[sc.RL_ROLLOUT_N] = rollout_n
         self.phase_attributes: Mapping[str, AttributeValue] = attrs
+        self.merged: dict[object, dict[str, AttributeValue]] = {}
+        """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
 
     @property
     def trace_id(self) -> str | None:

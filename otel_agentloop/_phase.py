@@ -246,23 +246,6 @@ async def _finish_after(awaitable: Any, scope: Scope) -> Any:
     return result
 
 
-class _TimedAwaitable:
-    """An awaitable returned by a sync callable, whose scope ends when it completes. Other attributes are the
-    original's."""
-
-    __slots__ = ("_awaitable", "_scope")
-
-    def __init__(self, awaitable: Any, scope: Scope) -> None:
-        self._awaitable = awaitable
-        self._scope = scope
-
-    def __await__(self) -> Generator[Any, None, Any]:
-        return _finish_after(self._awaitable, self._scope).__await__()
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._awaitable, name)
-
-
 def _future_done(scope: Scope) -> Callable[[Any], None]:
     def done(future: Any) -> None:
         try:
@@ -275,20 +258,23 @@ def _future_done(scope: Scope) -> Callable[[Any], None]:
 
 
 def _timed_result(result: Any, scope: Scope) -> Any:
-    """``result`` of a sync call that returned an awaitable: the scope ends when the awaitable completes.
-    A coroutine is wrapped in a coroutine, a future keeps its identity (a done callback ends the scope),
-    any other awaitable is proxied."""
+    """``result`` of a sync call that returned an awaitable: the scope ends when it completes. A coroutine is
+    wrapped in a coroutine; a future (asyncio's or ``concurrent.futures``', a Ray ``ObjectRef``) keeps its
+    identity and a done callback ends the scope. Any other awaitable is returned as is and timed until
+    returned (wrapping it would change what the caller holds)."""
     try:
         if inspect.iscoroutine(result):
             return _finish_after(result, scope)
-        if isinstance(result, asyncio.Future):
-            result.add_done_callback(_future_done(scope))
+        add_done = getattr(result, "add_done_callback", None)
+        if add_done is None and type(result).__name__ == "ObjectRef" and hasattr(result, "future"):
+            add_done = result.future().add_done_callback  # Ray: completion through its concurrent future
+        if add_done is not None:
+            add_done(_future_done(scope))
             return result
-        return _TimedAwaitable(result, scope)
     except Exception:
         internal_error("instrument.awaitable")
-        scope.close(None)
-        return result
+    scope.close(None)
+    return result
 
 
 def _is_async_callable(fn: Any) -> bool:
@@ -480,7 +466,12 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
             return None
         try:
             sample = _SAMPLE.get()
-            started = attrs if sample is None else {**attrs, **sample.phase_attributes}
+            if sample is None:
+                started = attrs
+            else:
+                started = sample.merged.get(spec)  # type: ignore[assignment]
+                if started is None:
+                    started = sample.merged[spec] = {**attrs, **sample.phase_attributes}
             return SpanScope(tracer.start_span(name, attributes=started), started, True)
         except Exception:
             internal_error("phase.start")

@@ -16,6 +16,8 @@ import time
 
 import pytest
 
+import otel_agentloop as oal
+
 from .otlp_receiver import Receiver, start_http
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
@@ -148,3 +150,31 @@ def test_live_backend_gets_every_span(ray_cluster) -> None:
     finally:
         server.shutdown()
     assert out["dropped"] == 0 and out["exported"] == CALLS * 41 == len(receiver.records), out
+
+
+def test_a_def_returning_a_ray_object_ref_keeps_it_and_is_timed_until_done(ray_cluster) -> None:
+    from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+
+    @ray.remote(num_cpus=0)
+    def slow(x: int) -> int:
+        time.sleep(0.3)
+        return x + 1
+
+    memory = InMemorySpanExporter()
+    handle = oal.configure("ref", exporters=[memory], set_global=False, schedule_delay_s=0.05)
+    try:
+        @oal.trace_tool("remote")
+        def submit(x: int):
+            return slow.remote(x)
+
+        ref = submit(1)
+        assert isinstance(ref, ray.ObjectRef)  # the caller holds what it would hold without us
+        assert ray.get(ref, timeout=60) == 2
+        deadline = time.monotonic() + 10
+        while not memory.get_finished_spans() and time.monotonic() < deadline:
+            time.sleep(0.05)
+        assert handle.force_flush(5)
+        (span,) = memory.get_finished_spans()
+        assert (span.end_time - span.start_time) / 1e9 >= 0.25
+    finally:
+        handle.shutdown(5)
