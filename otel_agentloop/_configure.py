@@ -334,7 +334,12 @@ def configure(
     ``OTEL_AGENTLOOP_CAPTURE_CONTENT=true``), passed through ``redact`` and truncated to ``max_content_chars``
     (truncations counted in ``agent_loop/telemetry/content_truncated``).
 
-    Raises ``ValueError`` for invalid arguments; invalid environment values only warn (see ``_settings``).
+    Raises ``ValueError`` naming the parameter for an invalid argument: counts must be ints in range, durations
+    finite seconds in (0, 3600]. An invalid environment value (not a finite number, out of range) only warns,
+    naming the variable, and its default is used (see ``_settings``).
+
+    The returned handle's :meth:`Handle.shutdown` turns tracing off again and restores what this call replaced
+    (the installed provider, content policy, trace mode, worker name, disabled state, ``current_handle()``).
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
@@ -357,8 +362,9 @@ def configure(
         schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
     if export_timeout_s is not None:
         export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
-    if not isinstance(keep_errors, bool):
+    if not isinstance(keep_errors, (bool, int)) or keep_errors not in (0, 1):
         raise ValueError(f"keep_errors must be a bool, not {keep_errors!r}")
+    keep_errors = bool(keep_errors)
     if redact is not None and not callable(redact):
         raise ValueError(f"redact must be callable, not {type(redact).__name__}")
     saved = _Saved()
