@@ -16,10 +16,13 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.ma  # noqa: F401 - eager, see below
 
 from . import semconv as sc
 from ._table import PhaseTable
 
+# numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
+# while another thread runs that first import would leave the child blocked on its import lock forever.
 PHASE_INDEX: Mapping[str, int] = {name: i for i, name in enumerate(sc.PHASES)}
 _UNSET = -(1 << 62)
 _MASK64 = (1 << 64) - 1

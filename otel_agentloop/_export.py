@@ -56,9 +56,15 @@ class ExportProcessor(SpanProcessor):
         self.exporter = exporter
         self.name = name
         self._init_state()
-        after_fork_in_child(self, "_init_state")  # a forked child starts empty, with its own worker
+        after_fork_in_child(self, "_after_fork")
 
-    def _init_state(self) -> None:
+    def _after_fork(self) -> None:
+        """A forked child starts empty, with fresh locks and its own worker (none if shut down here)."""
+        closed = self._shutdown or self._closing
+        self._init_state(start=not closed)
+        self._shutdown = self._closing = closed
+
+    def _init_state(self, start: bool = True) -> None:
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
@@ -73,7 +79,8 @@ class ExportProcessor(SpanProcessor):
         self._abandoned = False  # shutdown gave up on a stuck export: its batch was counted as dropped
         self._last_drop_log = 0.0
         self._worker = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._worker.start()
+        if start:
+            self._worker.start()
 
     # -- hot path ---------------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:

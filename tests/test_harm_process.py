@@ -32,7 +32,7 @@ def _recording() -> bool:
 
 # -- fork (class 1) ----------------------------------------------------------------------------------
 _FORK_SCRIPT = textwrap.dedent("""
-    import os, sys, threading, time
+    import faulthandler, os, sys, threading, time
     import otel_agentloop as oal
 
     handle = oal.configure("fork", file=sys.argv[1], set_global=False, schedule_delay_s=0.01, max_queue_size=64,
@@ -67,6 +67,7 @@ _FORK_SCRIPT = textwrap.dedent("""
         time.sleep(0.03)
         pid = os.fork()
         if pid == 0:  # child: trace, collect, flush, then exit through the normal path (atexit shutdown)
+            faulthandler.dump_traceback_later(8, exit=True)  # a hang prints every thread's stack, exits 1
             with oal.step(99), oal.sample(0):
                 gen()
             ok = handle.metrics.collect(99)["agent_loop/num_samples"] == 1
