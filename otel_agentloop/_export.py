@@ -189,13 +189,13 @@ class ExportProcessor(SpanProcessor):
 
     def request_flush(self, wait_s: float = 0.0) -> bool:
         """Export what is queued now, on the worker. Wait for it only while :attr:`healthy`, and then at most
-        ``min(wait_s, 2 x the last export's duration + 50 ms)``: with a backend that is dead, hung, slow or not
+        ``min(wait_s, 4 x the last export's duration + 100 ms)``: with a backend that is dead, hung, slow or not
         yet heard from, the caller never waits; one that turns bad costs one short wait, then none until an
         export succeeds quickly again. Returns whether the queue is known to be empty."""
         if self._shutdown:
             return not self._queue
         if wait_s > 0 and self._healthy:
-            return self.force_flush(int(min(wait_s, 2 * self._last_export_s + 0.05) * 1000))
+            return self.force_flush(int(min(wait_s, 4 * self._last_export_s + 0.1) * 1000))
         with self._idle:
             self._flush_requested = True
         self._wake.set()

@@ -21,6 +21,7 @@ can also travel inside a payload instead of as a keyword.
 
 from __future__ import annotations
 
+import asyncio
 import atexit
 import contextlib
 import functools
@@ -224,10 +225,11 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
     """Decorate an actor method: it accepts ``otel_carrier=`` and runs inside :func:`remote_step`.
 
     The keyword is declared in the wrapper's ``__signature__`` (Ray validates calls against it). When each call
-    ends its spans are handed to the export thread at once; a sync method also waits for that export, at most
-    ``flush_timeout_s``, but only while the backend answers (see :func:`_flush`), so ``ray.kill`` right after
-    a call loses nothing with a live backend and a dead one never slows the calls. Sync, async, generator and
-    async-generator methods keep their semantics (the library's one lifecycle).
+    ends its spans are handed to the export thread at once; a sync or async method also waits for that export
+    (an async one on a thread, never blocking its event loop), at most ``flush_timeout_s``, but only while the
+    backend answers quickly (see :func:`_flush`), so ``ray.kill`` right after a call loses nothing with a live
+    backend and a dead, hung or slow one never slows the calls. Generator methods only hand their spans over.
+    Sync, async, generator and async-generator methods keep their semantics (the library's one lifecycle).
     """
     if fn is None:
         return functools.partial(traced_remote, flush_timeout_s=flush_timeout_s, worker_span=worker_span)
@@ -250,9 +252,26 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
         return scope
 
     wrapper: Any = instrument(fn, begin)
+    if inspect.iscoroutinefunction(fn) and flush_timeout_s > 0:
+        traced = wrapper
+
+        @functools.wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            try:
+                return await traced(*args, **kwargs)
+            finally:
+                if _flush_would_wait():  # the same health-gated wait as a sync call, off the event loop
+                    await asyncio.to_thread(_flush, flush_timeout_s)
+
+        wrapper = async_wrapper
     wrapper.__signature__ = new_sig
     del wrapper.__wrapped__  # Ray unwraps to check calls: it must see the carrier keyword
     return wrapper
+
+
+def _flush_would_wait() -> bool:
+    handle = _worker_handle or current_handle()
+    return handle is not None and handle.enabled and any(p.healthy for p in handle.export_processors)
 
 
 def worker_table(step: int | None, validate: bool = False, *, flush_timeout_s: float = 5.0) -> PhaseTable:
