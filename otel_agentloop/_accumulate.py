@@ -16,13 +16,17 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
+import numpy.ma  # eager, see below
 
 from . import semconv as sc
 from ._table import PhaseTable
 
+# numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
+# while another thread runs that first import would leave the child blocked on its import lock forever.
 PHASE_INDEX: Mapping[str, int] = {name: i for i, name in enumerate(sc.PHASES)}
 _UNSET = -(1 << 62)
 _MASK64 = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute outside int64 is ignored, never stored
 _NPRE = sc.RL_NUM_PREEMPTED
 _PLEN = sc.RL_PROMPT_LENGTH
 _RLEN = sc.RL_RESPONSE_LENGTH
@@ -154,7 +158,7 @@ class StepRows:
             if p == 0:
                 # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0).
                 value = attrs.get(_NPRE)
-                known = type(value) is int
+                known = type(value) is int and -(1 << 40) < value < (1 << 40)  # type: ignore[operator]
                 if known:
                     self.npre_sum[r] += value  # type: ignore[operator]
                 first = self.npre_first[r]
@@ -163,22 +167,31 @@ class StepRows:
                     self.npre_first_missing[r] = not known
         else:
             value = attrs.get(_NPRE)
-            if type(value) is int:
+            if type(value) is int and _I64_MIN < value <= _I64_MAX:  # type: ignore[operator]
                 self.npre_final[r] = value  # type: ignore[assignment]
             value = attrs.get(_PLEN)
-            if type(value) is int:
+            if type(value) is int and _I64_MIN <= value <= _I64_MAX:  # type: ignore[operator]
                 self.prompt_len[r] = value  # type: ignore[assignment]
             value = attrs.get(_RLEN)
-            if type(value) is int:
+            if type(value) is int and _I64_MIN <= value <= _I64_MAX:  # type: ignore[operator]
                 self.response_len[r] = value  # type: ignore[assignment]
             self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
             self.tid_lo[r] = trace_id & _MASK64
         if error:
             self.error[r] = 1
 
-    def to_table(self) -> PhaseTable:
+    def to_table(self, exclude: Mapping[tuple[int, int], object] | None = None) -> PhaseTable:
+        """The accumulated rows as a table, without the samples in ``exclude`` (those still running)."""
+        keep: np.ndarray | None = None  # type: ignore[type-arg]
+        if exclude:
+            rows = [self.rows[key] for key in exclude if key in self.rows]
+            if rows:
+                keep = np.ones(len(self.index), dtype=np.bool_)
+                keep[rows] = False
+
         def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]
-            return np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
+            out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
+            return out if keep is None else out[keep]
 
         final = col(self.npre_final, np.int64)
         summed = col(self.npre_sum, np.int64) - col(self.npre_first_missing, np.int8)

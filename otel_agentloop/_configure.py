@@ -5,6 +5,7 @@ from __future__ import annotations
 import os
 import socket
 import threading
+import time
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -19,11 +20,23 @@ from ._content import policy as content_policy
 from ._context import TracePer, defaults
 from ._export import ExportProcessor
 from ._file_exporter import OTLPJsonFileExporter
-from ._guard import logger
+from ._guard import internal_error, logger
 from ._keep import SampleKeeper
 from ._processor import PhaseMetricsProcessor
 from ._sampling import BudgetSampler
-from ._settings import DEFAULT_FILE, PROTOCOLS, env_bool, env_choice, env_number, env_str, parse_headers
+from ._settings import (
+    DEFAULT_FILE,
+    MAX_QUEUE,
+    MAX_SECONDS,
+    PROTOCOLS,
+    check_int,
+    check_seconds,
+    env_bool,
+    env_choice,
+    env_number,
+    env_str,
+    parse_headers,
+)
 from ._watchdog import WatchdogSettings
 
 _DEFAULT_ATTRIBUTE_LENGTH = 4096
@@ -54,6 +67,8 @@ class Handle:
         """Environment for another process's ``configure()`` to export like this one (see integrations.ray)."""
         self._previous = previous
         self._closed = False
+        self._parent: Handle | None = None  # the handle that was current when this one was configured
+        self._saved: _Saved | None = None  # what configure() replaced, restored by shutdown()
 
     live: Any = None
     """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
@@ -67,22 +82,69 @@ class Handle:
     def enabled(self) -> bool:
         return self.provider is not None and not self._closed
 
+    @property
+    def closed(self) -> bool:
+        """``shutdown()`` was called."""
+        return self._closed
+
     def force_flush(self, timeout_s: float = 5.0) -> bool:
         """Export what is queued, waiting at most ``timeout_s`` in total; ``False`` if time ran out."""
         if not self.enabled:
             return True
         return _bounded(lambda: self.provider.force_flush(int(timeout_s * 1000)), timeout_s)  # type: ignore[union-attr]
 
+    def request_flush(self, wait_s: float = 0.0) -> bool:
+        """Ask the export processors to export what is queued now; wait (at most ``wait_s`` in total) only
+        while their backend is healthy (see :meth:`ExportProcessor.request_flush`). Never blocks on a dead or
+        hung backend beyond the first timed-out wait. Returns whether everything queued was exported."""
+        if not self.enabled:
+            return True
+        deadline = time.monotonic() + max(wait_s, 0.0)
+        ok = True
+        for proc in self.export_processors:
+            ok = proc.request_flush(max(deadline - time.monotonic(), 0.0)) and ok
+        return ok
+
     def shutdown(self, timeout_s: float = 5.0) -> None:
-        """Flush (bounded by ``timeout_s``), stop exporting and uninstall; idempotent."""
+        """Turn tracing off for this handle and restore what :func:`configure` replaced; idempotent.
+
+        Exports what is queued within ``timeout_s`` in total (the timeout reaches every export processor);
+        spans still queued or stuck in an export when it runs out are counted as dropped. Afterwards the
+        decorators make no spans through this handle's provider, even where it stays the global provider.
+        Handles nest: shutting down the current handle restores the newest older handle still open (or the
+        state before any), never a shut-down one.
+        """
         if self._closed:
             return
         self._closed = True
-        if _tracer._state.configured is self.provider:
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        global _current
+        if _current is self:
+            target = self
+            while target._parent is not None and target._parent._closed:
+                target = target._parent
+            if target._saved is not None:
+                target._saved.restore()
+            _current = target._parent
+        elif _tracer._state.configured is self.provider:  # not current, yet installed: uninstall it
             _tracer.install(self._previous)
-        if self.provider is not None:
-            provider = self.provider
-            _bounded(lambda: provider.shutdown() or True, timeout_s)
+        if self.provider is None:
+            return
+        provider = self.provider
+        _tracer.retire(provider)
+
+        def remaining_ms() -> int:
+            return max(int((deadline - time.monotonic()) * 1000), 0)
+
+        try:
+            if self.keeper is not None:
+                self.keeper.shutdown(remaining_ms())
+            else:
+                for proc in self.export_processors:
+                    proc.shutdown(remaining_ms())
+        except Exception:
+            internal_error("Handle.shutdown")
+        _bounded(lambda: provider.shutdown() or True, max(deadline - time.monotonic(), 0.05))
 
     @property
     def stats(self) -> dict[str, int]:
@@ -119,6 +181,24 @@ class Handle:
 
 
 _current: Handle | None = None
+
+
+class _Saved:
+    """Process-wide settings ``configure()`` replaces, as they were before it."""
+
+    def __init__(self) -> None:
+        self.configured = _tracer._state.configured
+        self.disabled = _tracer.is_disabled()
+        self.content = (content_policy.enabled, content_policy.max_chars, content_policy.redact)
+        self.trace_per = defaults.trace_per
+        self.worker = defaults.worker
+
+    def restore(self) -> None:
+        _tracer.install(self.configured)
+        _tracer.set_disabled(self.disabled)
+        content_policy.enabled, content_policy.max_chars, content_policy.redact = self.content
+        defaults.trace_per = self.trace_per  # type: ignore[assignment]
+        defaults.worker = self.worker
 
 
 def current_handle() -> Handle | None:
@@ -189,14 +269,23 @@ def _otlp_exporter(endpoint: str | None, protocol: str, headers: Mapping[str, st
     return HttpExporter(endpoint=endpoint, headers=dict(headers) if headers else None, timeout=timeout_s)
 
 
+RESERVED_ATTRIBUTES = 16
+"""Room this library adds to the span attribute count limit for its own identity attributes (``rl.*``,
+``gen_ai.*``, ``error.type``): ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT=4`` still gives 4 attributes to the user's
+own, and identity is written last so the SDK (which evicts the oldest) evicts the user's first."""
+
+
 def _span_limits() -> SpanLimits:
     length = env_number("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", _DEFAULT_ATTRIBUTE_LENGTH, int, minimum=1)
     try:
-        return SpanLimits(max_attribute_length=length, max_span_attribute_length=length)
+        count = SpanLimits().max_span_attributes  # as the SDK reads OTEL_(SPAN_)ATTRIBUTE_COUNT_LIMIT
+        return SpanLimits(max_attribute_length=length, max_span_attribute_length=length,
+                          max_span_attributes=None if count is None else count + RESERVED_ATTRIBUTES)
     except ValueError as exc:  # another OTEL_*_LIMIT variable is malformed
         logger.warning("otel_agentloop: %s; using default span limits", exc)
         return SpanLimits(max_attribute_length=length, max_span_attribute_length=length, max_events=128,
-                          max_links=128, max_attributes=128, max_span_attributes=128, max_event_attributes=128,
+                          max_links=128, max_attributes=128, max_span_attributes=128 + RESERVED_ATTRIBUTES,
+                          max_event_attributes=128,
                           max_link_attributes=128)
 
 
@@ -263,24 +352,41 @@ def configure(
     library's duration histograms and in-flight gauges go to ``metric_readers`` and to the reader
     ``OTEL_METRICS_EXPORTER`` asks for (OTLP by default when an OTLP endpoint is set).
 
-    Raises ``ValueError`` for invalid arguments; invalid environment values only warn (see ``_settings``).
+    Raises ``ValueError`` naming the parameter for an invalid argument: counts must be ints in range, durations
+    finite seconds in (0, 3600]. An invalid environment value (not a finite number, out of range) only warns,
+    naming the variable, and its default is used (see ``_settings``).
+
+    The returned handle's :meth:`Handle.shutdown` turns tracing off again and restores what this call replaced
+    (the installed provider, content policy, trace mode, worker name, disabled state, ``current_handle()``).
     """
     if protocol is not None and protocol not in PROTOCOLS:
         raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
     if trace_per not in (None, "sample", "step"):
         raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
-    for pname, pvalue in (("max_queue_size", max_queue_size), ("max_export_batch_size", max_export_batch_size),
-                          ("max_inflight_samples", max_inflight_samples)):
-        if pvalue is not None and pvalue < 1:
-            raise ValueError(f"{pname} must be >= 1, not {pvalue}")
-    for pname, ivalue in (("max_exported_samples_per_step", max_exported_samples_per_step),
-                          ("keep_slowest", keep_slowest), ("max_buffered_spans", max_buffered_spans),
-                          ("max_buffered_bytes", max_buffered_bytes)):
-        if ivalue is not None and ivalue < 0:
-            raise ValueError(f"{pname} must be >= 0, not {ivalue}")
-    for pname, fvalue in (("schedule_delay_s", schedule_delay_s), ("export_timeout_s", export_timeout_s)):
-        if fvalue is not None and fvalue <= 0:
-            raise ValueError(f"{pname} must be > 0, not {fvalue}")
+    # every number validated here, naming the setting: finite, an int where an int is meant, in range
+    if max_queue_size is not None:
+        max_queue_size = check_int("max_queue_size", max_queue_size, 1, MAX_QUEUE)
+    if max_export_batch_size is not None:
+        max_export_batch_size = check_int("max_export_batch_size", max_export_batch_size, 1, MAX_QUEUE)
+    if max_exported_samples_per_step is not None:
+        max_exported_samples_per_step = check_int("max_exported_samples_per_step", max_exported_samples_per_step)
+    keep_slowest = check_int("keep_slowest", keep_slowest)
+    max_buffered_spans = check_int("max_buffered_spans", max_buffered_spans)
+    max_buffered_bytes = check_int("max_buffered_bytes", max_buffered_bytes)
+    max_steps = check_int("max_steps", max_steps, 1)
+    max_samples_per_step = check_int("max_samples_per_step", max_samples_per_step, 1)
+    max_content_chars = check_int("max_content_chars", max_content_chars, 1)
+    max_inflight_samples = check_int("max_inflight_samples", max_inflight_samples, 1)
+    if schedule_delay_s is not None:
+        schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
+    if export_timeout_s is not None:
+        export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
+    if not isinstance(keep_errors, (bool, int)) or keep_errors not in (0, 1):
+        raise ValueError(f"keep_errors must be a bool, not {keep_errors!r}")
+    keep_errors = bool(keep_errors)
+    if redact is not None and not callable(redact):
+        raise ValueError(f"redact must be callable, not {type(redact).__name__}")
+    saved = _Saved()
     metrics = PhaseMetricsProcessor(max_steps=max_steps, max_samples_per_step=max_samples_per_step)
     if capture_content is None:
         capture_content = env_bool("OTEL_AGENTLOOP_CAPTURE_CONTENT", False)
@@ -291,10 +397,12 @@ def configure(
         defaults.worker = worker
     if enabled is None:
         enabled = not env_bool("OTEL_SDK_DISABLED", False)
+    global _current
     if not enabled:
         _tracer.set_disabled(True)
         handle = Handle(None, metrics, (), None, "disabled")
         handle.worker_env = {"OTEL_SDK_DISABLED": "true"}
+        handle._parent, handle._saved, _current = _current, saved, handle
         return handle
     _tracer.set_disabled(False)
 
@@ -319,14 +427,16 @@ def configure(
     for proc in processors:
         provider.add_span_processor(proc)
 
-    queue_size = max_queue_size or env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, int, minimum=1)
-    batch_size = max_export_batch_size or env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, int, minimum=1)
+    queue_size = max_queue_size or env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, int, minimum=1, maximum=MAX_QUEUE)
+    batch_size = max_export_batch_size or env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, int, minimum=1,
+                                                     maximum=MAX_QUEUE)
     if batch_size > queue_size:
         logger.warning("otel_agentloop: OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) > max queue size (%d); using %d",
                        batch_size, queue_size, queue_size)
         batch_size = queue_size
-    delay_s = schedule_delay_s or env_number("OTEL_BSP_SCHEDULE_DELAY", 1000, int, minimum=1) / 1000.0
-    timeout_s = export_timeout_s or env_number("OTEL_BSP_EXPORT_TIMEOUT", 30000, int, minimum=1) / 1000.0
+    max_ms = int(MAX_SECONDS * 1000)
+    delay_s = schedule_delay_s or env_number("OTEL_BSP_SCHEDULE_DELAY", 1000, int, minimum=1, maximum=max_ms) / 1000
+    timeout_s = export_timeout_s or env_number("OTEL_BSP_EXPORT_TIMEOUT", 30000, int, minimum=1, maximum=max_ms) / 1000
 
     targets: list[tuple[str, SpanExporter]] = [(type(e).__name__, e) for e in exporters]
     traces_exporter = (env_str("OTEL_TRACES_EXPORTER") or "otlp").lower()
@@ -343,7 +453,8 @@ def configure(
             raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
             hdrs = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS") or None
         # one export call's deadline, retries included: export_timeout_s, else OTEL_EXPORTER_OTLP_TIMEOUT
-        otlp_timeout = export_timeout_s or env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001)
+        otlp_timeout = export_timeout_s or env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001,
+                                                      maximum=MAX_SECONDS)
         targets.append((f"otlp/{proto} {endpoint or env_endpoint}",
                         _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout)))
     if file is None and env_bool("OTEL_AGENTLOOP_ALSO_FILE", False):
@@ -397,7 +508,6 @@ def configure(
         on_step_metrics=metrics.add_step_source)
     handle.worker_env.update(settings.worker_env())
     handle.worker_env.update(_otel_metrics.worker_env(metric_endpoint))
-    global _current
-    _current = handle
+    handle._parent, handle._saved, _current = _current, saved, handle
     metrics.add_counter_source(handle.export_counters)
     return handle

@@ -5,6 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ._guard import after_fork_in_child, warn_once
+from ._settings import check_int
+
 Redactor = Callable[[str], str]
 TRUNCATION_MARK = "…[truncated]"
 
@@ -18,19 +21,38 @@ class ContentPolicy:
         self.redact: Redactor | None = None
         self.truncated = 0
         self._lock = threading.Lock()
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
 
     def set(self, enabled: bool, max_chars: int, redact: Redactor | None) -> None:
-        if max_chars < 1:
-            raise ValueError(f"max_content_chars must be >= 1, not {max_chars}")
+        max_chars = check_int("max_content_chars", max_chars, 1)
         self.enabled, self.max_chars, self.redact = enabled, max_chars, redact
 
     def clean(self, text: object) -> str | None:
-        """``text`` redacted and truncated to ``max_chars``, or ``None`` when capture is off."""
+        """``text`` redacted and truncated to ``max_chars``, or ``None`` when capture is off or the text cannot
+        be made safe: a failing ``__str__``, or a ``redact`` that raises or returns a non-string, drops the text
+        (never the unredacted text) with a one-time warning. Never raises."""
         if not self.enabled:
             return None
-        value = text if isinstance(text, str) else str(text)
+        try:
+            value = text if type(text) is str else str(text)
+            if type(value) is not str:
+                value = str.__str__(value)
+        except Exception:
+            warn_once("content-str", "otel_agentloop: content whose str() fails is not captured")
+            return None
         if self.redact is not None:
-            value = self.redact(value)
+            try:
+                value = self.redact(value)
+            except Exception:
+                warn_once("content-redact", "otel_agentloop: redact raised; content not captured", exc_info=True)
+                return None
+            if not isinstance(value, str):
+                warn_once("content-redact-type", "otel_agentloop: redact returned %s, not str; content not "
+                          "captured", type(value).__name__)
+                return None
         if len(value) > self.max_chars:
             with self._lock:
                 self.truncated += 1

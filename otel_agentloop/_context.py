@@ -9,10 +9,12 @@ hand-made threads do not copy it: wrap the callable with :func:`bind`.
 from __future__ import annotations
 
 import asyncio
+import contextlib
 import contextvars
 import functools
 import os
 import socket
+import traceback
 from collections.abc import Callable, Mapping
 from types import TracebackType
 from typing import Any, Literal, TypeVar
@@ -25,7 +27,7 @@ from opentelemetry.util.types import AttributeValue
 
 from . import _content as content
 from . import semconv as sc
-from ._guard import internal_error, warn_once
+from ._guard import internal_error, safe_str, warn_once
 from ._tracer import current_tracer
 
 TracePer = Literal["sample", "step"]
@@ -57,7 +59,7 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("index", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = ("index", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -71,6 +73,8 @@ class SampleHandle:
         if rollout_n is not None:
             attrs[sc.RL_ROLLOUT_N] = rollout_n
         self.phase_attributes: Mapping[str, AttributeValue] = attrs
+        self.merged: dict[object, dict[str, AttributeValue]] = {}
+        """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
 
     @property
     def trace_id(self) -> str | None:
@@ -90,23 +94,27 @@ class SampleHandle:
     ) -> None:
         """Record per-sample facts on the root span (read by the metrics processor when the sample ends).
 
-        ``num_preempted`` set here replaces the value accumulated from generation spans. Values that are not
-        numbers are dropped with a one-time warning.
+        ``num_preempted`` set here replaces the value accumulated from generation spans. A value that cannot
+        be converted (whatever its conversion raises), or an int outside int64, is dropped with a one-time
+        warning; the other fields are kept. Never raises.
         """
         span = self.span
         if span is None:
             return
-        for key, value, kind in (
-            (sc.RL_NUM_PREEMPTED, num_preempted, int),
-            (sc.RL_PROMPT_LENGTH, prompt_length, int),
-            (sc.RL_RESPONSE_LENGTH, response_length, int),
-            (sc.RL_REWARD_SCORE, reward, float),
-            (sc.RL_NUM_TURNS, turns, int),
-        ):
-            if value is not None:
-                coerced = coerce_number(value, kind, key)
-                if coerced is not None:
-                    span.set_attribute(key, coerced)
+        try:
+            for key, value, kind in (
+                (sc.RL_NUM_PREEMPTED, num_preempted, int),
+                (sc.RL_PROMPT_LENGTH, prompt_length, int),
+                (sc.RL_RESPONSE_LENGTH, response_length, int),
+                (sc.RL_REWARD_SCORE, reward, float),
+                (sc.RL_NUM_TURNS, turns, int),
+            ):
+                if value is not None:
+                    coerced = coerce_number(value, kind, key)
+                    if coerced is not None:
+                        span.set_attribute(key, coerced)
+        except Exception:
+            internal_error("SampleHandle.record")
 
 
     def record_content(self, *, prompt: object = None, response: object = None) -> None:
@@ -115,11 +123,14 @@ class SampleHandle:
         span = self.span
         if span is None or not content.policy.enabled:
             return
-        for key, value in ((sc.RL_PROMPT_CONTENT, prompt), (sc.RL_RESPONSE_CONTENT, response)):
-            if value is not None:
-                cleaned = content.policy.clean(value)
-                if cleaned is not None:
-                    span.set_attribute(key, cleaned)
+        try:
+            for key, value in ((sc.RL_PROMPT_CONTENT, prompt), (sc.RL_RESPONSE_CONTENT, response)):
+                if value is not None:
+                    cleaned = content.policy.clean(value)
+                    if cleaned is not None:
+                        span.set_attribute(key, cleaned)
+        except Exception:
+            internal_error("SampleHandle.record_content")
 
 
 _STEP: contextvars.ContextVar[StepState | None] = contextvars.ContextVar("otel_agentloop_step", default=None)
@@ -136,16 +147,66 @@ def current_sample() -> SampleHandle | None:
     return _SAMPLE.get()
 
 
+INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def safe_repr(value: object, limit: int = 200) -> str:
+    """``repr(value)``, bounded; never raises."""
+    try:
+        return safe_str(repr(value), limit)
+    except BaseException:
+        return safe_str(value, limit)
+
+
 def coerce_number(value: object, kind: type[int] | type[float], key: str) -> int | float | None:
-    """``value`` as ``kind`` (numpy scalars and numeric strings included), or ``None`` with a one-time warning."""
+    """``value`` as ``kind`` (numpy scalars and numeric strings included), or ``None`` with a one-time warning.
+
+    Whatever the conversion raises (a multi-element tensor, ``np.ma.masked``, a failing ``__int__``) and ints
+    outside int64 (what OTLP can carry) give ``None``. Never raises an ``Exception``."""
     try:
         if isinstance(value, bool):
-            raise TypeError
+            raise TypeError("bool")
         number = kind(value)  # type: ignore[call-overload]
-    except (TypeError, ValueError, OverflowError):
-        warn_once("bad-value:" + key, "otel_agentloop: dropping non-numeric value for %s: %r", key, value)
+        if kind is int and not INT64_MIN <= number <= INT64_MAX:
+            raise OverflowError("outside int64")
+        return number
+    except Exception:
+        warn_once("bad-value:" + key, "otel_agentloop: dropping non-numeric value for %s: %s", key,
+                  safe_repr(value))
         return None
-    return number
+
+
+_SCALARS = (str, bool, int, float)
+
+
+def _clean_value(value: object, depth: int = 0) -> object:
+    if value is None or type(value) in _SCALARS:
+        return value
+    if isinstance(value, _SCALARS):  # subclasses (np.float64, str enums) as the SDK accepts them
+        return value
+    if isinstance(value, (list, tuple)) and depth == 0:
+        return tuple(_clean_value(v, 1) for v in value)
+    if isinstance(value, Mapping) and depth < 4:
+        return {safe_str(k): _clean_value(v, depth + 1) for k, v in value.items()}
+    if isinstance(value, (bytes, bytearray)):
+        return bytes(value)
+    text = safe_str(value, 4096)
+    return text
+
+
+def clean_attributes(attributes: Mapping[str, object] | None) -> dict[str, AttributeValue]:
+    """User-supplied attributes made safe for the SDK: values it would stringify are stringified here, with
+    every failure guarded (the SDK calls ``__str__`` unguarded, and one failure would drop the whole span)."""
+    out: dict[str, AttributeValue] = {}
+    if not attributes:
+        return out
+    try:
+        for key, value in attributes.items():
+            if isinstance(key, str):
+                out[key] = _clean_value(value)  # type: ignore[assignment]
+    except Exception:
+        internal_error("clean_attributes")
+    return out
 
 
 def record_sample(**facts: Any) -> None:
@@ -182,26 +243,84 @@ def record_generation(
                 if coerced is not None:
                     span.set_attribute(key, coerced)
         if finish_reason is not None:
-            span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, (str(finish_reason),))
+            span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, (safe_str(finish_reason, 256),))
     except Exception:
         internal_error("record_generation")
+
+
+IDENTITY_KEYS = (sc.RL_PHASE, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, sc.RL_VALIDATE)
+"""What the metrics processor, the keeper and the sampler read: never lost to an attribute count limit."""
+
+
+def restore_identity(span: Span, started_with: Mapping[str, object]) -> None:
+    """Before ``span`` ends: if its attribute count limit evicted anything (the SDK evicts the oldest), write
+    back the identity it started with, which makes it the newest. Costs one check when nothing was dropped."""
+    try:
+        attrs = span._attributes  # type: ignore[attr-defined]
+        if not attrs.dropped:
+            return
+        for key in IDENTITY_KEYS:
+            if key in started_with and attrs.get(key) != started_with[key]:
+                span.set_attribute(key, started_with[key])  # type: ignore[arg-type]
+    except Exception:
+        return
+
+
+MAX_STACK_FRAMES = 32
+MAX_STACKTRACE_CHARS = 8192
+_RECORDED = "_otel_agentloop_recorded"
+
+
+def _first_record(exc: BaseException) -> bool:
+    """True the first time ``exc`` is recorded: its traceback is formatted once, at the innermost span."""
+    try:
+        state = object.__getattribute__(exc, "__dict__")
+        if state.get(_RECORDED):
+            return False
+        state[_RECORDED] = True
+    except Exception:
+        pass
+    return True
+
+
+def _stacktrace(exc: BaseException, message: str) -> str:
+    frames = traceback.extract_tb(exc.__traceback__, limit=-MAX_STACK_FRAMES)
+    text = "".join(traceback.format_list(frames))
+    if len(text) > MAX_STACKTRACE_CHARS:
+        text = "…" + text[-MAX_STACKTRACE_CHARS:]
+    return f"Traceback (innermost {MAX_STACK_FRAMES} frames at most):\n{text}{error_type(exc)}: {message}"
 
 
 def error_type(exc: BaseException) -> str:
     """``error.type`` for an exception: the class name, module-qualified unless it is a builtin."""
     cls = type(exc)
-    module = cls.__module__
-    return cls.__qualname__ if module == "builtins" else f"{module}.{cls.__qualname__}"
+    try:
+        module, name = str(cls.__module__), str(cls.__qualname__)
+    except Exception:
+        return "Exception"
+    return name if module == "builtins" else f"{module}.{name}"
 
 
 def mark_error(span: Span, exc: BaseException) -> None:
-    """Record ``exc`` on ``span``: ERROR status and ``error.type``; cancellation is noted, not an error."""
-    if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
-        span.set_attribute(sc.RL_CANCELLED, True)
-        return
-    span.set_attribute(sc.ERROR_TYPE, error_type(exc))
-    span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {exc}"[:256]))
-    span.record_exception(exc, escaped=True)
+    """Record ``exc`` on ``span``: ERROR status, ``error.type`` and an ``exception`` event; cancellation is
+    noted, not an error. Bounded: the message is cut at 1 KiB and the stack trace (innermost frames, at most
+    8 KiB) is formatted once per exception object, at the innermost span it unwinds through, not at every
+    level. Never raises, whatever ``exc.__str__`` raises."""
+    try:
+        if isinstance(exc, (asyncio.CancelledError, GeneratorExit)):
+            span.set_attribute(sc.RL_CANCELLED, True)
+            return
+        etype = error_type(exc)
+        message = safe_str(exc)
+        span.set_attribute(sc.ERROR_TYPE, etype)
+        span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:256]))
+        event: dict[str, AttributeValue] = {"exception.type": etype, "exception.message": message,
+                                            "exception.escaped": True}
+        if _first_record(exc):
+            event["exception.stacktrace"] = _stacktrace(exc, message)
+        span.add_event("exception", event)
+    except Exception:
+        internal_error("mark_error")
 
 
 class _Scope:
@@ -216,8 +335,11 @@ class _Scope:
     def _reset(self) -> None:  # pragma: no cover - abstract
         raise NotImplementedError
 
-    def _enter_span(self, span: Span) -> None:
+    _identity: Mapping[str, object] = {}
+
+    def _enter_span(self, span: Span, identity: Mapping[str, object]) -> None:
         self._span = span
+        self._identity = identity
         self._otel_token = otel_context.attach(trace.set_span_in_context(span))
 
     def _exit(self, exc: BaseException | None) -> None:
@@ -233,6 +355,7 @@ class _Scope:
             try:
                 if exc is not None:
                     mark_error(span, exc)
+                restore_identity(span, self._identity)
                 span.end()
             except Exception:
                 internal_error(type(self).__name__ + ".end")
@@ -274,10 +397,11 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
         try:
             tracer = current_tracer()
             if tracer is not None:
-                attrs: dict[str, AttributeValue] = {sc.RL_STEP: self.step, sc.RL_VALIDATE: self.validate}
-                attrs.update(self.attributes)
+                attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
+                attrs[sc.RL_STEP] = self.step
+                attrs[sc.RL_VALIDATE] = self.validate
                 span = tracer.start_span(sc.STEP_SPAN, attributes=attrs)
-                self._enter_span(span)
+                self._enter_span(span, attrs)
         except Exception:
             internal_error("step.enter")
         state = StepState(self.step, self.validate, self.trace_per, span)
@@ -326,10 +450,9 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         try:
             tracer = current_tracer()
             if tracer is not None:
-                attrs = dict(handle.phase_attributes)
+                attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
                 attrs[sc.RL_WORKER] = self.worker or defaults.worker
-                if self.attributes:
-                    attrs.update(self.attributes)
+                attrs.update(handle.phase_attributes)
                 per_sample = (outer.trace_per if outer is not None else defaults.trace_per) == "sample"
                 links = None
                 parent: Context | None = None
@@ -341,7 +464,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
                         links = [Link(ctx)]  # ... linked to the step
                 span = tracer.start_span(sc.SAMPLE_SPAN, context=parent, attributes=attrs, links=links)
                 handle.span = span
-                self._enter_span(span)
+                self._enter_span(span, attrs)
         except Exception:
             internal_error("sample.enter")
         self._token = _SAMPLE.set(handle)
@@ -357,8 +480,16 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
 
 
 def bind(fn: Callable[..., T]) -> Callable[..., T]:
-    """``fn`` bound to a copy of the current context: pass it to ``run_in_executor`` or a ``Thread``.
+    """``fn`` bound to the current context: pass it to ``run_in_executor``, ``executor.map`` or a ``Thread``.
 
-    One copy per call of :func:`bind`: bind once per submitted call, not once for many.
+    The context is captured once, here; each call runs in its own copy of it, so one bound callable may run
+    in many threads at once (``executor.map(bind(fn), items)``) and calls never see each other's changes.
     """
-    return functools.partial(contextvars.copy_context().run, fn)
+    ctx = contextvars.copy_context()
+
+    def bound(*args: Any, **kwargs: Any) -> T:
+        return ctx.copy().run(fn, *args, **kwargs)
+
+    with contextlib.suppress(Exception):  # a callable without __name__ & co. (a partial, an instance)
+        functools.update_wrapper(bound, fn)
+    return bound

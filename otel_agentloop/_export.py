@@ -11,21 +11,22 @@ from __future__ import annotations
 
 import collections
 import logging
-import os
 import threading
 import time
-import weakref
 from collections.abc import Callable
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._guard import internal_error
+from ._guard import after_fork_in_child, internal_error
+from ._settings import MAX_QUEUE, check_int, check_seconds
 
 logger = logging.getLogger("otel_agentloop")
 
 SpanFilter = Callable[[ReadableSpan], bool]
+FAST_EXPORT_S = 0.25
+"""An export slower than this makes the path unhealthy for :meth:`ExportProcessor.request_flush`."""
 
 
 class ExportProcessor(SpanProcessor):
@@ -46,22 +47,24 @@ class ExportProcessor(SpanProcessor):
         shutdown_timeout_s: float = 5.0,
         name: str = "otel_agentloop.export",
     ) -> None:
-        if max_queue_size < 1 or max_export_batch_size < 1:
-            raise ValueError("max_queue_size and max_export_batch_size must be >= 1")
-        if schedule_delay_s <= 0 or export_timeout_s <= 0:
-            raise ValueError("schedule_delay_s and export_timeout_s must be > 0")
+        self.max_queue_size = check_int("max_queue_size", max_queue_size, 1, MAX_QUEUE)
+        self.max_export_batch_size = min(check_int("max_export_batch_size", max_export_batch_size, 1, MAX_QUEUE),
+                                         self.max_queue_size)
+        self.schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
+        self.export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
+        self.shutdown_timeout_s = check_seconds("shutdown_timeout_s", shutdown_timeout_s, inclusive=True)
         self.exporter = exporter
-        self.max_queue_size = max_queue_size
-        self.max_export_batch_size = min(max_export_batch_size, max_queue_size)
-        self.schedule_delay_s = schedule_delay_s
-        self.export_timeout_s = export_timeout_s
-        self.shutdown_timeout_s = shutdown_timeout_s
         self.name = name
         self._init_state()
-        ref = weakref.ref(self)
-        os.register_at_fork(after_in_child=lambda: (p := ref()) is not None and p._init_state())
+        after_fork_in_child(self, "_after_fork")
 
-    def _init_state(self) -> None:
+    def _after_fork(self) -> None:
+        """A forked child starts empty, with fresh locks and its own worker (none if shut down here)."""
+        closed = self._shutdown or self._closing
+        self._init_state(start=not closed)
+        self._shutdown = self._closing = closed
+
+    def _init_state(self, start: bool = True) -> None:
         self._queue: collections.deque[ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
@@ -71,9 +74,13 @@ class ExportProcessor(SpanProcessor):
         self._shutdown = False
         self._closing = False
         self._queued = self._exported = self._dropped = self._failed = 0
+        self._healthy = False  # the last export succeeded quickly and no flush wait timed out since
+        self._last_export_s = 0.0
+        self._abandoned = False  # shutdown gave up on a stuck export: its batch was counted as dropped
         self._last_drop_log = 0.0
         self._worker = threading.Thread(target=self._run, name=self.name, daemon=True)
-        self._worker.start()
+        if start:
+            self._worker.start()
 
     # -- hot path ---------------------------------------------------------------------------------
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -93,8 +100,12 @@ class ExportProcessor(SpanProcessor):
             now = time.monotonic()
             if now - self._last_drop_log > 60.0:
                 self._last_drop_log = now
-                logger.warning("otel_agentloop: export queue full or closed; dropping spans (%d so far). "
-                               "Is the OTLP endpoint reachable?", self._dropped)
+                if self._shutdown:
+                    logger.warning("otel_agentloop: span ended after its exporter was shut down; dropped (%d so "
+                                   "far)", self._dropped)
+                else:
+                    logger.warning("otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is "
+                                   "the OTLP endpoint reachable?", self.max_queue_size, self._dropped)
             return
         queue.append(span)
         self._queued += 1
@@ -103,10 +114,15 @@ class ExportProcessor(SpanProcessor):
 
     # -- worker -----------------------------------------------------------------------------------
     def _run(self) -> None:
+        delay = min(self.schedule_delay_s, threading.TIMEOUT_MAX)
         while True:
-            self._wake.wait(self.schedule_delay_s)
-            self._wake.clear()
-            self._drain(stop_early=True)
+            try:
+                self._wake.wait(delay)
+                self._wake.clear()
+                self._drain(stop_early=True)
+            except Exception:  # never let the export thread die silently
+                internal_error("ExportProcessor.run")
+                time.sleep(delay)
             with self._idle:
                 self._flush_requested = False
                 self._idle.notify_all()
@@ -121,18 +137,23 @@ class ExportProcessor(SpanProcessor):
                 batch.append(queue.popleft())
             with self._idle:
                 self._in_flight = len(batch)
+            t0 = time.monotonic()
             try:
                 result = self.exporter.export(batch)
-                if result is SpanExportResult.SUCCESS:
-                    self._exported += len(batch)
-                else:
-                    self._failed += len(batch)
+                ok = result is SpanExportResult.SUCCESS
             except Exception:
-                self._failed += len(batch)
+                ok = False
                 internal_error(f"{type(self.exporter).__name__}.export")
-            finally:
-                with self._idle:
-                    self._in_flight = 0
+            self._last_export_s = took = time.monotonic() - t0
+            self._healthy = ok and took < FAST_EXPORT_S
+            if self._abandoned:  # shutdown already counted this batch as dropped
+                return
+            if ok:
+                self._exported += len(batch)
+            else:
+                self._failed += len(batch)
+            with self._idle:
+                self._in_flight = 0
             if stop_early and len(self._queue) < self.max_export_batch_size and not (
                 self._flush_requested or self._stopping
             ):
@@ -156,7 +177,29 @@ class ExportProcessor(SpanProcessor):
         """Wait up to ``timeout_millis`` for queued spans to be exported; ``False`` if time ran out."""
         if self._shutdown:
             return not self._queue
-        return self._wait_idle(timeout_millis / 1000.0)
+        done = self._wait_idle(timeout_millis / 1000.0)
+        if not done:
+            self._healthy = False
+        return done
+
+    @property
+    def healthy(self) -> bool:
+        """The last export succeeded within ``FAST_EXPORT_S`` and no flush wait timed out since."""
+        return self._healthy
+
+    def request_flush(self, wait_s: float = 0.0) -> bool:
+        """Export what is queued now, on the worker. Wait for it only while :attr:`healthy`, and then at most
+        ``min(wait_s, 4 x the last export's duration + 100 ms)``: with a backend that is dead, hung, slow or not
+        yet heard from, the caller never waits; one that turns bad costs one short wait, then none until an
+        export succeeds quickly again. Returns whether the queue is known to be empty."""
+        if self._shutdown:
+            return not self._queue
+        if wait_s > 0 and self._healthy:
+            return self.force_flush(int(min(wait_s, 4 * self._last_export_s + 0.1) * 1000))
+        with self._idle:
+            self._flush_requested = True
+        self._wake.set()
+        return not (self._queue or self._in_flight)
 
     def shutdown(self, timeout_millis: int | None = None) -> None:
         """Export what is queued within ``timeout_millis`` (default ``shutdown_timeout_s``: the SDK's exit hook
@@ -177,9 +220,13 @@ class ExportProcessor(SpanProcessor):
         except Exception:
             internal_error(f"{type(self.exporter).__name__}.shutdown")
         self._worker.join(max(deadline - time.monotonic(), 0.0) + 0.05)
-        left = len(self._queue)
-        if left:
+        with self._idle:
+            left = len(self._queue)
             self._queue.clear()
+            if self._worker.is_alive() and self._in_flight:  # stuck in export past the timeout
+                self._abandoned = True
+                left += self._in_flight
+                self._in_flight = 0
             self._dropped += left
 
     @property

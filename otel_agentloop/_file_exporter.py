@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ._guard import internal_error
+from ._guard import after_fork_in_child, internal_error
 from ._otlp_json import encode_spans
 
 
@@ -27,6 +27,10 @@ class OTLPJsonFileExporter(SpanExporter):
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._closed = False
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the descriptor is shared with the parent: O_APPEND keeps lines whole
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._closed:

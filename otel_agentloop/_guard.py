@@ -3,7 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 import threading
+import weakref
+from typing import Any
 
 logger = logging.getLogger("otel_agentloop")
 
@@ -32,3 +35,52 @@ def reset_warnings() -> None:
     """Forget which warnings were issued (tests)."""
     with _seen_lock:
         _seen.clear()
+
+
+def safe_str(value: object, limit: int = 1024) -> str:
+    """``str(value)`` truncated to ``limit``; never raises, even when ``__str__`` raises a ``BaseException``
+    (a user's exception in flight must never be replaced by one from its own ``__str__``)."""
+    try:
+        text = value if type(value) is str else str(value)
+    except BaseException:
+        try:
+            text = f"<unprintable {type(value).__qualname__}>"
+        except BaseException:
+            text = "<unprintable>"
+    return text if len(text) <= limit else text[:limit] + "…"
+
+
+# -- fork safety --------------------------------------------------------------------------------------
+_fork_hooks: list[weakref.ref[Any]] = []
+_fork_hooks_lock = threading.Lock()
+
+
+def after_fork_in_child(owner: object, method: str) -> None:
+    """Call ``owner.<method>()`` in a forked child (before anything else of ours runs there), while ``owner``
+    lives. Every lock and thread this library owns registers here: a child inherits locks held by threads
+    that do not exist in it."""
+    with _fork_hooks_lock:
+        if len(_fork_hooks) >= 256:  # forget owners that are gone
+            _fork_hooks[:] = [ref for ref in _fork_hooks if ref() is not None]
+        _fork_hooks.append(weakref.WeakMethod(getattr(owner, method)))
+
+
+def _run_fork_hooks() -> None:
+    global _seen_lock, _fork_hooks_lock
+    _seen_lock = threading.Lock()
+    _fork_hooks_lock = threading.Lock()
+    alive = []
+    for ref in _fork_hooks:
+        hook = ref()
+        if hook is None:
+            continue
+        alive.append(ref)
+        try:
+            hook()
+        except Exception:
+            internal_error("after_fork")
+    _fork_hooks[:] = alive
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_run_fork_hooks)

@@ -25,7 +25,7 @@ from opentelemetry.trace import StatusCode
 from . import semconv as sc
 from ._accumulate import PHASE_INDEX, add_interval
 from ._export import ExportProcessor
-from ._guard import internal_error
+from ._guard import after_fork_in_child, internal_error
 
 _BASE_BYTES = 256  # rough fixed cost of a span, on top of its string attributes
 
@@ -77,7 +77,15 @@ class SampleKeeper(SpanProcessor):
         self._spans = 0
         self._bytes = 0
         self._lock = threading.Lock()
+        after_fork_in_child(self, "_after_fork")
         self.counters = {"kept_slowest": 0, "kept_errors": 0, "samples_not_kept": 0, "samples_spilled": 0}
+
+    def _after_fork(self) -> None:
+        """A forked child starts with no buffers (the parent's stay with the parent) and a fresh lock."""
+        self._lock = threading.Lock()
+        self._buffers = {}
+        self._heaps = OrderedDict()
+        self._spans = self._bytes = 0
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
@@ -187,13 +195,18 @@ class SampleKeeper(SpanProcessor):
         if release:
             self._forward(release)
 
-    def shutdown(self) -> None:
-        """Export every kept sample still waiting for its step to close, then shut the exporters down."""
+    def shutdown(self, timeout_millis: int | None = None) -> None:
+        """Export every kept sample still waiting for its step to close, then shut the exporters down within
+        ``timeout_millis`` in total (default: each exporter's own ``shutdown_timeout_s``)."""
         with self._lock:
             release = [span for key in list(self._heaps) for span in self._close_locked(key)]
         self._forward(release)
+        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000.0
         for exporter in self.exporters:
-            exporter.shutdown()  # each bounded by its shutdown_timeout_s
+            if deadline is None:
+                exporter.shutdown()
+            else:
+                exporter.shutdown(max(int((deadline - time.monotonic()) * 1000), 0))
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         """Flush the exporters (kept samples of open steps wait for their step to close)."""

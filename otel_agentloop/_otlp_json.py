@@ -29,23 +29,57 @@ _quote: Any = encode_basestring  # C-accelerated JSON string quoting
 _key_cache: dict[str, str] = {}
 
 
-def _value(v: Any) -> str:
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+
+
+def _double(v: float) -> str:
+    if math.isfinite(v):
+        return f'{{"doubleValue":{float.__repr__(v)}}}'
+    return '{"doubleValue":"' + ("NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")) + '"}'
+
+
+def _value(v: Any) -> str | None:
+    """One attribute value as OTLP-JSON ``AnyValue``, typed as the OTLP protobuf encoder types it (subclasses
+    of bool/int/float/str such as ``np.float64`` keep their type, mappings are ``kvlistValue``, ``None`` is the
+    empty value); ``None`` when protobuf cannot encode it either (an int outside int64): the key is dropped."""
     t = type(v)
     if t is str:
         return '{"stringValue":' + _quote(v) + "}"
     if t is bool:
         return '{"boolValue":true}' if v else '{"boolValue":false}'
     if t is int:
-        return f'{{"intValue":"{v}"}}'
+        return f'{{"intValue":"{v}"}}' if _I64_MIN <= v <= _I64_MAX else None
     if t is float:
-        if math.isfinite(v):
-            return f'{{"doubleValue":{v!r}}}'
-        return '{"doubleValue":"' + ("NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")) + '"}'
+        return _double(v)
     if t is tuple or t is list:
-        return '{"arrayValue":{"values":[' + ",".join([_value(x) for x in v]) + "]}}"
-    if t is bytes or t is bytearray:
-        return '{"bytesValue":"' + base64.b64encode(v).decode() + '"}'
-    return '{"stringValue":' + _quote(str(v)) + "}"
+        values = [_value(x) for x in v]
+        return None if None in values else '{"arrayValue":{"values":[' + ",".join(values) + "]}}"  # type: ignore[arg-type]
+    if v is None:
+        return "{}"
+    return _other(v)
+
+
+def _other(v: Any) -> str | None:
+    try:
+        if isinstance(v, bool):
+            return '{"boolValue":true}' if v else '{"boolValue":false}'
+        if isinstance(v, int):
+            n = int.__index__(v)
+            return f'{{"intValue":"{n}"}}' if _I64_MIN <= n <= _I64_MAX else None
+        if isinstance(v, float):
+            return _double(v)
+        if isinstance(v, str):
+            return '{"stringValue":' + _quote(str.__str__(v)) + "}"
+        if isinstance(v, (bytes, bytearray)):
+            return '{"bytesValue":"' + base64.b64encode(v).decode() + '"}'
+        if isinstance(v, Mapping):
+            return '{"kvlistValue":{"values":' + _attrs(v) + "}}"
+        if isinstance(v, Sequence):
+            values = [_value(x) for x in v]
+            return None if None in values else '{"arrayValue":{"values":[' + ",".join(values) + "]}}"  # type: ignore[arg-type]
+        return '{"stringValue":' + _quote(str(v)) + "}"
+    except Exception:
+        return None
 
 
 def _raw(attributes: Any) -> Mapping[str, Any] | None:
@@ -61,12 +95,15 @@ def _attrs(attrs: Mapping[str, Any] | None) -> str:
     parts = []
     cache = _key_cache
     for k, v in attrs.items():
+        value = _value(v)
+        if value is None:
+            continue
         head = cache.get(k)
         if head is None:
-            head = '{"key":' + _quote(k) + ',"value":'
+            head = '{"key":' + _quote(str(k)) + ',"value":'
             if len(cache) < 4096:
                 cache[k] = head
-        parts.append(head + _value(v) + "}")
+        parts.append(head + value + "}")
     return "[" + ",".join(parts) + "]"
 
 

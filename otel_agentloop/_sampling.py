@@ -19,6 +19,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from . import semconv as sc
+from ._guard import after_fork_in_child
 
 
 class BudgetSampler(Sampler):
@@ -37,6 +38,10 @@ class BudgetSampler(Sampler):
         self.budget = max_samples_per_step
         self.max_steps = max_steps
         self._admitted: OrderedDict[tuple[object, bool], tuple[set[int], list[int]]] = OrderedDict()
+        self._lock = threading.Lock()
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
         self._lock = threading.Lock()
 
     def should_sample(

@@ -8,17 +8,19 @@ else the global OpenTelemetry provider. No provider, the API's proxy/no-op provi
 from __future__ import annotations
 
 import threading
+import weakref
 
 from opentelemetry import trace
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider, Tracer, TracerProvider
 
+from ._guard import after_fork_in_child
 from ._version import __version__
 
 _SCOPE = "otel_agentloop"
 
 
 class _State:
-    __slots__ = ("configured", "disabled", "key", "lock", "tracer")
+    __slots__ = ("__weakref__", "configured", "disabled", "key", "lock", "retired", "tracer")
 
     def __init__(self) -> None:
         self.configured: TracerProvider | None = None
@@ -26,9 +28,14 @@ class _State:
         self.key: object = None  # the provider `tracer` was resolved for
         self.tracer: Tracer | None = None
         self.lock = threading.Lock()
+        self.retired: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+
+    def after_fork(self) -> None:
+        self.lock = threading.Lock()
 
 
 _state = _State()
+after_fork_in_child(_state, "after_fork")
 
 
 def current_tracer() -> Tracer | None:
@@ -45,7 +52,7 @@ def current_tracer() -> Tracer | None:
 
 def _resolve(provider: TracerProvider) -> Tracer | None:
     tracer: Tracer | None = None
-    if not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)):
+    if not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)) and provider not in _state.retired:
         candidate = provider.get_tracer(_SCOPE, __version__)
         if not isinstance(candidate, NoOpTracer):
             tracer = candidate
@@ -62,6 +69,18 @@ def install(provider: TracerProvider | None) -> TracerProvider | None:
         _state.configured = provider
         _state.key = None
     return previous
+
+
+def retire(provider: TracerProvider) -> None:
+    """``provider`` was shut down: never trace through it again, even where it stays the global provider
+    (the OpenTelemetry API lets the global provider be set only once)."""
+    with _state.lock:
+        _state.retired.add(provider)
+        _state.key = None
+
+
+def is_disabled() -> bool:
+    return _state.disabled
 
 
 def set_disabled(disabled: bool) -> None:

@@ -8,20 +8,18 @@ Usable as a context manager (sync or async) and as a decorator.
 
 from __future__ import annotations
 
-import functools
-import inspect
 import time
 from collections.abc import Callable, MutableMapping
 from types import TracebackType
 from typing import Any, TypeVar
 
-from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from . import semconv as sc
-from ._context import current_step, mark_error
+from ._context import current_step
 from ._guard import internal_error
+from ._phase import Scope, SpanScope, instrument
 from ._tracer import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -31,53 +29,81 @@ VERL_TRAINER_PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", 
 """The names verl's trainer passes to ``marked_timer`` (any other name works too)."""
 
 
-class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop.trainer_phase("gen", timing_raw):``
-    """A span ``rl.train.<name>`` (and, optionally, verl-style timing accumulation) around a block or function."""
+class _TrainerScope(Scope):
+    """One trainer phase: the ``rl.train.<name>`` span (when tracing is on) and verl-style seconds."""
 
-    __slots__ = ("_span", "_t0", "_token", "name", "timing_raw")
+    __slots__ = ("inner", "name", "t0", "timing_raw")
+
+    def __init__(self, name: str, timing_raw: MutableMapping[str, float] | None) -> None:
+        self.name = name
+        self.timing_raw = timing_raw
+        self.t0 = time.perf_counter()
+        self.inner: SpanScope | None = None
+        tracer = current_tracer()
+        if tracer is None:
+            return
+        try:
+            step = current_step()
+            attrs: dict[str, Any] = {sc.RL_PHASE_TRAIN: name}
+            if step is not None:
+                attrs[sc.RL_STEP] = step.step
+                attrs[sc.RL_VALIDATE] = step.validate
+            self.inner = SpanScope(tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs))
+        except Exception:
+            internal_error("trainer_phase.enter")
+
+    def enter(self) -> None:
+        if self.inner is not None:
+            self.inner.enter()
+
+    def leave(self) -> None:
+        if self.inner is not None:
+            self.inner.leave()
+
+    def close(self, exc: BaseException | None) -> None:
+        if self.timing_raw is not None:
+            try:
+                elapsed = time.perf_counter() - self.t0
+                self.timing_raw[self.name] = self.timing_raw.get(self.name, 0.0) + elapsed
+            except Exception:
+                internal_error("trainer_phase.timing_raw")
+        inner, self.inner = self.inner, None
+        if inner is not None:
+            inner.close(exc)
+
+
+class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop.trainer_phase("gen", timing_raw):``
+    """A span ``rl.train.<name>`` (and, optionally, verl-style timing accumulation) around a block or function.
+
+    As a decorator it uses the library's one lifecycle (sync, async, generators, async generators, callables
+    returning awaitables: see :func:`otel_agentloop._phase.instrument`)."""
+
+    __slots__ = ("_scope", "name", "timing_raw")
 
     def __init__(self, name: str, timing_raw: MutableMapping[str, float] | None = None) -> None:
         if not isinstance(name, str) or not name:
             raise ValueError("trainer_phase needs a non-empty name")
         self.name = name
         self.timing_raw = timing_raw
-        self._span: Span | None = None
-        self._token: object = None
-        self._t0 = 0.0
+        self._scope: _TrainerScope | None = None
+
+    def _begin(self, kwargs: dict[str, Any] | None = None) -> _TrainerScope | None:
+        if self.timing_raw is None and current_tracer() is None:
+            return None
+        scope = _TrainerScope(self.name, self.timing_raw)
+        scope.enter()
+        return scope
 
     def __enter__(self) -> Span:
-        self._t0 = time.perf_counter()
-        tracer = current_tracer()
-        if tracer is None:
+        scope = self._scope = self._begin()
+        if scope is None or scope.inner is None:
             return trace.INVALID_SPAN
-        try:
-            step = current_step()
-            attrs: dict[str, Any] = {sc.RL_PHASE_TRAIN: self.name}
-            if step is not None:
-                attrs[sc.RL_STEP] = step.step
-                attrs[sc.RL_VALIDATE] = step.validate
-            self._span = tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + self.name, attributes=attrs)
-            self._token = otel_context.attach(trace.set_span_in_context(self._span))
-            return self._span
-        except Exception:
-            internal_error("trainer_phase.enter")
-            return trace.INVALID_SPAN
+        return scope.inner.span
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
-        elapsed = time.perf_counter() - self._t0
-        if self.timing_raw is not None:
-            self.timing_raw[self.name] = self.timing_raw.get(self.name, 0.0) + elapsed
-        span, self._span = self._span, None
-        token, self._token = self._token, None
-        if span is None:
-            return
-        try:
-            otel_context.detach(token)  # type: ignore[arg-type]
-            if exc is not None:
-                mark_error(span, exc)
-            span.end()
-        except Exception:
-            internal_error("trainer_phase.exit")
+        scope, self._scope = self._scope, None
+        if scope is not None:
+            scope.exit(exc)
 
     async def __aenter__(self) -> Span:
         return self.__enter__()
@@ -87,19 +113,5 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
         self.__exit__(et, exc, tb)
 
     def __call__(self, fn: F) -> F:
-        """Decorate ``fn``: each call is one phase (a fresh context manager per call)."""
-        name, timing_raw = self.name, self.timing_raw
-        if inspect.iscoroutinefunction(fn):
-            @functools.wraps(fn)
-            async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-                async with trainer_phase(name, timing_raw):
-                    return await fn(*args, **kwargs)
-
-            return async_wrapper  # type: ignore[return-value]
-
-        @functools.wraps(fn)
-        def wrapper(*args: Any, **kwargs: Any) -> Any:
-            with trainer_phase(name, timing_raw):
-                return fn(*args, **kwargs)
-
-        return wrapper  # type: ignore[return-value]
+        """Decorate ``fn``: each call is one phase."""
+        return instrument(fn, trainer_phase(self.name, self.timing_raw)._begin)

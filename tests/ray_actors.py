@@ -91,3 +91,36 @@ class Worker:
         handle = oal.current_handle()
         handle.force_flush(5)
         return {"pid": os.getpid(), "stats": handle.stats, "env": handle.worker_env}
+
+
+class BackendProbe:
+    """An actor whose calls make real phase spans; for the dead/hung/slow backend test."""
+
+    def __init__(self) -> None:
+        oal_ray.setup_worker()
+
+    @oal_ray.traced_remote
+    def work(self, step: int, n: int) -> float:
+        import time
+
+        t0 = time.perf_counter()
+        for i in range(n):
+            with oal.sample(i, step=step):
+                _sync_generate()
+        return time.perf_counter() - t0
+
+    @oal_ray.traced_remote
+    async def work_async(self, step: int, n: int) -> int:
+        for i in range(n):
+            async with oal.sample(i, step=step):
+                await generate(0.0)
+        return n
+
+    def stats(self) -> dict[str, Any]:
+        handle = oal.current_handle()
+        return dict(handle.stats)
+
+
+@oal.trace_generate(model="tiny")
+def _sync_generate() -> None:
+    return None

@@ -98,7 +98,8 @@ def test_processor_bounds_and_release() -> None:
     feed(2, 0)
     feed(3, 0)  # evicts step 1
     assert proc.open_steps() == [(2, False), (3, False)]
-    assert proc.stats == {"spans_outside_sample": 0, "steps_evicted": 1, "samples_dropped": 2}
+    assert proc.stats == {"spans_outside_sample": 0, "steps_evicted": 1, "samples_dropped": 2,
+                          "samples_in_flight": 0, "samples_in_flight_total": 0, "spans_after_collect": 0}
     assert proc.collect(1)["agent_loop/num_samples"] == 0
     m = proc.collect(2)
     assert m["agent_loop/generate_sequences/max"] == pytest.approx(0.001)

@@ -38,6 +38,8 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from .. import _context
 from .. import semconv as sc
 from .._configure import Handle, configure, current_handle
+from .._guard import internal_error
+from .._phase import Scope, end_span, instrument
 from .._table import PhaseTable, StepMetrics, compute_metrics
 from .._tracer import current_tracer
 
@@ -47,6 +49,14 @@ _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-ag
 _propagator = TraceContextTextMapPropagator()
 _setup_lock = threading.Lock()
 _worker_handle: Handle | None = None
+
+
+def _reset_after_fork() -> None:
+    global _setup_lock
+    _setup_lock = threading.Lock()
+
+
+os.register_at_fork(after_in_child=_reset_after_fork)
 
 
 def _ray() -> Any:
@@ -81,10 +91,10 @@ def setup_worker() -> Handle:
     """
     global _worker_handle
     with _setup_lock:
-        if _worker_handle is not None:
+        if _worker_handle is not None and not _worker_handle.closed:
             return _worker_handle
         existing = current_handle()
-        if existing is not None:  # the driver, or a process the user configured by hand
+        if existing is not None and not existing.closed:  # the driver, or a process the user configured by hand
             _worker_handle = existing
             return existing
         attrs: dict[str, Any] = {"process.pid": os.getpid()}
@@ -117,6 +127,71 @@ def carrier() -> dict[str, Any]:
     return out
 
 
+class _RemoteScope(Scope):
+    """One actor call below the driver's step: the ``rl.worker`` span and the step context, current while the
+    call runs (each resume, for generators); at the end a flush is requested, off the caller's path."""
+
+    __slots__ = ("ctx", "otel_token", "span", "state", "step_token", "wait_s")
+
+    def __init__(self, carrier: Mapping[str, Any] | None, worker_span: bool, wait_s: float) -> None:
+        self.ctx: otel_context.Context | None = None
+        self.span: trace.Span | None = None
+        self.state: _context.StepState | None = None
+        self.otel_token: object = None
+        self.step_token: Any = None
+        self.wait_s = wait_s
+        if not carrier:
+            return
+        try:
+            setup_worker()
+            parent_ctx = _propagator.extract(dict(carrier))
+            self.ctx = parent_ctx
+            tracer = current_tracer() if worker_span else None
+            step = validate = None
+            if sc.RL_STEP in carrier:
+                step = int(carrier[sc.RL_STEP])
+                validate = bool(carrier.get(sc.RL_VALIDATE, False))
+            if tracer is not None:
+                attrs: dict[str, Any] = {sc.RL_WORKER: _context.defaults.worker}
+                if step is not None:
+                    attrs[sc.RL_STEP] = step
+                    attrs[sc.RL_VALIDATE] = validate
+                self.span = tracer.start_span(sc.WORKER_SPAN, context=parent_ctx, attributes=attrs)
+                self.ctx = trace.set_span_in_context(self.span, parent_ctx)
+            if step is not None:
+                self.state = _context.StepState(step, bool(validate),
+                                                carrier.get("rl.trace_per") or _context.defaults.trace_per,
+                                                trace.get_current_span(parent_ctx))
+        except Exception:
+            internal_error("traced_remote.begin")
+
+    def enter(self) -> None:
+        try:
+            if self.ctx is not None:
+                self.otel_token = otel_context.attach(self.ctx)
+            if self.state is not None:
+                self.step_token = _context._STEP.set(self.state)
+        except Exception:
+            internal_error("traced_remote.enter")
+
+    def leave(self) -> None:
+        step_token, self.step_token = self.step_token, None
+        otel_token, self.otel_token = self.otel_token, None
+        try:
+            if step_token is not None:
+                _context._STEP.reset(step_token)
+            if otel_token is not None:
+                otel_context.detach(otel_token)  # type: ignore[arg-type]
+        except Exception:
+            internal_error("traced_remote.leave")
+
+    def close(self, exc: BaseException | None) -> None:
+        span, self.span = self.span, None
+        if span is not None:
+            end_span(span, exc)
+        _flush(self.wait_s)
+
+
 @contextlib.contextmanager
 def remote_step(carrier: Mapping[str, Any] | None, *, worker_span: bool = True) -> Iterator[None]:
     """Re-enter the driver's step below its remote span (worker side).
@@ -124,56 +199,42 @@ def remote_step(carrier: Mapping[str, Any] | None, *, worker_span: bool = True) 
     With ``worker_span``, a ``rl.worker`` span (child of the driver's current span) groups this call's
     samples: step -> worker call -> samples -> phases. Without a carrier, nothing changes.
     """
-    if not carrier:
-        yield
-        return
-    setup_worker()
-    parent_ctx = _propagator.extract(dict(carrier))
-    token = otel_context.attach(parent_ctx)
-    remote = trace.get_current_span(parent_ctx)
-    span = None
-    step_token = None
+    scope = _RemoteScope(carrier, worker_span, 0.0)
+    scope.enter()
     try:
-        tracer = current_tracer() if worker_span else None
-        if tracer is not None:
-            attrs: dict[str, Any] = {sc.RL_WORKER: _context.defaults.worker}
-            if sc.RL_STEP in carrier:
-                attrs[sc.RL_STEP] = int(carrier[sc.RL_STEP])
-                attrs[sc.RL_VALIDATE] = bool(carrier.get(sc.RL_VALIDATE, False))
-            span = tracer.start_span(sc.WORKER_SPAN, attributes=attrs)
-            otel_context.detach(token)
-            token = otel_context.attach(trace.set_span_in_context(span, parent_ctx))
-        if sc.RL_STEP in carrier:
-            state = _context.StepState(int(carrier[sc.RL_STEP]), bool(carrier.get(sc.RL_VALIDATE, False)),
-                                       carrier.get("rl.trace_per") or _context.defaults.trace_per, remote)
-            step_token = _context._STEP.set(state)
         yield
     except BaseException as exc:
-        if span is not None:
-            _context.mark_error(span, exc)
+        scope.exit(exc)
         raise
-    finally:
-        if step_token is not None:
-            _context._STEP.reset(step_token)
-        otel_context.detach(token)
-        if span is not None:
-            span.end()
+    scope.exit(None)
 
 
-def _flush(timeout_s: float) -> None:
-    handle = _worker_handle or current_handle()
-    if handle is not None:
-        handle.force_flush(timeout_s)
+def _flush(wait_s: float) -> None:
+    """Ask this process's exporters to export now. Waits (at most ``wait_s``) only while the export path is
+    healthy: once an export failed or a wait timed out, calls never wait until an export succeeds again, so
+    a dead or hung backend costs the caller nothing (spans queue, and drops are counted)."""
+    try:
+        handle = _worker_handle or current_handle()
+        if handle is not None and handle.enabled:
+            handle.request_flush(wait_s)
+    except Exception:
+        internal_error("traced_remote.flush")
 
 
 def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_span: bool = True) -> Any:
     """Decorate an actor method: it accepts ``otel_carrier=`` and runs inside :func:`remote_step`.
 
-    The keyword is declared in the wrapper's ``__signature__`` (Ray validates calls against it). Spans are
-    flushed (at most ``flush_timeout_s``) when each call ends, so killed actors lose nothing already ended.
+    The keyword is declared in the wrapper's ``__signature__`` (Ray validates calls against it). When each call
+    ends its spans are handed to the export thread at once; a sync or async method also waits for that export
+    (an async one on a thread, never blocking its event loop), at most ``flush_timeout_s``, but only while the
+    backend answers quickly (see :func:`_flush`), so ``ray.kill`` right after a call loses nothing with a live
+    backend and a dead, hung or slow one never slows the calls. Generator methods only hand their spans over.
+    Sync, async, generator and async-generator methods keep their semantics (the library's one lifecycle).
     """
     if fn is None:
         return functools.partial(traced_remote, flush_timeout_s=flush_timeout_s, worker_span=worker_span)
+    if not (isinstance(flush_timeout_s, (int, float)) and 0 <= flush_timeout_s < float("inf")):
+        raise ValueError(f"flush_timeout_s must be a finite number >= 0, not {flush_timeout_s!r}")
     sig = inspect.signature(fn)
     if CARRIER_KEYWORD in sig.parameters:
         raise TypeError(f"{fn.__qualname__} already has a parameter named {CARRIER_KEYWORD!r}")
@@ -181,36 +242,44 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
     extra = inspect.Parameter(CARRIER_KEYWORD, inspect.Parameter.KEYWORD_ONLY, default=None)
     insert_at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
     new_sig = sig.replace(parameters=[*params[:insert_at], extra, *params[insert_at:]])
+    # only a plain sync call may wait (briefly, while healthy): never block an event loop or a generator
+    wait_s = flush_timeout_s if not (inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn)
+                                     or inspect.isasyncgenfunction(fn)) else 0.0
 
-    if inspect.iscoroutinefunction(fn):
+    def begin(kwargs: dict[str, Any]) -> _RemoteScope:
+        scope = _RemoteScope(kwargs.pop(CARRIER_KEYWORD, None), worker_span, wait_s)
+        scope.enter()
+        return scope
+
+    wrapper: Any = instrument(fn, begin)
+    if inspect.iscoroutinefunction(fn) and flush_timeout_s > 0:
+        traced = wrapper
+
         @functools.wraps(fn)
-        async def async_wrapper(*args: Any, otel_carrier: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             try:
-                with remote_step(otel_carrier, worker_span=worker_span):
-                    return await fn(*args, **kwargs)
+                return await traced(*args, **kwargs)
             finally:
-                await asyncio.to_thread(_flush, flush_timeout_s)
+                if _flush_would_wait():  # the same health-gated wait as a sync call, off the event loop
+                    await asyncio.to_thread(_flush, flush_timeout_s)
 
-        wrapper: Any = async_wrapper
-    else:
-        @functools.wraps(fn)
-        def sync_wrapper(*args: Any, otel_carrier: Mapping[str, Any] | None = None, **kwargs: Any) -> Any:
-            try:
-                with remote_step(otel_carrier, worker_span=worker_span):
-                    return fn(*args, **kwargs)
-            finally:
-                _flush(flush_timeout_s)
-
-        wrapper = sync_wrapper
+        wrapper = async_wrapper
     wrapper.__signature__ = new_sig
     del wrapper.__wrapped__  # Ray unwraps to check calls: it must see the carrier keyword
     return wrapper
 
 
+def _flush_would_wait() -> bool:
+    handle = _worker_handle or current_handle()
+    return handle is not None and handle.enabled and any(p.healthy for p in handle.export_processors)
+
+
 def worker_table(step: int | None, validate: bool = False, *, flush_timeout_s: float = 5.0) -> PhaseTable:
-    """This worker's per-sample table of ``step`` (releasing it), after a bounded flush of its spans."""
+    """This worker's per-sample table of ``step`` (releasing it). Its spans are flushed first, waiting (at most
+    ``flush_timeout_s``) only while the backend answers quickly: the table never depends on export, and a dead
+    or hung backend must not add the timeout to every step (see :meth:`Handle.request_flush`)."""
     handle = setup_worker()
-    handle.force_flush(flush_timeout_s)
+    handle.request_flush(flush_timeout_s)
     return handle.metrics.take(step, validate)
 
 
