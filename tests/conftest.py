@@ -34,10 +34,13 @@ def _isolate(monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
         if key.startswith(("OTEL_", "OTEL_AGENTLOOP_")):
             monkeypatch.delenv(key)
     _guard.reset_warnings()
+    # restore what the test found (not a blank state): a module-scoped fixture's provider stays installed for
+    # the module's next test instead of falling back to whatever became the global provider first
+    configured, disabled, trace_per = _tracer._state.configured, _tracer.is_disabled(), _context.defaults.trace_per
     yield
-    _tracer.install(None)
-    _tracer.set_disabled(False)
-    _context.defaults.trace_per = "sample"
+    _tracer.install(configured)
+    _tracer.set_disabled(disabled)
+    _context.defaults.trace_per = trace_per
 
 
 @pytest.fixture
