@@ -1,0 +1,376 @@
+"""Patches of verl's agent loop shared by every trainer (legacy, V1, fully-async): phase spans, the sample.
+
+Each ``apply_*`` patches one verl module (called at import or at once); each wrapper has the
+``impl(original, args, kwargs)`` shape of :func:`._patching.patch`, with ``self`` in ``args``.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import contextvars
+import importlib
+from collections.abc import Callable, Iterator
+from typing import Any
+
+from ... import _context
+from ... import semconv as sc
+from ..._configure import current_handle
+from ..._guard import internal_error
+from ..._phase import PhaseSpec, finish, start
+from ..._table import PhaseTable, compute_metrics
+from . import _patching as patching
+from ._rows import OpenSampleRows
+
+AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
+TOOL_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
+LLM_SERVER = "verl.workers.rollout.llm_server"
+TABLE_KEY = "otel_agentloop_table"
+META_KEY = "otel_agentloop"
+CARRIER_KEY = "otel_agentloop_carrier"
+POSITION_KEY = "otel_agentloop_position"
+
+
+class Pending:
+    """The open V1 sample whose TransferQueue put is coming (see ``_v1.tq_batch_put``)."""
+
+    __slots__ = ("handle", "key", "uid")
+
+    def __init__(self, handle: _context.SampleHandle, key: tuple[Any, ...], uid: str) -> None:
+        self.handle, self.key, self.uid = handle, key, uid
+
+
+PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar("otel_agentloop_verl_pending",
+                                                                         default=None)
+_rows_by_provider: dict[int, OpenSampleRows] = {}
+
+
+def open_rows() -> OpenSampleRows | None:
+    """This process's :class:`OpenSampleRows`, added once to the configured provider (``None`` when off)."""
+    handle = current_handle()
+    provider = getattr(handle, "provider", None) if handle is not None and handle.enabled else None
+    if provider is None:
+        return None
+    rows = _rows_by_provider.get(id(provider))
+    if rows is None:
+        with patching.lock:
+            rows = _rows_by_provider.get(id(provider))
+            if rows is None:
+                rows = OpenSampleRows()
+                provider.add_span_processor(rows)
+                _rows_by_provider[id(provider)] = rows
+    return rows
+
+
+# -- module patches ---------------------------------------------------------------------------------
+def apply_agent_loop(module: Any) -> None:
+    patching.replace(module, "AgentLoopManager", "generate_sequences", _manager_generate_sequences(module))
+    patching.patch(module, "AgentLoopManager", "_performance_metrics", _performance_metrics)
+    patching.patch(module, "AgentLoopWorker", "generate_sequences", _worker_generate_sequences)
+    patching.patch(module, "AgentLoopWorker", "_run_agent_loop", run_agent_loop)
+    patching.patch(module, "AgentLoopWorker", "_compute_score", _compute_score)
+
+
+def apply_tool_loop(module: Any) -> None:
+    patching.patch(module, "ToolAgentLoop", "_call_tool", _call_tool)
+    patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
+
+
+def apply_llm_server(module: Any) -> None:
+    for name in ("LLMServerClient", "FullyAsyncLLMServerClient"):
+        cls = getattr(module, name, None)
+        if cls is not None and "generate" in vars(cls):
+            patching.patch(module, name, "generate", _generate)
+
+
+# -- the legacy manager (driver) ----------------------------------------------------------------------
+def _manager_generate_sequences(agent_loop: Any) -> Any:
+    """verl's ``auto_await`` inspects its caller, so it must stay outermost: wrap the function beneath it."""
+    original = vars(agent_loop.AgentLoopManager)["generate_sequences"]
+    inner = getattr(original, "__wrapped__", original)
+
+    async def generate_sequences(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
+        if not patching.state.active:
+            return await inner(self, prompts, *args, **kwargs)
+        meta = prompts.meta_info
+        step = meta.get("global_steps", -1)
+        validate = bool(meta.get("validate", False))
+        from ..ray import carrier
+
+        with _context.step(int(step), validate=validate):
+            meta[CARRIER_KEY] = carrier()
+            try:
+                output = await inner(self, prompts, *args, **kwargs)
+            finally:
+                meta.pop(CARRIER_KEY, None)
+        try:
+            output.meta_info.pop(CARRIER_KEY, None)
+            extra = getattr(self, "_otel_agentloop_last", None)
+            if extra is not None:
+                output.meta_info[META_KEY] = extra
+        except Exception:
+            internal_error("verl.generate_sequences.meta")
+        return output
+
+    generate_sequences.__wrapped__ = original  # type: ignore[attr-defined]
+    return agent_loop.auto_await(generate_sequences)
+
+
+def _performance_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    # (self, metrics, output): self may be None when verl's formula is called through the class
+    instance = args[0] if args else None
+    metrics = kwargs.get("metrics", args[1] if len(args) > 1 else None)
+    tables = []
+    try:
+        for chunk in metrics or ():
+            for row in chunk:
+                table = row.pop(TABLE_KEY, None) if isinstance(row, dict) else None
+                if table is not None:
+                    tables.append(table)
+    except Exception:
+        internal_error("verl._performance_metrics.tables")
+    timing = original(*args, **kwargs)
+    if tables:
+        try:
+            ours = compute_metrics(PhaseTable.concat(tables))
+            for key, value in ours.items():
+                timing.setdefault(key, value)  # verl's own values are never replaced
+            extra = {"slowest_trace_id": ours.slowest_trace_id, "slowest_sample": ours.slowest_sample}
+            if instance is not None:
+                instance._otel_agentloop_last = extra
+        except Exception:
+            internal_error("verl._performance_metrics.ours")
+    return timing
+
+
+# -- the worker (actor) ---------------------------------------------------------------------------------
+async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    batch = args[1] if len(args) > 1 else kwargs.get("batch")
+    meta = getattr(batch, "meta_info", {}) or {}
+    carrier = meta.pop(CARRIER_KEY, None)
+    step = meta.get("global_steps", -1)
+    validate = bool(meta.get("validate", False))
+    from ..ray import remote_step
+
+    with remote_step(carrier):
+        output = await original(*args, **kwargs)
+    try:
+        handle = current_handle()
+        rows = output.meta_info.get("metrics")
+        if handle is not None and rows:
+            handle.force_flush(5.0)
+            rows[0][TABLE_KEY] = handle.metrics.take(int(step), validate)
+    except Exception:
+        internal_error("verl.worker.generate_sequences.table")
+    return output
+
+
+async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """The sample span. Legacy: identity from ``trajectory``. V1 (a ``session_id`` keyword): rollout = the
+    session, index = the prompt's position in its dispatch batch (the dataset index is not unique), uid and
+    dataset index as attributes; the carrier and position keywords are removed before verl sees them."""
+    carrier = kwargs.pop(CARRIER_KEY, None)
+    position = kwargs.pop(POSITION_KEY, None)
+    try:
+        trajectory = args[2] if len(args) > 2 else kwargs["trajectory"]
+        step, validate = as_int(trajectory["step"]), bool(trajectory["validate"])
+        attrs: dict[str, Any] = {}
+        agent = kwargs.get("agent_name")
+        if agent:
+            attrs["rl.agent.name"] = str(agent)
+        v1 = "session_id" in kwargs
+        if v1:
+            rollout = as_int(kwargs["session_id"])
+            dataset_index = as_int(trajectory["sample_index"])
+            uid = str(kwargs.get("uid", ""))
+            index = as_int(position) if position is not None else arrival_index(step, validate, uid)
+            attrs[sc.RL_SAMPLE_UID] = uid
+            attrs[sc.RL_SAMPLE_DATASET_INDEX] = dataset_index
+        else:
+            index, rollout, uid = as_int(trajectory["sample_index"]), as_int(trajectory["rollout_n"]), ""
+    except Exception:
+        internal_error("verl._run_agent_loop.trajectory")
+        return await original(*args, **kwargs)
+    with _remote(carrier):
+        async with _context.sample(index, rollout, step=step, validate=validate, attributes=attrs) as handle:
+            token = None
+            rows = None
+            if v1 and handle.span is not None:
+                rows = open_rows()
+                key = (step, validate, index, rollout)
+                if rows is not None:
+                    rows.open(key)
+                token = PENDING.set(Pending(handle, key, uid))
+            try:
+                output = await original(*args, **kwargs)
+            finally:
+                if token is not None:
+                    PENDING.reset(token)
+                if rows is not None:
+                    rows.close(key)
+            if output is not None:  # V1 returns None: its facts were recorded at the TransferQueue put
+                try:
+                    _record_sample(handle, output)
+                except Exception:
+                    internal_error("verl._run_agent_loop.record")
+            return output
+
+
+_arrivals: dict[tuple[int, bool], dict[str, int]] = {}
+
+
+def arrival_index(step: int, validate: bool, uid: str, keep: int = 8) -> int:
+    """V1 without the dispatching process's position (it was not instrumented): the order in which this worker
+    received the prompt in its step. verl's dataset index is not unique, and the index keys a sample's row."""
+    with patching.lock:
+        seen = _arrivals.get((step, validate))
+        if seen is None:
+            seen = _arrivals[(step, validate)] = {}
+            for old in [k for k in _arrivals if k[1] == validate and k[0] < step - keep]:
+                del _arrivals[old]
+        return seen.setdefault(uid, len(seen))
+
+
+def as_int(value: Any) -> int:
+    """verl passes identity as ints, 0-d tensors or ``NonTensorData``."""
+    value = getattr(value, "data", value)
+    item = getattr(value, "item", None)
+    return int(item() if callable(item) else value)
+
+
+@contextlib.contextmanager
+def _remote(carrier: Any) -> Iterator[None]:
+    """Re-enter the dispatching step from ``carrier`` unless a step (or group) is already current."""
+    if not carrier or _context.current_step() is not None:
+        yield
+        return
+    from ..ray import remote_step
+
+    with remote_step(carrier, worker_span=False):
+        yield
+
+
+def _record_sample(handle: _context.SampleHandle, output: Any) -> None:
+    """Legacy output: lengths as verl's manager computes them (attention mask over the padded prompt /
+    response), verl's num_preempted, and the reward."""
+    width = int(output.prompt_ids.shape[-1])
+    mask = output.attention_mask[0]
+    handle.record(prompt_length=int(mask[:width].sum()), response_length=int(mask[width:].sum()),
+                  num_preempted=int(output.metrics.num_preempted), reward=output.reward_score)
+
+
+_TOOL_CALLS = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS})
+
+
+def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
+    """verl's ``simple_timer``, plus a ``rl.tool_calls`` span inside its ``tool_calls`` timer."""
+
+    @contextlib.contextmanager
+    def simple_timer(name: str, timing_raw: Any) -> Iterator[None]:
+        with original(name, timing_raw):
+            started = start(_TOOL_CALLS) if name == sc.TOOL_CALLS and patching.state.active else None
+            if started is None:
+                yield
+                return
+            try:
+                yield
+            except BaseException as exc:
+                finish(started, exc)
+                raise
+            finish(started)
+
+    simple_timer.__wrapped__ = original  # type: ignore[attr-defined]
+    return simple_timer
+
+
+def _spec(cache: dict[str, PhaseSpec], key: str, build: Callable[[], PhaseSpec]) -> PhaseSpec:
+    spec = cache.get(key)
+    if spec is None:
+        spec = cache[key] = build()
+    return spec
+
+
+_generate_specs: dict[str, PhaseSpec] = {}
+_tool_specs: dict[str, PhaseSpec] = {}
+_REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
+
+
+async def _awaited(started: tuple[Any, object] | None, original: Any, args: Any, kwargs: Any) -> Any:
+    """Await the original coroutine; if it raises, end ``started`` with the error and re-raise it unchanged."""
+    try:
+        return await original(*args, **kwargs)
+    except BaseException as exc:
+        if started is not None:
+            finish(started, exc)
+        raise
+
+
+async def _generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    config = getattr(args[0], "config", None) if args else None
+    try:
+        model = str(config.actor_rollout_ref.model.get("path", "")) if config is not None else ""
+    except Exception:
+        model = ""
+    spec = _spec(_generate_specs, model, lambda: PhaseSpec.build(sc.GENERATE, model=model.rsplit("/", 1)[-1] or None))
+    try:
+        provider = str(config.actor_rollout_ref.rollout.name) if config is not None else None
+    except Exception:
+        provider = None
+    started = start(spec, extra={sc.GEN_AI_PROVIDER_NAME: provider} if provider else None)
+    output = await _awaited(started, original, args, kwargs)
+    if started is None:
+        return output
+    try:
+        span = started[0]
+        prompt_ids = kwargs.get("prompt_ids")
+        if prompt_ids is not None:
+            span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, len(prompt_ids))
+        span.set_attribute(sc.GEN_AI_USAGE_OUTPUT_TOKENS, len(output.token_ids))
+        if output.stop_reason is not None:
+            span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, (str(output.stop_reason),))
+        if output.num_preempted is not None:
+            span.set_attribute(sc.RL_NUM_PREEMPTED, int(output.num_preempted))
+        version = (output.extra_fields or {}).get("global_steps")
+        if version is not None:
+            span.set_attribute(sc.RL_POLICY_VERSION, int(version))
+    except Exception:
+        internal_error("verl.generate.record")
+    finish(started)
+    return output
+
+
+async def _call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    tool_call = args[1] if len(args) > 1 else kwargs.get("tool_call")
+    name = str(getattr(tool_call, "name", "") or "unknown")
+    spec = _spec(_tool_specs, name, lambda: PhaseSpec.build(sc.TOOL_CALLS, tool=name))
+    call_id = getattr(tool_call, "id", None)
+    started = start(spec, extra={sc.GEN_AI_TOOL_CALL_ID: str(call_id)} if call_id else None)
+    result = await _awaited(started, original, args, kwargs)
+    if started is not None:
+        finish(started)
+    return result
+
+
+async def _compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    started = start(_REWARD)
+    result = await _awaited(started, original, args, kwargs)
+    if started is None:
+        return result
+    try:
+        outputs = args[1] if len(args) > 1 else kwargs.get("outputs")
+        score = outputs[-1].reward_score if outputs else None
+        if score is not None:
+            started[0].set_attribute(sc.RL_REWARD_SCORE, float(score))
+            _context.record_sample(reward=score)
+    except Exception:
+        internal_error("verl._compute_score.record")
+    finish(started)
+    return result
+
+
+def uninstrumented_performance_metrics(metrics: Any, output: Any) -> Any:
+    """verl's own ``AgentLoopManager._performance_metrics`` (unpatched): the reference for parity checks."""
+    agent_loop = importlib.import_module(AGENT_LOOP)
+    method = vars(agent_loop.AgentLoopManager)["_performance_metrics"]
+    while patching.is_ours(method):
+        method = method.__wrapped__
+    return method(None, metrics, output)
