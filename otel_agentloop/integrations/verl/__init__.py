@@ -64,6 +64,9 @@ MODULES: tuple[tuple[str, Callable[[Any], None]], ...] = (
 """verl modules we patch, in order (bases before the classes Ray makes remote from them)."""
 
 
+_installed: list[Any] = []
+
+
 def is_instrumented() -> bool:
     return patching.state.active
 
@@ -90,7 +93,7 @@ def instrument(tracer_provider: Any = None) -> bool:
         if tracer_provider is not None:
             from ... import _tracer
 
-            _tracer.install(tracer_provider)
+            _installed.append(_tracer.install(tracer_provider))
         patching.state.active = True
         patching.hooks.reset()
         try:
@@ -112,6 +115,10 @@ def _uninstrument() -> None:
     patching.state.active = False
     patching.restore()
     patching.hooks.reset()
+    if _installed:  # the provider given to instrument() is uninstalled; the one before it comes back
+        from ... import _tracer
+
+        _tracer.install(_installed.pop())
 
 
 def setup_worker() -> None:
