@@ -79,6 +79,7 @@ class FakeServer:
         self.gen_delay = gen_delay
         self.preempted = preempted
         self.turns: dict[str, int] = {}
+        self.version = 0  # the weight version (trainer step) it serves, reported like verl's servers do
 
         async def generate(request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                            **_: Any) -> Any:
@@ -97,7 +98,8 @@ class FakeServer:
             else:
                 text = f"The answer is {sample + 1}."
             ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
-            return TokenOutput(token_ids=ids, stop_reason="completed", num_preempted=self.preempted(sample, turn))
+            return TokenOutput(token_ids=ids, stop_reason="completed", num_preempted=self.preempted(sample, turn),
+                               extra_fields={"global_steps": self.version})
 
         self.generate = _Remote(generate)
 
@@ -229,6 +231,7 @@ def setup_actor(worker: Any, *, v1: bool, n: int = 1) -> Any:
     server = FakeServer(tok, default_gen_delay, lambda i, k: (i % 3) if k == 0 else None)
     make_worker(tok, server, make_tools(default_tool_delay), FakeRewardWorker(lambda i: 0.01 + 0.004 * i),
                 worker=worker, config=make_config(full_determinism=not v1, n=n))
+    worker.harness_server = server
     if v1:
         import transfer_queue as tq
 
@@ -260,3 +263,8 @@ def make_v1_batch(n: int, step: int, validate: bool = False, first: int = 0) -> 
     if validate:
         tu.assign_non_tensor_data(batch, "validate", True)
     return batch
+
+
+def set_weight_version(worker: Any, version: int) -> None:
+    """Run inside the actor: the weights it serves are now those of trainer step ``version``."""
+    worker.harness_server.version = int(version)

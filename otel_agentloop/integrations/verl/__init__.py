@@ -31,10 +31,12 @@ from ._agent_loop import (
     LLM_SERVER,
     META_KEY,
     POSITION_KEY,
+    SINGLE_TURN_LOOP,
     TABLE_KEY,
     TOOL_LOOP,
     apply_agent_loop,
     apply_llm_server,
+    apply_single_turn_loop,
     apply_tool_loop,
     uninstrumented_performance_metrics,
 )
@@ -56,6 +58,7 @@ _INSTRUMENTS = ("verl >= 0.9, < 0.10",)
 MODULES: tuple[tuple[str, Callable[[Any], None]], ...] = (
     (AGENT_LOOP, apply_agent_loop),
     (TOOL_LOOP, apply_tool_loop),
+    (SINGLE_TURN_LOOP, apply_single_turn_loop),
     (LLM_SERVER, apply_llm_server),
     (AGENT_LOOP_TQ, apply_agent_loop_tq),
     (REPLAY_BUFFER, apply_replay_buffer),

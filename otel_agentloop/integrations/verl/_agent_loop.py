@@ -23,6 +23,7 @@ from ._rows import OpenSampleRows
 
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
 TOOL_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
+SINGLE_TURN_LOOP = "verl.experimental.agent_loop.single_turn_agent_loop"
 LLM_SERVER = "verl.workers.rollout.llm_server"
 TABLE_KEY = "otel_agentloop_table"
 META_KEY = "otel_agentloop"
@@ -72,6 +73,10 @@ def apply_agent_loop(module: Any) -> None:
 
 def apply_tool_loop(module: Any) -> None:
     patching.patch(module, "ToolAgentLoop", "_call_tool", _call_tool)
+    patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
+
+
+def apply_single_turn_loop(module: Any) -> None:
     patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
 
 
@@ -259,23 +264,36 @@ def _record_sample(handle: _context.SampleHandle, output: Any) -> None:
 
 
 _TOOL_CALLS = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS})
+_GENERATE_TURN = PhaseSpec.build(sc.GENERATE)
+_TURN: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_agentloop_turn_span", default=None)
 
 
 def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
-    """verl's ``simple_timer``, plus a ``rl.tool_calls`` span inside its ``tool_calls`` timer."""
+    """verl's ``simple_timer``, with our phase span just inside verl's own timer, so both time the same code:
+    ``rl.tool_calls`` inside the ``tool_calls`` timer (around the turn's ``asyncio.gather``), and the turn's
+    generation span inside the ``generate_sequences`` timer (the client call fills in its GenAI facts)."""
 
     @contextlib.contextmanager
     def simple_timer(name: str, timing_raw: Any) -> Iterator[None]:
         with original(name, timing_raw):
-            started = start(_TOOL_CALLS) if name == sc.TOOL_CALLS and patching.state.active else None
+            started = None
+            if patching.state.active:
+                if name == sc.TOOL_CALLS:
+                    started = start(_TOOL_CALLS)
+                elif name == sc.GENERATE:
+                    started = start(_GENERATE_TURN)
             if started is None:
                 yield
                 return
+            token = _TURN.set(started[0]) if name == sc.GENERATE else None
             try:
                 yield
             except BaseException as exc:
                 finish(started, exc)
                 raise
+            finally:
+                if token is not None:
+                    _TURN.reset(token)
             finish(started)
 
     simple_timer.__wrapped__ = original  # type: ignore[attr-defined]
@@ -304,7 +322,22 @@ async def _awaited(started: tuple[Any, object] | None, original: Any, args: Any,
         raise
 
 
+_IN_GENERATE: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_agentloop_in_generate", default=False)
+
+
 async def _generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """One generation span per turn: ``FullyAsyncLLMServerClient.generate`` (resuming aborted requests) calls
+    the base client's, which then adds no span of its own."""
+    if _IN_GENERATE.get():
+        return await original(*args, **kwargs)
+    token = _IN_GENERATE.set(True)
+    try:
+        return await _generate_span(original, args, kwargs)
+    finally:
+        _IN_GENERATE.reset(token)
+
+
+async def _generate_span(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     config = getattr(args[0], "config", None) if args else None
     try:
         model = str(config.actor_rollout_ref.model.get("path", "")) if config is not None else ""
@@ -315,12 +348,31 @@ async def _generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
         provider = str(config.actor_rollout_ref.rollout.name) if config is not None else None
     except Exception:
         provider = None
+    turn = _TURN.get()
+    if turn is not None:  # verl's generate_sequences timer opened this turn's span: name it and fill it in
+        _TURN.set(None)
+        try:
+            turn.update_name(spec.name)
+            for key, value in spec.attributes.items():
+                turn.set_attribute(key, value)
+            if provider:
+                turn.set_attribute(sc.GEN_AI_PROVIDER_NAME, provider)
+        except Exception:
+            internal_error("verl.generate.name")
+        output = await original(*args, **kwargs)
+        _record_generation(turn, output, kwargs)
+        return output
     started = start(spec, extra={sc.GEN_AI_PROVIDER_NAME: provider} if provider else None)
     output = await _awaited(started, original, args, kwargs)
     if started is None:
         return output
+    _record_generation(started[0], output, kwargs)
+    finish(started)
+    return output
+
+
+def _record_generation(span: Any, output: Any, kwargs: dict[str, Any]) -> None:
     try:
-        span = started[0]
         prompt_ids = kwargs.get("prompt_ids")
         if prompt_ids is not None:
             span.set_attribute(sc.GEN_AI_USAGE_INPUT_TOKENS, len(prompt_ids))
@@ -334,8 +386,6 @@ async def _generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]
             span.set_attribute(sc.RL_POLICY_VERSION, int(version))
     except Exception:
         internal_error("verl.generate.record")
-    finish(started)
-    return output
 
 
 async def _call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:

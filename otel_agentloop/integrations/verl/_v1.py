@@ -101,7 +101,8 @@ def _manager_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: di
     try:
         try:
             tu.assign_non_tensor_data(prompts, CARRIER_KEY, carrier())
-            prompts[POSITION_KEY] = torch.arange(len(prompts), dtype=torch.int64)
+            first = _next_positions(step, validate, len(prompts))
+            prompts[POSITION_KEY] = torch.arange(first, first + len(prompts), dtype=torch.int64)
             added = True
         except Exception:
             internal_error("verl.v1.dispatch.carrier")
@@ -115,6 +116,21 @@ def _manager_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: di
                     internal_error("verl.v1.dispatch.pop")
         if scope is not None:
             scope.__exit__(None, None, None)
+
+
+_dispatched: dict[tuple[int, bool], int] = {}
+
+
+def _next_positions(step: int, validate: bool, count: int, keep: int = 16) -> int:
+    """The first position of a dispatch of ``count`` prompts: positions are unique per (step, validate) even
+    when a step dispatches several batches (async warmup, refills)."""
+    with patching.lock:
+        first = _dispatched.get((step, validate), 0)
+        if first == 0:
+            for old in [k for k in _dispatched if k[1] == validate and k[0] < step - keep]:
+                del _dispatched[old]
+        _dispatched[(step, validate)] = first + count
+        return first
 
 
 def _value(v: Any) -> Any:
