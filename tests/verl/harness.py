@@ -178,7 +178,7 @@ def make_config(full_determinism: bool = True, n: int = 1) -> Any:
 
 
 def make_worker(tokenizer: Any, server: FakeServer, tools: list[Any], reward: FakeRewardWorker, *,
-                worker: Any = None, config: Any = None) -> Any:
+                worker: Any = None, config: Any = None, client_cls: Any = None) -> Any:
     """An AgentLoopWorker built without __init__ (which would start model and dataset machinery); or, given
     ``worker`` (e.g. a real actor's ``self``), its fields set the same way."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -188,7 +188,7 @@ def make_worker(tokenizer: Any, server: FakeServer, tools: list[Any], reward: Fa
     config = config if config is not None else make_config()
     worker = worker if worker is not None else AgentLoopWorker.__new__(AgentLoopWorker)
     worker.config = config
-    worker.llm_client = LLMServerClient(config, FakeLoadBalancer(server))
+    worker.llm_client = (client_cls or LLMServerClient)(config, FakeLoadBalancer(server))
     worker.teacher_client = None
     worker.reward_loop_worker_handles = [reward]
     worker.rollout_config = config.actor_rollout_ref.rollout
@@ -224,13 +224,14 @@ def default_tool_delay(name: str, x: int) -> float:
     return 0.03 if name == "add" else 0.05
 
 
-def setup_actor(worker: Any, *, v1: bool, n: int = 1) -> Any:
+def setup_actor(worker: Any, *, v1: bool, n: int = 1, fully_async: bool = False) -> Any:
     """Give a real agent-loop worker actor (``self``) the harness's fake server, tools and reward worker in
     place of its model machinery. Run inside the actor (``actor.__ray_call__.remote(setup_actor, ...)``)."""
     tok = build_tokenizer()
     server = FakeServer(tok, default_gen_delay, lambda i, k: (i % 3) if k == 0 else None)
     make_worker(tok, server, make_tools(default_tool_delay), FakeRewardWorker(lambda i: 0.01 + 0.004 * i),
-                worker=worker, config=make_config(full_determinism=not v1, n=n))
+                worker=worker, config=make_config(full_determinism=not (v1 or fully_async), n=n),
+                client_cls=_fully_async_client() if fully_async else None)
     worker.harness_server = server
     if v1:
         import transfer_queue as tq
@@ -238,6 +239,12 @@ def setup_actor(worker: Any, *, v1: bool, n: int = 1) -> Any:
         tq.init()
         worker.background_tasks = set()
     return True
+
+
+def _fully_async_client() -> Any:
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+    return FullyAsyncLLMServerClient
 
 
 def light_init(self: Any, *args: Any, **kwargs: Any) -> None:

@@ -76,7 +76,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
     return predicate()
 
 
-def legacy_actor(v1: bool = False) -> Any:
+def legacy_actor(fully_async: bool = False) -> Any:
     """``ray.remote(AgentLoopWorker)`` as verl's legacy ``AgentLoopManager.__init__`` does, now."""
     import ray
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -84,7 +84,8 @@ def legacy_actor(v1: bool = False) -> Any:
     actor_cls = ray.remote(AgentLoopWorker)
     with light_init(actor_cls.__ray_metadata__.modified_class):
         actor = actor_cls.options(num_cpus=0).remote(None, None)  # (config, llm_client): ignored
-    ray.get(actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=False)), timeout=120)
+    ray.get(actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=False, n=N_SESSIONS,
+                                                                 fully_async=fully_async)), timeout=120)
     return actor
 
 

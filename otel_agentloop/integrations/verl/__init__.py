@@ -40,6 +40,7 @@ from ._agent_loop import (
     apply_tool_loop,
     uninstrumented_performance_metrics,
 )
+from ._fully_async import ROLLOUTER, TRAINER, apply_rollouter, apply_trainer
 from ._v1 import (
     AGENT_LOOP_TQ,
     REPLAY_BUFFER,
@@ -63,6 +64,8 @@ MODULES: tuple[tuple[str, Callable[[Any], None]], ...] = (
     (AGENT_LOOP_TQ, apply_agent_loop_tq),
     (REPLAY_BUFFER, apply_replay_buffer),
     (TRAINER_BASE, apply_trainer_base),
+    (ROLLOUTER, apply_rollouter),
+    (TRAINER, apply_trainer),
 )
 """verl modules we patch, in order (bases before the classes Ray makes remote from them)."""
 

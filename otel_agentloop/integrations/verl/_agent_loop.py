@@ -43,6 +43,11 @@ class Pending:
 PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar("otel_agentloop_verl_pending",
                                                                          default=None)
 _rows_by_provider: dict[int, OpenSampleRows] = {}
+FULLY_ASYNC_KEY = "otel_agentloop_fully_async"
+ROW_COLUMN = "otel_agentloop_row"
+_CALL_ROWS: contextvars.ContextVar[dict[tuple[int, int], dict[str, Any]] | None] = contextvars.ContextVar(
+    "otel_agentloop_call_rows", default=None)
+"""fully_async_policy: this worker call's per-trajectory rows, by verl's (sample_index, rollout_n)."""
 
 
 def open_rows() -> OpenSampleRows | None:
@@ -156,6 +161,8 @@ async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwarg
     validate = bool(meta.get("validate", False))
     from ..ray import remote_step
 
+    if meta.pop(FULLY_ASYNC_KEY, False):
+        return await _fully_async_call(original, args, kwargs, batch)
     with remote_step(carrier):
         output = await original(*args, **kwargs)
     try:
@@ -166,6 +173,34 @@ async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwarg
             rows[0][TABLE_KEY] = handle.metrics.take(int(step), validate)
     except Exception:
         internal_error("verl.worker.generate_sequences.table")
+    return output
+
+
+async def _fully_async_call(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch: Any) -> Any:
+    """fully_async_policy: one prompt x n per call, many calls of one step in flight on this worker: each
+    trajectory's row (from its spans) rides back in a non-tensor column, aligned with the output rows (verl's
+    ``addition_process`` drops anything else); the trainer-side patch pops it."""
+    collected: dict[tuple[int, int], dict[str, Any]] = {}
+    token = _CALL_ROWS.set(collected)
+    try:
+        output = await original(*args, **kwargs)
+    finally:
+        _CALL_ROWS.reset(token)
+    try:
+        index = batch.non_tensor_batch["index"] if "index" in batch.non_tensor_batch else range(len(batch))
+        column = []
+        rollout = 0
+        for i, value in enumerate(index):
+            rollout = rollout + 1 if i > 0 and index[i - 1] == value else 0  # verl's get_trajectory_info
+            column.append(collected.get((as_int(value), rollout)))
+        if len(column) == len(output) and all(row is not None for row in column):
+            import numpy as np
+
+            array = np.empty(len(column), dtype=object)
+            array[:] = column
+            output.non_tensor_batch[ROW_COLUMN] = array
+    except Exception:
+        internal_error("verl.fully_async.rows")
     return output
 
 
@@ -192,6 +227,13 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
             attrs[sc.RL_SAMPLE_DATASET_INDEX] = dataset_index
         else:
             index, rollout, uid = as_int(trajectory["sample_index"]), as_int(trajectory["rollout_n"]), ""
+            call_rows = _CALL_ROWS.get()
+            if call_rows is not None:  # fully-async: the dataset index is not unique among in-flight prompts
+                verl_key = (index, rollout)
+                uid = str(kwargs.get("uid", ""))
+                attrs[sc.RL_SAMPLE_UID] = uid
+                attrs[sc.RL_SAMPLE_DATASET_INDEX] = index
+                index = arrival_index(step, validate, uid)
     except Exception:
         internal_error("verl._run_agent_loop.trajectory")
         return await original(*args, **kwargs)
@@ -199,22 +241,27 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
         async with _context.sample(index, rollout, step=step, validate=validate, attributes=attrs) as handle:
             token = None
             rows = None
-            if v1 and handle.span is not None:
+            key = (step, validate, index, rollout)
+            call_rows = None if v1 else _CALL_ROWS.get()
+            if (v1 or call_rows is not None) and handle.span is not None:
                 rows = open_rows()
-                key = (step, validate, index, rollout)
                 if rows is not None:
                     rows.open(key)
-                token = PENDING.set(Pending(handle, key, uid))
+                if v1:
+                    token = PENDING.set(Pending(handle, key, uid))
+            values = None
             try:
                 output = await original(*args, **kwargs)
             finally:
                 if token is not None:
                     PENDING.reset(token)
                 if rows is not None:
-                    rows.close(key)
+                    values = rows.close(key)
             if output is not None:  # V1 returns None: its facts were recorded at the TransferQueue put
                 try:
                     _record_sample(handle, output)
+                    if call_rows is not None and values is not None:
+                        call_rows[verl_key] = _call_row(handle, output, values, index, rollout, uid, step)
                 except Exception:
                     internal_error("verl._run_agent_loop.record")
             return output
@@ -252,6 +299,17 @@ def _remote(carrier: Any) -> Iterator[None]:
 
     with remote_step(carrier, worker_span=False):
         yield
+
+
+def _call_row(handle: _context.SampleHandle, output: Any, values: dict[str, float], index: int, rollout: int,
+              uid: str, step: int) -> dict[str, Any]:
+    from ._rows import row_tags
+
+    row = row_tags(values, index=index, rollout_n=rollout, uid=uid, step=step, trace_id=handle.trace_id)
+    width = int(output.prompt_ids.shape[-1])
+    mask = output.attention_mask[0]
+    row["prompt_len"], row["response_len"] = int(mask[:width].sum()), int(mask[width:].sum())
+    return row
 
 
 def _record_sample(handle: _context.SampleHandle, output: Any) -> None:
