@@ -123,6 +123,21 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
     uids = {t["otel_agentloop.uid"] for s in trained for t in trained[s]}
     assert rs.wait_for(lambda: {r.attributes.get(sc.RL_SAMPLE_UID) for r in receiver.records
                                 if r.name == sc.SAMPLE_SPAN} >= uids)
+    by_id = {(r.attributes.get(sc.RL_SAMPLE_UID), r.attributes.get(sc.RL_ROLLOUT_N)): r for r in receiver.records
+             if r.name == sc.SAMPLE_SPAN}
+    for tags in trained.values():  # identity: dispatch step, uid + session; the weight versions that generated it
+        for t in tags:
+            span = by_id[(t["otel_agentloop.uid"], t["otel_agentloop.rollout_n"])]
+            assert span.attributes[sc.RL_STEP] == t["global_steps"]
+            assert span.attributes[sc.RL_POLICY_VERSION_MIN] == t["min_global_steps"]
+            assert span.attributes[sc.RL_POLICY_VERSION_MAX] == t["max_global_steps"]
+            assert span.attributes[sc.RL_PROMPT_LENGTH] == t["prompt_len"]
+            assert span.attributes[sc.RL_RESPONSE_LENGTH] == t["response_len"]
     consumed = [r for r in receiver.records if r.name == sc.CONSUME_SPAN]
     assert {r.attributes[sc.RL_CONSUMED_STEP] for r in consumed} >= set(range(1, STEPS + 1))
+    for r in consumed:  # linked to the samples it trained (their trace and span ids, from the tags)
+        step = r.attributes[sc.RL_CONSUMED_STEP]
+        if step in trained:
+            assert len(r.links) == len(trained[step])
+            assert {sid for _, sid in r.links} <= {s.span_id for s in by_id.values()}
     assert np.isfinite([float(v) for _, d in logged for k, v in d.items() if k.startswith("agent_loop/")]).all()
