@@ -218,6 +218,7 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
         if agent:
             attrs["rl.agent.name"] = str(agent)
         v1 = "session_id" in kwargs
+        call_rows = None
         if v1:
             rollout = as_int(kwargs["session_id"])
             dataset_index = as_int(trajectory["sample_index"])
@@ -237,12 +238,13 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
     except Exception:
         internal_error("verl._run_agent_loop.trajectory")
         return await original(*args, **kwargs)
+    if v1 or call_rows is not None:
+        release_stale(step, validate)
     with _remote(carrier):
         async with _context.sample(index, rollout, step=step, validate=validate, attributes=attrs) as handle:
             token = None
             rows = None
             key = (step, validate, index, rollout)
-            call_rows = None if v1 else _CALL_ROWS.get()
             if (v1 or call_rows is not None) and handle.span is not None:
                 rows = open_rows()
                 if rows is not None:
@@ -280,6 +282,26 @@ def arrival_index(step: int, validate: bool, uid: str, keep: int = 8) -> int:
             for old in [k for k in _arrivals if k[1] == validate and k[0] < step - keep]:
                 del _arrivals[old]
         return seen.setdefault(uid, len(seen))
+
+
+_released_before: dict[bool, int] = {}
+
+
+def release_stale(step: int, validate: bool, keep: int = 4) -> None:
+    """Nobody collects the worker's per-step tables in V1 and fully-async (the trainer gets per-trajectory rows):
+    release steps more than ``keep`` behind the newest dispatch, so they are not evicted with a warning."""
+    if _released_before.get(validate, -1) >= step - keep:
+        return
+    _released_before[validate] = step - keep
+    handle = current_handle()
+    if handle is None:
+        return
+    try:
+        for old, old_validate in handle.metrics.open_steps():
+            if old_validate == validate and isinstance(old, int) and old < step - keep:
+                handle.metrics.take(old, old_validate)
+    except Exception:
+        internal_error("verl.v1.release_stale")
 
 
 def as_int(value: Any) -> int:

@@ -44,6 +44,7 @@ from ._agent_loop import (
     arrival_index,
     as_int,
     open_rows,
+    release_stale,
     run_agent_loop,
 )
 from ._rows import TAG, row_tags, table_from_tags
@@ -142,9 +143,6 @@ def _value(v: Any) -> Any:
 
 
 # -- the worker actor -------------------------------------------------------------------------------------
-_released_before: dict[bool, int] = {}
-
-
 async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The group span: a new trace per prompt (linked to the dispatching step), its sessions as children."""
     try:
@@ -167,7 +165,7 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
         tracer = current_tracer()
         if tracer is None:
             return await original(*args, **kwargs)
-        _release_stale(step, validate)
+        release_stale(step, validate)
         span = None
         token = step_token = None
         try:
@@ -199,23 +197,6 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
                     span.end()
             except Exception:
                 internal_error("verl.v1._run_prompt.end")
-
-
-def _release_stale(step: int, validate: bool, keep: int = 4) -> None:
-    """Nobody collects the worker's per-step tables in V1 (the trainer reads the rows from the tags):
-    release steps more than ``keep`` behind the newest dispatch, so they are not evicted with a warning."""
-    if _released_before.get(validate, -1) >= step - keep:
-        return
-    _released_before[validate] = step - keep
-    handle = current_handle()
-    if handle is None:
-        return
-    try:
-        for old, old_validate in handle.metrics.open_steps():
-            if old_validate == validate and isinstance(old, int) and old < step - keep:
-                handle.metrics.take(old, old_validate)
-    except Exception:
-        internal_error("verl.v1.release_stale")
 
 
 async def _tq_batch_put(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
