@@ -136,6 +136,26 @@ def run_v1(actor: Any, step: int, validate: bool = False) -> tuple[list[str], li
     return uids, keys
 
 
+def _count_ours(fn: Any) -> int:
+    """How many of our wrappers a call goes through (Ray's copies carry our marks: count our code only)."""
+    from otel_agentloop.integrations.verl import _patching
+
+    n = 0
+    while fn is not None:
+        code = getattr(fn, "__code__", None)
+        n += code is not None and code.co_name in ("async_wrapper", "sync_wrapper") and \
+            code.co_filename == _patching.__file__
+        fn = getattr(fn, "__wrapped__", None)
+    return n
+
+
+def chain_counts(self: Any) -> dict[str, int]:
+    """Run inside an actor: our wrappers on the path of each patched method of its class."""
+    cls = type(self)
+    return {name: _count_ours(getattr(cls, name)) for name in ("_run_agent_loop", "_compute_score", "_run_prompt")
+            if hasattr(cls, name)}
+
+
 def children(records: list[Any]) -> dict[int, list[Any]]:
     out: dict[int, list[Any]] = {}
     for r in records:

@@ -21,7 +21,10 @@ class ProbeTaskRunner:
         if not oal_verl.is_instrumented() or current_handle() is None:
             raise RuntimeError("the setup hook did not configure and instrument this Ray worker")
         tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
-        actor = rs.v1_actor()
+        actor = rs.v1_actor()  # verl V1 imported after instrument(): Ray copied our wrappers, once
+        counts = ray.get(actor.__ray_call__.remote(rs.chain_counts))
+        if counts != {"_run_agent_loop": 1, "_compute_score": 1, "_run_prompt": 1}:
+            raise RuntimeError(f"patched methods wrapped {counts} times")
         rs.run_v1(actor, step=21)
         current_handle().force_flush(5)
         ray.get(actor.__ray_call__.remote(lambda self: __import__("otel_agentloop").integrations.ray

@@ -8,24 +8,6 @@ import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.integrations import verl as oal_verl
-from otel_agentloop.integrations.verl import _patching
-
-
-def _count_ours(fn) -> int:
-    """How many of our wrappers the call goes through (Ray's copies carry our marks: count our code only)."""
-    n = 0
-    while fn is not None:
-        code = getattr(fn, "__code__", None)
-        n += code is not None and code.co_name in ("async_wrapper", "sync_wrapper") and \
-            code.co_filename == _patching.__file__
-        fn = getattr(fn, "__wrapped__", None)
-    return n
-
-
-def _chain_counts(self) -> dict[str, int]:
-    cls = type(self)
-    return {name: _count_ours(getattr(cls, name)) for name in ("_run_agent_loop", "_compute_score", "_run_prompt")
-            if hasattr(cls, name)}
 
 
 @pytest.fixture(scope="module")
@@ -51,7 +33,7 @@ def test_legacy_actor_created_by_an_instrumented_driver(instrumented_cluster) ->
     timing = output.meta_info["timing"]
     # the worker's per-sample table came back from the actor: its generate_sequences was ours
     assert timing["agent_loop/num_samples"] == rs.N_LEGACY and "agent_loop/generate_sequences/p90" in timing
-    assert ray.get(actor.__ray_call__.remote(_chain_counts)) == {"_run_agent_loop": 1, "_compute_score": 1}
+    assert ray.get(actor.__ray_call__.remote(rs.chain_counts)) == {"_run_agent_loop": 1, "_compute_score": 1}
     assert rs.wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 5
                                    for r in receiver.records) == rs.N_LEGACY)
     records = list(receiver.records)
@@ -66,7 +48,9 @@ def test_legacy_actor_created_by_an_instrumented_driver(instrumented_cluster) ->
         i = s.attributes[sc.RL_SAMPLE_INDEX] * 2 + s.attributes[sc.RL_ROLLOUT_N]
         rs.check_sample_tree(records, s, expect_tools=i % 3 != 2)
         assert s.attributes[sc.RL_PROMPT_LENGTH] > 0 and s.attributes[sc.RL_RESPONSE_LENGTH] > 0
-    (step_span,) = [r for r in records if r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5]
+    assert rs.wait_for(lambda: any(r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5
+                                   for r in receiver.records), timeout=20)
+    (step_span,) = [r for r in receiver.records if r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5]
     assert all(step_span.span_id in [sid for _, sid in s.links] for s in samples)
 
 
@@ -76,7 +60,7 @@ def test_v1_actor_created_by_an_instrumented_process(instrumented_cluster) -> No
 
     _handle, receiver = instrumented_cluster
     actor = rs.v1_actor()
-    assert ray.get(actor.__ray_call__.remote(_chain_counts)) == \
+    assert ray.get(actor.__ray_call__.remote(rs.chain_counts)) == \
         {"_run_agent_loop": 1, "_compute_score": 1, "_run_prompt": 1}
     uids, keys = rs.run_v1(actor, step=7)
     n = rs.N_PROMPTS * rs.N_SESSIONS

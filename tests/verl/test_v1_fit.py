@@ -116,6 +116,8 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
         if mode != "sync" and step > 1:  # async: with the warmup batch, step k trains what k-1 dispatched
             assert min(dispatched) < step
     val = [data for _, data in logged if "val-aux/agent_loop/num_samples" in data]
+    assert rs.wait_for(lambda: any(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_VALIDATE) is True
+                                   and r.attributes.get(sc.RL_STEP) == STEPS for r in receiver.records))
     assert val and val[-1]["val-aux/agent_loop/num_samples"] == PROMPTS  # val n = 1
     assert "val-aux/agent_loop/generate_sequences/max" in val[-1]
     # spans: one per trajectory, with the dispatch step and policy versions; the trainer's consume spans
