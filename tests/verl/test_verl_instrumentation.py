@@ -227,3 +227,36 @@ def test_manager_step_span_carrier_and_extra_keys_from_a_sync_caller(instrumente
     (slowest,) = [r for r in roots if format(r.context.trace_id, "032x") == extra["slowest_trace_id"]]
     # the trace id points at the sample verl's own formula calls slowest (by batch position: index // 2)
     assert slowest.attributes[sc.RL_SAMPLE_INDEX] == timing["agent_loop/slowest/sample_index"]
+
+
+def test_every_target_is_listed_for_the_unpickling_fallback() -> None:
+    from otel_agentloop.integrations.verl._targets import TARGETS
+
+    assert set(TARGETS) == set(PATCHED)
+
+
+def test_a_wrapper_arriving_where_instrument_fails_resolves_to_the_original(monkeypatch, caplog) -> None:
+    """An actor unpickling one of our wrappers instruments its process; if that fails, it runs verl's
+    original (and starts), with a warning."""
+    import pickle
+
+    from otel_agentloop.integrations.verl import _patching
+
+    assert oal_verl.instrument()
+    try:
+        agent_loop = importlib.import_module("verl.experimental.agent_loop.agent_loop")
+        wrapper = vars(agent_loop.AgentLoopWorker)["_run_agent_loop"]
+        payload = pickle.dumps(wrapper)  # by reference: module + registry name
+    finally:
+        oal_verl.uninstrument()
+    original = vars(agent_loop.AgentLoopWorker)["_run_agent_loop"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot instrument here")
+
+    monkeypatch.setattr(oal_verl, "instrument", broken)
+    monkeypatch.setattr(_patching, "_retired", {})  # as in a fresh actor process
+    monkeypatch.setattr(_patching, "_sources", {})
+    with caplog.at_level(logging.WARNING):
+        assert pickle.loads(payload) is original
+    assert "running it uninstrumented" in caplog.text
