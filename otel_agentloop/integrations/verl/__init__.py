@@ -167,3 +167,11 @@ class VerlInstrumentor(_base_instrumentor()):  # type: ignore[misc]
 
     def _uninstrument(self, **kwargs: Any) -> None:
         uninstrument()
+
+    if _base_instrumentor() is object:  # without opentelemetry-instrumentation: the same two calls
+
+        def instrument(self, **kwargs: Any) -> None:
+            self._instrument(**kwargs)
+
+        def uninstrument(self, **kwargs: Any) -> None:
+            self._uninstrument(**kwargs)
