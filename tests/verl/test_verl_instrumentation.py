@@ -35,6 +35,7 @@ PATCHED = [  # (module, owner path, attribute): everything instrument() replaces
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker", "generate_sequences"),
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker", "_run_agent_loop"),
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker", "_compute_score"),
+    ("verl.experimental.agent_loop.agent_loop", "", "simple_timer"),
     ("verl.experimental.agent_loop.tool_agent_loop", "ToolAgentLoop", "_call_tool"),
     ("verl.experimental.agent_loop.tool_agent_loop", "", "simple_timer"),
     ("verl.experimental.agent_loop.single_turn_agent_loop", "", "simple_timer"),

@@ -12,6 +12,8 @@ import importlib
 from collections.abc import Callable, Iterator
 from typing import Any
 
+from opentelemetry import context as otel_context
+
 from ... import _context
 from ... import semconv as sc
 from ..._configure import current_handle
@@ -74,6 +76,7 @@ def apply_agent_loop(module: Any) -> None:
     patching.patch(module, "AgentLoopWorker", "generate_sequences", _worker_generate_sequences)
     patching.patch(module, "AgentLoopWorker", "_run_agent_loop", run_agent_loop)
     patching.patch(module, "AgentLoopWorker", "_compute_score", _compute_score)
+    patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
 
 
 def apply_tool_loop(module: Any) -> None:
@@ -349,35 +352,77 @@ _TURN: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_agentloop_turn
 
 
 def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
-    """verl's ``simple_timer``, with our phase span just inside verl's own timer, so both time the same code:
-    ``rl.tool_calls`` inside the ``tool_calls`` timer (around the turn's ``asyncio.gather``), and the turn's
-    generation span inside the ``generate_sequences`` timer (the client call fills in its GenAI facts)."""
+    """verl's ``simple_timer`` with our phase span on verl's own measurement: the span starts just inside verl's
+    timer and gets verl's measured duration (what verl adds to ``timing_raw``), so spans and verl's
+    AgentLoopMetrics agree exactly, whatever the GIL does between the two clocks. ``tool_calls``: the
+    ``rl.tool_calls`` span (around the turn's ``asyncio.gather``); ``generate_sequences``: the turn's generation
+    span (the client call names it and fills in its GenAI facts); ``compute_score``: the duration is handed to
+    the enclosing ``rl.reward`` span."""
 
     @contextlib.contextmanager
     def simple_timer(name: str, timing_raw: Any) -> Iterator[None]:
-        with original(name, timing_raw):
-            started = None
-            if patching.state.active:
-                if name == sc.TOOL_CALLS:
-                    started = start(_TOOL_CALLS)
-                elif name == sc.GENERATE:
-                    started = start(_GENERATE_TURN)
-            if started is None:
+        if not patching.state.active or name not in _TIMED:
+            with original(name, timing_raw):
                 yield
-                return
-            token = _TURN.set(started[0]) if name == sc.GENERATE else None
-            try:
-                yield
-            except BaseException as exc:
-                finish(started, exc)
-                raise
-            finally:
-                if token is not None:
-                    _TURN.reset(token)
-            finish(started)
+            return
+        before = _timed(timing_raw, name)
+        started = token = None
+        error: BaseException | None = None
+        try:
+            with original(name, timing_raw):
+                if name != sc.COMPUTE_SCORE:
+                    started = start(_TOOL_CALLS if name == sc.TOOL_CALLS else _GENERATE_TURN)
+                    if started is not None and name == sc.GENERATE:
+                        token = _TURN.set(started[0])
+                try:
+                    yield
+                except BaseException as exc:
+                    error = exc
+                    raise
+                finally:
+                    if token is not None:
+                        _TURN.reset(token)
+        finally:
+            elapsed = _timed(timing_raw, name) - before  # 0 when verl recorded nothing (an exception)
+            if name == sc.COMPUTE_SCORE:
+                holder = _SCORE_TIMER.get()
+                if holder is not None and elapsed > 0:
+                    holder.append(elapsed)
+            elif started is not None:
+                end_span(started, error, elapsed)
 
     simple_timer.__wrapped__ = original  # type: ignore[attr-defined]
     return simple_timer
+
+
+_TIMED = (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE)
+_SCORE_TIMER: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("otel_agentloop_score_timer",
+                                                                                  default=None)
+
+
+def _timed(timing_raw: Any, name: str) -> float:
+    try:
+        return float(timing_raw.get(name, 0.0))
+    except Exception:
+        return 0.0
+
+
+def end_span(started: tuple[Any, object], error: BaseException | None, elapsed: float) -> None:
+    """End ``started`` lasting ``elapsed`` seconds as verl measured it (now, when verl measured nothing)."""
+    span, token = started
+    if elapsed <= 0 or error is not None:
+        finish(started, error)
+        return
+    try:
+        if token is not None:
+            otel_context.detach(token)  # type: ignore[arg-type]
+    except Exception:
+        internal_error("verl.timer.detach")
+    try:
+        begin = getattr(span, "start_time", None)
+        span.end(end_time=begin + int(elapsed * 1e9) if begin else None)
+    except Exception:
+        internal_error("verl.timer.end")
 
 
 def _spec(cache: dict[str, PhaseSpec], key: str, build: Callable[[], PhaseSpec]) -> PhaseSpec:
@@ -482,7 +527,12 @@ async def _call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any
 
 async def _compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     started = start(_REWARD)
-    result = await _awaited(started, original, args, kwargs)
+    holder: list[float] = []
+    token = _SCORE_TIMER.set(holder)
+    try:
+        result = await _awaited(started, original, args, kwargs)
+    finally:
+        _SCORE_TIMER.reset(token)
     if started is None:
         return result
     try:
@@ -493,7 +543,7 @@ async def _compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str,
             _context.record_sample(reward=score)
     except Exception:
         internal_error("verl._compute_score.record")
-    finish(started)
+    end_span(started, None, sum(holder))  # verl's compute_score timer, when it ran (no reward handles: now)
     return result
 
 

@@ -17,6 +17,7 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     (_AGENT_LOOP, "AgentLoopWorker", "generate_sequences"),
     (_AGENT_LOOP, "AgentLoopWorker", "_run_agent_loop"),
     (_AGENT_LOOP, "AgentLoopWorker", "_compute_score"),
+    (_AGENT_LOOP, "", "simple_timer"),
     ("verl.experimental.agent_loop.tool_agent_loop", "ToolAgentLoop", "_call_tool"),
     ("verl.experimental.agent_loop.tool_agent_loop", "", "simple_timer"),
     ("verl.experimental.agent_loop.single_turn_agent_loop", "", "simple_timer"),
