@@ -73,6 +73,25 @@ RL_PHASE_TRAIN: Final = "rl.train.phase"
 WORKER_SPAN: Final = "rl.worker"
 """One Ray actor call's share of a step (driver step -> worker call -> samples)."""
 
+# -- verl V1: prompt groups, policy versions, consumption ------------------------------------------
+GROUP_SPAN: Final = "rl.group"
+"""One prompt's group of sessions (GRPO's group: verl V1's ``rollout.n`` sessions of one ``uid``)."""
+RL_SAMPLE_UID: Final = "rl.sample.uid"
+"""verl V1: the prompt's ``uid`` (unique; its dataset index is not)."""
+RL_SAMPLE_DATASET_INDEX: Final = "rl.sample.dataset_index"
+"""verl V1: the prompt's dataset index (``extra_info.index``; not unique)."""
+RL_GROUP_SIZE: Final = "rl.group.size"
+RL_POLICY_VERSION: Final = "rl.policy.version"
+"""The weight version (trainer step) that served a generation turn."""
+RL_POLICY_VERSION_MIN: Final = "rl.policy.version.min"
+RL_POLICY_VERSION_MAX: Final = "rl.policy.version.max"
+RL_CONSUMED_STEP: Final = "rl.consumed_step"
+"""The trainer step that trained a sample (async modes: later than its dispatch ``rl.step``)."""
+RL_STALENESS: Final = "rl.staleness"
+"""consumed step - dispatch step."""
+CONSUME_SPAN: Final = "rl.consume"
+"""One trained step's batch in the trainer, linked to the sample spans it trained."""
+
 # -- live view: in-flight samples, watchdog snapshots, metrics from the library ------------------
 RL_SNAPSHOT: Final = "rl.snapshot"
 """``True`` on a watchdog snapshot span: a still-running sample as seen at snapshot time. Not a phase span:

@@ -21,7 +21,14 @@ run pip install --upgrade pip
 # verl 0.9.1's agent loop imports cachetools/uvicorn/fastapi (its verl-core extra); don't use verl[cpu]:
 # it pins an older torch.
 run pip install -c "$repo/constraints.txt" "verl==0.9.1" cachetools uvicorn fastapi
-run pip install -c "$repo/constraints.txt" -e "$repo[test]"
+# V1 trainer (verl's default): TransferQueue 0.1.11 + pyzmq + msgspec (verl-core extra). Its wheel also ships
+# top-level recipe/ scripts/ tests/ tutorial/ packages that would shadow ours: install it aside, drop those, and
+# put the folder on the path with a .pth file.
+run pip install --no-deps --target "$venv/tq" "TransferQueue==0.1.11"
+rm -rf "$venv/tq/recipe" "$venv/tq/scripts" "$venv/tq/tests" "$venv/tq/tutorial" "$venv/tq/bin"
+"$venv/bin/python" -c "import site; open(site.getsitepackages()[0] + '/otel_agentloop_tq.pth', 'w').write('$venv/tq\\n')"
+run pip install -c "$repo/constraints.txt" "pyzmq>=25" "msgspec>=0.18"
+run pip install -c "$repo/constraints.txt" -e "$repo[test,verl]"
 echo "$stamp" > "$venv/.stamp"
 echo "verl venv: built in $((SECONDS - t0)) s at $venv ($(du -sh "$venv" | cut -f1))" >&2
 echo "$venv/bin/python"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import asyncio
 import json
+import re
 from collections.abc import Callable
 from typing import Any
 
@@ -78,12 +79,13 @@ class FakeServer:
         self.gen_delay = gen_delay
         self.preempted = preempted
         self.turns: dict[str, int] = {}
+        self.version = 0  # the weight version (trainer step) it serves, reported like verl's servers do
 
         async def generate(request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
                            **_: Any) -> Any:
             from verl.workers.rollout.replica import TokenOutput
 
-            sample = int(request_id.split("-")[-1])
+            sample = _sample_of(request_id, self.tokenizer.decode(prompt_ids))
             turn = self.turns.get(request_id, 0)
             self.turns[request_id] = turn + 1
             await asyncio.sleep(self.gen_delay(sample, turn))
@@ -96,9 +98,19 @@ class FakeServer:
             else:
                 text = f"The answer is {sample + 1}."
             ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
-            return TokenOutput(token_ids=ids, stop_reason="completed", num_preempted=self.preempted(sample, turn))
+            return TokenOutput(token_ids=ids, stop_reason="completed", num_preempted=self.preempted(sample, turn),
+                               extra_fields={"global_steps": self.version})
 
         self.generate = _Remote(generate)
+
+
+def _sample_of(request_id: str, prompt: str) -> int:
+    """The sample number: from ``det-<priority>`` request ids, else from the prompt text ("What is <i> + 1?")."""
+    tail = request_id.rsplit("-", 1)[-1]
+    if request_id.startswith("det-") and tail.isdigit():
+        return int(tail)
+    found = re.findall(r"What is (\d+) \+ 1\?", prompt)
+    return int(found[-1]) if found else 0
 
 
 class FakeLoadBalancer:
@@ -150,12 +162,13 @@ class FakeRewardWorker:
         self.compute_score = _Remote(compute_score)
 
 
-def make_config() -> Any:
+def make_config(full_determinism: bool = True, n: int = 1) -> Any:
     return OmegaConf.create({
         "actor_rollout_ref": {"rollout": {
-            "name": "vllm", "prompt_length": 2048, "response_length": 1024, "full_determinism": True,
+            "name": "vllm", "prompt_length": 2048, "response_length": 1024, "full_determinism": full_determinism,
+            "n": n,
             "temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": False,
-            "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0.0},
+            "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0.0, "n": 1},
             "agent": {"default_agent_loop": "tool_agent"},
             "multi_turn": {"format": "hermes", "max_user_turns": 4, "max_assistant_turns": 4, "max_parallel_calls": 4,
                            "max_tool_response_length": 256, "tool_response_truncate_side": "middle"},
@@ -164,16 +177,18 @@ def make_config() -> Any:
     })
 
 
-def make_worker(tokenizer: Any, server: FakeServer, tools: list[Any], reward: FakeRewardWorker) -> Any:
-    """An AgentLoopWorker built without __init__ (which would start model and dataset machinery)."""
+def make_worker(tokenizer: Any, server: FakeServer, tools: list[Any], reward: FakeRewardWorker, *,
+                worker: Any = None, config: Any = None, client_cls: Any = None) -> Any:
+    """An AgentLoopWorker built without __init__ (which would start model and dataset machinery); or, given
+    ``worker`` (e.g. a real actor's ``self``), its fields set the same way."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
     from verl.utils.dataset.rl_dataset import RLHFDataset
     from verl.workers.rollout.llm_server import LLMServerClient
 
-    config = make_config()
-    worker = AgentLoopWorker.__new__(AgentLoopWorker)
+    config = config if config is not None else make_config()
+    worker = worker if worker is not None else AgentLoopWorker.__new__(AgentLoopWorker)
     worker.config = config
-    worker.llm_client = LLMServerClient(config, FakeLoadBalancer(server))
+    worker.llm_client = (client_cls or LLMServerClient)(config, FakeLoadBalancer(server))
     worker.teacher_client = None
     worker.reward_loop_worker_handles = [reward]
     worker.rollout_config = config.actor_rollout_ref.rollout
@@ -198,3 +213,65 @@ def make_batch(n: int, step: int, validate: bool = False) -> Any:
                      "priority": np.arange(n, dtype=np.int64), "data_source": np.array(["sim"] * n)},
         meta_info={"global_steps": step, "validate": validate},
     )
+
+
+# -- real Ray actors ----------------------------------------------------------------------------------------
+def default_gen_delay(sample: int, turn: int) -> float:
+    return (0.04, 0.02, 0.09, 0.03)[sample % 4] if turn == 0 else 0.01 + 0.005 * (sample % 3)
+
+
+def default_tool_delay(name: str, x: int) -> float:
+    return 0.03 if name == "add" else 0.05
+
+
+def setup_actor(worker: Any, *, v1: bool, n: int = 1, fully_async: bool = False) -> Any:
+    """Give a real agent-loop worker actor (``self``) the harness's fake server, tools and reward worker in
+    place of its model machinery. Run inside the actor (``actor.__ray_call__.remote(setup_actor, ...)``)."""
+    tok = build_tokenizer()
+    server = FakeServer(tok, default_gen_delay, lambda i, k: (i % 3) if k == 0 else None)
+    make_worker(tok, server, make_tools(default_tool_delay), FakeRewardWorker(lambda i: 0.01 + 0.004 * i),
+                worker=worker, config=make_config(full_determinism=not (v1 or fully_async), n=n),
+                client_cls=_fully_async_client() if fully_async else None)
+    worker.harness_server = server
+    if v1:
+        import transfer_queue as tq
+
+        tq.init()
+        worker.background_tasks = set()
+    return True
+
+
+def _fully_async_client() -> Any:
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+    return FullyAsyncLLMServerClient
+
+
+def light_init(self: Any, *args: Any, **kwargs: Any) -> None:
+    """Stands in for the agent-loop worker's ``__init__`` (models, datasets): :func:`setup_actor` fills it."""
+
+
+def make_v1_batch(n: int, step: int, validate: bool = False, first: int = 0) -> Any:
+    """A V1 dispatch batch as ``PPOTrainer`` builds it: uids, raw prompts, dataset index (all 0: not unique),
+    ``global_steps`` (and ``validate``) as NonTensorData."""
+    import uuid
+
+    from verl.utils import tensordict_utils as tu
+
+    prompts = np.empty(n, dtype=object)
+    for i in range(n):
+        prompts[i] = [{"role": "user", "content": f"What is {first + i} + 1? Use the tools."}]
+    batch = tu.get_tensordict({
+        "raw_prompt": prompts, "uid": np.array([str(uuid.uuid4()) for _ in range(n)], dtype=object),
+        "index": np.zeros(n, dtype=object), "agent_name": np.array(["tool_agent"] * n, dtype=object),
+        "data_source": np.array(["sim"] * n, dtype=object),
+    })
+    tu.assign_non_tensor_data(batch, "global_steps", step)
+    if validate:
+        tu.assign_non_tensor_data(batch, "validate", True)
+    return batch
+
+
+def set_weight_version(worker: Any, version: int) -> None:
+    """Run inside the actor: the weights it serves are now those of trainer step ``version``."""
+    worker.harness_server.version = int(version)

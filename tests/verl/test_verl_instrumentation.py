@@ -27,22 +27,42 @@ def tool_delay(name: str, x: int) -> float:
     return 0.03 if name == "add" else 0.05  # 'lookup' runs in parallel with 'add'
 
 
-PATCHED = [
+_TQ_WORKER = "AgentLoopWorkerTQ.__ray_metadata__.modified_class"
+_ROLLOUTER = "FullyAsyncRollouter.__ray_metadata__.modified_class"
+PATCHED = [  # (module, owner path, attribute): everything instrument() replaces, legacy, V1 and fully-async
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopManager", "generate_sequences"),
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopManager", "_performance_metrics"),
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker", "generate_sequences"),
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker", "_run_agent_loop"),
     ("verl.experimental.agent_loop.agent_loop", "AgentLoopWorker", "_compute_score"),
+    ("verl.experimental.agent_loop.agent_loop", "", "simple_timer"),
     ("verl.experimental.agent_loop.tool_agent_loop", "ToolAgentLoop", "_call_tool"),
+    ("verl.experimental.agent_loop.tool_agent_loop", "", "simple_timer"),
+    ("verl.experimental.agent_loop.single_turn_agent_loop", "", "simple_timer"),
     ("verl.workers.rollout.llm_server", "LLMServerClient", "generate"),
     ("verl.workers.rollout.llm_server", "FullyAsyncLLMServerClient", "generate"),
+    ("verl.trainer.ppo.v1.agent_loop_tq", "AgentLoopManagerTQ", "generate_sequences"),
+    ("verl.trainer.ppo.v1.agent_loop_tq", _TQ_WORKER, "_run_prompt"),
+    ("verl.trainer.ppo.v1.agent_loop_tq", _TQ_WORKER, "_run_agent_loop"),
+    ("verl.trainer.ppo.v1.agent_loop_tq", _TQ_WORKER, "_compute_score"),
+    ("transfer_queue", "", "async_kv_batch_put"),
+    ("verl.trainer.ppo.v1.replay_buffer", "ReplayBuffer", "sample"),
+    ("verl.trainer.ppo.v1.replay_buffer", "ReplayBufferAsync", "sample"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", "step"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", "_compute_metrics"),
+    ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", "_validate"),
+    ("verl.experimental.fully_async_policy.fully_async_rollouter", _ROLLOUTER, "_process_single_sample_streaming"),
+    ("verl.experimental.fully_async_policy.fully_async_trainer", "", "assemble_batch_from_rollout_samples"),
 ]
-MODULE_ATTRS = [("verl.experimental.agent_loop.tool_agent_loop", "simple_timer")]
 
 
-def _attrs() -> dict[tuple[str, str], object]:
-    out = {(c, a): vars(getattr(importlib.import_module(m), c))[a] for m, c, a in PATCHED}
-    out.update({(m, a): vars(importlib.import_module(m))[a] for m, a in MODULE_ATTRS})
+def _attrs() -> dict[tuple[str, str, str], object]:
+    out = {}
+    for module, path, attr in PATCHED:
+        owner = importlib.import_module(module)
+        for part in path.split(".") if path else ():
+            owner = getattr(owner, part)
+        out[(module, path, attr)] = vars(owner)[attr]
     return out
 
 
@@ -208,3 +228,36 @@ def test_manager_step_span_carrier_and_extra_keys_from_a_sync_caller(instrumente
     (slowest,) = [r for r in roots if format(r.context.trace_id, "032x") == extra["slowest_trace_id"]]
     # the trace id points at the sample verl's own formula calls slowest (by batch position: index // 2)
     assert slowest.attributes[sc.RL_SAMPLE_INDEX] == timing["agent_loop/slowest/sample_index"]
+
+
+def test_every_target_is_listed_for_the_unpickling_fallback() -> None:
+    from otel_agentloop.integrations.verl._targets import TARGETS
+
+    assert set(TARGETS) == set(PATCHED)
+
+
+def test_a_wrapper_arriving_where_instrument_fails_resolves_to_the_original(monkeypatch, caplog) -> None:
+    """An actor unpickling one of our wrappers instruments its process; if that fails, it runs verl's
+    original (and starts), with a warning."""
+    import pickle
+
+    from otel_agentloop.integrations.verl import _patching
+
+    assert oal_verl.instrument()
+    try:
+        agent_loop = importlib.import_module("verl.experimental.agent_loop.agent_loop")
+        wrapper = vars(agent_loop.AgentLoopWorker)["_run_agent_loop"]
+        payload = pickle.dumps(wrapper)  # by reference: module + registry name
+    finally:
+        oal_verl.uninstrument()
+    original = vars(agent_loop.AgentLoopWorker)["_run_agent_loop"]
+
+    def broken(*args, **kwargs):
+        raise RuntimeError("cannot instrument here")
+
+    monkeypatch.setattr(oal_verl, "instrument", broken)
+    monkeypatch.setattr(_patching, "_retired", {})  # as in a fresh actor process
+    monkeypatch.setattr(_patching, "_sources", {})
+    with caplog.at_level(logging.WARNING):
+        assert pickle.loads(payload) is original
+    assert "running it uninstrumented" in caplog.text

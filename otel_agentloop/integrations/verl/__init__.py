@@ -1,0 +1,177 @@
+"""Drop-in instrumentation of verl 0.9.x: ``instrument()`` / ``uninstrument()``, or :class:`VerlInstrumentor`.
+
+One call covers, per installed verl 0.9.x, the V1 trainer (verl's default: sync, colocate-async and
+separate-async, validation), the legacy ``AgentLoopManager`` path and ``experimental/fully_async_policy``'s
+agent-loop workers (:mod:`._agent_loop`, :mod:`._v1`). Patches reach verl's agent-loop worker actors
+whatever process creates them (:mod:`._patching`: wrappers travel to Ray actors by reference and
+instrument the actor's process when it unpickles them). Modules not imported yet are patched when
+imported, so ``instrument()`` never imports verl itself.
+
+For a stock run (``python -m verl.trainer.main_ppo ...``), add Ray's per-worker setup hook, which configures
+tracing from the ``OTEL_*`` environment and instruments every Ray worker process::
+
+    python -m verl.trainer.main_ppo ... \\
+        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker
+
+(``opentelemetry-instrument`` also finds :class:`VerlInstrumentor` through the ``opentelemetry_instrumentor``
+entry point ``verl``.)
+"""
+
+from __future__ import annotations
+
+import importlib.metadata
+from collections.abc import Callable, Collection
+from typing import Any
+
+from ..._guard import logger
+from . import _patching as patching
+from ._agent_loop import (
+    AGENT_LOOP,
+    CARRIER_KEY,
+    LLM_SERVER,
+    META_KEY,
+    POSITION_KEY,
+    SINGLE_TURN_LOOP,
+    TABLE_KEY,
+    TOOL_LOOP,
+    apply_agent_loop,
+    apply_llm_server,
+    apply_single_turn_loop,
+    apply_tool_loop,
+    uninstrumented_performance_metrics,
+)
+from ._fully_async import ROLLOUTER, TRAINER, apply_rollouter, apply_trainer
+from ._v1 import (
+    AGENT_LOOP_TQ,
+    REPLAY_BUFFER,
+    TRAINER_BASE,
+    apply_agent_loop_tq,
+    apply_replay_buffer,
+    apply_trainer_base,
+    step_metrics,
+)
+
+__all__ = ["CARRIER_KEY", "META_KEY", "POSITION_KEY", "SUPPORTED", "TABLE_KEY", "VerlInstrumentor", "instrument",
+           "is_instrumented", "setup_worker", "step_metrics", "uninstrument", "uninstrumented_performance_metrics"]
+
+SUPPORTED = ("0.9.",)
+_INSTRUMENTS = ("verl >= 0.9, < 0.10",)
+MODULES: tuple[tuple[str, Callable[[Any], None]], ...] = (
+    (AGENT_LOOP, apply_agent_loop),
+    (TOOL_LOOP, apply_tool_loop),
+    (SINGLE_TURN_LOOP, apply_single_turn_loop),
+    (LLM_SERVER, apply_llm_server),
+    (AGENT_LOOP_TQ, apply_agent_loop_tq),
+    (REPLAY_BUFFER, apply_replay_buffer),
+    (TRAINER_BASE, apply_trainer_base),
+    (ROLLOUTER, apply_rollouter),
+    (TRAINER, apply_trainer),
+)
+"""verl modules we patch, in order (bases before the classes Ray makes remote from them)."""
+
+
+_installed: list[Any] = []
+
+
+def is_instrumented() -> bool:
+    return patching.state.active
+
+
+def instrument(tracer_provider: Any = None) -> bool:
+    """Patch the installed verl (idempotent). Returns whether verl is instrumented afterwards.
+
+    ``tracer_provider``: spans go there instead of the provider of ``otel_agentloop.configure()`` or the
+    global one. An absent or unsupported verl is reported with a warning and left alone.
+    """
+    with patching.lock:
+        if patching.state.active:
+            return True
+        try:
+            version = importlib.metadata.version("verl")
+        except importlib.metadata.PackageNotFoundError:
+            logger.warning("otel_agentloop: verl is not installed; nothing to instrument "
+                           "(pip install 'otel-agentloop[verl]')")
+            return False
+        if not version.startswith(SUPPORTED):
+            logger.warning("otel_agentloop: verl %s is not supported (supported: %s); not instrumenting",
+                           version, ", ".join(v + "x" for v in SUPPORTED))
+            return False
+        if tracer_provider is not None:
+            from ... import _tracer
+
+            _installed.append(_tracer.install(tracer_provider))
+        patching.state.active = True
+        patching.hooks.reset()
+        try:
+            for module_name, apply in MODULES:
+                patching.hooks.on_import(module_name, apply)
+        except Exception:
+            _uninstrument()
+            raise
+        return True
+
+
+def uninstrument() -> None:
+    """Put back every patched attribute (the very same objects); idempotent."""
+    with patching.lock:
+        _uninstrument()
+
+
+def _uninstrument() -> None:
+    patching.state.active = False
+    patching.restore()
+    patching.hooks.reset()
+    if _installed:  # the provider given to instrument() is uninstalled; the one before it comes back
+        from ... import _tracer
+
+        _tracer.install(_installed.pop())
+
+
+def setup_worker() -> None:
+    """Ray ``worker_process_setup_hook``: configure tracing from the environment (the ``OTEL_*`` and
+    ``OTEL_AGENTLOOP_*`` variables) and instrument verl in this worker process. Never raises."""
+    try:
+        from ..ray import setup_worker as configure_worker
+
+        configure_worker()
+    except Exception:
+        logger.warning("otel_agentloop: tracing setup failed in this Ray worker; verl runs untraced",
+                       exc_info=True)
+        return
+    try:
+        instrument()
+    except Exception:
+        logger.warning("otel_agentloop: instrumenting verl failed in this Ray worker", exc_info=True)
+
+
+def _base_instrumentor() -> type:
+    try:
+        from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+    except ImportError:  # pragma: no cover - opentelemetry-instrumentation is in the verl extra
+        return object
+    return BaseInstrumentor  # type: ignore[no-any-return]
+
+
+class VerlInstrumentor(_base_instrumentor()):  # type: ignore[misc]
+    """OpenTelemetry instrumentor for verl (``opentelemetry_instrumentor`` entry point ``verl``).
+
+    ``VerlInstrumentor().instrument(tracer_provider=...)`` is :func:`instrument`; ``uninstrument()`` is
+    :func:`uninstrument`.
+    """
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _INSTRUMENTS
+
+    def _instrument(self, **kwargs: Any) -> None:
+        instrument(tracer_provider=kwargs.get("tracer_provider"))
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        uninstrument()
+
+    if _base_instrumentor() is object:  # without opentelemetry-instrumentation: the same two calls
+
+        def instrument(self, **kwargs: Any) -> None:
+            self._instrument(**kwargs)
+
+        def uninstrument(self, **kwargs: Any) -> None:
+            self._uninstrument(**kwargs)

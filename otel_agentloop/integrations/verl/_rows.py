@@ -1,0 +1,154 @@
+"""One trajectory's phase times, from its spans, while it is still open (V1 needs them before the sample ends).
+
+verl's V1 worker writes each finished trajectory into TransferQueue from inside the sample, and the trainer
+reads it back steps later, in another process. :class:`OpenSampleRows` is a span processor that, for the
+samples registered with it, accumulates phase time exactly like the metrics processor (union of the
+phase's span intervals, verl's num_preempted rule); :func:`row_tags` turns that into flat TransferQueue tags
+that ride with the trajectory, and :func:`table_from_tags` rebuilds the per-sample table in the trainer.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping, Sequence
+from typing import Any
+
+import numpy as np
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+
+from ... import semconv as sc
+from ..._accumulate import PHASE_INDEX, add_interval
+from ..._guard import internal_error
+from ..._table import PhaseTable
+
+Key = tuple[Any, Any, Any, Any]  # (step, validate, sample index, rollout n) as the spans carry them
+TAG = "otel_agentloop."
+"""Prefix of our TransferQueue tags (flat numbers and strings: tags are small metadata dicts)."""
+_FIELDS = ("generate_sequences", "tool_calls", "compute_score", "num_preempted", "index", "rollout_n",
+           "trace_id", "uid", "step")
+
+
+class _Open:
+    __slots__ = ("blocks", "npre_first", "npre_first_missing", "npre_sum", "totals")
+
+    def __init__(self) -> None:
+        self.blocks: list[list[int]] = [[], [], []]
+        self.totals = [0, 0, 0]
+        self.npre_sum = 0
+        self.npre_first = -1
+        self.npre_first_missing = False
+
+
+class OpenSampleRows(SpanProcessor):
+    """Phase totals of registered open samples (bounded: at most ``max_open`` at once). Thread-safe."""
+
+    def __init__(self, max_open: int = 1 << 16) -> None:
+        self._open: dict[Key, _Open] = {}
+        self._lock = threading.Lock()
+        self.max_open = max_open
+
+    def open(self, key: Key) -> None:
+        with self._lock:
+            if len(self._open) < self.max_open:
+                self._open[key] = _Open()
+
+    def close(self, key: Key) -> dict[str, float] | None:
+        """The sample's totals (seconds) and num_preempted, releasing it; ``None`` if not registered."""
+        with self._lock:
+            rec = self._open.pop(key, None)
+        if rec is None:
+            return None
+        return self._values(rec)
+
+    def peek(self, key: Key) -> dict[str, float] | None:
+        with self._lock:
+            rec = self._open.get(key)
+            return None if rec is None else self._values(rec)
+
+    @staticmethod
+    def _values(rec: _Open) -> dict[str, float]:
+        # no generation span: unknown (-1), like verl
+        npre = -1 if rec.npre_first < 0 else rec.npre_sum - (1 if rec.npre_first_missing else 0)
+        return {sc.GENERATE: rec.totals[0] / 1e9, sc.TOOL_CALLS: rec.totals[1] / 1e9,
+                sc.COMPUTE_SCORE: rec.totals[2] / 1e9, "num_preempted": float(npre)}
+
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            if not self._open:
+                return
+            attrs = span.attributes or {}
+            phase = attrs.get(sc.RL_PHASE)
+            if phase is None:
+                return
+            p = PHASE_INDEX.get(phase)  # type: ignore[arg-type]
+            if p is None:
+                return
+            key = (attrs.get(sc.RL_STEP), attrs.get(sc.RL_VALIDATE), attrs.get(sc.RL_SAMPLE_INDEX),
+                   attrs.get(sc.RL_ROLLOUT_N))
+            start, end = span.start_time or 0, span.end_time or 0
+            with self._lock:
+                rec = self._open.get(key)
+                if rec is None:
+                    return
+                rec.totals[p] += add_interval(rec.blocks[p], start, end)
+                if p == 0:  # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0)
+                    value = attrs.get(sc.RL_NUM_PREEMPTED)
+                    known = type(value) is int
+                    if known:
+                        rec.npre_sum += value  # type: ignore[operator]
+                    if rec.npre_first < 0 or start < rec.npre_first:
+                        rec.npre_first = start
+                        rec.npre_first_missing = not known
+        except Exception:
+            internal_error("verl.OpenSampleRows.on_end")
+
+    def shutdown(self) -> None:
+        return None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def row_tags(values: Mapping[str, float], *, index: int, rollout_n: int, uid: str, step: int,
+             trace_id: str | None) -> dict[str, Any]:
+    """Flat TransferQueue tags for one trajectory."""
+    out: dict[str, Any] = {TAG + name: float(values[name]) for name in
+                           (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE, "num_preempted")}
+    out[TAG + "index"] = int(index)
+    out[TAG + "rollout_n"] = int(rollout_n)
+    out[TAG + "uid"] = str(uid)
+    out[TAG + "step"] = int(step)
+    if trace_id:
+        out[TAG + "trace_id"] = trace_id
+    return out
+
+
+def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list[dict[str, Any]]]:
+    """The per-sample table of the trajectories whose tags carry our row (padding skipped), and per row the
+    tags it came from (uid, dispatch step, policy versions)."""
+    rows = [t for t in tags if isinstance(t, Mapping) and not t.get("is_padding", False)
+            and (TAG + sc.GENERATE) in t]
+    n = len(rows)
+
+    def col(name: str, dtype: Any, default: Any = -1) -> Any:
+        return np.array([r.get(name, default) for r in rows], dtype=dtype) if n else np.empty(0, dtype)
+
+    tids = [int(r.get(TAG + "trace_id") or "0", 16) for r in rows]
+    table = PhaseTable(
+        sample_index=col(TAG + "index", np.int64),
+        rollout_n=col(TAG + "rollout_n", np.int64),
+        generate_sequences=col(TAG + sc.GENERATE, np.float64, 0.0),
+        tool_calls=col(TAG + sc.TOOL_CALLS, np.float64, 0.0),
+        compute_score=col(TAG + sc.COMPUTE_SCORE, np.float64, 0.0),
+        num_preempted=col(TAG + "num_preempted", np.float64).astype(np.int64) if n else np.empty(0, np.int64),
+        prompt_length=col("prompt_len", np.int64),
+        response_length=col("response_len", np.int64),
+        error=np.zeros(n, np.bool_),
+        trace_id_hi=np.array([(t >> 64) & ((1 << 64) - 1) for t in tids], dtype=np.uint64),
+        trace_id_lo=np.array([t & ((1 << 64) - 1) for t in tids], dtype=np.uint64),
+    )
+    return table, rows
