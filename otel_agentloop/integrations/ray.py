@@ -82,6 +82,12 @@ def runtime_env(handle: Handle | None = None, base: Mapping[str, Any] | None = N
     return out
 
 
+def _handle() -> Handle | None:
+    """This process's handle: the worker's own while it is open, else the current one."""
+    handle = _worker_handle
+    return handle if handle is not None and not handle.closed else current_handle()
+
+
 def setup_worker() -> Handle:
     """Configure tracing in this worker process from the environment (idempotent; safe in the driver too).
 
@@ -214,7 +220,7 @@ def _flush(wait_s: float) -> None:
     healthy: once an export failed or a wait timed out, calls never wait until an export succeeds again, so
     a dead or hung backend costs the caller nothing (spans queue, and drops are counted)."""
     try:
-        handle = _worker_handle or current_handle()
+        handle = _handle()
         if handle is not None and handle.enabled:
             handle.request_flush(wait_s)
     except Exception:
@@ -270,7 +276,7 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
 
 
 def _flush_would_wait() -> bool:
-    handle = _worker_handle or current_handle()
+    handle = _handle()
     return handle is not None and handle.enabled and any(p.healthy for p in handle.export_processors)
 
 
@@ -291,7 +297,7 @@ def merge_metrics(tables: Iterable[PhaseTable]) -> StepMetrics:
 # -- in-flight samples across workers --------------------------------------------------------------
 def inflight(limit: int | None = None) -> list[Any]:
     """This process's running samples (``InflightSample``, oldest first); ``[]`` before ``configure``."""
-    handle = _worker_handle or current_handle()
+    handle = _handle()
     return handle.inflight(limit) if handle is not None else []
 
 
@@ -323,7 +329,7 @@ def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_
 
 def worker_verdict(step: int | None, validate: bool = False) -> Any:
     """This worker's watchdog verdict for ``step`` (call after :func:`worker_table`, which classifies)."""
-    handle = _worker_handle or current_handle()
+    handle = _handle()
     live = handle.live if handle is not None else None
     if live is None:
         from .._watchdog import Verdict
