@@ -335,6 +335,8 @@ def instrument(fn: F, begin: Begin) -> F:
                 raise
             scope.leave()
             while True:
+                sent: Any = None
+                thrown: BaseException | None = None
                 try:
                     sent = yield value
                 except GeneratorExit as stop:
@@ -346,26 +348,17 @@ def instrument(fn: F, begin: Begin) -> F:
                         raise
                     scope.exit(stop)
                     raise
-                except BaseException as thrown:
-                    scope.enter()
-                    try:
-                        value = await agen.athrow(thrown)
-                    except StopAsyncIteration:
-                        scope.exit(None)
-                        return
-                    except BaseException as exc:
-                        scope.exit(exc)
-                        raise
-                else:
-                    scope.enter()
-                    try:
-                        value = await agen.asend(sent)
-                    except StopAsyncIteration:
-                        scope.exit(None)
-                        return
-                    except BaseException as exc:
-                        scope.exit(exc)
-                        raise
+                except BaseException as exc:
+                    thrown = exc
+                scope.enter()
+                try:
+                    value = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                except StopAsyncIteration:
+                    scope.exit(None)
+                    return
+                except BaseException as exc:
+                    scope.exit(exc)
+                    raise
                 scope.leave()
 
         return agen_wrapper  # type: ignore[return-value]
@@ -403,6 +396,8 @@ def instrument(fn: F, begin: Begin) -> F:
                 raise
             scope.leave()
             while True:
+                sent: Any = None
+                thrown: BaseException | None = None
                 try:
                     sent = yield value
                 except GeneratorExit as stop:
@@ -414,26 +409,17 @@ def instrument(fn: F, begin: Begin) -> F:
                         raise
                     scope.exit(stop)
                     raise
-                except BaseException as thrown:
-                    scope.enter()
-                    try:
-                        value = gen.throw(thrown)
-                    except StopIteration as done:
-                        scope.exit(None)
-                        return done.value
-                    except BaseException as exc:
-                        scope.exit(exc)
-                        raise
-                else:
-                    scope.enter()
-                    try:
-                        value = gen.send(sent)
-                    except StopIteration as done:
-                        scope.exit(None)
-                        return done.value
-                    except BaseException as exc:
-                        scope.exit(exc)
-                        raise
+                except BaseException as exc:
+                    thrown = exc
+                scope.enter()
+                try:
+                    value = gen.send(sent) if thrown is None else gen.throw(thrown)
+                except StopIteration as done:
+                    scope.exit(None)
+                    return done.value
+                except BaseException as exc:
+                    scope.exit(exc)
+                    raise
                 scope.leave()
 
         return gen_wrapper  # type: ignore[return-value]
