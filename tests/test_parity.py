@@ -126,7 +126,9 @@ def test_processor_matches_verl_formula(traced, trace_per) -> None:
     slowest = int(np.argmax([t["generate_sequences"] + t["tool_calls"] + t["compute_score"] for t in timings]))
     assert ours["agent_loop/slowest/sample_index"] == slowest
     # parallel tools count once: sample 0's tool time is the gather's wall time, not the 0.09 s sum
-    assert timings[0]["tool_calls"] == pytest.approx(0.04, abs=0.01)
+    # (at least the longest call, 0.04 s, and well below the 0.09 s a serial run takes: late in a long session a
+    # GC pass or another process can stall the loop ~20 ms inside the gather, measured here)
+    assert 0.04 <= timings[0]["tool_calls"] < 0.075
     # sample without tools: exactly zero
     assert ours["agent_loop/tool_calls/min"] == 0.0
     # the slowest sample's trace id is its sample root's
