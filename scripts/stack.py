@@ -40,7 +40,7 @@ JAEGER_BIN = CACHE / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
 COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}" / "otelcol-agentloop"
 BUILDER_BIN = CACHE / "bin" / f"builder-{COLLECTOR_VERSION}" / "builder"
 RUN_DIR = CACHE / "run"
-JAEGER_COLD, COLLECTOR_COLD = "5-10 min", "4-6 min"  # measured from an empty cache (README)
+JAEGER_COLD, COLLECTOR_COLD = "3-10 min", "1-5 min"  # measured from an empty cache, idle vs busy machine (README)
 DEFAULT_PORTS = {"grpc": 4317, "http": 4318, "prometheus": 8889, "otelcol_health": 13134, "otelcol_metrics": 8890,
                  "query": 16686, "query_grpc": 16685, "jaeger_health": 13133, "jaeger_metrics": 8888,
                  "jaeger_otlp_grpc": 14317, "jaeger_otlp_http": 14318}
