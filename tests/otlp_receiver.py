@@ -6,6 +6,8 @@ import base64
 import gzip
 import json
 import threading
+import time
+from collections.abc import Callable
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
@@ -14,6 +16,16 @@ from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
 from otel_agentloop import SpanRecord
+
+
+def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:
+    """Poll ``predicate`` until it holds or ``timeout`` seconds pass; its last value (for an assert)."""
+    deadline = time.monotonic() + timeout
+    while time.monotonic() < deadline:
+        if predicate():
+            return True
+        time.sleep(interval)
+    return predicate()
 
 
 def to_records(request: trace_service_pb2.ExportTraceServiceRequest) -> list[SpanRecord]:

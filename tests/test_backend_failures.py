@@ -11,7 +11,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
 import otel_agentloop as oal
 
-from .otlp_receiver import Receiver, start_grpc
+from .otlp_receiver import Receiver, start_grpc, wait_for
 
 
 def _spans(n: int, step: int) -> None:
@@ -19,14 +19,6 @@ def _spans(n: int, step: int) -> None:
         with oal.sample(i, step=step):
             pass
 
-
-def _wait(predicate, timeout: float) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.05)
-    return predicate()
 
 
 def test_export_resumes_after_the_receiver_restarts() -> None:
@@ -37,7 +29,7 @@ def test_export_resumes_after_the_receiver_restarts() -> None:
                            export_timeout_s=2, max_queue_size=100)
     try:
         _spans(20, 1)
-        assert handle.force_flush(5) and _wait(lambda: len(receiver.records) == 20, 5)
+        assert handle.force_flush(5) and wait_for(lambda: len(receiver.records) == 20, 5, 0.05)
         server.stop(0).wait(5)  # down
         t0 = time.perf_counter()
         _spans(300, 2)  # more than the queue holds: drops are counted, the caller is not slowed
@@ -60,9 +52,9 @@ def test_export_resumes_after_the_receiver_restarts() -> None:
         assert server.add_insecure_port(f"127.0.0.1:{port}") == port
         server.start()
         # the queue drains (exported now, or failed while the channel reconnects), then new spans flow
-        assert _wait(lambda: handle.stats["pending"] == 0, 30)
+        assert wait_for(lambda: handle.stats["pending"] == 0, 30, 0.05)
         _spans(10, 3)
-        assert _wait(lambda: any(r.attributes.get("rl.step") == 3 for r in receiver2.records), 30)
+        assert wait_for(lambda: any(r.attributes.get("rl.step") == 3 for r in receiver2.records), 30, 0.05)
         stats = handle.stats
         assert stats["exported"] > down_stats["exported"]
         assert stats["queued"] == stats["exported"] + stats["failed"] + stats["pending"]

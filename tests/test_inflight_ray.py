@@ -13,7 +13,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop._watchdog import WatchdogSettings
 
-from .otlp_receiver import Receiver, start_grpc
+from .otlp_receiver import Receiver, start_grpc, wait_for
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
@@ -115,7 +115,7 @@ def test_driver_gathers_running_samples_and_hung_verdicts_from_two_workers(clust
         others = [s for s in snap if not s.overdue]
         assert {(s.phase, s.tool) for s in others} == {(sc.GENERATE, None)}
         # the worker exported a snapshot of the running sample
-        assert _wait(lambda: any(r.attributes.get(sc.RL_SNAPSHOT) for r in list(receiver.records)))
+        assert wait_for(lambda: any(r.attributes.get(sc.RL_SNAPSHOT) for r in list(receiver.records)), 30)
         snapshot = next(r for r in list(receiver.records) if r.attributes.get(sc.RL_SNAPSHOT))
         assert snapshot.name == "rl.sample (in progress)" and snapshot.trace_id_hex == stuck.trace_id
         assert snapshot.attributes[sc.RL_SAMPLE_INDEX] == 1 and snapshot.attributes[sc.GEN_AI_TOOL_NAME] == "hang"
@@ -126,7 +126,7 @@ def test_driver_gathers_running_samples_and_hung_verdicts_from_two_workers(clust
         assert metrics.hung_trace_ids == (stuck.trace_id,)
         ray.get([w.finish.remote() for w in workers], timeout=30)
         assert ray.get(refs, timeout=30) == [3, 3]
-    assert _wait(lambda: oal_ray.gather_inflight(workers, timeout_s=10) == [])
+    assert wait_for(lambda: oal_ray.gather_inflight(workers, timeout_s=10) == [], 30)
     ray.get([w.flush.remote() for w in workers], timeout=30)
 
 
@@ -137,11 +137,3 @@ def test_gather_inflight_with_no_actors_and_in_the_driver(cluster) -> None:
         assert [s.sample_index for s in oal_ray.inflight()] == [4]
     assert oal_ray.inflight() == handle.inflight() == []
 
-
-def _wait(predicate, timeout: float = 30.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()

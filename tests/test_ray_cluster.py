@@ -6,7 +6,6 @@ import os
 import subprocess
 import sys
 import textwrap
-import time
 
 import pytest
 
@@ -14,7 +13,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 
 from .conftest import span_metrics
-from .otlp_receiver import Receiver, start_grpc
+from .otlp_receiver import Receiver, start_grpc, wait_for
 from .ray_actors import Item, SampleFailedError, synthetic_samples
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
@@ -48,14 +47,6 @@ def cluster():
         oal._context.defaults.trace_per = "sample"
 
 
-def _wait(predicate, timeout: float = 20.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
-
 
 def _items(n: int, first: int = 0) -> list[Item]:
     out = []
@@ -75,7 +66,7 @@ def test_one_trace_per_step_connects_driver_workers_samples_and_phases(cluster) 
                  b.run_sync.remote(_items(2, first=10), otel_carrier=carrier)], timeout=60)
     assert handle.force_flush(5)
     step_records = lambda: [r for r in receiver.records if r.attributes.get(sc.RL_STEP) == 1]  # noqa: E731
-    assert _wait(lambda: sum(r.name == sc.SAMPLE_SPAN for r in step_records()) == 4)
+    assert wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN for r in step_records()) == 4, 20)
     records = step_records()
     by_id = {r.span_id: r for r in records}
     (step_span,) = [r for r in records if r.name == sc.STEP_SPAN]
@@ -103,8 +94,8 @@ def test_per_sample_traces_link_to_the_driver_step(cluster) -> None:
     with oal.step(2, trace_per="sample") as step:
         ray.get(a.run_async.remote([(0, 0, [], False), (1, 1, [], False)], otel_carrier=oal_ray.carrier()))
     step_ctx = step.span.get_span_context()
-    assert _wait(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2
-                             for r in receiver.records) == 2)
+    assert wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2
+                             for r in receiver.records) == 2, 20)
     roots = [r for r in receiver.records if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2]
     assert len({r.trace_id for r in roots}) == 2
     for r in roots:
@@ -151,8 +142,8 @@ def test_a_failing_worker_keeps_finished_samples_and_tells_the_driver(cluster) -
     metrics = oal_ray.merge_metrics(ray.get([w.table.remote(20) for w in (a, b)]))
     assert metrics["agent_loop/num_samples"] == 4  # finished samples counted, and the failed one
     assert metrics["agent_loop/compute_score/max"] >= 0.05
-    assert _wait(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20
-                             for r in receiver.records) == 4)
+    assert wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20
+                             for r in receiver.records) == 4, 20)
     roots = {r.attributes[sc.RL_SAMPLE_INDEX]: r for r in receiver.records
              if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20}
     assert roots[2].error and not roots[0].error and not roots[1].error
@@ -170,7 +161,7 @@ def test_no_span_is_lost_when_actors_finish_normally(cluster) -> None:
     infos = ray.get([w.info.remote() for w in workers])
     created = handle.stats["queued"] + sum(i["stats"]["queued"] for i in infos)
     assert all(i["stats"]["dropped"] == 0 and i["stats"]["failed"] == 0 for i in infos)
-    assert _wait(lambda: len(receiver.records) == created)
+    assert wait_for(lambda: len(receiver.records) == created, 20)
     assert len(receiver.records) == created
     # the workers were configured from the driver's settings
     env = infos[0]["env"]

@@ -9,7 +9,6 @@ The workers' model machinery is replaced by the harness (fake LLM server, real t
 from __future__ import annotations
 
 import os
-import time
 from collections.abc import Callable, Iterator
 from contextlib import contextmanager, suppress
 from pathlib import Path
@@ -21,6 +20,7 @@ from omegaconf import OmegaConf
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from tests.otlp_receiver import Receiver, start_grpc
+from tests.otlp_receiver import wait_for as poll
 
 ROOT = Path(__file__).resolve().parents[2]
 N_LEGACY = 4
@@ -68,12 +68,8 @@ def light_init(cls: Any) -> Iterator[None]:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
-    deadline = time.monotonic() + timeout
-    while time.monotonic() < deadline:
-        if predicate():
-            return True
-        time.sleep(0.1)
-    return predicate()
+    """``tests.otlp_receiver.wait_for`` with this stage's default (actor starts take seconds here)."""
+    return poll(predicate, timeout)
 
 
 def legacy_actor(fully_async: bool = False) -> Any:
