@@ -18,7 +18,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ... import semconv as sc
-from ..._accumulate import PHASE_INDEX, add_interval
+from ..._accumulate import PHASE_INDEX, StepRows
 from ..._guard import internal_error
 from ..._table import PhaseTable
 
@@ -29,49 +29,46 @@ _FIELDS = ("generate_sequences", "tool_calls", "compute_score", "num_preempted",
            "trace_id", "uid", "step")
 
 
-class _Open:
-    __slots__ = ("blocks", "npre_first", "npre_first_missing", "npre_sum", "totals")
-
-    def __init__(self) -> None:
-        self.blocks: list[list[int]] = [[], [], []]
-        self.totals = [0, 0, 0]
-        self.npre_sum = 0
-        self.npre_first = -1
-        self.npre_first_missing = False
+_ROW = (0, 0)  # the one row of an open sample's own StepRows
 
 
 class OpenSampleRows(SpanProcessor):
-    """Phase totals of registered open samples (bounded: at most ``max_open`` at once). Thread-safe."""
+    """Phase totals of registered open samples (bounded: at most ``max_open`` at once). Thread-safe.
+
+    Each open sample is one row of the metrics processor's own accumulator (:class:`StepRows`), so phase time
+    and verl's num_preempted rule are computed by the same code as ``collect()``.
+    """
 
     def __init__(self, max_open: int = 1 << 16) -> None:
-        self._open: dict[Key, _Open] = {}
+        self._open: dict[Key, StepRows] = {}
         self._lock = threading.Lock()
         self.max_open = max_open
 
     def open(self, key: Key) -> None:
         with self._lock:
             if len(self._open) < self.max_open:
-                self._open[key] = _Open()
+                self._open[key] = StepRows(1)
 
     def close(self, key: Key) -> dict[str, float] | None:
         """The sample's totals (seconds) and num_preempted, releasing it; ``None`` if not registered."""
         with self._lock:
-            rec = self._open.pop(key, None)
-        if rec is None:
+            rows = self._open.pop(key, None)
+        if rows is None:
             return None
-        return self._values(rec)
+        return self._values(rows)
 
     def peek(self, key: Key) -> dict[str, float] | None:
         with self._lock:
-            rec = self._open.get(key)
-            return None if rec is None else self._values(rec)
+            rows = self._open.get(key)
+            return None if rows is None else self._values(rows)
 
     @staticmethod
-    def _values(rec: _Open) -> dict[str, float]:
-        # no generation span: unknown (-1), like verl
-        npre = -1 if rec.npre_first < 0 else rec.npre_sum - (1 if rec.npre_first_missing else 0)
-        return {sc.GENERATE: rec.totals[0] / 1e9, sc.TOOL_CALLS: rec.totals[1] / 1e9,
-                sc.COMPUTE_SCORE: rec.totals[2] / 1e9, "num_preempted": float(npre)}
+    def _values(rows: StepRows) -> dict[str, float]:
+        if not len(rows):  # no phase span yet
+            return {sc.GENERATE: 0.0, sc.TOOL_CALLS: 0.0, sc.COMPUTE_SCORE: 0.0, "num_preempted": -1.0}
+        table = rows.to_table()
+        return {sc.GENERATE: float(table.generate_sequences[0]), sc.TOOL_CALLS: float(table.tool_calls[0]),
+                sc.COMPUTE_SCORE: float(table.compute_score[0]), "num_preempted": float(table.num_preempted[0])}
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
@@ -91,18 +88,9 @@ class OpenSampleRows(SpanProcessor):
                    attrs.get(sc.RL_ROLLOUT_N))
             start, end = span.start_time or 0, span.end_time or 0
             with self._lock:
-                rec = self._open.get(key)
-                if rec is None:
-                    return
-                rec.totals[p] += add_interval(rec.blocks[p], start, end)
-                if p == 0:  # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0)
-                    value = attrs.get(sc.RL_NUM_PREEMPTED)
-                    known = type(value) is int
-                    if known:
-                        rec.npre_sum += value  # type: ignore[operator]
-                    if rec.npre_first < 0 or start < rec.npre_first:
-                        rec.npre_first = start
-                        rec.npre_first_missing = not known
+                rows = self._open.get(key)
+                if rows is not None:
+                    rows.add(_ROW, p, start, end, attrs, 0, False)
         except Exception:
             internal_error("verl.OpenSampleRows.on_end")
 
