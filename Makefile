@@ -33,6 +33,7 @@ test-verl:
 
 lint: install
 	$(VENV)/bin/ruff check .
+	$(VENV)/bin/ruff format --check .
 
 bench: install
 	$(PY) bench/run.py $(ARGS)

@@ -43,8 +43,14 @@ def provider(path: str, with_registry: bool) -> tuple[TracerProvider, object]:
     prov = TracerProvider(resource=Resource.create({"service.name": "bench"}), shutdown_on_exit=False)
     metrics = oal.PhaseMetricsProcessor()
     prov.add_span_processor(metrics)
-    export = ExportProcessor(OTLPJsonFileExporter(path), max_queue_size=1 << 21, max_export_batch_size=512,
-                             schedule_delay_s=0.2, export_timeout_s=30, name="bench")
+    export = ExportProcessor(
+        OTLPJsonFileExporter(path),
+        max_queue_size=1 << 21,
+        max_export_batch_size=512,
+        schedule_delay_s=0.2,
+        export_timeout_s=30,
+        name="bench",
+    )
     monitor = None
     if with_registry:
         monitor = install(prov, metrics, [export], settings=WatchdogSettings(), max_inflight=65_536, readers=[])
@@ -76,7 +82,7 @@ def bench_phase(calls: int, rounds: int) -> dict[str, object]:
     wall: dict[str, list[float]] = {"off": [], "on": []}
     cpu: dict[str, list[float]] = {"off": [], "on": []}
     for r in range(rounds + 1):
-        for name, prov in ((("off", off), ("on", on)) if r % 2 else (("on", on), ("off", off))):
+        for name, prov in (("off", off), ("on", on)) if r % 2 else (("on", on), ("off", off)):
             _tracer.install(prov)
             scope = oal.sample(1, rollout_n=0, step=1)
             scope.__enter__()
@@ -93,10 +99,17 @@ def bench_phase(calls: int, rounds: int) -> dict[str, object]:
     ratio_pairs = statistics.median(a / b for a, b in zip(wall["on"], wall["off"], strict=True))
     ratio_wall = statistics.median(wall["on"]) / statistics.median(wall["off"])
     ratio_cpu = statistics.median(a / b for a, b in zip(cpu["on"], cpu["off"], strict=True))
-    return {"off_us": statistics.median(wall["off"]), "on_us": statistics.median(wall["on"]),
-            "off_cpu_us": statistics.median(cpu["off"]), "on_cpu_us": statistics.median(cpu["on"]),
-            "ratio": ratio_wall, "ratio_pairs": ratio_pairs, "ratio_cpu": ratio_cpu, "rounds": wall,
-            "drained_checks": monitor.checks}  # type: ignore[union-attr]
+    return {
+        "off_us": statistics.median(wall["off"]),
+        "on_us": statistics.median(wall["on"]),
+        "off_cpu_us": statistics.median(cpu["off"]),
+        "on_cpu_us": statistics.median(cpu["on"]),
+        "ratio": ratio_wall,
+        "ratio_pairs": ratio_pairs,
+        "ratio_cpu": ratio_cpu,
+        "rounds": wall,
+        "drained_checks": monitor.checks,
+    }  # type: ignore[union-attr]
 
 
 @oal.trace_generate(model="m")
@@ -109,15 +122,20 @@ def bench_watchdog(n: int, window_s: float, interval_s: float, worst: bool) -> d
     # every open generation phase is older than the smallest threshold and is visited on every check
     thresholds = {"tool_calls": 0.001, "generate_sequences": 10_000} if worst else None
     reader = InMemoryMetricReader()
-    handle = oal.configure("bench-watchdog", exporters=[InMemorySpanExporter()], set_global=False,
-                           watchdog=WatchdogSettings(interval_s=interval_s, thresholds_s=thresholds),
-                           metric_readers=[reader])
+    handle = oal.configure(
+        "bench-watchdog",
+        exporters=[InMemorySpanExporter()],
+        set_global=False,
+        watchdog=WatchdogSettings(interval_s=interval_s, thresholds_s=thresholds),
+        metric_readers=[reader],
+    )
     monitor = handle.live
     out: dict[str, float] = {}
 
     async def main() -> None:
         release = asyncio.Event()
         with oal.step(1):
+
             async def one(i: int) -> None:
                 async with oal.sample(i):
                     await long_generate(release)
@@ -166,10 +184,12 @@ def main() -> int:
     ap.add_argument("--append", help="append a section to this RESULTS.md")
     args = ap.parse_args()
     phase = bench_phase(args.calls, args.rounds)
-    print(f"decorated phase: registry off {phase['off_us']:.2f} us, on {phase['on_us']:.2f} us, "
-          f"ratio {phase['ratio']:.3f} (median of per-round ratios {phase['ratio_pairs']:.3f}); "
-          f"CPU off {phase['off_cpu_us']:.2f} us, on {phase['on_cpu_us']:.2f} us, "
-          f"ratio {phase['ratio_cpu']:.3f}")
+    print(
+        f"decorated phase: registry off {phase['off_us']:.2f} us, on {phase['on_us']:.2f} us, "
+        f"ratio {phase['ratio']:.3f} (median of per-round ratios {phase['ratio_pairs']:.3f}); "
+        f"CPU off {phase['off_cpu_us']:.2f} us, on {phase['on_cpu_us']:.2f} us, "
+        f"ratio {phase['ratio_cpu']:.3f}"
+    )
     typical = bench_watchdog(args.samples, args.window, 1.0, worst=False)
     print("watchdog default thresholds, 1 s checks:", typical)
     worst = bench_watchdog(args.samples, args.window, 1.0, worst=True)
@@ -187,18 +207,32 @@ def main() -> int:
             ("decorated phase, registry + watchdog on (wall)", f"{phase['on_us']:.2f} us", ""),
             ("on / off, wall (ratio of medians)", f"{phase['ratio']:.3f}x", f"target <= 1.05x: {ok_phase}"),
             ("on / off, wall (median of per-round ratios)", f"{phase['ratio_pairs']:.3f}x", "noisier: shared machine"),
-            ("decorated phase, process CPU off / on", f"{phase['off_cpu_us']:.2f} / {phase['on_cpu_us']:.2f} us",
-             "all threads: export and watchdog included"),
+            (
+                "decorated phase, process CPU off / on",
+                f"{phase['off_cpu_us']:.2f} / {phase['on_cpu_us']:.2f} us",
+                "all threads: export and watchdog included",
+            ),
             ("on / off, process CPU", f"{phase['ratio_cpu']:.3f}x", f"target <= 1.05x: {ok_phase_cpu}"),
-            (f"watchdog CPU, {n} in flight, default thresholds, 1 s checks",
-             f"{typical['cpu_fraction'] * 100:.3f}% of a core", f"{typical['per_check_ms']:.3f} ms per check"),
-            (f"watchdog CPU, {n} in flight, every phase a candidate, 1 s checks",
-             f"{worst['cpu_fraction'] * 100:.3f}% of a core",
-             f"{worst['per_check_ms']:.3f} ms per check; target <= 1%: {ok_cpu}"),
-            ("same, 0.25 s checks", f"{fast['cpu_fraction'] * 100:.3f}% of a core",
-             f"{fast['per_check_ms']:.3f} ms per check"),
-            ("background thread per ended span (histogram with exemplar, learning)",
-             f"{worst['drain_us_per_span']:.1f} us", f"off the hot path; {worst['drained']:.0f} spans in one check"),
+            (
+                f"watchdog CPU, {n} in flight, default thresholds, 1 s checks",
+                f"{typical['cpu_fraction'] * 100:.3f}% of a core",
+                f"{typical['per_check_ms']:.3f} ms per check",
+            ),
+            (
+                f"watchdog CPU, {n} in flight, every phase a candidate, 1 s checks",
+                f"{worst['cpu_fraction'] * 100:.3f}% of a core",
+                f"{worst['per_check_ms']:.3f} ms per check; target <= 1%: {ok_cpu}",
+            ),
+            (
+                "same, 0.25 s checks",
+                f"{fast['cpu_fraction'] * 100:.3f}% of a core",
+                f"{fast['per_check_ms']:.3f} ms per check",
+            ),
+            (
+                "background thread per ended span (histogram with exemplar, learning)",
+                f"{worst['drain_us_per_span']:.1f} us",
+                f"off the hot path; {worst['drained']:.0f} spans in one check",
+            ),
             (f"in-flight gauge collection at {n} samples", f"{worst['gauge_collect_ms']:.2f} ms", "per metric export"),
             (f"`handle.inflight()` at {n} samples", f"{worst['snapshot_ms']:.2f} ms", ""),
         ]
@@ -213,8 +247,8 @@ samples over {args.window:.0f} s windows).
 |---|---|---|
 {table}
 
-Per-round wall costs (us), first 10: off {[round(x, 1) for x in rounds['off'][:10]]},
-on {[round(x, 1) for x in rounds['on'][:10]]}.
+Per-round wall costs (us), first 10: off {[round(x, 1) for x in rounds["off"][:10]]},
+on {[round(x, 1) for x in rounds["on"][:10]]}.
 The hot path adds a dict insert in `on_start`, and in `on_end` a dict pop plus one append of the phase's
 duration to its (phase, tool) window (learned thresholds); no lock for phase spans. Histograms are recorded on
 the watchdog thread (sharing the GIL) only when a metric reader is configured: the per-span cost above, almost

@@ -33,8 +33,10 @@ def machine() -> str:
     cpu = "unknown cpu"
     with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
         cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    return (f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-            f"OpenTelemetry SDK {otel_version}, {platform.system()} {platform.release()}")
+    return (
+        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
+        f"OpenTelemetry SDK {otel_version}, {platform.system()} {platform.release()}"
+    )
 
 
 @contextlib.contextmanager
@@ -55,8 +57,9 @@ def per_call(fn: Callable[[], None], n: int) -> float:
 
 def bench_calls(n: int, rounds: int) -> dict[str, float]:
     path = os.path.join(tempfile.mkdtemp(), "bench.jsonl")
-    handle = oal.configure("bench", file=path, set_global=False, max_queue_size=1 << 21,
-                           max_export_batch_size=512, schedule_delay_s=0.2)
+    handle = oal.configure(
+        "bench", file=path, set_global=False, max_queue_size=1 << 21, max_export_batch_size=512, schedule_delay_s=0.2
+    )
     tracer = handle.provider.get_tracer("bench")
 
     @oal.trace_generate(model="m")
@@ -74,8 +77,12 @@ def bench_calls(n: int, rounds: int) -> dict[str, float]:
 
     sample_ctx = oal.sample(3, rollout_n=1, step=1)
     sample_ctx.__enter__()
-    same_attrs = {sc.RL_PHASE: sc.GENERATE, sc.GEN_AI_OPERATION_NAME: "text_completion",
-                  sc.GEN_AI_REQUEST_MODEL: "m", **oal.current_sample().phase_attributes}
+    same_attrs = {
+        sc.RL_PHASE: sc.GENERATE,
+        sc.GEN_AI_OPERATION_NAME: "text_completion",
+        sc.GEN_AI_REQUEST_MODEL: "m",
+        **oal.current_sample().phase_attributes,
+    }
 
     def bare_span() -> None:
         tracer.start_span("text_completion m", attributes=same_attrs).end()
@@ -150,8 +157,13 @@ def bench_on_end(n: int) -> float:
     handle = oal.configure("bench-on-end", set_global=False, exporters=[], processors=[SimpleSpanProcessor(memory)])
     tracer = handle.provider.get_tracer("bench")
     for i in range(n):
-        attrs = {sc.RL_PHASE: sc.PHASES[i % 3], sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: i % 1000, sc.RL_ROLLOUT_N: 0,
-                 sc.RL_VALIDATE: False}
+        attrs = {
+            sc.RL_PHASE: sc.PHASES[i % 3],
+            sc.RL_STEP: 1,
+            sc.RL_SAMPLE_INDEX: i % 1000,
+            sc.RL_ROLLOUT_N: 0,
+            sc.RL_VALIDATE: False,
+        }
         tracer.start_span("x", attributes=attrs).end()
     spans = list(memory.get_finished_spans())
     handle.shutdown(5)
@@ -169,8 +181,14 @@ def bench_collect(samples: int) -> tuple[float, float]:
     for i in range(samples):
         for p, phase in enumerate(sc.PHASES):
             start = i * 10 + p * 3
-            proc.ingest("x", {sc.RL_PHASE: phase, sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: i, sc.RL_ROLLOUT_N: 0},
-                        start, start + 2, i + 1, False)
+            proc.ingest(
+                "x",
+                {sc.RL_PHASE: phase, sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: i, sc.RL_ROLLOUT_N: 0},
+                start,
+                start + 2,
+                i + 1,
+                False,
+            )
     fill = time.perf_counter() - t0
     gc.collect()
     t0 = time.perf_counter()
@@ -186,8 +204,11 @@ def main() -> int:
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--collect-samples", type=int, default=1_000_000)
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
-    parser.add_argument("--only", default="core,step,memory,throughput",
-                        help="comma list of: core, step, memory, throughput (needs Go: builds the stack)")
+    parser.add_argument(
+        "--only",
+        default="core,step,memory,throughput",
+        help="comma list of: core, step, memory, throughput (needs Go: builds the stack)",
+    )
     parser.add_argument("--throughput-seconds", type=float, default=60.0)
     parser.add_argument("--step-pairs", type=int, default=3)
     parser.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 rollouts)")
@@ -199,8 +220,9 @@ def main() -> int:
     if "core" in only:
         sections.append(core_section(args))
     if "step" in only:
-        sections.append(step_overhead.overhead_section(pairs=args.step_pairs, prompts=args.step_prompts,
-                                                       endpoint=args.endpoint))
+        sections.append(
+            step_overhead.overhead_section(pairs=args.step_pairs, prompts=args.step_prompts, endpoint=args.endpoint)
+        )
     if "memory" in only:
         sections.append(step_overhead.memory_section())
     if "throughput" in only:
@@ -231,8 +253,11 @@ def core_section(args: argparse.Namespace) -> str:
         ("decorator after handle.shutdown()", f"{after_shutdown:.2f} us", "tracing off again"),
         ("decorated / bare SDK span", f"{ratio_decorated:.2f}x", "target <= 1.15x"),
         ("disabled / verl timer", f"{ratio_disabled:.2f}x", "target <= 0.2x"),
-        ("exception through 200 nested decorated frames", f"{nested_ms:.1f} ms",
-         f"undecorated {nested_plain_ms:.2f} ms"),
+        (
+            "exception through 200 nested decorated frames",
+            f"{nested_ms:.1f} ms",
+            f"undecorated {nested_plain_ms:.2f} ms",
+        ),
         ("PhaseMetricsProcessor.on_end", f"{on_end:.2f} us", "target <= 5 us"),
         (f"collect() on {args.collect_samples:,} samples", f"{collect_s:.3f} s", "target <= 0.5 s"),
     ]
@@ -240,7 +265,7 @@ def core_section(args: argparse.Namespace) -> str:
     return f"""## Per-call costs (issue 2)
 
 {args.rounds} interleaved rounds of {args.calls:,} calls each, median; spans exported through the real
-OTLP-JSON file exporter on its worker thread ({calls['exported']:,} exported, {calls['dropped']} dropped), so
+OTLP-JSON file exporter on its worker thread ({calls["exported"]:,} exported, {calls["dropped"]} dropped), so
 the per-span numbers include export's share of the GIL. collect(): 3 spans per sample ({fill_s:.1f} s to fill).
 
 | measure | value | target |

@@ -30,16 +30,27 @@ def _rss_mb() -> float:
 
 def child(mode: str, steps: int, prompts: int, rollout_n: int, time_scale: float, endpoint: str | None) -> None:
     """Run ``steps`` steps and print one JSON line: per-step wall seconds, RSS per step, export stats."""
-    cfg = SimConfig(prompts=prompts, rollout_n=rollout_n, max_turns=4, gen_median_s=0.12, gen_sigma=0.6,
-                    tool_s=(0.01, 0.5), reward_s=(0.01, 0.2), time_scale=time_scale, tool_fail_prob=0.01)
+    cfg = SimConfig(
+        prompts=prompts,
+        rollout_n=rollout_n,
+        max_turns=4,
+        gen_median_s=0.12,
+        gen_sigma=0.6,
+        tool_s=(0.01, 0.5),
+        reward_s=(0.01, 0.2),
+        time_scale=time_scale,
+        tool_fail_prob=0.01,
+    )
     out_dir = tempfile.mkdtemp()
     if mode == "on":
-        handle = oal.configure("bench-step", endpoint=endpoint, file=None if endpoint else f"{out_dir}/t.jsonl",
-                               set_global=False)
+        handle = oal.configure(
+            "bench-step", endpoint=endpoint, file=None if endpoint else f"{out_dir}/t.jsonl", set_global=False
+        )
     else:
         handle = oal.configure("bench-step", enabled=False)
     walls, rss, bursts = [], [], []
     for step in range(1, steps + 1):
+
         async def run(step: int = step) -> None:
             loop, begun = asyncio.get_running_loop(), time.perf_counter()
             # Runs after the first step of every sample task (queued behind them): how long until all started.
@@ -59,15 +70,25 @@ def child(mode: str, steps: int, prompts: int, rollout_n: int, time_scale: float
 
 
 def spawn(mode: str, steps: int, prompts: int, rollout_n: int, time_scale: float, endpoint: str | None) -> dict:
-    cmd = [sys.executable, __file__, "child", mode, str(steps), str(prompts), str(rollout_n), str(time_scale),
-           endpoint or ""]
+    cmd = [
+        sys.executable,
+        __file__,
+        "child",
+        mode,
+        str(steps),
+        str(prompts),
+        str(rollout_n),
+        str(time_scale),
+        endpoint or "",
+    ]
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     proc = subprocess.run(cmd, capture_output=True, text=True, timeout=3600, env=env, check=True)
     return json.loads(proc.stdout.strip().splitlines()[-1])
 
 
-def overhead_section(pairs: int = 3, steps: int = 2, prompts: int = 256, rollout_n: int = 4,
-                     endpoint: str | None = None) -> str:
+def overhead_section(
+    pairs: int = 3, steps: int = 2, prompts: int = 256, rollout_n: int = 4, endpoint: str | None = None
+) -> str:
     on, off, burst_on, burst_off = [], [], [], []
     stats = {}
     for _ in range(pairs):  # interleaved, so drift hits both
@@ -85,8 +106,9 @@ def overhead_section(pairs: int = 3, steps: int = 2, prompts: int = 256, rollout
     return f"""## Realistic step, tracing on vs. off (issue 5 b)
 
 {prompts * rollout_n} samples per step (multi-turn up to 4, parallel tools, phases 10-500 ms, seeded), {pairs}
-interleaved pairs of fresh processes x {steps} steps each; export: {"OTLP to " + endpoint if endpoint else
-"OTLP-JSON file"}. Median step wall time: off {m_off:.3f} s, on {m_on:.3f} s: overhead **{overhead:+.2f}%**
+interleaved pairs of fresh processes x {steps} steps each; export: {
+        "OTLP to " + endpoint if endpoint else "OTLP-JSON file"
+    }. Median step wall time: off {m_off:.3f} s, on {m_on:.3f} s: overhead **{overhead:+.2f}%**
 (target < 0.5%: {target}). Last "on" run exported {stats.get("exported")} spans, dropped {stats.get("dropped")}.
 Per-step walls (s): off {[round(x, 3) for x in off]}, on {[round(x, 3) for x in on]}.
 

@@ -33,8 +33,15 @@ def run(seconds: float = 60.0, rate: int = 10_000, protocol: str = "http/json") 
     stack = stack_mod.start()
     try:
         endpoint = stack.otlp_http_endpoint if protocol.startswith("http") else stack.otlp_grpc_endpoint
-        handle = oal.configure("bench-throughput", endpoint=endpoint, protocol=protocol, set_global=False,
-                               max_queue_size=65536, max_export_batch_size=1024, schedule_delay_s=0.2)
+        handle = oal.configure(
+            "bench-throughput",
+            endpoint=endpoint,
+            protocol=protocol,
+            set_global=False,
+            max_queue_size=65536,
+            max_export_batch_size=1024,
+            schedule_delay_s=0.2,
+        )
 
         @oal.trace_tool("bench")
         def tool() -> None:

@@ -59,7 +59,7 @@ def add_interval(blocks: list[int], start: int, end: int) -> int:
         new_start = min(new_start, blocks[2 * hi])
         new_end = max(new_end, blocks[2 * hi + 1])
         hi += 1
-    blocks[2 * lo: 2 * hi] = (new_start, new_end)
+    blocks[2 * lo : 2 * hi] = (new_start, new_end)
     return (new_end - new_start) - covered
 
 
@@ -134,8 +134,9 @@ class StepRows:
         self.tid_lo.append(0)
         return r
 
-    def add(self, key: tuple[int, int], p: int, start: int, end: int, attrs: Mapping[str, Any], trace_id: int,
-            error: bool) -> None:
+    def add(
+        self, key: tuple[int, int], p: int, start: int, end: int, attrs: Mapping[str, Any], trace_id: int, error: bool
+    ) -> None:
         """Account one span of sample ``key``: phase ``p`` (0..2), or ``p = -1`` for the sample's root span."""
         r = self.rows.get(key)
         if r is None:

@@ -163,8 +163,11 @@ class Handle:
     def export_counters(self) -> dict[str, int]:
         """The counters reported under ``agent_loop/telemetry/`` by ``metrics.collect``."""
         stats = self.stats
-        out = {"spans_dropped": stats["dropped"], "spans_failed": stats["failed"],
-               "content_truncated": content_policy.truncated}
+        out = {
+            "spans_dropped": stats["dropped"],
+            "spans_failed": stats["failed"],
+            "content_truncated": content_policy.truncated,
+        }
         for key in ("samples_not_kept", "samples_spilled"):
             if key in stats:
                 out[key] = stats[key]
@@ -206,14 +209,32 @@ def current_handle() -> Handle | None:
     return _current
 
 
-def _worker_env(*, service: str, otlp: tuple[str | None, str | None, Mapping[str, str] | None] | None,
-                file: str | None, traces_exporter: str, budget: int | None, capture: bool) -> dict[str, str]:
+def _worker_env(
+    *,
+    service: str,
+    otlp: tuple[str | None, str | None, Mapping[str, str] | None] | None,
+    file: str | None,
+    traces_exporter: str,
+    budget: int | None,
+    capture: bool,
+) -> dict[str, str]:
     """Environment variables that make ``configure()`` in another process (a Ray worker) export like this one."""
-    env = {"OTEL_SERVICE_NAME": service, "OTEL_AGENTLOOP_TRACE_PER": defaults.trace_per,
-           "OTEL_TRACES_EXPORTER": traces_exporter}
-    for key in ("OTEL_RESOURCE_ATTRIBUTES", "OTEL_TRACES_SAMPLER", "OTEL_TRACES_SAMPLER_ARG", "OTEL_BSP_MAX_QUEUE_SIZE",
-                "OTEL_EXPORTER_OTLP_HEADERS", "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-                "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", "OTEL_BSP_SCHEDULE_DELAY", "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT"):
+    env = {
+        "OTEL_SERVICE_NAME": service,
+        "OTEL_AGENTLOOP_TRACE_PER": defaults.trace_per,
+        "OTEL_TRACES_EXPORTER": traces_exporter,
+    }
+    for key in (
+        "OTEL_RESOURCE_ATTRIBUTES",
+        "OTEL_TRACES_SAMPLER",
+        "OTEL_TRACES_SAMPLER_ARG",
+        "OTEL_BSP_MAX_QUEUE_SIZE",
+        "OTEL_EXPORTER_OTLP_HEADERS",
+        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
+        "OTEL_BSP_SCHEDULE_DELAY",
+        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    ):
         value = env_str(key)
         if value is not None:
             env[key] = value
@@ -243,22 +264,25 @@ def _bounded(fn: Any, timeout_s: float) -> bool:
     return bool(result and result[0])
 
 
-def _otlp_exporter(endpoint: str | None, protocol: str, headers: Mapping[str, str] | None,
-                   timeout_s: float | None) -> SpanExporter:
+def _otlp_exporter(
+    endpoint: str | None, protocol: str, headers: Mapping[str, str] | None, timeout_s: float | None
+) -> SpanExporter:
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
         insecure = None
         if endpoint is not None and endpoint.startswith("http://"):
             insecure = True
-        return GrpcExporter(endpoint=endpoint, insecure=insecure, headers=dict(headers) if headers else None,
-                            timeout=timeout_s)
+        return GrpcExporter(
+            endpoint=endpoint, insecure=insecure, headers=dict(headers) if headers else None, timeout=timeout_s
+        )
     if protocol == "http/json":
         from ._http_json_exporter import OTLPJsonHttpExporter
 
         if endpoint is None:  # as the SDK's exporters read them
             endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
-                (env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318").rstrip("/") + "/v1/traces")
+                (env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318").rstrip("/") + "/v1/traces"
+            )
             raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
             headers = headers or parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS")
         return OTLPJsonHttpExporter(endpoint, headers, timeout_s or 10.0)
@@ -279,14 +303,23 @@ def _span_limits() -> SpanLimits:
     length = env_number("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", _DEFAULT_ATTRIBUTE_LENGTH, int, minimum=1)
     try:
         count = SpanLimits().max_span_attributes  # as the SDK reads OTEL_(SPAN_)ATTRIBUTE_COUNT_LIMIT
-        return SpanLimits(max_attribute_length=length, max_span_attribute_length=length,
-                          max_span_attributes=None if count is None else count + RESERVED_ATTRIBUTES)
+        return SpanLimits(
+            max_attribute_length=length,
+            max_span_attribute_length=length,
+            max_span_attributes=None if count is None else count + RESERVED_ATTRIBUTES,
+        )
     except ValueError as exc:  # another OTEL_*_LIMIT variable is malformed
         logger.warning("otel_agentloop: %s; using default span limits", exc)
-        return SpanLimits(max_attribute_length=length, max_span_attribute_length=length, max_events=128,
-                          max_links=128, max_attributes=128, max_span_attributes=128 + RESERVED_ATTRIBUTES,
-                          max_event_attributes=128,
-                          max_link_attributes=128)
+        return SpanLimits(
+            max_attribute_length=length,
+            max_span_attribute_length=length,
+            max_events=128,
+            max_links=128,
+            max_attributes=128,
+            max_span_attributes=128 + RESERVED_ATTRIBUTES,
+            max_event_attributes=128,
+            max_link_attributes=128,
+        )
 
 
 def configure(
@@ -428,11 +461,16 @@ def configure(
         provider.add_span_processor(proc)
 
     queue_size = max_queue_size or env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, int, minimum=1, maximum=MAX_QUEUE)
-    batch_size = max_export_batch_size or env_number("OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, int, minimum=1,
-                                                     maximum=MAX_QUEUE)
+    batch_size = max_export_batch_size or env_number(
+        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, int, minimum=1, maximum=MAX_QUEUE
+    )
     if batch_size > queue_size:
-        logger.warning("otel_agentloop: OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) > max queue size (%d); using %d",
-                       batch_size, queue_size, queue_size)
+        logger.warning(
+            "otel_agentloop: OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) > max queue size (%d); using %d",
+            batch_size,
+            queue_size,
+            queue_size,
+        )
         batch_size = queue_size
     max_ms = int(MAX_SECONDS * 1000)
     delay_s = schedule_delay_s or env_number("OTEL_BSP_SCHEDULE_DELAY", 1000, int, minimum=1, maximum=max_ms) / 1000
@@ -453,10 +491,12 @@ def configure(
             raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
             hdrs = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS") or None
         # one export call's deadline, retries included: export_timeout_s, else OTEL_EXPORTER_OTLP_TIMEOUT
-        otlp_timeout = export_timeout_s or env_number("OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001,
-                                                      maximum=MAX_SECONDS)
-        targets.append((f"otlp/{proto} {endpoint or env_endpoint}",
-                        _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout)))
+        otlp_timeout = export_timeout_s or env_number(
+            "OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001, maximum=MAX_SECONDS
+        )
+        targets.append(
+            (f"otlp/{proto} {endpoint or env_endpoint}", _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout))
+        )
     if file is None and env_bool("OTEL_AGENTLOOP_ALSO_FILE", False):
         file = env_str("OTEL_AGENTLOOP_FILE")
     if file is not None or (traces_exporter == "otlp" and not (endpoint or env_endpoint) and not exporters):
@@ -468,14 +508,25 @@ def configure(
         targets.append(("console", ConsoleSpanExporter()))
 
     export_processors = [
-        ExportProcessor(exporter, max_queue_size=queue_size, max_export_batch_size=batch_size,
-                        schedule_delay_s=delay_s, export_timeout_s=timeout_s, name=f"otel_agentloop.export[{label}]")
+        ExportProcessor(
+            exporter,
+            max_queue_size=queue_size,
+            max_export_batch_size=batch_size,
+            schedule_delay_s=delay_s,
+            export_timeout_s=timeout_s,
+            name=f"otel_agentloop.export[{label}]",
+        )
         for label, exporter in targets
     ]
     keeper = None
     if selective:  # some samples are record-only: decide their fate before export
-        keeper = SampleKeeper(export_processors, keep_slowest=keep_slowest, keep_errors=keep_errors,
-                              max_buffered_spans=max_buffered_spans, max_buffered_bytes=max_buffered_bytes)
+        keeper = SampleKeeper(
+            export_processors,
+            keep_slowest=keep_slowest,
+            keep_errors=keep_errors,
+            max_buffered_spans=max_buffered_spans,
+            max_buffered_bytes=max_buffered_bytes,
+        )
         provider.add_span_processor(keeper)
         metrics.add_release_listener(keeper.close_step)
     else:
@@ -488,24 +539,37 @@ def configure(
         if isinstance(current, trace.ProxyTracerProvider):
             trace.set_tracer_provider(provider)
         else:
-            logger.info("otel_agentloop: a global TracerProvider is already set; otel_agentloop's decorators use "
-                        "the configured one, other instrumentation keeps the global one")
+            logger.info(
+                "otel_agentloop: a global TracerProvider is already set; otel_agentloop's decorators use "
+                "the configured one, other instrumentation keeps the global one"
+            )
     description = ", ".join(label for label, _ in targets) or "no exporter"
     handle = Handle(provider, metrics, export_processors, previous, description, keeper)
     handle.worker_env = _worker_env(
         service=str(resource.attributes.get("service.name")),
-        otlp=(endpoint or env_endpoint, proto, headers) if traces_exporter == "otlp" and (endpoint or env_endpoint)
+        otlp=(endpoint or env_endpoint, proto, headers)
+        if traces_exporter == "otlp" and (endpoint or env_endpoint)
         else None,
         file=next((e.path for _, e in targets if isinstance(e, OTLPJsonFileExporter)), None),
-        traces_exporter=traces_exporter, budget=budget, capture=capture_content,
+        traces_exporter=traces_exporter,
+        budget=budget,
+        capture=capture_content,
     )
-    settings = watchdog if isinstance(watchdog, WatchdogSettings) else WatchdogSettings.from_env(
-        **({} if watchdog is None else {"enabled": bool(watchdog)}))
+    settings = (
+        watchdog
+        if isinstance(watchdog, WatchdogSettings)
+        else WatchdogSettings.from_env(**({} if watchdog is None else {"enabled": bool(watchdog)}))
+    )
     metric_endpoint = (endpoint or env_endpoint) if traces_exporter == "otlp" else None
     handle.live = _watchdog.install(
-        provider, metrics, export_processors, settings=settings, max_inflight=max_inflight_samples,
+        provider,
+        metrics,
+        export_processors,
+        settings=settings,
+        max_inflight=max_inflight_samples,
         readers=[*metric_readers, *_otel_metrics.build_readers(endpoint, protocol)],
-        on_step_metrics=metrics.add_step_source)
+        on_step_metrics=metrics.add_step_source,
+    )
     handle.worker_env.update(settings.worker_env())
     handle.worker_env.update(_otel_metrics.worker_env(metric_endpoint))
     handle._parent, handle._saved, _current = _current, saved, handle

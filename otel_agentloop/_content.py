@@ -50,8 +50,11 @@ class ContentPolicy:
                 warn_once("content-redact", "otel_agentloop: redact raised; content not captured", exc_info=True)
                 return None
             if not isinstance(value, str):
-                warn_once("content-redact-type", "otel_agentloop: redact returned %s, not str; content not "
-                          "captured", type(value).__name__)
+                warn_once(
+                    "content-redact-type",
+                    "otel_agentloop: redact returned %s, not str; content not captured",
+                    type(value).__name__,
+                )
                 return None
         if len(value) > self.max_chars:
             with self._lock:

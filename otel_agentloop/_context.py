@@ -116,7 +116,6 @@ class SampleHandle:
         except Exception:
             internal_error("SampleHandle.record")
 
-
     def record_content(self, *, prompt: object = None, response: object = None) -> None:
         """Attach prompt/response text to the root span, only when content capture is on
         (``configure(capture_content=True)``); redacted, then truncated to ``max_content_chars``."""
@@ -171,8 +170,7 @@ def coerce_number(value: object, kind: type[int] | type[float], key: str) -> int
             raise OverflowError("outside int64")
         return number
     except Exception:
-        warn_once("bad-value:" + key, "otel_agentloop: dropping non-numeric value for %s: %s", key,
-                  safe_repr(value))
+        warn_once("bad-value:" + key, "otel_agentloop: dropping non-numeric value for %s: %s", key, safe_repr(value))
         return None
 
 
@@ -314,8 +312,11 @@ def mark_error(span: Span, exc: BaseException) -> None:
         message = safe_str(exc)
         span.set_attribute(sc.ERROR_TYPE, etype)
         span.set_status(Status(StatusCode.ERROR, f"{type(exc).__name__}: {message}"[:256]))
-        event: dict[str, AttributeValue] = {"exception.type": etype, "exception.message": message,
-                                            "exception.escaped": True}
+        event: dict[str, AttributeValue] = {
+            "exception.type": etype,
+            "exception.message": message,
+            "exception.escaped": True,
+        }
         if _first_record(exc):
             event["exception.stacktrace"] = _stacktrace(exc, message)
         span.add_event("exception", event)

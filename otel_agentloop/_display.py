@@ -55,8 +55,10 @@ def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
     lines = [f"in flight: {len(samples):>4}  " + " | ".join(parts)]
     for s in sorted(samples, key=lambda s: -s.sample_age_s)[:top]:
         where = f"{s.phase}{' ' + s.tool if s.tool else ''} {s.phase_age_s:.1f}s"
-        lines.append(f"  oldest: {s.label():<28} {where:<32} sample {s.sample_age_s:6.1f}s  trace {s.trace_id}"
-                     f"{'  OVERDUE' if s.overdue else ''}")
+        lines.append(
+            f"  oldest: {s.label():<28} {where:<32} sample {s.sample_age_s:6.1f}s  trace {s.trace_id}"
+            f"{'  OVERDUE' if s.overdue else ''}"
+        )
     return lines
 
 

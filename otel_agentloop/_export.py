@@ -48,8 +48,9 @@ class ExportProcessor(SpanProcessor):
         name: str = "otel_agentloop.export",
     ) -> None:
         self.max_queue_size = check_int("max_queue_size", max_queue_size, 1, MAX_QUEUE)
-        self.max_export_batch_size = min(check_int("max_export_batch_size", max_export_batch_size, 1, MAX_QUEUE),
-                                         self.max_queue_size)
+        self.max_export_batch_size = min(
+            check_int("max_export_batch_size", max_export_batch_size, 1, MAX_QUEUE), self.max_queue_size
+        )
         self.schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
         self.export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
         self.shutdown_timeout_s = check_seconds("shutdown_timeout_s", shutdown_timeout_s, inclusive=True)
@@ -101,11 +102,17 @@ class ExportProcessor(SpanProcessor):
             if now - self._last_drop_log > 60.0:
                 self._last_drop_log = now
                 if self._shutdown:
-                    logger.warning("otel_agentloop: span ended after its exporter was shut down; dropped (%d so "
-                                   "far)", self._dropped)
+                    logger.warning(
+                        "otel_agentloop: span ended after its exporter was shut down; dropped (%d so far)",
+                        self._dropped,
+                    )
                 else:
-                    logger.warning("otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is "
-                                   "the OTLP endpoint reachable?", self.max_queue_size, self._dropped)
+                    logger.warning(
+                        "otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is "
+                        "the OTLP endpoint reachable?",
+                        self.max_queue_size,
+                        self._dropped,
+                    )
             return
         queue.append(span)
         self._queued += 1
@@ -154,8 +161,10 @@ class ExportProcessor(SpanProcessor):
                 self._failed += len(batch)
             with self._idle:
                 self._in_flight = 0
-            if stop_early and len(self._queue) < self.max_export_batch_size and not (
-                self._flush_requested or self._stopping
+            if (
+                stop_early
+                and len(self._queue) < self.max_export_batch_size
+                and not (self._flush_requested or self._stopping)
             ):
                 return
 

@@ -45,7 +45,7 @@ class OTLPJsonFileExporter(SpanExporter):
                     self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
                 view = memoryview(data)
                 while view:  # a regular file takes it in one write; loop only on a short write
-                    view = view[os.write(self._fd, view):]
+                    view = view[os.write(self._fd, view) :]
             return SpanExportResult.SUCCESS
         except Exception:
             internal_error("OTLPJsonFileExporter.export")

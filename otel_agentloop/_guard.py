@@ -27,8 +27,12 @@ def warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> 
 
 def internal_error(where: str) -> None:
     """Report an exception raised inside instrumentation (call from an ``except`` block), once per site."""
-    warn_once("internal:" + where, "otel_agentloop: internal error in %s (suppressed; training continues)", where,
-              exc_info=True)
+    warn_once(
+        "internal:" + where,
+        "otel_agentloop: internal error in %s (suppressed; training continues)",
+        where,
+        exc_info=True,
+    )
 
 
 def reset_warnings() -> None:

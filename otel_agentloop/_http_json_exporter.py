@@ -50,8 +50,13 @@ class OTLPJsonHttpExporter(SpanExporter):
                 retry = True
                 reason = str(getattr(exc, "reason", exc))
             if not retry or self._shutdown or time.monotonic() + delay > deadline:
-                warn_once("http-json-export", "otel_agentloop: OTLP http/json export to %s failed (%s); spans are "
-                          "counted as failed, see handle.stats", self.endpoint, reason)
+                warn_once(
+                    "http-json-export",
+                    "otel_agentloop: OTLP http/json export to %s failed (%s); spans are "
+                    "counted as failed, see handle.stats",
+                    self.endpoint,
+                    reason,
+                )
                 return SpanExportResult.FAILURE
             time.sleep(delay)
             delay = min(delay * 2, 2.0)

@@ -36,8 +36,20 @@ NO_PHASE = "other"
 class _Sample:
     """A running sample (fields written once at start, ``tripped``/``ended`` flags later)."""
 
-    __slots__ = ("ended", "index", "name", "rollout", "span_id", "start_ns", "step", "trace_flags", "trace_id",
-                 "tripped", "validate", "worker")
+    __slots__ = (
+        "ended",
+        "index",
+        "name",
+        "rollout",
+        "span_id",
+        "start_ns",
+        "step",
+        "trace_flags",
+        "trace_id",
+        "tripped",
+        "validate",
+        "worker",
+    )
 
     def __init__(self, attrs: Any, name: str, trace_id: int, span_id: int, trace_flags: int, start_ns: int) -> None:
         get = attrs.get
@@ -107,8 +119,15 @@ class InflightRegistry(SpanProcessor):
     (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in ``on_end`` itself.
     """
 
-    def __init__(self, *, max_samples: int = 65_536, keep_ended: bool = True, max_ended: int = 65_536,
-                 learn: bool = True, window: int = 2048) -> None:
+    def __init__(
+        self,
+        *,
+        max_samples: int = 65_536,
+        keep_ended: bool = True,
+        max_ended: int = 65_536,
+        learn: bool = True,
+        window: int = 2048,
+    ) -> None:
         if max_samples < 1:
             raise ValueError(f"max_samples must be >= 1, not {max_samples}")
         self.max_samples = max_samples
@@ -261,11 +280,20 @@ class InflightRegistry(SpanProcessor):
 
     def _describe(self, s: _Sample, cur: tuple[Any, ...] | None, now: int) -> InflightSample:
         return InflightSample(
-            step=s.step, validate=s.validate, sample_index=s.index, rollout_n=s.rollout,
-            phase=cur[1] if cur is not None else NO_PHASE, tool=cur[2] if cur is not None else None,
+            step=s.step,
+            validate=s.validate,
+            sample_index=s.index,
+            rollout_n=s.rollout,
+            phase=cur[1] if cur is not None else NO_PHASE,
+            tool=cur[2] if cur is not None else None,
             phase_age_s=(now - (cur[3] if cur is not None else s.start_ns)) / 1e9,
-            sample_age_s=(now - s.start_ns) / 1e9, trace_id=format(s.trace_id, "032x"),
-            span_id=format(s.span_id, "016x"), overdue=s.tripped, worker=s.worker, pid=self.pid)
+            sample_age_s=(now - s.start_ns) / 1e9,
+            trace_id=format(s.trace_id, "032x"),
+            span_id=format(s.span_id, "016x"),
+            overdue=s.tripped,
+            worker=s.worker,
+            pid=self.pid,
+        )
 
     def counts(self, now_ns: int | None = None) -> tuple[dict[str, int], float]:
         """(running samples by current phase, age in seconds of the oldest running sample, 0 when none)."""
@@ -298,5 +326,9 @@ class InflightRegistry(SpanProcessor):
 
     @property
     def stats(self) -> dict[str, int]:
-        return {"inflight_samples": len(self._samples), "inflight_samples_evicted": self.samples_evicted,
-                "inflight_phases_untracked": self.phases_untracked, "inflight_ended_dropped": self.ended_dropped}
+        return {
+            "inflight_samples": len(self._samples),
+            "inflight_samples_evicted": self.samples_evicted,
+            "inflight_phases_untracked": self.phases_untracked,
+            "inflight_ended_dropped": self.ended_dropped,
+        }

@@ -31,12 +31,37 @@ from ._inflight import InflightRegistry
 from ._settings import env_str
 from ._version import __version__
 
-DURATION_BUCKETS_S: Sequence[float] = (0.005, 0.01, 0.025, 0.05, 0.1, 0.25, 0.5, 1, 2.5, 5, 10, 20, 40, 60, 120,
-                                       300, 600, 1200, 1800)
+DURATION_BUCKETS_S: Sequence[float] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    20,
+    40,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+)
 """Bucket boundaries for LLM work: a 5 ms tool call to a 30 min generation."""
 
-_PHASE_ATTRS = (sc.GEN_AI_OPERATION_NAME, sc.GEN_AI_REQUEST_MODEL, sc.GEN_AI_PROVIDER_NAME, sc.GEN_AI_TOOL_NAME,
-                sc.RL_VALIDATE, sc.ERROR_TYPE)
+_PHASE_ATTRS = (
+    sc.GEN_AI_OPERATION_NAME,
+    sc.GEN_AI_REQUEST_MODEL,
+    sc.GEN_AI_PROVIDER_NAME,
+    sc.GEN_AI_TOOL_NAME,
+    sc.RL_VALIDATE,
+    sc.ERROR_TYPE,
+)
 _SAMPLE_ATTRS = (sc.RL_VALIDATE, sc.ERROR_TYPE)
 
 
@@ -44,8 +69,9 @@ def exporter_choice(endpoint: str | None) -> str:
     """``OTEL_METRICS_EXPORTER`` (first supported entry), default ``otlp`` with an OTLP endpoint, else ``none``."""
     raw = env_str("OTEL_METRICS_EXPORTER")
     if raw is None:
-        configured = (endpoint or env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT")
-                      or env_str("OTEL_EXPORTER_OTLP_ENDPOINT"))
+        configured = (
+            endpoint or env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+        )
         return "otlp" if configured else "none"
     for item in raw.lower().split(","):
         if item.strip() in ("otlp", "console", "none"):
@@ -55,8 +81,9 @@ def exporter_choice(endpoint: str | None) -> str:
 
 
 def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
-    proto = (protocol or env_str("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env_str("OTEL_EXPORTER_OTLP_PROTOCOL")
-             or "grpc").lower()
+    proto = (
+        protocol or env_str("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env_str("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    ).lower()
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
@@ -91,8 +118,9 @@ class LibraryMetrics:
         self._registry = registry
 
         def histogram(name: str, description: str) -> Any:
-            return meter.create_histogram(name, unit="s", description=description,
-                                          explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S)
+            return meter.create_histogram(
+                name, unit="s", description=description, explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
+            )
 
         self.by_phase = {
             sc.GENERATE: histogram(sc.GEN_AI_CLIENT_OPERATION_DURATION, "GenAI operation duration (generation turn)"),
@@ -100,10 +128,18 @@ class LibraryMetrics:
             sc.COMPUTE_SCORE: histogram(sc.RL_REWARD_DURATION, "Reward computation duration"),
         }
         self.sample = histogram(sc.RL_SAMPLE_DURATION, "Whole-sample duration (rl.sample span)")
-        meter.create_observable_gauge(sc.RL_INFLIGHT_SAMPLES, callbacks=[self._inflight], unit="{sample}",
-                                      description="Running samples by current phase")
-        meter.create_observable_gauge(sc.RL_INFLIGHT_OLDEST_AGE, callbacks=[self._oldest], unit="s",
-                                      description="Age of the oldest running sample")
+        meter.create_observable_gauge(
+            sc.RL_INFLIGHT_SAMPLES,
+            callbacks=[self._inflight],
+            unit="{sample}",
+            description="Running samples by current phase",
+        )
+        meter.create_observable_gauge(
+            sc.RL_INFLIGHT_OLDEST_AGE,
+            callbacks=[self._oldest],
+            unit="s",
+            description="Age of the oldest running sample",
+        )
         self._last_counts: tuple[dict[str, int], float] = ({}, 0.0)
 
     def record(self, phase: str | None, span: Any) -> None:
@@ -123,8 +159,11 @@ class LibraryMetrics:
             point: dict[str, Any] = {k: attrs[k] for k in keys if k in attrs}
             if phase is not None:
                 point[sc.RL_PHASE] = phase
-            context = trace.set_span_in_context(NonRecordingSpan(SpanContext(
-                ctx.trace_id, ctx.span_id, is_remote=False, trace_flags=TraceFlags(ctx.trace_flags))))
+            context = trace.set_span_in_context(
+                NonRecordingSpan(
+                    SpanContext(ctx.trace_id, ctx.span_id, is_remote=False, trace_flags=TraceFlags(ctx.trace_flags))
+                )
+            )
             instrument.record(max(0, (end or 0) - (start or 0)) / 1e9, attributes=point, context=context)
         except Exception:
             internal_error("LibraryMetrics.record")
@@ -148,9 +187,14 @@ class LibraryMetrics:
 
 def worker_env(endpoint: str | None) -> dict[str, str]:
     """The metric variables another process's ``configure()`` needs to export metrics like this one."""
-    keys = ("OTEL_METRICS_EXPORTER", "OTEL_METRIC_EXPORT_INTERVAL", "OTEL_METRICS_EXEMPLAR_FILTER",
-            "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-            "OTEL_EXPORTER_OTLP_METRICS_HEADERS")
+    keys = (
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        "OTEL_METRICS_EXEMPLAR_FILTER",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    )
     env = {key: value for key in keys if (value := env_str(key)) is not None}
     if endpoint and "OTEL_METRICS_EXPORTER" not in env:
         env["OTEL_METRICS_EXPORTER"] = exporter_choice(endpoint)

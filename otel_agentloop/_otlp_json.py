@@ -111,26 +111,38 @@ def _span(s: ReadableSpan) -> str:
     ctx = s._context  # ReadableSpan's public properties cost a call each; these fields are its own state
     parent = s._parent
     status = s._status
-    out = f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",' if ctx else '{'
+    out = f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",' if ctx else "{"
     if parent is not None:
         out += f'"parentSpanId":"{parent.span_id:016x}",'
     # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
-    out += (f'"name":{_quote(s._name)},"kind":{s._kind.value + 1},"startTimeUnixNano":"{s._start_time or 0}",'
-            f'"endTimeUnixNano":"{s._end_time or 0}","attributes":{_attrs(_raw(s._attributes))}')
+    out += (
+        f'"name":{_quote(s._name)},"kind":{s._kind.value + 1},"startTimeUnixNano":"{s._start_time or 0}",'
+        f'"endTimeUnixNano":"{s._end_time or 0}","attributes":{_attrs(_raw(s._attributes))}'
+    )
     code = _STATUS[status.status_code]
     if status.description:
         out += f',"status":{{"code":{code},"message":{_quote(status.description)}}}'
     else:
         out += f',"status":{{"code":{code}}}'
     if s._events:
-        out += ',"events":[' + ",".join(
-            f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
-            for e in s._events) + "]"
+        out += (
+            ',"events":['
+            + ",".join(
+                f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
+                for e in s._events
+            )
+            + "]"
+        )
     if s._links:
-        out += ',"links":[' + ",".join(
-            f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
-            f'"attributes":{_attrs(_raw(link.attributes))}}}'
-            for link in s._links) + "]"
+        out += (
+            ',"links":['
+            + ",".join(
+                f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
+                f'"attributes":{_attrs(_raw(link.attributes))}}}'
+                for link in s._links
+            )
+            + "]"
+        )
     dropped = s.dropped_attributes
     if dropped:
         out += f',"droppedAttributesCount":{dropped}'
@@ -151,7 +163,8 @@ def encode_spans(spans: Sequence[ReadableSpan]) -> str:
     for resource, scopes in by_resource.values():
         scope_json = ",".join(
             f'{{"scope":{{"name":{_quote(name)},"version":{_quote(version)}}},"spans":[{",".join(spans_json)}]}}'
-            for (name, version), spans_json in scopes.items())
+            for (name, version), spans_json in scopes.items()
+        )
         resource_attrs = _attrs(_raw(resource.attributes) if resource is not None else None)
         resources.append(f'{{"resource":{{"attributes":{resource_attrs}}},"scopeSpans":[{scope_json}]}}')
     return '{"resourceSpans":[' + ",".join(resources) + "]}"
@@ -203,8 +216,14 @@ def _status_code(raw: Any) -> int:
 
 def _kind(raw: Any) -> int:
     if isinstance(raw, str):
-        names = ("SPAN_KIND_UNSPECIFIED", "SPAN_KIND_INTERNAL", "SPAN_KIND_SERVER", "SPAN_KIND_CLIENT",
-                 "SPAN_KIND_PRODUCER", "SPAN_KIND_CONSUMER")
+        names = (
+            "SPAN_KIND_UNSPECIFIED",
+            "SPAN_KIND_INTERNAL",
+            "SPAN_KIND_SERVER",
+            "SPAN_KIND_CLIENT",
+            "SPAN_KIND_PRODUCER",
+            "SPAN_KIND_CONSUMER",
+        )
         raw = names.index(raw) if raw in names else 1
     return max(int(raw or 1) - 1, 0)  # back to the SDK's SpanKind value
 
@@ -232,8 +251,9 @@ def decode_resource_spans(resource_spans: Iterable[Mapping[str, Any]]) -> Iterat
                         (e.get("name", ""), int(e.get("timeUnixNano") or 0), _decode_attrs(e.get("attributes")))
                         for e in s.get("events") or ()
                     ),
-                    links=tuple((_id(link.get("traceId"), 16), _id(link.get("spanId"), 8))
-                                for link in s.get("links") or ()),
+                    links=tuple(
+                        (_id(link.get("traceId"), 16), _id(link.get("spanId"), 8)) for link in s.get("links") or ()
+                    ),
                 )
 
 

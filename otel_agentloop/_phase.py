@@ -177,8 +177,11 @@ class SpanScope(Scope):
         return (self.span, self.token)[i]
 
 
-def end_span(span: Span, exc: BaseException | None = None, identity: Mapping[str, object] | None = None,
-             ) -> None:
+def end_span(
+    span: Span,
+    exc: BaseException | None = None,
+    identity: Mapping[str, object] | None = None,
+) -> None:
     """End ``span``, recording ``exc`` if given and restoring the ``identity`` attributes it started with if a
     count limit evicted them. Never raises."""
     try:
@@ -191,8 +194,11 @@ def end_span(span: Span, exc: BaseException | None = None, identity: Mapping[str
         internal_error("span.end")
 
 
-def start(spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeValue] | None = None,
-          ) -> SpanScope | None:
+def start(
+    spec: PhaseSpec,
+    attach: bool = True,
+    extra: Mapping[str, AttributeValue] | None = None,
+) -> SpanScope | None:
     """Start ``spec``'s span below the current context (entered when ``attach``); ``None`` when tracing is off
     or on internal failure. The sample's identity goes last: an attribute count limit evicts the oldest."""
     tracer = current_tracer()
@@ -321,6 +327,7 @@ def instrument(fn: F, begin: Begin) -> F:
     re-raised unchanged; cancellation and ``GeneratorExit`` are not errors.
     """
     if _is_asyncgen_callable(fn):
+
         @_wraps(fn)
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
             scope = begin(kwargs) or _NOOP  # entered
@@ -364,6 +371,7 @@ def instrument(fn: F, begin: Begin) -> F:
         return agen_wrapper  # type: ignore[return-value]
 
     if _is_async_callable(fn):
+
         @_wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             scope = begin(kwargs)  # entered
@@ -380,6 +388,7 @@ def instrument(fn: F, begin: Begin) -> F:
         return async_wrapper  # type: ignore[return-value]
 
     if _is_gen_callable(fn):
+
         @_wraps(fn)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
             scope = begin(kwargs)  # entered
@@ -491,7 +500,11 @@ def phase(
         if isinstance(fn, (staticmethod, classmethod)):
             raise TypeError(f"put @phase({name!r}) below @staticmethod/@classmethod, not above")
         spec = PhaseSpec.build(
-            name, tool=tool, model=model, operation=operation, attributes=attributes,
+            name,
+            tool=tool,
+            model=model,
+            operation=operation,
+            attributes=attributes,
             default_tool=getattr(fn, "__name__", None),
         )
         return _wrap(fn, spec)

@@ -126,8 +126,9 @@ class PhaseMetricsProcessor(SpanProcessor):
                 name, ctx, start, end, status = span.name, span.context, span.start_time, span.end_time, span.status
             if not attrs:
                 return
-            self.ingest(name, attrs, start or 0, end or 0, ctx.trace_id if ctx is not None else 0,
-                        status.status_code is _ERROR)
+            self.ingest(
+                name, attrs, start or 0, end or 0, ctx.trace_id if ctx is not None else 0, status.status_code is _ERROR
+            )
         except Exception:
             internal_error("PhaseMetricsProcessor.on_end")
 
@@ -138,9 +139,7 @@ class PhaseMetricsProcessor(SpanProcessor):
         return True
 
     # -- ingestion (shared by live spans and stored spans) ------------------------------------------
-    def ingest(
-        self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool
-    ) -> None:
+    def ingest(self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool) -> None:
         """Account one finished span. Spans that are neither phase nor sample spans are ignored."""
         get = attrs.get
         phase = get(_PHASE)
@@ -157,8 +156,12 @@ class PhaseMetricsProcessor(SpanProcessor):
             with self._lock:
                 self._outside += 1
             if p >= 0:
-                warn_once("phase-outside-sample", "otel_agentloop: phase span %r outside any sample is not "
-                          "counted in agent_loop metrics (open otel_agentloop.sample(...) around it)", name)
+                warn_once(
+                    "phase-outside-sample",
+                    "otel_agentloop: phase span %r outside any sample is not "
+                    "counted in agent_loop metrics (open otel_agentloop.sample(...) around it)",
+                    name,
+                )
             return
         rollout = get(_ROLLOUT, -1)
         step_key: StepKey = (get(_STEP), get(_VALIDATE) is True)  # type: ignore[assignment]
@@ -197,8 +200,13 @@ class PhaseMetricsProcessor(SpanProcessor):
             self._running.pop(oldest, None)
             self._last_key = object()
             self._evicted += 1
-            warn_once("step-evicted", "otel_agentloop: more than %d steps open in PhaseMetricsProcessor; evicting "
-                      "step %r uncollected (call collect(step) each step)", self.max_steps, oldest)
+            warn_once(
+                "step-evicted",
+                "otel_agentloop: more than %d steps open in PhaseMetricsProcessor; evicting "
+                "step %r uncollected (call collect(step) each step)",
+                self.max_steps,
+                oldest,
+            )
         rows = StepRows(self.max_samples_per_step)
         self._steps[key] = rows
         return rows

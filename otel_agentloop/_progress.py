@@ -23,9 +23,16 @@ class Progress:
     daemon thread redraws the live view every ``redraw_s`` (terminal) or prints a line every ``live_every_s``.
     """
 
-    def __init__(self, total: int, label: str, *, enabled: bool = True,
-                 inflight: Callable[[], Sequence[Any]] | None = None, redraw_s: float = 1.0,
-                 live_every_s: float = 5.0) -> None:
+    def __init__(
+        self,
+        total: int,
+        label: str,
+        *,
+        enabled: bool = True,
+        inflight: Callable[[], Sequence[Any]] | None = None,
+        redraw_s: float = 1.0,
+        live_every_s: float = 5.0,
+    ) -> None:
         self.total = max(total, 1)
         self.label = label
         self.done = 0
@@ -40,8 +47,7 @@ class Progress:
         self._thread: threading.Thread | None = None
         if self._inflight is not None:
             period = redraw_s if self.tty else live_every_s
-            self._thread = threading.Thread(target=self._live, args=(period,), name="otel_agentloop.view",
-                                            daemon=True)
+            self._thread = threading.Thread(target=self._live, args=(period,), name="otel_agentloop.view", daemon=True)
             self._thread.start()
 
     def advance(self, n: int = 1) -> None:
@@ -57,8 +63,10 @@ class Progress:
     def _bar(self) -> str:
         width = 30
         filled = int(width * self.done / self.total)
-        return (f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
-                f"{time.perf_counter() - self.start:5.1f}s")
+        return (
+            f"{self.label} [{'#' * filled}{'.' * (width - filled)}] {self.done}/{self.total} "
+            f"{time.perf_counter() - self.start:5.1f}s"
+        )
 
     def _draw(self, extra: list[str]) -> None:
         with self._lock:

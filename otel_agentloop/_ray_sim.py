@@ -49,8 +49,9 @@ class SimWorker:
         self.stragglers: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[float]]] = []
 
     @oal_ray.traced_remote
-    async def run_chunk(self, step: int, work: list[tuple[int, int]], cfg: SimConfig,
-                        val_generations: int = 0) -> tuple[int, list[float]]:
+    async def run_chunk(
+        self, step: int, work: list[tuple[int, int]], cfg: SimConfig, val_generations: int = 0
+    ) -> tuple[int, list[float]]:
         """Run ``work`` inside the driver's step; returns (failed samples, rewards). With ``val_generations``
         (a validation pass) the samples' texts go to this worker's validation sketch for the step."""
         capture = None
@@ -62,8 +63,9 @@ class SimWorker:
         self.stragglers += [(loop, task) for task in stragglers]  # still running: cancelled in finish_step
         return (sum(isinstance(o, BaseException) for o in outcomes), [o for o in outcomes if isinstance(o, float)])
 
-    def finish_step(self, step: int) -> tuple[PhaseTable, dict[tuple[int, int], list[SpanRecord]], dict[str, int],
-                                              Verdict]:
+    def finish_step(
+        self, step: int
+    ) -> tuple[PhaseTable, dict[tuple[int, int], list[SpanRecord]], dict[str, int], Verdict]:
         """This worker's table of ``step``, the spans of its slowest sample, its export counters and watchdog
         verdict; then samples still running (hung) are cancelled."""
         table = oal_ray.worker_table(step)
@@ -96,15 +98,19 @@ class SimWorker:
         return stats
 
 
-def _rollout(ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progress | None,
-             val_generations: int = 0) -> tuple[int, list[float]]:
+def _rollout(
+    ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progress | None, val_generations: int = 0
+) -> tuple[int, list[float]]:
     """One pass over the batch, split into chunks across the workers, inside the current step."""
     n = len(workers)
     work = cfg.work()
-    chunks = [work[i::n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
+    chunks = [work[i :: n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
     carrier = oal_ray.carrier()
-    pending = {workers[i % n].run_chunk.remote(step, chunk, cfg, val_generations, otel_carrier=carrier): len(chunk)
-               for i, chunk in enumerate(chunks) if chunk}
+    pending = {
+        workers[i % n].run_chunk.remote(step, chunk, cfg, val_generations, otel_carrier=carrier): len(chunk)
+        for i, chunk in enumerate(chunks)
+        if chunk
+    }
     failed, rewards = 0, []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=600)
@@ -125,27 +131,40 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
 
     ray = oal_ray._ray()
     cfg = sim_config(args)
-    handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
-                       trace_per=args.trace_per, watchdog=sim_watchdog(args))
+    handle = configure(
+        args.service_name,
+        endpoint=args.endpoint,
+        protocol=args.protocol,
+        file=args.file,
+        trace_per=args.trace_per,
+        watchdog=sim_watchdog(args),
+    )
     monitor = HealthMonitor(log=False)  # alerts are printed below
     n = args.workers
-    print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
-          f"traces -> {handle.description}", file=_info(args))
+    print(
+        f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
+        f"traces -> {handle.description}",
+        file=_info(args),
+    )
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
-    ray.init(num_cpus=max(2, n), include_dashboard=False, log_to_driver=False, runtime_env=env,
-             configure_logging=False)
+    ray.init(num_cpus=max(2, n), include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
     results: list[dict[str, Any]] = []
     worker_stats: list[dict[str, int]] = []
     try:
         actor = ray.remote(num_cpus=0)(SimWorker)
         workers = [actor.remote() for _ in range(n)]
         for step in range(1, args.steps + 1):
-            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave),
-                               **misbehaviour(step, args.misbehave))
-            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet,
-                           inflight=lambda: oal_ray.gather_inflight(workers, timeout_s=2.0),
-                           live_every_s=args.live_every)
+            step_cfg = replace(
+                cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave), **misbehaviour(step, args.misbehave)
+            )
+            bar = Progress(
+                len(cfg.work()),
+                f"step {step}",
+                enabled=not args.quiet,
+                inflight=lambda: oal_ray.gather_inflight(workers, timeout_s=2.0),
+                live_every_s=args.live_every,
+            )
             timing_raw: dict[str, float] = {}
             t0 = time.perf_counter()
             with ctx.step(step):
@@ -155,13 +174,15 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 step_s = time.perf_counter() - t0
                 bar.close()
                 finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-                metrics = oal_ray.add_verdicts(oal_ray.merge_metrics(t for t, _, _, _ in finished),
-                                               [v for _, _, _, v in finished])
+                metrics = oal_ray.add_verdicts(
+                    oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished]
+                )
                 capture, val_rewards = None, []
                 if args.val_every and step % args.val_every == 0:
                     with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
-                        _, val_rewards = _rollout(ray, workers, validation_config(cfg), step, None,
-                                                  args.val_generations)
+                        _, val_rewards = _rollout(
+                            ray, workers, validation_config(cfg), step, None, args.val_generations
+                        )
                     capture = ValidationCapture(args.val_generations, seed=cfg.seed)
                     for state, offered in ray.get([w.finish_validation.remote(step) for w in workers], timeout=120):
                         capture.merge(state, offered)
@@ -170,8 +191,12 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
             spans: dict[tuple[int, int], list[SpanRecord]] = {}
             for _, worker_spans, _, _ in finished:
                 spans.update(worker_spans)
-            _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture,
-                                                    spans), where=f" over {n} workers")
+            _report_step(
+                args,
+                results,
+                StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans),
+                where=f" over {n} workers",
+            )
         worker_stats = ray.get([w.shutdown.remote(args.flush_timeout) for w in workers], timeout=120)
     finally:
         ray.shutdown()

@@ -42,8 +42,9 @@ def check_int(name: str, value: object, minimum: int = 0, maximum: int = MAX_COU
     return number
 
 
-def check_seconds(name: str, value: object, *, minimum: float = 0.0, inclusive: bool = False,
-                  maximum: float = MAX_SECONDS) -> float:
+def check_seconds(
+    name: str, value: object, *, minimum: float = 0.0, inclusive: bool = False, maximum: float = MAX_SECONDS
+) -> float:
     """``value`` as finite seconds above ``minimum`` (or equal, with ``inclusive``) and at most ``maximum``,
     else ``ValueError`` naming the setting."""
     if isinstance(value, bool) or not isinstance(value, (int, float)):
@@ -78,8 +79,15 @@ def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None)
     return default
 
 
-def env_number(name: str, default: N, kind: type[N], *, minimum: float = 0, maximum: float = MAX_COUNT,
-               environ: Mapping[str, str] | None = None) -> N:
+def env_number(
+    name: str,
+    default: N,
+    kind: type[N],
+    *,
+    minimum: float = 0,
+    maximum: float = MAX_COUNT,
+    environ: Mapping[str, str] | None = None,
+) -> N:
     """A finite number from ``name`` in ``[minimum, maximum]``; anything else warns, naming the variable, and
     gives ``default``."""
     raw = env_str(name, environ)
@@ -94,14 +102,16 @@ def env_number(name: str, default: N, kind: type[N], *, minimum: float = 0, maxi
         logger.warning("otel_agentloop: %s=%r is not a finite number; using %s", name, raw, default)
         return default
     if not minimum <= value <= maximum:
-        logger.warning("otel_agentloop: %s=%r must be between %s and %s; using %s", name, raw, minimum, maximum,
-                       default)
+        logger.warning(
+            "otel_agentloop: %s=%r must be between %s and %s; using %s", name, raw, minimum, maximum, default
+        )
         return default
     return value
 
 
-def env_choice(name: str, choices: tuple[str, ...], default: str | None,
-               environ: Mapping[str, str] | None = None) -> str | None:
+def env_choice(
+    name: str, choices: tuple[str, ...], default: str | None, environ: Mapping[str, str] | None = None
+) -> str | None:
     raw = env_str(name, environ)
     if raw is None:
         return default

@@ -134,21 +134,35 @@ def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequenc
         current = str(snapshot.attributes.get(sc.RL_PHASE))
         since = max((b.end_ns for b in bars if b.phase != current), default=snapshot.start_ns)
         bars.append(Bar(current, snapshot.name, since, snapshot.end_ns, open=True))
-        trace_id = (spans[0].trace_id_hex if spans else
-                    format(snapshot.links[0][0], "032x") if snapshot.links else snapshot.trace_id_hex)
+        trace_id = (
+            spans[0].trace_id_hex
+            if spans
+            else format(snapshot.links[0][0], "032x")
+            if snapshot.links
+            else snapshot.trace_id_hex
+        )
         # The sample span never ended: hang its finished children under the snapshot in the waterfall.
         ids = {s.span_id for s in spans}
         waterfall_spans = [snapshot] + [
-            s if s.parent_id in ids else replace(s, parent_id=snapshot.span_id) for s in spans]
+            s if s.parent_id in ids else replace(s, parent_id=snapshot.span_id) for s in spans
+        ]
     else:  # phase spans without their sample span (not exported, or still open without a snapshot)
         end = max(s.end_ns for s in spans)
         state = FAILED if any(s.error for s in spans) else OK
         trace_id = anchor.trace_id_hex
     return SampleView(
-        index=key[0], rollout=key[1], trace_id=trace_id, start_ns=start, end_ns=end, state=state,
-        phase_s={p: ns / 1e9 for p, ns in phase_ns.items()}, bars=bars, lanes=_lanes(bars),
+        index=key[0],
+        rollout=key[1],
+        trace_id=trace_id,
+        start_ns=start,
+        end_ns=end,
+        state=state,
+        phase_s={p: ns / 1e9 for p, ns in phase_ns.items()},
+        bars=bars,
+        lanes=_lanes(bars),
         waterfall=order_spans(waterfall_spans),
-        snapshot=snapshot, error_spans=sum(s.error for s in spans),
+        snapshot=snapshot,
+        error_spans=sum(s.error for s in spans),
     )
 
 
@@ -172,7 +186,11 @@ def build_step_view(records: Iterable[SpanRecord], step: int, validate: bool = F
         slowest = min(finished, key=lambda s: (-s.total_s, s.key)).key
     counts = {state: sum(s.state == state for s in samples) for state in (OK, FAILED, HUNG, SLOW)}
     return StepView(
-        step=step, validate=validate, samples=samples,
-        t0_ns=min((s.start_ns for s in samples), default=0), t1_ns=max((s.end_ns for s in samples), default=0),
-        slowest=slowest, counts=counts,
+        step=step,
+        validate=validate,
+        samples=samples,
+        t0_ns=min((s.start_ns for s in samples), default=0),
+        t1_ns=max((s.end_ns for s in samples), default=0),
+        slowest=slowest,
+        counts=counts,
     )

@@ -84,16 +84,18 @@ class PhaseTable:
         order = np.argsort(-t.total, kind="stable")[: max(0, n)]
         rows: list[dict[str, object]] = []
         for i in order:
-            rows.append({
-                "sample_index": int(t.sample_index[i]),
-                "rollout_n": int(t.rollout_n[i]),
-                "total": float(t.total[i]),
-                sc.GENERATE: float(t.generate_sequences[i]),
-                sc.TOOL_CALLS: float(t.tool_calls[i]),
-                sc.COMPUTE_SCORE: float(t.compute_score[i]),
-                "error": bool(t.error[i]),
-                "trace_id": t.trace_id_hex(int(i)),
-            })
+            rows.append(
+                {
+                    "sample_index": int(t.sample_index[i]),
+                    "rollout_n": int(t.rollout_n[i]),
+                    "total": float(t.total[i]),
+                    sc.GENERATE: float(t.generate_sequences[i]),
+                    sc.TOOL_CALLS: float(t.tool_calls[i]),
+                    sc.COMPUTE_SCORE: float(t.compute_score[i]),
+                    "error": bool(t.error[i]),
+                    "trace_id": t.trace_id_hex(int(i)),
+                }
+            )
         return rows
 
 

@@ -70,19 +70,56 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
 
     samples = []
     for s in view.samples:
-        samples.append({
-            "i": s.index, "r": s.rollout, "tid": s.trace_id, "st": s.state, "s": ms(s.start_ns), "e": ms(s.end_ns),
-            "ph": [round(s.phase_s[p], 6) for p in phases], "tot": round(s.total_s, 6), "lanes": s.lanes,
-            "bars": [[phases.index(b.phase) if b.phase in phases else -1, strings(b.name), ms(b.start_ns),
-                      ms(b.end_ns), b.lane, int(b.error), int(b.open)] for b in s.bars],
-            "wf": [[depth, strings(span.name), ms(span.start_ns), ms(span.end_ns), int(span.error),
-                    strings(_info(span)), int(span is s.snapshot)] for depth, span in s.waterfall],
-            "snap": ms(s.snapshot.end_ns) if s.snapshot is not None else None,
-            "cur": s.current_phase, "errs": s.error_spans, "slowest": s.key == view.slowest,
-        })
+        samples.append(
+            {
+                "i": s.index,
+                "r": s.rollout,
+                "tid": s.trace_id,
+                "st": s.state,
+                "s": ms(s.start_ns),
+                "e": ms(s.end_ns),
+                "ph": [round(s.phase_s[p], 6) for p in phases],
+                "tot": round(s.total_s, 6),
+                "lanes": s.lanes,
+                "bars": [
+                    [
+                        phases.index(b.phase) if b.phase in phases else -1,
+                        strings(b.name),
+                        ms(b.start_ns),
+                        ms(b.end_ns),
+                        b.lane,
+                        int(b.error),
+                        int(b.open),
+                    ]
+                    for b in s.bars
+                ],
+                "wf": [
+                    [
+                        depth,
+                        strings(span.name),
+                        ms(span.start_ns),
+                        ms(span.end_ns),
+                        int(span.error),
+                        strings(_info(span)),
+                        int(span is s.snapshot),
+                    ]
+                    for depth, span in s.waterfall
+                ],
+                "snap": ms(s.snapshot.end_ns) if s.snapshot is not None else None,
+                "cur": s.current_phase,
+                "errs": s.error_spans,
+                "slowest": s.key == view.slowest,
+            }
+        )
     return {
-        "step": view.step, "validate": view.validate, "source": source, "jaeger": jaeger_ui_base(jaeger_ui),
-        "span_ms": ms(view.t1_ns), "phases": phases, "counts": view.counts, "names": strings.items,
+        "step": view.step,
+        "validate": view.validate,
+        "source": source,
+        "jaeger": jaeger_ui_base(jaeger_ui),
+        "span_ms": ms(view.t1_ns),
+        "phases": phases,
+        "counts": view.counts,
+        "names": strings.items,
         "samples": samples,
     }
 
@@ -96,9 +133,12 @@ def _script_json(data: Any) -> str:
 def render_html(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> str:
     """The page as one string."""
     title = f"step {view.step}{' (validation)' if view.validate else ''}: {len(view.samples)} samples"
-    return (_PAGE.replace("%TITLE%", html.escape(f"otel-agentloop: {title}"))
-            .replace("%CSS%", _CSS).replace("%JS%", _JS)
-            .replace("%DATA%", _script_json(page_data(view, source=source, jaeger_ui=jaeger_ui))))
+    return (
+        _PAGE.replace("%TITLE%", html.escape(f"otel-agentloop: {title}"))
+        .replace("%CSS%", _CSS)
+        .replace("%JS%", _JS)
+        .replace("%DATA%", _script_json(page_data(view, source=source, jaeger_ui=jaeger_ui)))
+    )
 
 
 def write_html(view: StepView, path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None) -> str:

@@ -41,7 +41,8 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
         lane_h = 0.8 / s.lanes
         for b in s.bars:
             ys, widths, lefts, heights = groups.setdefault(
-                (ERROR if b.error else PALETTE.get(b.phase, "#8C8C8C"), b.open), ([], [], [], []))
+                (ERROR if b.error else PALETTE.get(b.phase, "#8C8C8C"), b.open), ([], [], [], [])
+            )
             ys.append(y - 0.4 + lane_h * (b.lane + 0.5))
             widths.append((b.end_ns - b.start_ns) / 1e9)
             lefts.append((b.start_ns - t0) / 1e9)
@@ -54,16 +55,31 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
     ax.add_collection(LineCollection(lines, colors=line_colors, linewidths=max(0.3, min(1.0, 300 / n)), zorder=1))
     for (color, is_open), (ys, widths, lefts, heights) in groups.items():  # one collection per colour
         y, w, x, h = (np.asarray(v, dtype=float) for v in (ys, widths, lefts, heights))
-        verts = np.stack([np.stack([x, y - h / 2], 1), np.stack([x + w, y - h / 2], 1),
-                          np.stack([x + w, y + h / 2], 1), np.stack([x, y + h / 2], 1)], 1)
-        ax.add_collection(PolyCollection(verts, facecolors=color, hatch="////" if is_open else None,
-                                         edgecolors=ERROR if is_open else "none", linewidths=1.2 if is_open else 0,
-                                         zorder=2))
+        verts = np.stack(
+            [
+                np.stack([x, y - h / 2], 1),
+                np.stack([x + w, y - h / 2], 1),
+                np.stack([x + w, y + h / 2], 1),
+                np.stack([x, y + h / 2], 1),
+            ],
+            1,
+        )
+        ax.add_collection(
+            PolyCollection(
+                verts,
+                facecolors=color,
+                hatch="////" if is_open else None,
+                edgecolors=ERROR if is_open else "none",
+                linewidths=1.2 if is_open else 0,
+                zorder=2,
+            )
+        )
     if snaps:
         ax.add_collection(LineCollection(snaps, colors=ERROR, linewidths=1.2, linestyles=":", zorder=3))
     # one label per row while they are legible; past that only the marked samples are named
-    shown = [(y, s) for y, s in enumerate(samples)
-             if n <= MAX_LABELLED_ROWS or s.state != "ok" or s.key == view.slowest][:MAX_LABELLED_ROWS]
+    shown = [
+        (y, s) for y, s in enumerate(samples) if n <= MAX_LABELLED_ROWS or s.state != "ok" or s.key == view.slowest
+    ][:MAX_LABELLED_ROWS]
     labels = []
     for _, s in shown:
         tag = {HUNG: " HUNG", SLOW: " slow", FAILED: " failed"}.get(s.state, "")
@@ -81,14 +97,27 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
     ax.set_ylabel("sample/rollout by end time (* slowest)")
     ax.grid(axis="x", alpha=0.3)
     counts = view.counts
-    ax.set_title(title or (f"step {view.step}{' (validation)' if view.validate else ''}: {len(samples)} samples, "
-                           f"{counts.get(FAILED, 0)} failed, {counts.get(HUNG, 0)} hung, {counts.get(SLOW, 0)} slow"),
-                 fontsize=10)
+    ax.set_title(
+        title
+        or (
+            f"step {view.step}{' (validation)' if view.validate else ''}: {len(samples)} samples, "
+            f"{counts.get(FAILED, 0)} failed, {counts.get(HUNG, 0)} hung, {counts.get(SLOW, 0)} slow"
+        ),
+        fontsize=10,
+    )
     handles = [Patch(color=c, label=_LABELS[p]) for p, c in PALETTE.items()]
-    handles += [Patch(color=ERROR, label="error"), Patch(facecolor="#DD8452", edgecolor=ERROR, hatch="////",
-                                                         label="open phase (hung)")]
-    ax.legend(handles=handles, loc="upper center", bbox_to_anchor=(0.5, -0.9 / height), ncol=len(handles),
-              fontsize=8, frameon=False)
+    handles += [
+        Patch(color=ERROR, label="error"),
+        Patch(facecolor="#DD8452", edgecolor=ERROR, hatch="////", label="open phase (hung)"),
+    ]
+    ax.legend(
+        handles=handles,
+        loc="upper center",
+        bbox_to_anchor=(0.5, -0.9 / height),
+        ncol=len(handles),
+        fontsize=8,
+        frameon=False,
+    )
 
     finished = [s for s in samples if s.state != HUNG]
     for row, phase in enumerate((*sc.PHASES, "total")):

@@ -24,8 +24,19 @@ from ._tracer import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
 
-VERL_TRAINER_PHASES = ("gen", "reward", "old_log_prob", "ref", "values", "adv", "update_critic", "update_actor",
-                       "testing", "save_checkpoint", "update_weights")
+VERL_TRAINER_PHASES = (
+    "gen",
+    "reward",
+    "old_log_prob",
+    "ref",
+    "values",
+    "adv",
+    "update_critic",
+    "update_actor",
+    "testing",
+    "save_checkpoint",
+    "update_weights",
+)
 """The names verl's trainer passes to ``marked_timer`` (any other name works too)."""
 
 
@@ -108,8 +119,9 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
     async def __aenter__(self) -> Span:
         return self.__enter__()
 
-    async def __aexit__(self, et: type[BaseException] | None, exc: BaseException | None,
-                        tb: TracebackType | None) -> None:
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
         self.__exit__(et, exc, tb)
 
     def __call__(self, fn: F) -> F:

@@ -39,8 +39,9 @@ def run_trainer_phases(timing_raw: MutableMapping[str, float], time_scale: float
             time.sleep(seconds * time_scale)
 
 
-def trainer_metrics(step: int, seed: int, rewards: Sequence[float], step_s: float, misbehave: bool,
-                    val_rewards: Sequence[float] = ()) -> dict[str, float]:
+def trainer_metrics(
+    step: int, seed: int, rewards: Sequence[float], step_s: float, misbehave: bool, val_rewards: Sequence[float] = ()
+) -> dict[str, float]:
     """One step's trainer metrics under verl's names (losses are simulated; reward and time are measured)."""
     rng = random.Random(hash((seed, step, "trainer")) & 0xFFFFFFFF)
     bad = misbehave and step >= MISBEHAVE_FROM_STEP

@@ -37,8 +37,13 @@ from ._guard import internal_error, logger
 from ._inflight import InflightRegistry, OpenPhase, _Sample
 from ._settings import env_bool, env_number, env_str
 
-_ALIASES = {"generate": sc.GENERATE, "tool": sc.TOOL_CALLS, "tool_call": sc.TOOL_CALLS, "reward": sc.COMPUTE_SCORE,
-            **{p: p for p in sc.PHASES}}
+_ALIASES = {
+    "generate": sc.GENERATE,
+    "tool": sc.TOOL_CALLS,
+    "tool_call": sc.TOOL_CALLS,
+    "reward": sc.COMPUTE_SCORE,
+    **{p: p for p in sc.PHASES},
+}
 _MAX_STEPS = 16
 ThresholdKey = tuple[str, str | None]
 
@@ -115,10 +120,10 @@ class WatchdogSettings:
         d = cls.__dataclass_fields__
         values: dict[str, Any] = {
             "enabled": env_bool("OTEL_AGENTLOOP_WATCHDOG", True),
-            "interval_s": env_number("OTEL_AGENTLOOP_WATCHDOG_INTERVAL", d["interval_s"].default, float,
-                                     minimum=0.001),
-            "p99_multiple": env_number("OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE", d["p99_multiple"].default, float,
-                                       minimum=0.001),
+            "interval_s": env_number("OTEL_AGENTLOOP_WATCHDOG_INTERVAL", d["interval_s"].default, float, minimum=0.001),
+            "p99_multiple": env_number(
+                "OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE", d["p99_multiple"].default, float, minimum=0.001
+            ),
             "min_s": env_number("OTEL_AGENTLOOP_WATCHDOG_MIN", d["min_s"].default, float, minimum=0.001),
             "default_s": env_number("OTEL_AGENTLOOP_WATCHDOG_DEFAULT", d["default_s"].default, float, minimum=0.001),
         }
@@ -134,15 +139,17 @@ class WatchdogSettings:
 
     def worker_env(self) -> dict[str, str]:
         """Environment that gives another process's ``configure()`` these settings."""
-        env = {"OTEL_AGENTLOOP_WATCHDOG": str(self.enabled).lower(),
-               "OTEL_AGENTLOOP_WATCHDOG_INTERVAL": repr(float(self.interval_s)),
-               "OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE": repr(float(self.p99_multiple)),
-               "OTEL_AGENTLOOP_WATCHDOG_MIN": repr(float(self.min_s)),
-               "OTEL_AGENTLOOP_WATCHDOG_DEFAULT": repr(float(self.default_s))}
+        env = {
+            "OTEL_AGENTLOOP_WATCHDOG": str(self.enabled).lower(),
+            "OTEL_AGENTLOOP_WATCHDOG_INTERVAL": repr(float(self.interval_s)),
+            "OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE": repr(float(self.p99_multiple)),
+            "OTEL_AGENTLOOP_WATCHDOG_MIN": repr(float(self.min_s)),
+            "OTEL_AGENTLOOP_WATCHDOG_DEFAULT": repr(float(self.default_s)),
+        }
         if self.parsed:
             env["OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS"] = ",".join(
-                f"{phase if tool is None else 'tool:' + tool}={value!r}"
-                for (phase, tool), value in self.parsed.items())
+                f"{phase if tool is None else 'tool:' + tool}={value!r}" for (phase, tool), value in self.parsed.items()
+            )
         return env
 
 
@@ -180,8 +187,9 @@ def apply_verdicts(metrics: dict[str, float], verdicts: Sequence[Verdict]) -> No
     metrics.hung_samples = hung  # type: ignore[attr-defined]
 
 
-def learned_thresholds(durations: Mapping[ThresholdKey, Any], multiple: float, floor: float,
-                       min_obs: int) -> dict[ThresholdKey, float]:
+def learned_thresholds(
+    durations: Mapping[ThresholdKey, Any], multiple: float, floor: float, min_obs: int
+) -> dict[ThresholdKey, float]:
     """``max(floor, multiple x p99)`` in seconds per (phase, tool) window of ns durations with at least
     ``min_obs`` values, and per (phase, None) over all of that phase's windows."""
     import numpy as np
@@ -192,8 +200,11 @@ def learned_thresholds(durations: Mapping[ThresholdKey, Any], multiple: float, f
         keys.setdefault((phase, None), []).extend(values)
         if tool is not None:
             keys[(phase, tool)] = values
-    return {key: max(floor, multiple * float(np.percentile(np.asarray(values, float), 99)) / 1e9)
-            for key, values in keys.items() if len(values) >= min_obs}
+    return {
+        key: max(floor, multiple * float(np.percentile(np.asarray(values, float), 99)) / 1e9)
+        for key, values in keys.items()
+        if len(values) >= min_obs
+    }
 
 
 class LiveMonitor:
@@ -204,18 +215,33 @@ class LiveMonitor:
     :class:`~._otel_metrics.LibraryMetrics` or ``None``.
     """
 
-    def __init__(self, registry: InflightRegistry, settings: WatchdogSettings, *, provider: TracerProvider,
-                 export: Sequence[SpanProcessor] = (), metrics: Any = None) -> None:
+    def __init__(
+        self,
+        registry: InflightRegistry,
+        settings: WatchdogSettings,
+        *,
+        provider: TracerProvider,
+        export: Sequence[SpanProcessor] = (),
+        metrics: Any = None,
+    ) -> None:
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
         self._snapshots: Any = None
         if export:
-            limits = SpanLimits(max_attributes=32, max_events=0, max_links=1, max_span_attributes=32,
-                                max_event_attributes=0, max_link_attributes=0, max_attribute_length=256,
-                                max_span_attribute_length=256)  # all given: no OTEL_*_LIMIT read
-            snap = TracerProvider(resource=provider.resource, sampler=ALWAYS_ON, span_limits=limits,
-                                  shutdown_on_exit=False)
+            limits = SpanLimits(
+                max_attributes=32,
+                max_events=0,
+                max_links=1,
+                max_span_attributes=32,
+                max_event_attributes=0,
+                max_link_attributes=0,
+                max_attribute_length=256,
+                max_span_attribute_length=256,
+            )  # all given: no OTEL_*_LIMIT read
+            snap = TracerProvider(
+                resource=provider.resource, sampler=ALWAYS_ON, span_limits=limits, shutdown_on_exit=False
+            )
             for proc in export:
                 snap.add_span_processor(proc)
             self._snapshots = snap.get_tracer("otel_agentloop.watchdog")
@@ -263,8 +289,10 @@ class LiveMonitor:
                     for n, (rec, age) in enumerate(found):
                         self._report(rec, age, now, log=n < self.settings.max_warnings_per_check)
                     if len(found) > self.settings.max_warnings_per_check:
-                        logger.warning("otel_agentloop: watchdog: %d more samples over their threshold (not "
-                                       "listed)", len(found) - self.settings.max_warnings_per_check)
+                        logger.warning(
+                            "otel_agentloop: watchdog: %d more samples over their threshold (not listed)",
+                            len(found) - self.settings.max_warnings_per_check,
+                        )
         except Exception:
             internal_error("LiveMonitor.check")
         self.checks += 1
@@ -306,9 +334,17 @@ class LiveMonitor:
             rollout = "" if sample.rollout is None else f"/{sample.rollout}"
             logger.warning(
                 "otel_agentloop: watchdog: sample %s%s (step %s%s) has been in %s%s for %.1fs (threshold %.1fs); "
-                "trace %s", sample.index, rollout, sample.step, ", validation" if sample.validate else "", rec.phase,
-                f" (tool {rec.tool})" if rec.tool else "", age_ns / 1e9, self.threshold_s(rec.phase, rec.tool),
-                trace_id)
+                "trace %s",
+                sample.index,
+                rollout,
+                sample.step,
+                ", validation" if sample.validate else "",
+                rec.phase,
+                f" (tool {rec.tool})" if rec.tool else "",
+                age_ns / 1e9,
+                self.threshold_s(rec.phase, rec.tool),
+                trace_id,
+            )
         key = (sample.step, sample.validate)
         tripped = self._tripped.get(key)
         if tripped is None:
@@ -323,21 +359,33 @@ class LiveMonitor:
         if self._snapshots is None:
             return
         try:
-            ctx = SpanContext(sample.trace_id, sample.span_id, is_remote=False,
-                              trace_flags=TraceFlags(sample.trace_flags))
-            attrs: dict[str, Any] = {sc.RL_SNAPSHOT: True, sc.RL_VALIDATE: sample.validate,
-                                     sc.RL_PHASE: rec.phase if rec is not None else "other"}
-            for key, value in ((sc.RL_STEP, sample.step), (sc.RL_SAMPLE_INDEX, sample.index),
-                               (sc.RL_ROLLOUT_N, sample.rollout), (sc.RL_WORKER, sample.worker)):
+            ctx = SpanContext(
+                sample.trace_id, sample.span_id, is_remote=False, trace_flags=TraceFlags(sample.trace_flags)
+            )
+            attrs: dict[str, Any] = {
+                sc.RL_SNAPSHOT: True,
+                sc.RL_VALIDATE: sample.validate,
+                sc.RL_PHASE: rec.phase if rec is not None else "other",
+            }
+            for key, value in (
+                (sc.RL_STEP, sample.step),
+                (sc.RL_SAMPLE_INDEX, sample.index),
+                (sc.RL_ROLLOUT_N, sample.rollout),
+                (sc.RL_WORKER, sample.worker),
+            ):
                 if value is not None:
                     attrs[key] = value
             if rec is not None:
                 attrs[sc.RL_SNAPSHOT_PHASE_AGE] = (now_ns - rec.start_ns) / 1e9
                 if rec.tool:
                     attrs[sc.GEN_AI_TOOL_NAME] = rec.tool
-            span = self._snapshots.start_span(sample.name + sc.SNAPSHOT_SUFFIX,
-                                              context=trace.set_span_in_context(NonRecordingSpan(ctx)),
-                                              links=[Link(ctx)], attributes=attrs, start_time=sample.start_ns)
+            span = self._snapshots.start_span(
+                sample.name + sc.SNAPSHOT_SUFFIX,
+                context=trace.set_span_in_context(NonRecordingSpan(ctx)),
+                links=[Link(ctx)],
+                attributes=attrs,
+                start_time=sample.start_ns,
+            )
             span.end(end_time=max(now_ns, sample.start_ns))
             self.snapshots_exported += 1
         except Exception:
@@ -351,12 +399,14 @@ class LiveMonitor:
                 self._drain()
                 if self.settings.enabled:
                     s = self.settings
-                    self._rebuild(learned_thresholds(self.registry.durations, s.p99_multiple, s.min_s,
-                                                     s.min_observations))
+                    self._rebuild(
+                        learned_thresholds(self.registry.durations, s.p99_multiple, s.min_s, s.min_observations)
+                    )
                 slow, hung = [], []
                 for sample, rec in self._tripped.pop((step, validate), ()):
-                    item = OverdueSample(sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase,
-                                         rec.tool)
+                    item = OverdueSample(
+                        sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase, rec.tool
+                    )
                     (slow if sample.ended else hung).append(item)
                 while len(self._verdicts) >= _MAX_STEPS:
                     self._verdicts.pop(next(iter(self._verdicts)))
@@ -400,18 +450,25 @@ class LiveMonitor:
 
     @property
     def stats(self) -> dict[str, int]:
-        return {**self.registry.stats, "watchdog_reports": self.reports,
-                "watchdog_snapshots": self.snapshots_exported}
+        return {**self.registry.stats, "watchdog_reports": self.reports, "watchdog_snapshots": self.snapshots_exported}
 
 
-def install(provider: TracerProvider, metrics_processor: Any, export: Sequence[SpanProcessor], *,
-            settings: WatchdogSettings, max_inflight: int, readers: Sequence[Any],
-            on_step_metrics: Callable[[Callable[..., None]], None] | None = None) -> LiveMonitor:
+def install(
+    provider: TracerProvider,
+    metrics_processor: Any,
+    export: Sequence[SpanProcessor],
+    *,
+    settings: WatchdogSettings,
+    max_inflight: int,
+    readers: Sequence[Any],
+    on_step_metrics: Callable[[Callable[..., None]], None] | None = None,
+) -> LiveMonitor:
     """Create the registry (added to ``provider``) and the monitor; hook step release and collect."""
     from ._otel_metrics import LibraryMetrics
 
-    registry = InflightRegistry(max_samples=max_inflight, keep_ended=bool(readers), learn=settings.enabled,
-                                window=settings.window)
+    registry = InflightRegistry(
+        max_samples=max_inflight, keep_ended=bool(readers), learn=settings.enabled, window=settings.window
+    )
     lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
     monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
     registry.on_shutdown = monitor.shutdown  # provider.shutdown() stops the thread

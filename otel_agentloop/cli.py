@@ -53,18 +53,33 @@ def _simulate(args: argparse.Namespace) -> int:
         return simulate_on_ray(args)
     cfg = sim_config(args)
     timelines = TimelineRecorder()
-    handle = configure(args.service_name, endpoint=args.endpoint, protocol=args.protocol, file=args.file,
-                       trace_per=args.trace_per, processors=[timelines], watchdog=sim_watchdog(args))
+    handle = configure(
+        args.service_name,
+        endpoint=args.endpoint,
+        protocol=args.protocol,
+        file=args.file,
+        trace_per=args.trace_per,
+        processors=[timelines],
+        watchdog=sim_watchdog(args),
+    )
     monitor = HealthMonitor(log=False)  # alerts are printed below
-    print(f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}",
-          file=_info(args))
+    print(
+        f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}",
+        file=_info(args),
+    )
     results = []
     try:
         for step in range(1, args.steps + 1):
-            step_cfg = replace(cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave),
-                               **misbehaviour(step, args.misbehave))
-            bar = Progress(len(cfg.work()), f"step {step}", enabled=not args.quiet, inflight=handle.inflight,
-                           live_every_s=args.live_every)
+            step_cfg = replace(
+                cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave), **misbehaviour(step, args.misbehave)
+            )
+            bar = Progress(
+                len(cfg.work()),
+                f"step {step}",
+                enabled=not args.quiet,
+                inflight=handle.inflight,
+                live_every_s=args.live_every,
+            )
             timing_raw: dict[str, float] = {}
             t0 = time.perf_counter()
             with ctx.step(step):
@@ -86,8 +101,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
                 alerts = monitor.observe(step, trainer)  # alerts become events on the step span
             failed = sum(isinstance(o, BaseException) for o in outcomes)
-            _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture,
-                                                    spans))
+            _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans))
     finally:
         flushed = handle.force_flush(args.flush_timeout)
         stats = handle.stats
@@ -109,14 +123,21 @@ class StepOutcome:
     spans: dict[tuple[int, int], list[SpanRecord]]
 
 
-def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: StepOutcome,
-                 where: str = "") -> None:
-    results.append({"step": out.step, "metrics": dict(out.metrics), "slowest_trace_id": out.metrics.slowest_trace_id,
-                    "hung_trace_ids": list(out.metrics.hung_trace_ids),
-                    "slow_trace_ids": list(out.metrics.slow_trace_ids),
-                    "failed_samples": out.failed, "trainer": out.trainer, "timing_raw": out.timing_raw,
-                    "alerts": [a.rule for a in out.alerts],
-                    "validation_generations": out.capture.result() if out.capture else None})
+def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: StepOutcome, where: str = "") -> None:
+    results.append(
+        {
+            "step": out.step,
+            "metrics": dict(out.metrics),
+            "slowest_trace_id": out.metrics.slowest_trace_id,
+            "hung_trace_ids": list(out.metrics.hung_trace_ids),
+            "slow_trace_ids": list(out.metrics.slow_trace_ids),
+            "failed_samples": out.failed,
+            "trainer": out.trainer,
+            "timing_raw": out.timing_raw,
+            "alerts": [a.rule for a in out.alerts],
+            "validation_generations": out.capture.result() if out.capture else None,
+        }
+    )
     if args.json:
         return
     _print_step(out.step, out.metrics, out.failed, out.spans, args.png, where=where)
@@ -128,25 +149,36 @@ def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: S
         print(format_alerts(out.alerts))
 
 
-def _finish(args: argparse.Namespace, results: list[dict[str, Any]], monitor: HealthMonitor, stats: dict[str, int],
-            flushed: bool, description: str) -> int:
+def _finish(
+    args: argparse.Namespace,
+    results: list[dict[str, Any]],
+    monitor: HealthMonitor,
+    stats: dict[str, int],
+    flushed: bool,
+    description: str,
+) -> int:
     if args.json:
         print(json.dumps(results, indent=1))
     else:
         print()
         print(summary_text(monitor))
-    print(f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
-          f"{'' if flushed else ' (flush timed out)'}; traces -> {description}", file=_info(args))
+    print(
+        f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
+        f"{'' if flushed else ' (flush timed out)'}; traces -> {description}",
+        file=_info(args),
+    )
     return 0
 
 
-async def _rollout(cfg: SimConfig, step: int, on_done: Callable[[], None] | None,
-                   capture: ValidationCapture | None = None) -> list[float | BaseException]:
+async def _rollout(
+    cfg: SimConfig, step: int, on_done: Callable[[], None] | None, capture: ValidationCapture | None = None
+) -> list[float | BaseException]:
     return await run_samples(cfg, step, cfg.work(), on_done=on_done, capture=capture)
 
 
-async def _rollout_and_collect(cfg: SimConfig, step: int, on_done: Callable[[], None] | None, handle: Handle
-                               ) -> tuple[list[float | BaseException], StepMetrics]:
+async def _rollout_and_collect(
+    cfg: SimConfig, step: int, on_done: Callable[[], None] | None, handle: Handle
+) -> tuple[list[float | BaseException], StepMetrics]:
     """The rollout, then the step's metrics collected while any hung sample still runs, then it is cancelled
     (what a trainer with a rollout timeout does): the watchdog classifies it hung."""
     stragglers: list[asyncio.Task[float]] = []
@@ -174,23 +206,40 @@ def misbehaviour(step: int, misbehave: bool) -> dict[str, Any]:
     step is collected), sample 1/0's takes 1.5x the tool threshold (slow, then done)."""
     if not (misbehave and step >= MISBEHAVE_FROM_STEP):
         return {}
-    return {"hang": (0, 0), "hang_grace_s": TOOL_THRESHOLD_S + 3 * WATCH_INTERVAL_S, "slow": (1, 0),
-            "slow_tool_s": 1.5 * TOOL_THRESHOLD_S}
+    return {
+        "hang": (0, 0),
+        "hang_grace_s": TOOL_THRESHOLD_S + 3 * WATCH_INTERVAL_S,
+        "slow": (1, 0),
+        "slow_tool_s": 1.5 * TOOL_THRESHOLD_S,
+    }
 
 
 def sim_config(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(prompts=args.prompts, rollout_n=args.rollout_n, max_turns=args.max_turns,
-                     time_scale=args.time_scale, seed=args.seed)
+    return SimConfig(
+        prompts=args.prompts,
+        rollout_n=args.rollout_n,
+        max_turns=args.max_turns,
+        time_scale=args.time_scale,
+        seed=args.seed,
+    )
 
 
-def _print_step(step: int, metrics: StepMetrics, failed: int, spans: dict[tuple[int, int], list[SpanRecord]],
-                png: str | None, where: str = "") -> None:
+def _print_step(
+    step: int,
+    metrics: StepMetrics,
+    failed: int,
+    spans: dict[tuple[int, int], list[SpanRecord]],
+    png: str | None,
+    where: str = "",
+) -> None:
     print()
     print(metrics_table(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)"))
     for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
         for item in items:
-            print(f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"  # type: ignore[attr-defined]
-                  f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}")  # type: ignore[attr-defined]
+            print(
+                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"  # type: ignore[attr-defined]
+                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}"
+            )  # type: ignore[attr-defined]
     key = metrics.slowest_sample
     if key is not None and spans.get(key):
         title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
@@ -209,8 +258,7 @@ def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
     end = datetime.now(timezone.utc)
     start = end - timedelta(minutes=args.since_minutes)
     attributes = {sc.RL_STEP: str(args.step)} if args.step is not None else None
-    resource_spans = client.find_traces(args.service, start, end, attributes=attributes,
-                                        search_depth=args.search_depth)
+    resource_spans = client.find_traces(args.service, start, end, attributes=attributes, search_depth=args.search_depth)
     return list(decode_resource_spans(resource_spans))
 
 
@@ -220,9 +268,14 @@ def _report(args: argparse.Namespace) -> int:
         return 2
     loaded = _load_records(args)
     records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
-    available = sorted(set(steps_in(records)) | {
-        (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
-        for r in loaded if is_snapshot(r) and isinstance(r.attributes.get(sc.RL_STEP), int)})
+    available = sorted(
+        set(steps_in(records))
+        | {
+            (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
+            for r in loaded
+            if is_snapshot(r) and isinstance(r.attributes.get(sc.RL_STEP), int)
+        }
+    )
     if not available:
         print("report: no sample spans found", file=sys.stderr)
         return 1
@@ -238,27 +291,45 @@ def _report(args: argparse.Namespace) -> int:
     if view is not None and args.html:
         jaeger_ui = args.jaeger_ui or args.jaeger
         if jaeger_ui and jaeger_ui_base(jaeger_ui) is None:
-            print(f"report: --jaeger-ui {jaeger_ui!r} is not an http(s) URL; the page has no Jaeger links",
-                  file=sys.stderr)
+            print(
+                f"report: --jaeger-ui {jaeger_ui!r} is not an http(s) URL; the page has no Jaeger links",
+                file=sys.stderr,
+            )
         written.append(f"timeline page written to {write_html(view, args.html, source=source, jaeger_ui=jaeger_ui)}")
     if view is not None and args.timeline_png:
         written.append(f"timeline PNG written to {render_timeline_png(view, args.timeline_png)}")
     if args.json:
-        print(json.dumps({"step": step, "metrics": dict(report.metrics), "slowest": report.slowest(args.top),
-                          "slowest_trace_id": report.metrics.slowest_trace_id}, indent=1))
+        print(
+            json.dumps(
+                {
+                    "step": step,
+                    "metrics": dict(report.metrics),
+                    "slowest": report.slowest(args.top),
+                    "slowest_trace_id": report.metrics.slowest_trace_id,
+                },
+                indent=1,
+            )
+        )
         for line in written:
             print(line, file=sys.stderr)
         return 0
-    print(metrics_table(report.metrics, title=f"== step {step}{' (validation)' if args.validate else ''}: "
-                                              f"agent_loop metrics rebuilt from {source}"))
+    print(
+        metrics_table(
+            report.metrics,
+            title=f"== step {step}{' (validation)' if args.validate else ''}: agent_loop metrics rebuilt from {source}",
+        )
+    )
     print(f"\n{'slowest samples':<16}{'total s':>9}{'gen s':>9}{'tool s':>9}{'score s':>9}  trace id")
     for row in report.slowest(args.top):
-        print(f"{row['sample_index']:>6} / {row['rollout_n']:<6}{row['total']:9.3f}{row[sc.GENERATE]:9.3f}"
-              f"{row[sc.TOOL_CALLS]:9.3f}{row[sc.COMPUTE_SCORE]:9.3f}  {row['trace_id']}"
-              f"{'  ERROR' if row['error'] else ''}")
+        print(
+            f"{row['sample_index']:>6} / {row['rollout_n']:<6}{row['total']:9.3f}{row[sc.GENERATE]:9.3f}"
+            f"{row[sc.TOOL_CALLS]:9.3f}{row[sc.COMPUTE_SCORE]:9.3f}  {row['trace_id']}"
+            f"{'  ERROR' if row['error'] else ''}"
+        )
     if view is not None and view.counts.get(HUNG):
-        hung = [f"{s.index}/{s.rollout} ({s.current_phase}, trace {s.trace_id})" for s in view.samples
-                if s.state == HUNG]
+        hung = [
+            f"{s.index}/{s.rollout} ({s.current_phase}, trace {s.trace_id})" for s in view.samples if s.state == HUNG
+        ]
         print(f"\nhung samples (a snapshot, no end): {', '.join(hung)}")
     for line in written:
         print(line)
@@ -282,8 +353,12 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--steps", type=int, default=3)
     sim.add_argument("--prompts", type=int, default=16, help="prompts per step")
     sim.add_argument("--rollout-n", type=int, default=4, help="rollouts per prompt")
-    sim.add_argument("--workers", type=int, default=0,
-                     help="run as a manager plus N Ray actor workers on a local Ray cluster (0: in-process)")
+    sim.add_argument(
+        "--workers",
+        type=int,
+        default=0,
+        help="run as a manager plus N Ray actor workers on a local Ray cluster (0: in-process)",
+    )
     sim.add_argument("--max-turns", type=int, default=3)
     sim.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated latency")
     sim.add_argument("--seed", type=int, default=0)
@@ -298,11 +373,15 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--flush-timeout", type=float, default=10.0)
     sim.add_argument("--val-every", type=int, default=2, help="a validation pass every N steps (0: none)")
     sim.add_argument("--val-generations", type=int, default=4, help="validation generations to keep")
-    sim.add_argument("--misbehave", action="store_true",
-                     help=f"from step {MISBEHAVE_FROM_STEP}: KL spike, a {SLOWDOWN:.0f}x slower rollout, a hung and a "
-                          "slow tool call (reported by the watchdog, classified hung/slow)")
-    sim.add_argument("--live-every", type=float, default=5.0,
-                     help="seconds between live-view lines when stderr is not a terminal")
+    sim.add_argument(
+        "--misbehave",
+        action="store_true",
+        help=f"from step {MISBEHAVE_FROM_STEP}: KL spike, a {SLOWDOWN:.0f}x slower rollout, a hung and a "
+        "slow tool call (reported by the watchdog, classified hung/slow)",
+    )
+    sim.add_argument(
+        "--live-every", type=float, default=5.0, help="seconds between live-view lines when stderr is not a terminal"
+    )
     sim.set_defaults(func=_simulate)
 
     rep = sub.add_parser("report", help="rebuild a step's metrics and waterfalls from a trace file or Jaeger")
@@ -319,12 +398,17 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--rollout", type=int, default=0)
     rep.add_argument("--top", type=int, default=5, help="how many slowest samples to list")
     rep.add_argument("--png", help="also write the waterfall as a PNG (needs matplotlib: the plot extra)")
-    rep.add_argument("--html", metavar="FILE",
-                     help="write the step timeline page: every sample on one time axis, one self-contained HTML file")
-    rep.add_argument("--timeline-png", metavar="FILE",
-                     help="write the step timeline as a PNG (needs matplotlib: the plot extra)")
-    rep.add_argument("--jaeger-ui", metavar="URL",
-                     help="Jaeger UI base URL for the page's trace links (default: --jaeger)")
+    rep.add_argument(
+        "--html",
+        metavar="FILE",
+        help="write the step timeline page: every sample on one time axis, one self-contained HTML file",
+    )
+    rep.add_argument(
+        "--timeline-png", metavar="FILE", help="write the step timeline as a PNG (needs matplotlib: the plot extra)"
+    )
+    rep.add_argument(
+        "--jaeger-ui", metavar="URL", help="Jaeger UI base URL for the page's trace links (default: --jaeger)"
+    )
     rep.add_argument("--json", action="store_true")
     rep.set_defaults(func=_report)
     return parser

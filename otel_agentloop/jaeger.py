@@ -87,8 +87,13 @@ class JaegerClient:
         result = body.get("result", body)
         return list(result.get("resourceSpans") or [])
 
-    def wait_for(self, fetch: Callable[[], list[dict[str, Any]]], done: Callable[[list[dict[str, Any]]], bool],
-                 timeout_s: float = 30.0, interval_s: float = 0.5) -> list[dict[str, Any]]:
+    def wait_for(
+        self,
+        fetch: Callable[[], list[dict[str, Any]]],
+        done: Callable[[list[dict[str, Any]]], bool],
+        timeout_s: float = 30.0,
+        interval_s: float = 0.5,
+    ) -> list[dict[str, Any]]:
         """Call ``fetch`` until ``done(result)`` or ``timeout_s`` passes; returns the last result."""
         deadline = time.monotonic() + timeout_s
         result = fetch()

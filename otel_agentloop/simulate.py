@@ -74,8 +74,9 @@ async def generate(rng: random.Random, cfg: SimConfig, prompt_tokens: int) -> in
     tokens = max(8, int(delay * 400))
     await asyncio.sleep(delay * cfg.time_scale)
     preempted = 1 if rng.random() < cfg.preempt_prob else 0
-    ctx.record_generation(input_tokens=prompt_tokens, output_tokens=tokens, finish_reason="stop",
-                          num_preempted=preempted)
+    ctx.record_generation(
+        input_tokens=prompt_tokens, output_tokens=tokens, finish_reason="stop", num_preempted=preempted
+    )
     return tokens
 
 
@@ -130,8 +131,9 @@ def texts(index: int, rollout_n: int, seed: int) -> tuple[str, str]:
     return f"What is {a} * {b}?", f"<think>{a} * {b} ...</think> The answer is {answer}."
 
 
-async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int,
-                     capture: ValidationCapture | None = None) -> float:
+async def run_sample(
+    cfg: SimConfig, step: int, index: int, rollout_n: int, capture: ValidationCapture | None = None
+) -> float:
     """One sample's agent loop inside its ``sample`` context; returns the reward. With ``capture`` (a
     validation pass), the sample's texts are offered to it."""
     rng = random.Random(hash((cfg.seed, step, index, rollout_n)) & 0xFFFFFFFF)
@@ -151,8 +153,7 @@ async def run_sample(cfg: SimConfig, step: int, index: int, rollout_n: int,
         handle.record(prompt_length=prompt, response_length=response, turns=turns)
         score = await compute_score(rng, cfg, index)
         if capture is not None:
-            capture.offer(*texts(index, rollout_n, cfg.seed), score, sample_index=index, rollout_n=rollout_n,
-                          step=step)
+            capture.offer(*texts(index, rollout_n, cfg.seed), score, sample_index=index, rollout_n=rollout_n, step=step)
         return score
 
 

@@ -33,8 +33,9 @@ class ValidationCapture:
     candidate when offered, so all of them carry it; a few early candidates do too).
     """
 
-    def __init__(self, n: int = 10, seed: int = 42, *, max_chars: int = 2048,
-                 redact: Callable[[str], str] | None = None) -> None:
+    def __init__(
+        self, n: int = 10, seed: int = 42, *, max_chars: int = 2048, redact: Callable[[str], str] | None = None
+    ) -> None:
         if n < 0 or max_chars < 1:
             raise ValueError("n must be >= 0 and max_chars >= 1")
         self.n, self.seed, self.max_chars, self.redact = n, seed, max_chars, redact
@@ -56,8 +57,16 @@ class ValidationCapture:
         h.update(b"\0" + input_text.encode("utf-8", "replace") + b"\0" + output_text.encode("utf-8", "replace"))
         return int.from_bytes(h.digest(), "big")
 
-    def offer(self, input_text: object, output_text: object, score: float, *, sample_index: int | None = None,
-              rollout_n: int | None = None, step: int | None = None) -> bool:
+    def offer(
+        self,
+        input_text: object,
+        output_text: object,
+        score: float,
+        *,
+        sample_index: int | None = None,
+        rollout_n: int | None = None,
+        step: int | None = None,
+    ) -> bool:
         """Consider one sample; returns whether it is a candidate now."""
         self.offered += 1
         if self.n == 0:

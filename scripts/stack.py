@@ -41,9 +41,19 @@ COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}" / "otel
 BUILDER_BIN = CACHE / "bin" / f"builder-{COLLECTOR_VERSION}" / "builder"
 RUN_DIR = CACHE / "run"
 JAEGER_COLD, COLLECTOR_COLD = "3-10 min", "1-5 min"  # measured from an empty cache, idle vs busy machine (README)
-DEFAULT_PORTS = {"grpc": 4317, "http": 4318, "prometheus": 8889, "otelcol_health": 13134, "otelcol_metrics": 8890,
-                 "query": 16686, "query_grpc": 16685, "jaeger_health": 13133, "jaeger_metrics": 8888,
-                 "jaeger_otlp_grpc": 14317, "jaeger_otlp_http": 14318}
+DEFAULT_PORTS = {
+    "grpc": 4317,
+    "http": 4318,
+    "prometheus": 8889,
+    "otelcol_health": 13134,
+    "otelcol_metrics": 8890,
+    "query": 16686,
+    "query_grpc": 16685,
+    "jaeger_health": 13133,
+    "jaeger_metrics": 8888,
+    "jaeger_otlp_grpc": 14317,
+    "jaeger_otlp_http": 14318,
+}
 
 
 class StackError(RuntimeError):
@@ -60,8 +70,9 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float, progress: str | N
     """Run one Go step; with ``progress`` (the usual duration, e.g. "5-10 min"), say every 30 s that it still runs."""
     t0 = time.monotonic()
     try:
-        proc = subprocess.Popen(cmd, cwd=cwd, env={**_go_env(), **extra_env}, stdout=subprocess.PIPE,
-                                stderr=subprocess.STDOUT, text=True)
+        proc = subprocess.Popen(
+            cmd, cwd=cwd, env={**_go_env(), **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
+        )
     except FileNotFoundError as exc:
         raise StackError(f"{what}: {cmd[0]} not found") from exc
     output: list[str] = []
@@ -88,32 +99,55 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float, progress: str | N
 def build(verbose: bool = True) -> dict[str, float]:
     """Build (or find cached) Jaeger and the Collector; returns seconds spent per binary (0 when cached)."""
     if not (JAEGER_BIN.exists() and COLLECTOR_BIN.exists()) and shutil.which("go") is None:
-        raise StackError("the Go toolchain is not installed (need Go >= 1.24 on PATH to build Jaeger and the "
-                         "OpenTelemetry Collector); on Debian: apt-get install golang, or see go.dev/doc/install")
+        raise StackError(
+            "the Go toolchain is not installed (need Go >= 1.24 on PATH to build Jaeger and the "
+            "OpenTelemetry Collector); on Debian: apt-get install golang, or see go.dev/doc/install"
+        )
     timings = {"jaeger": 0.0, "collector": 0.0}
     if not JAEGER_BIN.exists():
         t0 = time.monotonic()
         if verbose:
-            print(f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once; usually {JAEGER_COLD} "
-                  "on 2 cores, then cached) ...", flush=True)
+            print(
+                f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once; usually {JAEGER_COLD} "
+                "on 2 cores, then cached) ...",
+                flush=True,
+            )
         JAEGER_BIN.parent.mkdir(parents=True, exist_ok=True)
-        _run(["go", "build", "-trimpath", "-o", str(JAEGER_BIN), "github.com/jaegertracing/jaeger/cmd/jaeger"],
-             COLLECTOR_DIR / "jaeger-build", "building Jaeger", 3600, progress=JAEGER_COLD if verbose else None)
+        _run(
+            ["go", "build", "-trimpath", "-o", str(JAEGER_BIN), "github.com/jaegertracing/jaeger/cmd/jaeger"],
+            COLLECTOR_DIR / "jaeger-build",
+            "building Jaeger",
+            3600,
+            progress=JAEGER_COLD if verbose else None,
+        )
         timings["jaeger"] = time.monotonic() - t0
     if not COLLECTOR_BIN.exists():
         t0 = time.monotonic()
         if verbose:
-            print(f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once; usually "
-                  f"{COLLECTOR_COLD} on 2 cores, then cached) ...", flush=True)
+            print(
+                f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once; usually "
+                f"{COLLECTOR_COLD} on 2 cores, then cached) ...",
+                flush=True,
+            )
         if not BUILDER_BIN.exists():
             BUILDER_BIN.parent.mkdir(parents=True, exist_ok=True)
-            _run(["go", "install", f"go.opentelemetry.io/collector/cmd/builder@{COLLECTOR_VERSION}"], ROOT,
-                 "installing the Collector builder", 1800, progress="1 min" if verbose else None,
-                 GOBIN=str(BUILDER_BIN.parent))
+            _run(
+                ["go", "install", f"go.opentelemetry.io/collector/cmd/builder@{COLLECTOR_VERSION}"],
+                ROOT,
+                "installing the Collector builder",
+                1800,
+                progress="1 min" if verbose else None,
+                GOBIN=str(BUILDER_BIN.parent),
+            )
         out = CACHE / "build" / f"otelcol-{COLLECTOR_VERSION}"
         out.mkdir(parents=True, exist_ok=True)  # the builder creates only the last path component
-        _run([str(BUILDER_BIN), "--config", str(COLLECTOR_DIR / "manifest.yaml"), "--output-path", str(out)], ROOT,
-             "building the Collector", 3600, progress=COLLECTOR_COLD if verbose else None)
+        _run(
+            [str(BUILDER_BIN), "--config", str(COLLECTOR_DIR / "manifest.yaml"), "--output-path", str(out)],
+            ROOT,
+            "building the Collector",
+            3600,
+            progress=COLLECTOR_COLD if verbose else None,
+        )
         COLLECTOR_BIN.parent.mkdir(parents=True, exist_ok=True)
         shutil.copy2(out / "otelcol-agentloop", COLLECTOR_BIN)
         timings["collector"] = time.monotonic() - t0
@@ -133,13 +167,19 @@ def free_port() -> int:
 def config_env(ports: dict[str, int]) -> dict[str, str]:
     """The variables collector.yaml and jaeger.yaml substitute, for ``ports`` on 127.0.0.1."""
     return {
-        "OTELCOL_HOST": "127.0.0.1", "OTELCOL_GRPC_PORT": str(ports["grpc"]), "OTELCOL_HTTP_PORT": str(ports["http"]),
-        "OTELCOL_PROMETHEUS_PORT": str(ports["prometheus"]), "OTELCOL_HEALTH_PORT": str(ports["otelcol_health"]),
+        "OTELCOL_HOST": "127.0.0.1",
+        "OTELCOL_GRPC_PORT": str(ports["grpc"]),
+        "OTELCOL_HTTP_PORT": str(ports["http"]),
+        "OTELCOL_PROMETHEUS_PORT": str(ports["prometheus"]),
+        "OTELCOL_HEALTH_PORT": str(ports["otelcol_health"]),
         "OTELCOL_METRICS_PORT": str(ports["otelcol_metrics"]),
         "JAEGER_OTLP_ENDPOINT": f"127.0.0.1:{ports['jaeger_otlp_grpc']}",
-        "JAEGER_HOST": "127.0.0.1", "JAEGER_QUERY_PORT": str(ports["query"]),
-        "JAEGER_QUERY_GRPC_PORT": str(ports["query_grpc"]), "JAEGER_HEALTH_PORT": str(ports["jaeger_health"]),
-        "JAEGER_METRICS_PORT": str(ports["jaeger_metrics"]), "JAEGER_OTLP_GRPC_PORT": str(ports["jaeger_otlp_grpc"]),
+        "JAEGER_HOST": "127.0.0.1",
+        "JAEGER_QUERY_PORT": str(ports["query"]),
+        "JAEGER_QUERY_GRPC_PORT": str(ports["query_grpc"]),
+        "JAEGER_HEALTH_PORT": str(ports["jaeger_health"]),
+        "JAEGER_METRICS_PORT": str(ports["jaeger_metrics"]),
+        "JAEGER_OTLP_GRPC_PORT": str(ports["jaeger_otlp_grpc"]),
         "JAEGER_OTLP_HTTP_PORT": str(ports["jaeger_otlp_http"]),
     }
 
@@ -180,8 +220,7 @@ class Stack:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # Jaeger traces itself otherwise
         env.update(config_env(self.ports))
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT,
-                                            start_new_session=True)
+        self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
         deadline = time.monotonic() + timeout
         while not _healthy(health):
             if self.procs[name].poll() is not None or time.monotonic() > deadline:
@@ -191,12 +230,20 @@ class Stack:
             time.sleep(0.1)
 
     def start_jaeger(self, timeout: float = 60) -> None:
-        self._spawn("jaeger", [str(JAEGER_BIN), "--config", str(COLLECTOR_DIR / "jaeger.yaml")],
-                    f"http://127.0.0.1:{self.ports['jaeger_health']}/status", timeout)
+        self._spawn(
+            "jaeger",
+            [str(JAEGER_BIN), "--config", str(COLLECTOR_DIR / "jaeger.yaml")],
+            f"http://127.0.0.1:{self.ports['jaeger_health']}/status",
+            timeout,
+        )
 
     def start_collector(self, timeout: float = 60) -> None:
-        self._spawn("collector", [str(COLLECTOR_BIN), "--config", str(COLLECTOR_DIR / "collector.yaml")],
-                    f"http://127.0.0.1:{self.ports['otelcol_health']}/", timeout)
+        self._spawn(
+            "collector",
+            [str(COLLECTOR_BIN), "--config", str(COLLECTOR_DIR / "collector.yaml")],
+            f"http://127.0.0.1:{self.ports['otelcol_health']}/",
+            timeout,
+        )
 
     def stop_collector(self) -> None:
         self._stop("collector")
@@ -226,8 +273,9 @@ def start(ports: dict[str, int] | None = None, log_dir: Path | None = None) -> S
     """Start the built Jaeger and Collector (free ports unless given); bounded waits. Never builds: a build takes
     minutes and belongs before the tests (``make stack-build``), not inside a test's timeout."""
     if missing():
-        raise StackError("not built yet: " + ", ".join(map(str, missing())) +
-                         " (run `make stack-build`; `make test` does it first)")
+        raise StackError(
+            "not built yet: " + ", ".join(map(str, missing())) + " (run `make stack-build`; `make test` does it first)"
+        )
     if ports is None:
         ports = {name: free_port() for name in DEFAULT_PORTS}
     log_dir = log_dir or RUN_DIR
@@ -255,8 +303,10 @@ def main(argv: list[str]) -> int:
             stack = start(dict(DEFAULT_PORTS))
             _pid_file().write_text(json.dumps({name: p.pid for name, p in stack.procs.items()}))
             print(f"Jaeger UI/API: {stack.jaeger_url}   (api_v3: {stack.jaeger_url}/api/v3/services)")
-            print(f"OTLP: export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}   "
-                  f"(HTTP: {stack.otlp_http_endpoint})")
+            print(
+                f"OTLP: export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}   "
+                f"(HTTP: {stack.otlp_http_endpoint})"
+            )
             print(f"spanmetrics: {stack.prometheus_url}   logs: {RUN_DIR}")
         elif command == "down":
             if not _pid_file().exists():

@@ -34,16 +34,23 @@ def to_records(request: trace_service_pb2.ExportTraceServiceRequest) -> list[Spa
         resource = {kv.key: _value(kv.value) for kv in rs.resource.attributes}
         for ss in rs.scope_spans:
             for s in ss.spans:
-                out.append(SpanRecord(
-                    trace_id=int.from_bytes(s.trace_id, "big"),
-                    span_id=int.from_bytes(s.span_id, "big"),
-                    parent_id=int.from_bytes(s.parent_span_id, "big") if s.parent_span_id else 0,
-                    name=s.name, start_ns=s.start_time_unix_nano, end_ns=s.end_time_unix_nano,
-                    attributes={kv.key: _value(kv.value) for kv in s.attributes},
-                    error=s.status.code == 2, resource=resource,
-                    links=tuple((int.from_bytes(link.trace_id, "big"), int.from_bytes(link.span_id, "big"))
-                                for link in s.links),
-                ))
+                out.append(
+                    SpanRecord(
+                        trace_id=int.from_bytes(s.trace_id, "big"),
+                        span_id=int.from_bytes(s.span_id, "big"),
+                        parent_id=int.from_bytes(s.parent_span_id, "big") if s.parent_span_id else 0,
+                        name=s.name,
+                        start_ns=s.start_time_unix_nano,
+                        end_ns=s.end_time_unix_nano,
+                        attributes={kv.key: _value(kv.value) for kv in s.attributes},
+                        error=s.status.code == 2,
+                        resource=resource,
+                        links=tuple(
+                            (int.from_bytes(link.trace_id, "big"), int.from_bytes(link.span_id, "big"))
+                            for link in s.links
+                        ),
+                    )
+                )
     return out
 
 

@@ -28,8 +28,7 @@ def synthetic_samples(items: list[Item]) -> None:
         with oal.sample(index, rollout) as s:
             for phase, offset, duration in phases:
                 start = BASE_NS + int(offset * 1e9)
-                span = tracer.start_span(phase, attributes={sc.RL_PHASE: phase, **s.phase_attributes},
-                                         start_time=start)
+                span = tracer.start_span(phase, attributes={sc.RL_PHASE: phase, **s.phase_attributes}, start_time=start)
                 span.end(end_time=start + int(duration * 1e9))
 
 

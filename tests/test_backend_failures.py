@@ -20,13 +20,19 @@ def _spans(n: int, step: int) -> None:
             pass
 
 
-
 def test_export_resumes_after_the_receiver_restarts() -> None:
     receiver = Receiver()
     server, endpoint = start_grpc(receiver)
     port = int(endpoint.rsplit(":", 1)[1])
-    handle = oal.configure("restart", endpoint=endpoint, protocol="grpc", set_global=False, schedule_delay_s=0.05,
-                           export_timeout_s=2, max_queue_size=100)
+    handle = oal.configure(
+        "restart",
+        endpoint=endpoint,
+        protocol="grpc",
+        set_global=False,
+        schedule_delay_s=0.05,
+        export_timeout_s=2,
+        max_queue_size=100,
+    )
     try:
         _spans(20, 1)
         assert handle.force_flush(5) and wait_for(lambda: len(receiver.records) == 20, 5, 0.05)
@@ -80,8 +86,14 @@ def test_a_hanging_endpoint_never_holds_flush_shutdown_or_exit() -> None:
     threading.Thread(target=server.serve_forever, daemon=True).start()
     endpoint = f"http://127.0.0.1:{server.server_address[1]}"
     try:
-        handle = oal.configure("hang", endpoint=endpoint, protocol="http/json", set_global=False,
-                               schedule_delay_s=0.05, export_timeout_s=30)
+        handle = oal.configure(
+            "hang",
+            endpoint=endpoint,
+            protocol="http/json",
+            set_global=False,
+            schedule_delay_s=0.05,
+            export_timeout_s=30,
+        )
         _spans(50, 1)
         t0 = time.perf_counter()
         assert not handle.force_flush(0.5)

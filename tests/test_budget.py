@@ -16,8 +16,9 @@ from .test_parity import SCENARIO, TOL, _run_sample, verl_reference
 
 def _configure(budget: int | None, **kw) -> tuple[oal.Handle, InMemorySpanExporter]:
     mem = InMemorySpanExporter()
-    handle = oal.configure("budget", exporters=[mem], set_global=False, schedule_delay_s=0.05,
-                           max_exported_samples_per_step=budget, **kw)
+    handle = oal.configure(
+        "budget", exporters=[mem], set_global=False, schedule_delay_s=0.05, max_exported_samples_per_step=budget, **kw
+    )
     return handle, mem
 
 
@@ -33,13 +34,23 @@ def _exported_samples(handle: oal.Handle, mem: InMemorySpanExporter) -> dict[int
 @pytest.mark.parametrize("budget", [None, 2, 0])
 def test_metrics_are_exact_under_any_budget_and_keepers_are_exported(budget) -> None:
     handle, mem = _configure(budget, keep_slowest=1)
-    timings = [{"generate_sequences": 0.0, "tool_calls": 0.0, "compute_score": 0.0, "num_preempted": -1,
-                "prompt_length": 100 + i, "response_length": 200 + i} for i in range(len(SCENARIO))]
+    timings = [
+        {
+            "generate_sequences": 0.0,
+            "tool_calls": 0.0,
+            "compute_score": 0.0,
+            "num_preempted": -1,
+            "prompt_length": 100 + i,
+            "response_length": 200 + i,
+        }
+        for i in range(len(SCENARIO))
+    ]
 
     async def main() -> None:
         with oal.step(3):
-            await asyncio.gather(*(_run_sample(i, s, timings[i]) for i, s in enumerate(SCENARIO)),
-                                 return_exceptions=True)
+            await asyncio.gather(
+                *(_run_sample(i, s, timings[i]) for i, s in enumerate(SCENARIO)), return_exceptions=True
+            )
 
     try:
         asyncio.run(main())

@@ -15,9 +15,27 @@ from .conftest import span_metrics
 def _simulate(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     return subprocess.run(
-        [sys.executable, "-m", "otel_agentloop", "simulate", "--steps", "2", "--prompts", "4", "--rollout-n", "2",
-         "--time-scale", "0.05", *args],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True,
+        [
+            sys.executable,
+            "-m",
+            "otel_agentloop",
+            "simulate",
+            "--steps",
+            "2",
+            "--prompts",
+            "4",
+            "--rollout-n",
+            "2",
+            "--time-scale",
+            "0.05",
+            *args,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
     )
 
 
@@ -45,13 +63,19 @@ def test_simulate_json_equals_metrics_rebuilt_from_the_trace_file(tmp_path) -> N
 
 def _cli(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return subprocess.run([sys.executable, "-m", "otel_agentloop", *args], cwd=tmp_path, env=env,
-                          capture_output=True, text=True, timeout=120)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", *args],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
 
 
 def test_report_from_a_trace_file_matches_the_live_run_and_draws_the_waterfall(tmp_path) -> None:
     out = _simulate(tmp_path, "--json", "--quiet", "--file", "run.jsonl").stdout
-    live = json.loads(out[out.index("["): out.rindex("]") + 1])
+    live = json.loads(out[out.index("[") : out.rindex("]") + 1])
     rep = _cli(tmp_path, "report", "--file", "run.jsonl", "--step", "2", "--json")
     assert rep.returncode == 0, rep.stderr
     data = json.loads(rep.stdout)
@@ -73,7 +97,7 @@ def test_report_from_a_trace_file_matches_the_live_run_and_draws_the_waterfall(t
 
 def test_main_job_shows_validation_generations_trainer_phases_and_health_alarms(tmp_path) -> None:
     out = _simulate(tmp_path, "--steps", "4", "--misbehave", "--json", "--quiet", "--time-scale", "0.3").stdout
-    steps = json.loads(out[out.index("["): out.rindex("]") + 1])
+    steps = json.loads(out[out.index("[") : out.rindex("]") + 1])
     assert [s["validation_generations"] is not None for s in steps] == [False, True, False, True]
     gens = steps[1]["validation_generations"]
     assert len(gens) == 4 and all(inp.startswith("What is") and isinstance(score, float) for inp, _, score in gens)
@@ -82,8 +106,9 @@ def test_main_job_shows_validation_generations_trainer_phases_and_health_alarms(
     assert steps[0]["alerts"] == [] and steps[1]["alerts"] == []
     assert "kl_high" in steps[2]["alerts"] and "step_time_swing" in steps[2]["alerts"]  # the injected faults
     records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
-    step3 = [r for r in records
-             if r.name == "rl.step" and r.attributes["rl.step"] == 3 and not r.attributes["rl.validate"]]
+    step3 = [
+        r for r in records if r.name == "rl.step" and r.attributes["rl.step"] == 3 and not r.attributes["rl.validate"]
+    ]
     assert [e[0] for e in step3[0].events].count("rl.health.alert") == len(steps[2]["alerts"])
     train = {r.name for r in records if r.name.startswith("rl.train.") and r.parent_id == step3[0].span_id}
     assert train == {"rl.train.gen", "rl.train.old_log_prob", "rl.train.ref", "rl.train.adv", "rl.train.update_actor"}
@@ -97,6 +122,13 @@ def test_json_output_is_only_json_for_simulate_on_ray_and_for_report(tmp_path) -
     assert [entry["step"] for entry in json.loads(out.stdout)] == [1]
     assert "spans exported" in out.stderr
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    report = subprocess.run([sys.executable, "-m", "otel_agentloop", "report", "--file", "ray.jsonl", "--step", "1",
-                             "--json"], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)
+    report = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "report", "--file", "ray.jsonl", "--step", "1", "--json"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     assert json.loads(report.stdout)["step"] == 1

@@ -23,8 +23,14 @@ def test_content_capture_redacts_then_truncates_and_counts(tmp_path) -> None:
     from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
     mem = InMemorySpanExporter()
-    handle = oal.configure("content", exporters=[mem], set_global=False, capture_content=True,
-                           max_content_chars=40, redact=lambda t: re.sub(r"\d{4}-\d{4}", "[card]", t))
+    handle = oal.configure(
+        "content",
+        exporters=[mem],
+        set_global=False,
+        capture_content=True,
+        max_content_chars=40,
+        redact=lambda t: re.sub(r"\d{4}-\d{4}", "[card]", t),
+    )
     try:
         with oal.sample(0, step=1) as s:
             s.record_content(prompt="pay with 1234-5678 please", response="ok " * 50)
@@ -64,8 +70,9 @@ def test_trainer_phases_nest_under_the_step_and_fill_timing_raw(traced) -> None:
         assert spans[name].parent.span_id == step_span.context.span_id
         assert spans[name].attributes[sc.RL_STEP] == 4
     assert spans["rl.train.adv"].status.status_code.name == "ERROR"
-    assert timing_raw["gen"] == pytest.approx((spans["rl.train.gen"].end_time - spans["rl.train.gen"].start_time)
-                                              / 1e9, abs=0.005)
+    assert timing_raw["gen"] == pytest.approx(
+        (spans["rl.train.gen"].end_time - spans["rl.train.gen"].start_time) / 1e9, abs=0.005
+    )
     assert set(timing_raw) == {"gen", "update_actor", "adv"}
 
 

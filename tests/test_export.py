@@ -14,8 +14,9 @@ from otel_agentloop.simulate import SimConfig, run_samples
 from .conftest import span_metrics
 from .otlp_receiver import Receiver, start_grpc, start_http
 
-CFG = SimConfig(prompts=3, rollout_n=2, time_scale=0.05, tool_prob=1.0, max_turns=3, tool_fail_prob=0.0,
-                fail_samples=frozenset({2}))
+CFG = SimConfig(
+    prompts=3, rollout_n=2, time_scale=0.05, tool_prob=1.0, max_turns=3, tool_fail_prob=0.0, fail_samples=frozenset({2})
+)
 
 
 def _run(handle: oal.Handle, step: int = 1) -> oal.StepMetrics:
@@ -53,8 +54,12 @@ def check_structure(records: list[oal.SpanRecord], metrics: oal.StepMetrics) -> 
         for key in (sc.RL_STEP, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_VALIDATE):
             assert r.attributes[key] == parent.attributes[key]
     gens = [r for r in phases if r.attributes[sc.RL_PHASE] == sc.GENERATE]
-    assert all(r.name == "text_completion sim-7b" and r.attributes[sc.GEN_AI_REQUEST_MODEL] == "sim-7b"
-               and r.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0 for r in gens)
+    assert all(
+        r.name == "text_completion sim-7b"
+        and r.attributes[sc.GEN_AI_REQUEST_MODEL] == "sim-7b"
+        and r.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+        for r in gens
+    )
     tools = [r for r in phases if r.attributes[sc.RL_PHASE] == sc.TOOL_CALLS]
     assert tools and all(r.name == f"execute_tool {r.attributes[sc.GEN_AI_TOOL_NAME]}" for r in tools)
     failed_reward = [r for r in phases if r.name == sc.REWARD_SPAN and r.error]
@@ -70,8 +75,14 @@ def check_structure(records: list[oal.SpanRecord], metrics: oal.StepMetrics) -> 
 def test_otlp_export_reaches_a_real_receiver(protocol: str) -> None:
     receiver = Receiver()
     server, endpoint = start_grpc(receiver) if protocol == "grpc" else start_http(receiver)
-    handle = oal.configure("export-test", endpoint=endpoint, protocol=protocol, headers={"x-team": "rl"},
-                           set_global=False, schedule_delay_s=0.05)
+    handle = oal.configure(
+        "export-test",
+        endpoint=endpoint,
+        protocol=protocol,
+        headers={"x-team": "rl"},
+        set_global=False,
+        schedule_delay_s=0.05,
+    )
     try:
         metrics = _run(handle)
         assert handle.force_flush(10)
@@ -131,8 +142,15 @@ def test_endpoint_down_never_blocks_and_counts_drops() -> None:
     receiver = Receiver()
     receiver.fail = True
     server, endpoint = start_http(receiver)
-    handle = oal.configure("down", endpoint=endpoint, protocol="http/protobuf", set_global=False,
-                           max_queue_size=64, max_export_batch_size=16, schedule_delay_s=0.05)
+    handle = oal.configure(
+        "down",
+        endpoint=endpoint,
+        protocol="http/protobuf",
+        set_global=False,
+        max_queue_size=64,
+        max_export_batch_size=16,
+        schedule_delay_s=0.05,
+    )
     try:
         t0 = time.perf_counter()
         _run(handle)

@@ -96,8 +96,12 @@ _FORK_SCRIPT = textwrap.dedent("""
 def test_fork_while_threads_trace_never_hangs_the_child(tmp_path) -> None:
     """8 forks while 2 threads make spans and a third polls stats; each child traces, collects, flushes and
     exits normally. A hung child is killed after 10 s and fails the test; the whole run is bounded."""
-    out = subprocess.run([sys.executable, "-c", _FORK_SCRIPT, str(tmp_path / "fork.jsonl"), "8"],
-                         capture_output=True, text=True, timeout=150)
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT, str(tmp_path / "fork.jsonl"), "8"],
+        capture_output=True,
+        text=True,
+        timeout=150,
+    )
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
 
 
@@ -160,8 +164,7 @@ class StuckExporter(SpanExporter):
 
 def test_shutdown_timeout_is_honoured_and_stuck_spans_are_counted() -> None:
     stuck = StuckExporter()
-    handle = oal.configure("stuck", exporters=[stuck], set_global=False, schedule_delay_s=0.01,
-                           max_export_batch_size=4)
+    handle = oal.configure("stuck", exporters=[stuck], set_global=False, schedule_delay_s=0.01, max_export_batch_size=4)
     try:
         for i in range(20):
             with oal.sample(i, step=1):
@@ -179,21 +182,38 @@ def test_shutdown_timeout_is_honoured_and_stuck_spans_are_counted() -> None:
 
 
 # -- settings (class 10) -----------------------------------------------------------------------------
-@pytest.mark.parametrize(("name", "value"), [
-    ("schedule_delay_s", math.inf), ("schedule_delay_s", math.nan), ("schedule_delay_s", 1e12),
-    ("export_timeout_s", math.nan), ("export_timeout_s", math.inf), ("max_queue_size", "10"),
-    ("max_queue_size", 2.5), ("max_export_batch_size", math.nan), ("keep_slowest", "5"),
-    ("max_content_chars", math.inf), ("max_buffered_spans", -1), ("max_steps", 0),
-])
+@pytest.mark.parametrize(
+    ("name", "value"),
+    [
+        ("schedule_delay_s", math.inf),
+        ("schedule_delay_s", math.nan),
+        ("schedule_delay_s", 1e12),
+        ("export_timeout_s", math.nan),
+        ("export_timeout_s", math.inf),
+        ("max_queue_size", "10"),
+        ("max_queue_size", 2.5),
+        ("max_export_batch_size", math.nan),
+        ("keep_slowest", "5"),
+        ("max_content_chars", math.inf),
+        ("max_buffered_spans", -1),
+        ("max_steps", 0),
+    ],
+)
 def test_bad_arguments_raise_value_error_naming_the_setting(name, value) -> None:
     with pytest.raises(ValueError, match=name):
         oal.configure("bad", set_global=False, exporters=[InMemorySpanExporter()], **{name: value})
 
 
-@pytest.mark.parametrize(("var", "value"), [
-    ("OTEL_BSP_SCHEDULE_DELAY", "99999999999999"), ("OTEL_BSP_SCHEDULE_DELAY", "nan"),
-    ("OTEL_BSP_SCHEDULE_DELAY", "inf"), ("OTEL_BSP_EXPORT_TIMEOUT", "nan"), ("OTEL_BSP_MAX_QUEUE_SIZE", "inf"),
-])
+@pytest.mark.parametrize(
+    ("var", "value"),
+    [
+        ("OTEL_BSP_SCHEDULE_DELAY", "99999999999999"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "nan"),
+        ("OTEL_BSP_SCHEDULE_DELAY", "inf"),
+        ("OTEL_BSP_EXPORT_TIMEOUT", "nan"),
+        ("OTEL_BSP_MAX_QUEUE_SIZE", "inf"),
+    ],
+)
 def test_bad_environment_values_warn_naming_the_variable_and_still_export(monkeypatch, caplog, var, value) -> None:
     monkeypatch.setenv(var, value)
     memory = InMemorySpanExporter()

@@ -39,14 +39,32 @@ class Hostile:
         raise self.exc
 
 
-conversion_errors = st.sampled_from([RuntimeError("x"), TypeError("x"), ValueError("x"), OverflowError("x"),
-                                     ZeroDivisionError("x"), KeyError("x"), np.linalg.LinAlgError("x")])
+conversion_errors = st.sampled_from(
+    [
+        RuntimeError("x"),
+        TypeError("x"),
+        ValueError("x"),
+        OverflowError("x"),
+        ZeroDivisionError("x"),
+        KeyError("x"),
+        np.linalg.LinAlgError("x"),
+    ]
+)
 scalars = st.one_of(
-    st.none(), st.booleans(), st.integers(), st.floats(allow_nan=True, allow_infinity=True), st.text(max_size=50),
-    st.binary(max_size=20), st.integers(-(1 << 80), 1 << 80),
-    st.floats(allow_nan=True).map(np.float64), st.integers(-1000, 1000).map(np.int64),
-    st.builds(np.array, st.lists(st.integers(-5, 5), max_size=4)), st.just(np.ma.masked),
-    conversion_errors.map(Hostile), st.just(object()), st.just(float("nan")),
+    st.none(),
+    st.booleans(),
+    st.integers(),
+    st.floats(allow_nan=True, allow_infinity=True),
+    st.text(max_size=50),
+    st.binary(max_size=20),
+    st.integers(-(1 << 80), 1 << 80),
+    st.floats(allow_nan=True).map(np.float64),
+    st.integers(-1000, 1000).map(np.int64),
+    st.builds(np.array, st.lists(st.integers(-5, 5), max_size=4)),
+    st.just(np.ma.masked),
+    conversion_errors.map(Hostile),
+    st.just(object()),
+    st.just(float("nan")),
 )
 values = st.one_of(scalars, st.lists(scalars, max_size=4), st.dictionaries(st.text(max_size=5), scalars, max_size=3))
 attributes = st.dictionaries(st.text(max_size=10), values, max_size=8)
@@ -75,9 +93,23 @@ class UserBase(BaseException):
     pass
 
 
-user_exceptions = st.sampled_from([UserError, StrFails, ReprFails, BaseFromStr, UserBase, KeyError, ValueError,
-                                   RecursionError, MemoryError, SystemExit, asyncio.CancelledError, StopIteration,
-                                   GeneratorExit])
+user_exceptions = st.sampled_from(
+    [
+        UserError,
+        StrFails,
+        ReprFails,
+        BaseFromStr,
+        UserBase,
+        KeyError,
+        ValueError,
+        RecursionError,
+        MemoryError,
+        SystemExit,
+        asyncio.CancelledError,
+        StopIteration,
+        GeneratorExit,
+    ]
+)
 SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[HealthCheck.function_scoped_fixture])
 
 
@@ -156,9 +188,11 @@ def test_the_users_exception_is_reraised_unchanged_and_every_span_ends(handle, e
         elif where == "gen":
             list(gen())
         elif where == "agen":
+
             async def drain() -> None:
                 async for _ in agen():
                     pass
+
             asyncio.run(drain())
         elif where == "span":
             with oal.span("tool_calls", tool="t"):
@@ -185,9 +219,13 @@ def test_the_users_exception_is_reraised_unchanged_and_every_span_ends(handle, e
 
 
 @SETTINGS
-@given(facts=st.fixed_dictionaries({}, optional={k: scalars for k in ("num_preempted", "prompt_length",
-                                                                        "response_length", "reward", "turns")}),
-       tokens=scalars, content=values)
+@given(
+    facts=st.fixed_dictionaries(
+        {}, optional={k: scalars for k in ("num_preempted", "prompt_length", "response_length", "reward", "turns")}
+    ),
+    tokens=scalars,
+    content=values,
+)
 def test_recorded_values_never_raise(handle, facts, tokens, content) -> None:
 
     @oal.trace_generate

@@ -58,8 +58,13 @@ def _slow_receiver():
 @pytest.fixture(scope="module")
 def ray_cluster():
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, configure_logging=False,
-             runtime_env={"env_vars": {"PYTHONPATH": ROOT}})
+    ray.init(
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        configure_logging=False,
+        runtime_env={"env_vars": {"PYTHONPATH": ROOT}},
+    )
     try:
         yield
     finally:
@@ -70,14 +75,24 @@ def ray_cluster():
 def _run(endpoint: str, protocol: str, label: str, settle_s: float = 0.0) -> dict[str, float]:
     """``CALLS`` calls (sync and async alternately); then, within ``settle_s``, wait for the worker's queue to
     drain (off the call path) before reading its counters."""
-    env = {"OTEL_SERVICE_NAME": "backend-" + label, "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
-           "OTEL_EXPORTER_OTLP_PROTOCOL": protocol, "OTEL_EXPORTER_OTLP_TIMEOUT": "10",
-           "OTEL_BSP_SCHEDULE_DELAY": "200", "OTEL_BSP_MAX_QUEUE_SIZE": "200", "PYTHONPATH": ROOT}
+    env = {
+        "OTEL_SERVICE_NAME": "backend-" + label,
+        "OTEL_EXPORTER_OTLP_ENDPOINT": endpoint,
+        "OTEL_EXPORTER_OTLP_PROTOCOL": protocol,
+        "OTEL_EXPORTER_OTLP_TIMEOUT": "10",
+        "OTEL_BSP_SCHEDULE_DELAY": "200",
+        "OTEL_BSP_MAX_QUEUE_SIZE": "200",
+        "PYTHONPATH": ROOT,
+    }
     from .ray_actors import BackendProbe
 
-    actor = ray.remote(num_cpus=0)(BackendProbe).options(
-        runtime_env={"env_vars": env, "worker_process_setup_hook": "otel_agentloop.integrations.ray.setup_worker"}
-    ).remote()
+    actor = (
+        ray.remote(num_cpus=0)(BackendProbe)
+        .options(
+            runtime_env={"env_vars": env, "worker_process_setup_hook": "otel_agentloop.integrations.ray.setup_worker"}
+        )
+        .remote()
+    )
     carrier = {"rl.step": 1, "rl.validate": False}
     latencies = []
     try:
@@ -96,11 +111,17 @@ def _run(endpoint: str, protocol: str, label: str, settle_s: float = 0.0) -> dic
             stats = ray.get(actor.stats.remote(), timeout=30)
     finally:
         ray.kill(actor)
-    out = {"median_s": statistics.median(latencies), "max_s": max(latencies), "first_s": latencies[0],
-           **{k: stats[k] for k in ("queued", "exported", "dropped", "failed", "pending")}}
-    print(f"\n{label}: call latency median {out['median_s'] * 1e3:.1f} ms, first {out['first_s'] * 1e3:.1f} ms, "
-          f"max {out['max_s'] * 1e3:.1f} ms over {CALLS} calls; spans queued {stats['queued']}, exported "
-          f"{stats['exported']}, dropped {stats['dropped']}, failed {stats['failed']}, pending {stats['pending']}")
+    out = {
+        "median_s": statistics.median(latencies),
+        "max_s": max(latencies),
+        "first_s": latencies[0],
+        **{k: stats[k] for k in ("queued", "exported", "dropped", "failed", "pending")},
+    }
+    print(
+        f"\n{label}: call latency median {out['median_s'] * 1e3:.1f} ms, first {out['first_s'] * 1e3:.1f} ms, "
+        f"max {out['max_s'] * 1e3:.1f} ms over {CALLS} calls; spans queued {stats['queued']}, exported "
+        f"{stats['exported']}, dropped {stats['dropped']}, failed {stats['failed']}, pending {stats['pending']}"
+    )
     return out
 
 
@@ -165,6 +186,7 @@ def test_a_def_returning_a_ray_object_ref_keeps_it_and_is_timed_until_done(ray_c
     memory = InMemorySpanExporter()
     handle = oal.configure("ref", exporters=[memory], set_global=False, schedule_delay_s=0.05)
     try:
+
         @oal.trace_tool("remote")
         def submit(x: int):
             return slow.remote(x)

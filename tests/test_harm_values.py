@@ -90,8 +90,9 @@ def test_content_capture_never_raises_and_never_leaks_unredacted_text() -> None:
             raise RuntimeError("redactor broke")
         return 42  # not a string
 
-    handle = oal.configure("c", exporters=[exporter], set_global=False, capture_content=True, redact=redact,
-                           schedule_delay_s=0.05)
+    handle = oal.configure(
+        "c", exporters=[exporter], set_global=False, capture_content=True, redact=redact, schedule_delay_s=0.05
+    )
     try:
         with oal.sample(0, step=1) as s:
             s.record_content(prompt="my secret", response=BadStr())
@@ -120,6 +121,7 @@ def test_identity_survives_a_tiny_attribute_count_limit(monkeypatch) -> None:
     exporter = InMemorySpanExporter()
     handle = oal.configure("lim", exporters=[exporter], set_global=False)
     try:
+
         @oal.trace_generate(model="m")
         def gen() -> None:
             time.sleep(0.01)
@@ -166,16 +168,20 @@ def test_otlp_json_types_attributes_like_otlp_protobuf(tmp_path) -> None:
     path = tmp_path / "t.jsonl"
     handle = oal.configure("types", exporters=[memory], file=path, set_global=False, schedule_delay_s=0.05)
     try:
-        with oal.span("tool_calls", tool="x", attributes={"f": np.float64(1.5), "d": {"k": 1, "s": "v"},
-                                                          "n": None, "l": [1, None, 3]}) as sp:
+        with oal.span(
+            "tool_calls",
+            tool="x",
+            attributes={"f": np.float64(1.5), "d": {"k": 1, "s": "v"}, "n": None, "l": [1, None, 3]},
+        ) as sp:
             sp.set_attribute("big", 2**70)
         assert handle.force_flush(5)
     finally:
         handle.shutdown(5)
     (span,) = memory.get_finished_spans()
     pb = json_format.MessageToDict(pb_encode([span]))
-    pb_attrs = {kv["key"]: kv.get("value", {}) for kv in pb["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
-                ["attributes"]}
+    pb_attrs = {
+        kv["key"]: kv.get("value", {}) for kv in pb["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]
+    }
     line = json.loads(path.read_text().splitlines()[0])
     ours = {kv["key"]: kv["value"] for kv in line["resourceSpans"][0]["scopeSpans"][0]["spans"][0]["attributes"]}
     for key in ("f", "d", "n", "l"):
@@ -217,8 +223,12 @@ def test_an_exception_through_many_decorated_frames_is_recorded_once_and_bounded
     elapsed = time.perf_counter() - t0
     spans = traced.by_name("execute_tool deep")
     assert len(spans) == 301 and all(s.attributes[sc.ERROR_TYPE] == "KeyError" for s in spans)
-    traces = [e.attributes["exception.stacktrace"] for s in spans for e in s.events
-              if "exception.stacktrace" in (e.attributes or {})]
+    traces = [
+        e.attributes["exception.stacktrace"]
+        for s in spans
+        for e in s.events
+        if "exception.stacktrace" in (e.attributes or {})
+    ]
     assert len(traces) == 1 and len(traces[0]) <= 16_384
     print(f"300 nested decorated frames: {elapsed * 1e3:.1f} ms")
 

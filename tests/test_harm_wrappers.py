@@ -30,8 +30,11 @@ def _remote() -> Callable[[Any], Any]:
     return oal_ray.traced_remote
 
 
-WRAPPERS = {"phase": (_phase, "execute_tool t"), "trainer_phase": (_trainer, "rl.train.gen"),
-            "traced_remote": (_remote, sc.WORKER_SPAN)}
+WRAPPERS = {
+    "phase": (_phase, "execute_tool t"),
+    "trainer_phase": (_trainer, "rl.train.gen"),
+    "traced_remote": (_remote, sc.WORKER_SPAN),
+}
 CARRIER = {sc.RL_STEP: 3, sc.RL_VALIDATE: False}
 
 

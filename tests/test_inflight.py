@@ -29,8 +29,14 @@ def live() -> Iterator[tuple[oal.Handle, InMemorySpanExporter, InMemoryMetricRea
     exporter = InMemorySpanExporter()
     reader = InMemoryMetricReader()
     settings = WatchdogSettings(interval_s=INTERVAL_S, thresholds_s={"tool:hang": HANG_S, "tool:slow": HANG_S})
-    handle = oal.configure("live-test", exporters=[exporter], set_global=False, schedule_delay_s=0.05,
-                           watchdog=settings, metric_readers=[reader])
+    handle = oal.configure(
+        "live-test",
+        exporters=[exporter],
+        set_global=False,
+        schedule_delay_s=0.05,
+        watchdog=settings,
+        metric_readers=[reader],
+    )
     yield handle, exporter, reader
     handle.shutdown(5)
 
@@ -61,6 +67,7 @@ def test_snapshot_names_every_running_sample_with_phase_tool_and_ages(live) -> N
     async def main() -> list:
         release = asyncio.Event()
         with oal.step(7):
+
             async def one(i: int) -> None:
                 async with oal.sample(i, rollout_n=1):
                     await generate(0.01)
@@ -79,8 +86,11 @@ def test_snapshot_names_every_running_sample_with_phase_tool_and_ages(live) -> N
         return snap
 
     snap = asyncio.run(main())
-    assert [(s.sample_index, s.rollout_n, s.step, s.validate) for s in snap] == [(0, 1, 7, False), (1, 1, 7, False),
-                                                                               (2, 1, 7, False)]
+    assert [(s.sample_index, s.rollout_n, s.step, s.validate) for s in snap] == [
+        (0, 1, 7, False),
+        (1, 1, 7, False),
+        (2, 1, 7, False),
+    ]
     by_index = {s.sample_index: s for s in snap}
     assert (by_index[0].phase, by_index[0].tool) == (sc.TOOL_CALLS, "hang")
     assert (by_index[1].phase, by_index[1].tool) == (sc.GENERATE, None)
@@ -93,7 +103,8 @@ def test_snapshot_names_every_running_sample_with_phase_tool_and_ages(live) -> N
 
 
 def test_hung_tool_is_reported_once_within_threshold_plus_interval_with_a_snapshot_and_classified_hung(
-        live, caplog) -> None:
+    live, caplog
+) -> None:
     handle, exporter, _ = live
     caplog.set_level(logging.WARNING, logger="otel_agentloop")
     reported: dict[str, float] = {}
@@ -101,6 +112,7 @@ def test_hung_tool_is_reported_once_within_threshold_plus_interval_with_a_snapsh
     async def main() -> oal.StepMetrics:
         release = asyncio.Event()
         with oal.step(3):
+
             async def hung_sample() -> None:
                 async with oal.sample(5, rollout_n=2):
                     await generate(0.01)
@@ -195,6 +207,7 @@ def test_slow_tool_that_finishes_is_classified_slow(live) -> None:
 
     async def main() -> oal.StepMetrics:
         with oal.step(4):
+
             async def one(i: int) -> None:
                 async with oal.sample(i):
                     await generate(0.01)
@@ -220,6 +233,7 @@ def test_slow_tool_that_finishes_is_classified_slow(live) -> None:
 
 async def _quick_step(step: int, n: int = 4) -> None:
     with oal.step(step):
+
         async def one(i: int) -> None:
             async with oal.sample(i):
                 await generate(0.002)
@@ -233,15 +247,27 @@ def test_snapshot_spans_are_not_counted_as_phase_time(traced) -> None:
     proc = oal.PhaseMetricsProcessor()
     base = {sc.RL_STEP: 1, sc.RL_VALIDATE: False, sc.RL_SAMPLE_INDEX: 0, sc.RL_ROLLOUT_N: 0}
     proc.ingest("execute_tool t", {**base, sc.RL_PHASE: sc.TOOL_CALLS}, 0, 10**9, 1, False)
-    proc.ingest(sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX, {**base, sc.RL_PHASE: sc.TOOL_CALLS, sc.RL_SNAPSHOT: True},
-                0, 9 * 10**9, 1, False)
+    proc.ingest(
+        sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX,
+        {**base, sc.RL_PHASE: sc.TOOL_CALLS, sc.RL_SNAPSHOT: True},
+        0,
+        9 * 10**9,
+        1,
+        False,
+    )
     assert proc.collect(1)["agent_loop/tool_calls/max"] == 1.0
 
 
 def test_thresholds_are_learned_from_collected_steps_and_explicit_ones_win() -> None:
     exporter = InMemorySpanExporter()
-    settings = WatchdogSettings(interval_s=10, min_s=0.05, p99_multiple=3.0, min_observations=20,
-                                default_s=123.0, thresholds_s={"tool:slow": 7.0})
+    settings = WatchdogSettings(
+        interval_s=10,
+        min_s=0.05,
+        p99_multiple=3.0,
+        min_observations=20,
+        default_s=123.0,
+        thresholds_s={"tool:slow": 7.0},
+    )
     handle = oal.configure("learn", exporters=[exporter], set_global=False, watchdog=settings)
     try:
         monitor = handle.live
@@ -250,8 +276,11 @@ def test_thresholds_are_learned_from_collected_steps_and_explicit_ones_win() -> 
         assert monitor.threshold_s(sc.TOOL_CALLS, "quick") == 123.0  # learned only when a step is collected
         handle.metrics.collect(1)
         learned = monitor.threshold_s(sc.TOOL_CALLS, "quick")
-        durations = sorted((s.end_time - s.start_time) / 1e9 for s in handle_spans(handle, exporter)
-                           if s.attributes.get(sc.GEN_AI_TOOL_NAME) == "quick")
+        durations = sorted(
+            (s.end_time - s.start_time) / 1e9
+            for s in handle_spans(handle, exporter)
+            if s.attributes.get(sc.GEN_AI_TOOL_NAME) == "quick"
+        )
         assert len(durations) == 30
         assert max(0.05, 3 * durations[-2]) <= learned <= max(0.05, 3 * durations[-1]) + 1e-9
         assert monitor.threshold_s(sc.TOOL_CALLS, "never-seen") == monitor.threshold_s(sc.TOOL_CALLS)
@@ -263,7 +292,10 @@ def test_thresholds_are_learned_from_collected_steps_and_explicit_ones_win() -> 
 
 def test_settings_parse_and_validate(monkeypatch, caplog) -> None:
     assert parse_thresholds("tool_calls=60, tool:python=300,generate=900") == {
-        (sc.TOOL_CALLS, None): 60.0, (sc.TOOL_CALLS, "python"): 300.0, (sc.GENERATE, None): 900.0}
+        (sc.TOOL_CALLS, None): 60.0,
+        (sc.TOOL_CALLS, "python"): 300.0,
+        (sc.GENERATE, None): 900.0,
+    }
     for bad in ("nope=3", "tool_calls=-1", "tool_calls", "tool_calls=x"):
         with pytest.raises(ValueError):
             parse_thresholds(bad)
@@ -346,12 +378,22 @@ def test_library_histograms_have_low_cardinality_attributes_and_exemplars(live) 
         for sm in rm.scope_metrics:
             for metric in sm.metrics:
                 points.setdefault(metric.name, []).extend(metric.data.data_points)
-    assert {sc.GEN_AI_CLIENT_OPERATION_DURATION, sc.GEN_AI_EXECUTE_TOOL_DURATION, sc.RL_SAMPLE_DURATION,
-            sc.RL_INFLIGHT_SAMPLES, sc.RL_INFLIGHT_OLDEST_AGE} <= set(points)
+    assert {
+        sc.GEN_AI_CLIENT_OPERATION_DURATION,
+        sc.GEN_AI_EXECUTE_TOOL_DURATION,
+        sc.RL_SAMPLE_DURATION,
+        sc.RL_INFLIGHT_SAMPLES,
+        sc.RL_INFLIGHT_OLDEST_AGE,
+    } <= set(points)
     gen = points[sc.GEN_AI_CLIENT_OPERATION_DURATION]
-    assert [dict(p.attributes) for p in gen] == [{sc.GEN_AI_OPERATION_NAME: "text_completion",
-                                                 sc.GEN_AI_REQUEST_MODEL: "m", sc.RL_VALIDATE: False,
-                                                 sc.RL_PHASE: sc.GENERATE}]
+    assert [dict(p.attributes) for p in gen] == [
+        {
+            sc.GEN_AI_OPERATION_NAME: "text_completion",
+            sc.GEN_AI_REQUEST_MODEL: "m",
+            sc.RL_VALIDATE: False,
+            sc.RL_PHASE: sc.GENERATE,
+        }
+    ]
     assert gen[0].count == 3 and gen[0].explicit_bounds[0] == 0.005 and gen[0].explicit_bounds[-1] == 1800
     tool = points[sc.GEN_AI_EXECUTE_TOOL_DURATION]
     assert dict(tool[0].attributes)[sc.GEN_AI_TOOL_NAME] == "quick"

@@ -15,8 +15,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop._report import build_report
 
-ARGS = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3",
-        "--rollout-n", "2"]
+ARGS = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]
 
 
 def _env() -> dict[str, str]:
@@ -24,8 +23,15 @@ def _env() -> dict[str, str]:
 
 
 def _run(tmp_path, *extra: str, timeout: float = 240) -> subprocess.CompletedProcess[str]:
-    return subprocess.run([sys.executable, "-m", "otel_agentloop", "simulate", *ARGS, *extra], cwd=tmp_path,
-                          env=_env(), capture_output=True, text=True, timeout=timeout, check=True)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "simulate", *ARGS, *extra],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=True,
+    )
 
 
 def test_misbehave_shows_live_samples_and_classifies_the_hung_and_the_slow_one(tmp_path) -> None:
@@ -68,8 +74,16 @@ def test_misbehave_shows_live_samples_and_classifies_the_hung_and_the_slow_one(t
 def test_live_view_redraws_in_place_on_a_terminal(tmp_path) -> None:
     master, slave = pty.openpty()
     try:
-        proc = subprocess.run([sys.executable, "-m", "otel_agentloop", "simulate", *ARGS], cwd=tmp_path, env=_env(),
-                              stdout=subprocess.PIPE, stderr=slave, text=True, timeout=240, check=True)
+        proc = subprocess.run(
+            [sys.executable, "-m", "otel_agentloop", "simulate", *ARGS],
+            cwd=tmp_path,
+            env=_env(),
+            stdout=subprocess.PIPE,
+            stderr=slave,
+            text=True,
+            timeout=240,
+            check=True,
+        )
         os.close(slave)
         chunks = []
         while True:

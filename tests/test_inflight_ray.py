@@ -71,8 +71,13 @@ def cluster():
     receiver = Receiver()
     server, endpoint = start_grpc(receiver)
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
-    handle = oal.configure("ray-live", endpoint=endpoint, protocol="grpc", schedule_delay_s=0.05,
-                           watchdog=WatchdogSettings(interval_s=0.1, thresholds_s={"tool:hang": HANG_S}))
+    handle = oal.configure(
+        "ray-live",
+        endpoint=endpoint,
+        protocol="grpc",
+        schedule_delay_s=0.05,
+        watchdog=WatchdogSettings(interval_s=0.1, thresholds_s={"tool:hang": HANG_S}),
+    )
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": ROOT, "OTEL_BSP_SCHEDULE_DELAY": "50"}})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
     actor = ray.remote(num_cpus=0)(LiveWorker)
@@ -136,4 +141,3 @@ def test_gather_inflight_with_no_actors_and_in_the_driver(cluster) -> None:
     with oal.step(1), oal.sample(4):
         assert [s.sample_index for s in oal_ray.inflight()] == [4]
     assert oal_ray.inflight() == handle.inflight() == []
-

@@ -75,8 +75,14 @@ def test_compute_metrics_slowest_includes_score_and_lengths_only_when_known() ->
 def test_metrics_are_independent_of_row_order_and_splits() -> None:
     rng = np.random.default_rng(0)
     n = 101
-    t = _table(rng.random(n), rng.random(n), rng.random(n), npre=rng.integers(-1, 3, n),
-               plen=rng.integers(1, 9, n), rlen=rng.integers(1, 9, n))
+    t = _table(
+        rng.random(n),
+        rng.random(n),
+        rng.random(n),
+        npre=rng.integers(-1, 3, n),
+        plen=rng.integers(1, 9, n),
+        rlen=rng.integers(1, 9, n),
+    )
     whole = oal.compute_metrics(t)
     perm = rng.permutation(n)
     parts = np.array_split(perm, 4)
@@ -98,8 +104,14 @@ def test_processor_bounds_and_release() -> None:
     feed(2, 0)
     feed(3, 0)  # evicts step 1
     assert proc.open_steps() == [(2, False), (3, False)]
-    assert proc.stats == {"spans_outside_sample": 0, "steps_evicted": 1, "samples_dropped": 2,
-                          "samples_in_flight": 0, "samples_in_flight_total": 0, "spans_after_collect": 0}
+    assert proc.stats == {
+        "spans_outside_sample": 0,
+        "steps_evicted": 1,
+        "samples_dropped": 2,
+        "samples_in_flight": 0,
+        "samples_in_flight_total": 0,
+        "spans_after_collect": 0,
+    }
     assert proc.collect(1)["agent_loop/num_samples"] == 0
     m = proc.collect(2)
     assert m["agent_loop/generate_sequences/max"] == pytest.approx(0.001)
@@ -117,11 +129,11 @@ def test_num_preempted_follows_verl_rules() -> None:
             attrs[sc.RL_NUM_PREEMPTED] = npre
         proc.ingest("g", attrs, start, start + 10, 1, False)
 
-    gen(0, 0, None)   # first turn unknown -> -1, later +2 -> 1 (verl's arithmetic)
+    gen(0, 0, None)  # first turn unknown -> -1, later +2 -> 1 (verl's arithmetic)
     gen(0, 20, 2)
-    gen(1, 20, 1)     # arrives first but started later: first turn is the one at t=0 (value 3)
+    gen(1, 20, 1)  # arrives first but started later: first turn is the one at t=0 (value 3)
     gen(1, 0, 3)
-    gen(2, 0, None)   # never known -> -1
+    gen(2, 0, None)  # never known -> -1
     proc.ingest(sc.SAMPLE_SPAN, {sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: 3, sc.RL_NUM_PREEMPTED: 7}, 0, 5, 1, False)
     table = proc.take(1)
     got = dict(zip(table.sample_index.tolist(), table.num_preempted.tolist(), strict=True))

@@ -46,12 +46,12 @@ async def reward(delay: float, fail: bool) -> float:
 
 # (turns: list of (gen delay, num_preempted, [tool delays], failing tool index)), reward delay, reward fails
 SCENARIO = [
-    ([(0.03, 0, [0.02, 0.04, 0.03], None), (0.02, 1, [], None)], 0.01, False),   # parallel tools, 2 turns
-    ([(0.08, None, [], None)], 0.02, False),                                     # no tools, single turn
+    ([(0.03, 0, [0.02, 0.04, 0.03], None), (0.02, 1, [], None)], 0.01, False),  # parallel tools, 2 turns
+    ([(0.08, None, [], None)], 0.02, False),  # no tools, single turn
     ([(0.02, 2, [0.05], None), (0.02, None, [0.01, 0.03], 1), (0.01, 0, [], None)], 0.01, False),  # failing tool
-    ([(0.04, None, [0.02, 0.02], None), (0.01, 3, [], None)], 0.03, True),       # failing reward
-    ([(0.12, 0, [], None)], 0.005, False),                                        # the slowest by generation
-    ([(0.01, 0, [0.06, 0.01], 0)], 0.02, False),                                  # single failing parallel tool
+    ([(0.04, None, [0.02, 0.02], None), (0.01, 3, [], None)], 0.03, True),  # failing reward
+    ([(0.12, 0, [], None)], 0.005, False),  # the slowest by generation
+    ([(0.01, 0, [0.06, 0.01], 0)], 0.02, False),  # single failing parallel tool
 ]
 
 
@@ -85,8 +85,12 @@ def verl_reference(rows: list[dict[str, float]]) -> dict[str, float]:
     score = np.array([r["compute_score"] for r in rows])
     npre = np.array([r["num_preempted"] for r in rows])
     out: dict[str, float] = {}
-    for name, arr in (("num_preempted", npre), ("generate_sequences", gen), ("tool_calls", tool_t),
-                      ("compute_score", score)):
+    for name, arr in (
+        ("num_preempted", npre),
+        ("generate_sequences", gen),
+        ("tool_calls", tool_t),
+        ("compute_score", score),
+    ):
         out[f"agent_loop/{name}/min"] = arr.min()
         out[f"agent_loop/{name}/max"] = arr.max()
         out[f"agent_loop/{name}/mean"] = arr.mean()
@@ -103,15 +107,22 @@ def verl_reference(rows: list[dict[str, float]]) -> dict[str, float]:
 @pytest.mark.parametrize("trace_per", ["sample", "step"])
 def test_processor_matches_verl_formula(traced, trace_per) -> None:
     timings = [
-        {"generate_sequences": 0.0, "tool_calls": 0.0, "compute_score": 0.0, "num_preempted": -1,
-         "prompt_length": 100 + i, "response_length": 200 + i}
+        {
+            "generate_sequences": 0.0,
+            "tool_calls": 0.0,
+            "compute_score": 0.0,
+            "num_preempted": -1,
+            "prompt_length": 100 + i,
+            "response_length": 200 + i,
+        }
         for i in range(len(SCENARIO))
     ]
 
     async def main() -> list[object]:
         with oal.step(7, trace_per=trace_per):
-            return await asyncio.gather(*(_run_sample(i, s, timings[i]) for i, s in enumerate(SCENARIO)),
-                                        return_exceptions=True)
+            return await asyncio.gather(
+                *(_run_sample(i, s, timings[i]) for i, s in enumerate(SCENARIO)), return_exceptions=True
+            )
 
     outcomes = asyncio.run(main())
     assert isinstance(outcomes[3], BoomError) and sum(isinstance(o, BaseException) for o in outcomes) == 1

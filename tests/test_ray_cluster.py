@@ -28,8 +28,7 @@ def cluster():
     receiver = Receiver()
     server, endpoint = start_grpc(receiver)
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
-    handle = oal.configure("ray-test", endpoint=endpoint, protocol="grpc", trace_per="step",
-                           schedule_delay_s=0.05)
+    handle = oal.configure("ray-test", endpoint=endpoint, protocol="grpc", trace_per="step", schedule_delay_s=0.05)
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": ROOT}})
     ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
     from .ray_actors import Worker
@@ -47,13 +46,16 @@ def cluster():
         oal._context.defaults.trace_per = "sample"
 
 
-
 def _items(n: int, first: int = 0) -> list[Item]:
     out = []
     for i in range(first, first + n):
-        phases = [("generate_sequences", 0.0, 0.1 + i * 0.011), ("tool_calls", 0.2, 0.05 + (i % 3) * 0.02),
-                  ("tool_calls", 0.21, 0.03), ("generate_sequences", 0.3, 0.02 * (i % 5)),
-                  ("compute_score", 0.4, 0.01 + (i % 7) * 0.003)]
+        phases = [
+            ("generate_sequences", 0.0, 0.1 + i * 0.011),
+            ("tool_calls", 0.2, 0.05 + (i % 3) * 0.02),
+            ("tool_calls", 0.21, 0.03),
+            ("generate_sequences", 0.3, 0.02 * (i % 5)),
+            ("compute_score", 0.4, 0.01 + (i % 7) * 0.003),
+        ]
         out.append((i // 2, i % 2, phases, False))
     return out
 
@@ -62,8 +64,13 @@ def test_one_trace_per_step_connects_driver_workers_samples_and_phases(cluster) 
     handle, receiver, (a, b) = cluster
     with oal.step(1):
         carrier = oal_ray.carrier()
-        ray.get([a.run_async.remote([(0, 0, [], False), (1, 0, [], False)], otel_carrier=carrier),
-                 b.run_sync.remote(_items(2, first=10), otel_carrier=carrier)], timeout=60)
+        ray.get(
+            [
+                a.run_async.remote([(0, 0, [], False), (1, 0, [], False)], otel_carrier=carrier),
+                b.run_sync.remote(_items(2, first=10), otel_carrier=carrier),
+            ],
+            timeout=60,
+        )
     assert handle.force_flush(5)
     step_records = lambda: [r for r in receiver.records if r.attributes.get(sc.RL_STEP) == 1]  # noqa: E731
     assert wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN for r in step_records()) == 4, 20)
@@ -94,8 +101,9 @@ def test_per_sample_traces_link_to_the_driver_step(cluster) -> None:
     with oal.step(2, trace_per="sample") as step:
         ray.get(a.run_async.remote([(0, 0, [], False), (1, 1, [], False)], otel_carrier=oal_ray.carrier()))
     step_ctx = step.span.get_span_context()
-    assert wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2
-                             for r in receiver.records) == 2, 20)
+    assert wait_for(
+        lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2 for r in receiver.records) == 2, 20
+    )
     roots = [r for r in receiver.records if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 2]
     assert len({r.trace_id for r in roots}) == 2
     for r in roots:
@@ -142,17 +150,27 @@ def test_a_failing_worker_keeps_finished_samples_and_tells_the_driver(cluster) -
     metrics = oal_ray.merge_metrics(ray.get([w.table.remote(20) for w in (a, b)]))
     assert metrics["agent_loop/num_samples"] == 4  # finished samples counted, and the failed one
     assert metrics["agent_loop/compute_score/max"] >= 0.05
-    assert wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20
-                             for r in receiver.records) == 4, 20)
-    roots = {r.attributes[sc.RL_SAMPLE_INDEX]: r for r in receiver.records
-             if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20}
+    assert wait_for(
+        lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20 for r in receiver.records) == 4, 20
+    )
+    roots = {
+        r.attributes[sc.RL_SAMPLE_INDEX]: r
+        for r in receiver.records
+        if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 20
+    }
     assert roots[2].error and not roots[0].error and not roots[1].error
-    worker = [r for r in receiver.records if r.name == sc.WORKER_SPAN and r.attributes.get(sc.RL_STEP) == 20
-              and r.error]
+    worker = [
+        r for r in receiver.records if r.name == sc.WORKER_SPAN and r.attributes.get(sc.RL_STEP) == 20 and r.error
+    ]
     assert len(worker) == 1 and worker[0].attributes[sc.ERROR_TYPE].endswith("SampleFailedError")
     for index in (0, 1, 3):  # every span of the finished samples arrived: root, gen, 2 tools, reward
-        assert sum(r.attributes.get(sc.RL_SAMPLE_INDEX) == index and r.attributes.get(sc.RL_STEP) == 20
-                   for r in receiver.records) == 5
+        assert (
+            sum(
+                r.attributes.get(sc.RL_SAMPLE_INDEX) == index and r.attributes.get(sc.RL_STEP) == 20
+                for r in receiver.records
+            )
+            == 5
+        )
 
 
 def test_no_span_is_lost_when_actors_finish_normally(cluster) -> None:
@@ -176,7 +194,7 @@ def test_validation_capture_across_workers_draws_from_every_batch(cluster, split
     _, _, workers = cluster
     batches = [[(f"q{b}-{i}", f"a{b}-{i}", (b * 40 + i) / 200, b * 40 + i) for i in range(40)] for b in range(5)]
     # each worker gets several batches (round robin over `split` groups per worker), as in fully-async mode
-    groups = [batches[g::2 * split] for g in range(2 * split)]
+    groups = [batches[g :: 2 * split] for g in range(2 * split)]
     results = ray.get([workers[g % 2].validation_state.remote(group, 10, 42) for g, group in enumerate(groups)])
     assert len({pid for _, pid in results}) == 2
     merged = ValidationCapture(10, 42)
@@ -233,9 +251,29 @@ def test_ray_stays_optional() -> None:
 def test_main_job_on_ray(tmp_path) -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     out = subprocess.run(
-        [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "2", "--steps", "2", "--prompts", "4",
-         "--rollout-n", "2", "--time-scale", "0.05", "--quiet"],
-        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True,
+        [
+            sys.executable,
+            "-m",
+            "otel_agentloop",
+            "simulate",
+            "--workers",
+            "2",
+            "--steps",
+            "2",
+            "--prompts",
+            "4",
+            "--rollout-n",
+            "2",
+            "--time-scale",
+            "0.05",
+            "--quiet",
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=True,
     ).stdout
     assert "== step 1: agent_loop metrics over 2 workers" in out and "== step 2:" in out
     assert "slowest sample" in out and "rl.sample" in out

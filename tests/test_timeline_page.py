@@ -39,8 +39,9 @@ UPDATE_DOCS = os.environ.get("OTEL_AGENTLOOP_UPDATE_DOCS") == "1"
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    return subprocess.run([sys.executable, "-m", "otel_agentloop", *args], cwd=cwd, env=env, capture_output=True,
-                          text=True, timeout=180)
+    return subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
+    )
 
 
 def _png_size(path: Path) -> tuple[int, int]:
@@ -59,8 +60,9 @@ def _find_chromium() -> tuple[str, str] | None:
 def browser() -> Iterator[object]:
     found = _find_chromium()
     if found is None:
-        install = subprocess.run(["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True,
-                                 text=True, timeout=900)
+        install = subprocess.run(
+            ["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True, text=True, timeout=900
+        )
         found = _find_chromium()
         if found is None:
             reason = f"Debian's chromium + chromium-driver not installable here: {install.stderr.strip()[-400:]}"
@@ -72,8 +74,15 @@ def browser() -> Iterator[object]:
 
     options = webdriver.ChromeOptions()
     options.binary_location = found[0]
-    for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--disable-dev-shm-usage",
-                "--window-size=1500,1000", "--hide-scrollbars", "--force-device-scale-factor=1"):
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,1000",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ):
         options.add_argument(arg)
     options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
     driver = webdriver.Chrome(service=Service(executable_path=found[1]), options=options)
@@ -100,8 +109,26 @@ def _severe_console(driver) -> list[str]:
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """The main job, in-process workers, writing a trace file; returns its directory."""
     cwd = tmp_path_factory.mktemp("sim")
-    out = _cli(cwd, "simulate", "--workers", "0", "--steps", "2", "--prompts", "6", "--rollout-n", "4",
-               "--time-scale", "0.05", "--val-every", "0", "--quiet", "--json", "--file", "run.jsonl")
+    out = _cli(
+        cwd,
+        "simulate",
+        "--workers",
+        "0",
+        "--steps",
+        "2",
+        "--prompts",
+        "6",
+        "--rollout-n",
+        "4",
+        "--time-scale",
+        "0.05",
+        "--val-every",
+        "0",
+        "--quiet",
+        "--json",
+        "--file",
+        "run.jsonl",
+    )
     assert out.returncode == 0, out.stderr
     return cwd
 
@@ -112,8 +139,12 @@ def _snapshot(tracer: trace.Tracer, handle: oal.SampleHandle, phase: str) -> Non
     attrs = dict(handle.phase_attributes)
     attrs[sc.RL_PHASE] = phase
     attrs[sc.RL_SNAPSHOT] = True
-    span = tracer.start_span(sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX, context=trace.set_span_in_context(root),
-                             attributes=attrs, start_time=root.start_time)  # type: ignore[union-attr]
+    span = tracer.start_span(
+        sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX,
+        context=trace.set_span_in_context(root),
+        attributes=attrs,
+        start_time=root.start_time,
+    )  # type: ignore[union-attr]
     span.end()
 
 
@@ -193,8 +224,13 @@ def test_hung_job_spans_are_real_and_the_view_classifies_them(hung_job) -> None:
     assert hung.state == HUNG and slow.state == SLOW
     assert view.samples[-1] is hung  # hung samples last, drawn to the snapshot time
     assert hung.end_ns == hung.snapshot.end_ns and hung.current_phase == sc.TOOL_CALLS
-    gen = next(r for r in records if r.attributes.get(sc.RL_SAMPLE_INDEX) == 4 and r.attributes.get(sc.RL_ROLLOUT_N)
-               == 0 and r.attributes.get(sc.RL_PHASE) == sc.GENERATE)
+    gen = next(
+        r
+        for r in records
+        if r.attributes.get(sc.RL_SAMPLE_INDEX) == 4
+        and r.attributes.get(sc.RL_ROLLOUT_N) == 0
+        and r.attributes.get(sc.RL_PHASE) == sc.GENERATE
+    )
     open_bar = hung.bars[-1]
     assert open_bar.open and open_bar.phase == sc.TOOL_CALLS and open_bar.start_ns == gen.end_ns
     assert hung.trace_id == gen.trace_id_hex  # the sample's own trace, for the Jaeger link
@@ -214,8 +250,13 @@ def test_report_ignores_snapshots_and_names_hung_samples(hung_job) -> None:
     records = list(oal.read_jsonl(str(cwd / "hung.jsonl")))
 
     def spans_of(key: tuple[int, int], name: str) -> list[oal.SpanRecord]:
-        return [r for r in records if r.name == name and r.attributes.get(sc.RL_SAMPLE_INDEX) == key[0]
-                and r.attributes.get(sc.RL_ROLLOUT_N) == key[1]]
+        return [
+            r
+            for r in records
+            if r.name == name
+            and r.attributes.get(sc.RL_SAMPLE_INDEX) == key[0]
+            and r.attributes.get(sc.RL_ROLLOUT_N) == key[1]
+        ]
 
     # snapshots add no phase time: the hung sample has only its finished generation, the slow one its real tool
     (gen,) = spans_of(hung_key, "text_completion sim-7b")
@@ -240,8 +281,19 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = tmp_path / "step2.html"
-    out = _cli(simulated, "report", "--file", "run.jsonl", "--step", "2", "--json", "--html", str(page),
-               "--jaeger-ui", JAEGER_UI + "/")
+    out = _cli(
+        simulated,
+        "report",
+        "--file",
+        "run.jsonl",
+        "--step",
+        "2",
+        "--json",
+        "--html",
+        str(page),
+        "--jaeger-ui",
+        JAEGER_UI + "/",
+    )
     assert out.returncode == 0, out.stderr
     slowest_tid = json.loads(out.stdout)["slowest_trace_id"]
     records = list(oal.read_jsonl(str(simulated / "run.jsonl")))
@@ -255,10 +307,10 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
     ends = [roots[r.get_attribute("data-trace-id")].end_ns for r in rows]
     assert ends == sorted(ends)  # ordered by end time
     assert [r.get_attribute("data-sample") for r in rows if r.get_attribute("data-slowest")] == [
-        "{}/{}".format(*(lambda a: (a[sc.RL_SAMPLE_INDEX], a[sc.RL_ROLLOUT_N]))(roots[slowest_tid].attributes))]
+        "{}/{}".format(*(lambda a: (a[sc.RL_SAMPLE_INDEX], a[sc.RL_ROLLOUT_N]))(roots[slowest_tid].attributes))
+    ]
     # parallel tool calls are drawn as overlapping bars in separate lanes somewhere in the step
-    lanes = browser.execute_script(
-        "return Array.from(document.querySelectorAll('.bar.p1')).map(b => b.style.top)")
+    lanes = browser.execute_script("return Array.from(document.querySelectorAll('.bar.p1')).map(b => b.style.top)")
     assert len(set(lanes)) >= 2
 
     # hover: the sample's identity and phase times
@@ -325,11 +377,13 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
         "const t = arguments[0].querySelector('.track'), l = arguments[0].querySelector('.life');"
         "const s = arguments[0].querySelector('.snap');"
         "return [t.getBoundingClientRect().right, l.getBoundingClientRect().right, s.getBoundingClientRect().left]",
-        hung)
+        hung,
+    )
     assert abs(right[0] - right[1]) < 2 and abs(right[1] - right[2]) < 2
     slow = next(r for r in rows if r.get_attribute("data-state") == "slow")
-    assert slow.find_element(By.CSS_SELECTOR, ".tag.slow").text == "slow" and slow.find_elements(By.CSS_SELECTOR,
-                                                                                                ".snap")
+    assert slow.find_element(By.CSS_SELECTOR, ".tag.slow").text == "slow" and slow.find_elements(
+        By.CSS_SELECTOR, ".snap"
+    )
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", hung)
     hung.click()
     detail = browser.find_element(By.ID, "detail")
@@ -343,8 +397,12 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
         browser.set_window_size(1500, 760)
         browser.save_screenshot(str(ROOT / "docs" / "timeline.png"))
         browser.set_window_size(1500, 1000)
-        assert _cli(cwd, "report", "--file", "hung.jsonl", "--timeline-png",
-                    str(ROOT / "docs" / "timeline-matplotlib.png")).returncode == 0
+        assert (
+            _cli(
+                cwd, "report", "--file", "hung.jsonl", "--timeline-png", str(ROOT / "docs" / "timeline-matplotlib.png")
+            ).returncode
+            == 0
+        )
 
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
@@ -354,9 +412,17 @@ def _hostile_records() -> list[oal.SpanRecord]:
     t = 1_700_000_000_000_000_000
     ident = {sc.RL_STEP: 1, sc.RL_VALIDATE: False, sc.RL_SAMPLE_INDEX: 0, sc.RL_ROLLOUT_N: 0}
     root = oal.SpanRecord(0xAB, 1, 0, sc.SAMPLE_SPAN, t, t + 10**9, dict(ident))
-    tool = oal.SpanRecord(0xAB, 2, 1, "execute_tool " + HOSTILE, t + 10**8, t + 5 * 10**8,
-                          {**ident, sc.RL_PHASE: sc.TOOL_CALLS, sc.ERROR_TYPE: HOSTILE}, error=True,
-                          status_message="<b>bold</b> & 'quoted'")
+    tool = oal.SpanRecord(
+        0xAB,
+        2,
+        1,
+        "execute_tool " + HOSTILE,
+        t + 10**8,
+        t + 5 * 10**8,
+        {**ident, sc.RL_PHASE: sc.TOOL_CALLS, sc.ERROR_TYPE: HOSTILE},
+        error=True,
+        status_message="<b>bold</b> & 'quoted'",
+    )
     return [root, tool]
 
 
@@ -372,8 +438,7 @@ def test_user_strings_are_text_never_markup(browser, tmp_path) -> None:
     rows = _rows(browser)
     assert len(rows) == 1
     rows[0].click()
-    assert browser.execute_script("return window.__pwned === undefined && document.querySelectorAll('img').length")\
-        == 0
+    assert browser.execute_script("return window.__pwned === undefined && document.querySelectorAll('img').length") == 0
     names = [e.get_attribute("textContent") for e in browser.find_elements(By.CSS_SELECTOR, ".wf-name")]
     assert "execute_tool " + HOSTILE in names  # shown as the literal text it is
     info = browser.find_element(By.CSS_SELECTOR, ".wf-info").get_attribute("textContent")
@@ -389,8 +454,9 @@ def test_page_is_self_contained_and_jaeger_base_is_checked(simulated, tmp_path) 
     assert out.returncode == 0 and "not an http(s) URL" in out.stderr
     text = page.read_text(encoding="utf-8")
     assert not re.search(r"""\s(src|href)=|<link|@import|url\(|https?://""", text, re.I)
-    data = json.loads(re.search(r'<script id="timeline-data" type="application/json">(.*?)</script>', text,
-                                re.S).group(1))
+    data = json.loads(
+        re.search(r'<script id="timeline-data" type="application/json">(.*?)</script>', text, re.S).group(1)
+    )
     assert data["jaeger"] is None and data["step"] == 2 and len(data["samples"]) == 24
     assert jaeger_ui_base("http://h:16686/jaeger/") == "http://h:16686/jaeger"
     assert jaeger_ui_base("javascript:alert(1)") is None and jaeger_ui_base("") is None

@@ -61,13 +61,16 @@ def test_each_rule_trips_on_its_bad_sequence(rule: str) -> None:
     assert all(step >= first_bad for step in tripped[rule])
 
 
-@pytest.mark.parametrize(("rule", "loosened"), [
-    ("kl_high", {"kl_max": 0.1}),
-    ("grad_norm_high", {"grad_norm_max": 2.0}),
-    ("step_time_swing", {"step_time_swing": 5.0}),
-    ("val_gap", {"val_gap": 0.9}),
-    ("entropy_collapse", {"entropy_min": 0.01}),
-])
+@pytest.mark.parametrize(
+    ("rule", "loosened"),
+    [
+        ("kl_high", {"kl_max": 0.1}),
+        ("grad_norm_high", {"grad_norm_max": 2.0}),
+        ("step_time_swing", {"step_time_swing": 5.0}),
+        ("val_gap", {"val_gap": 0.9}),
+        ("entropy_collapse", {"entropy_min": 0.01}),
+    ],
+)
 def test_thresholds_are_configurable(rule: str, loosened: dict[str, float]) -> None:
     assert rule in run(CASES[rule]).summary().tripped
     assert rule not in run(CASES[rule], **loosened).summary().tripped

@@ -165,9 +165,12 @@ class _RemoteScope(Scope):
                 self.span = tracer.start_span(sc.WORKER_SPAN, context=parent_ctx, attributes=attrs)
                 self.ctx = trace.set_span_in_context(self.span, parent_ctx)
             if step is not None:
-                self.state = _context.StepState(step, bool(validate),
-                                                carrier.get("rl.trace_per") or _context.defaults.trace_per,
-                                                trace.get_current_span(parent_ctx))
+                self.state = _context.StepState(
+                    step,
+                    bool(validate),
+                    carrier.get("rl.trace_per") or _context.defaults.trace_per,
+                    trace.get_current_span(parent_ctx),
+                )
         except Exception:
             internal_error("traced_remote.begin")
 
@@ -249,8 +252,11 @@ def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_s
     insert_at = next((i for i, p in enumerate(params) if p.kind is inspect.Parameter.VAR_KEYWORD), len(params))
     new_sig = sig.replace(parameters=[*params[:insert_at], extra, *params[insert_at:]])
     # only a plain sync call may wait (briefly, while healthy): never block an event loop or a generator
-    wait_s = flush_timeout_s if not (inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn)
-                                     or inspect.isasyncgenfunction(fn)) else 0.0
+    wait_s = (
+        flush_timeout_s
+        if not (inspect.iscoroutinefunction(fn) or inspect.isgeneratorfunction(fn) or inspect.isasyncgenfunction(fn))
+        else 0.0
+    )
 
     def begin(kwargs: dict[str, Any]) -> _RemoteScope:
         scope = _RemoteScope(kwargs.pop(CARRIER_KEYWORD, None), worker_span, wait_s)

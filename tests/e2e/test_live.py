@@ -30,15 +30,21 @@ async def hang(event: asyncio.Event) -> None:
 
 def test_hung_tool_snapshot_is_in_jaeger_while_the_sample_runs_and_it_is_classified_hung(stack) -> None:
     service = f"e2e-live-{uuid.uuid4().hex[:6]}"
-    handle = oal.configure(service, endpoint=stack.otlp_grpc_endpoint, protocol="grpc", set_global=False,
-                           schedule_delay_s=0.05,
-                           watchdog=WatchdogSettings(interval_s=INTERVAL_S, thresholds_s={"tool:hang": HANG_S}))
+    handle = oal.configure(
+        service,
+        endpoint=stack.otlp_grpc_endpoint,
+        protocol="grpc",
+        set_global=False,
+        schedule_delay_s=0.05,
+        watchdog=WatchdogSettings(interval_s=INTERVAL_S, thresholds_s={"tool:hang": HANG_S}),
+    )
     client = JaegerClient(stack.jaeger_url)
     seen: dict[str, object] = {}
 
     async def main() -> oal.StepMetrics:
         release = asyncio.Event()
         with oal.step(1):
+
             async def one(i: int) -> None:
                 async with oal.sample(i):
                     await generate(0.01)
@@ -109,8 +115,10 @@ def _attrs(span: dict) -> dict:
     return out
 
 
-_LINE = re.compile(r'^(?P<name>[a-zA-Z_:][\w:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)(?: \S+)?'
-                   r'(?: # \{(?P<exemplar>[^}]*)\} (?P<exvalue>\S+).*)?$')
+_LINE = re.compile(
+    r"^(?P<name>[a-zA-Z_:][\w:]*)\{(?P<labels>[^}]*)\} (?P<value>\S+)(?: \S+)?"
+    r"(?: # \{(?P<exemplar>[^}]*)\} (?P<exvalue>\S+).*)?$"
+)
 
 
 def _scrape(url: str) -> list[dict]:
@@ -131,8 +139,9 @@ def _scrape(url: str) -> list[dict]:
 def test_collector_prometheus_shows_library_histograms_with_exemplars_found_in_jaeger(stack, monkeypatch) -> None:
     monkeypatch.setenv("OTEL_METRIC_EXPORT_INTERVAL", "500")
     service = f"e2e-metrics-{uuid.uuid4().hex[:6]}"
-    handle = oal.configure(service, endpoint=stack.otlp_grpc_endpoint, protocol="grpc", set_global=False,
-                           schedule_delay_s=0.05)
+    handle = oal.configure(
+        service, endpoint=stack.otlp_grpc_endpoint, protocol="grpc", set_global=False, schedule_delay_s=0.05
+    )
     cfg = SimConfig(prompts=4, rollout_n=2, time_scale=0.05, tool_prob=1.0, tool_fail_prob=0.0, max_turns=3)
 
     async def main() -> None:
@@ -148,8 +157,12 @@ def test_collector_prometheus_shows_library_histograms_with_exemplars_found_in_j
             rows = [r for r in _scrape(stack.prometheus_url) if r["labels"].get("job") == service]
             names = {r["name"] for r in rows}
             with_exemplars = [r for r in rows if r["exemplar"] and r["name"].endswith("_bucket")]
-            wanted = {"gen_ai_client_operation_duration_seconds_bucket", "gen_ai_execute_tool_duration_seconds_bucket",
-                      "rl_reward_duration_seconds_bucket", "rl_sample_duration_seconds_bucket"}
+            wanted = {
+                "gen_ai_client_operation_duration_seconds_bucket",
+                "gen_ai_execute_tool_duration_seconds_bucket",
+                "rl_reward_duration_seconds_bucket",
+                "rl_sample_duration_seconds_bucket",
+            }
             if wanted <= names and {r["name"] for r in with_exemplars} >= wanted:
                 break
             assert time.monotonic() < deadline, sorted(names)

@@ -53,22 +53,40 @@ def test_compose_and_native_stack_use_the_same_services_ports_and_configs() -> N
     assert set(re.findall(r" (v\d+\.\d+\.\d+)\n", manifest)) == {stack_mod.COLLECTOR_VERSION}
     # the defaults in the config files are the native stack's ports
     text = (ROOT / "collector" / "collector.yaml").read_text() + (ROOT / "collector" / "jaeger.yaml").read_text()
-    for var, key in (("OTELCOL_GRPC_PORT", "grpc"), ("OTELCOL_HTTP_PORT", "http"), ("JAEGER_QUERY_PORT", "query"),
-                     ("OTELCOL_PROMETHEUS_PORT", "prometheus"), ("JAEGER_OTLP_GRPC_PORT", "jaeger_otlp_grpc")):
+    for var, key in (
+        ("OTELCOL_GRPC_PORT", "grpc"),
+        ("OTELCOL_HTTP_PORT", "http"),
+        ("JAEGER_QUERY_PORT", "query"),
+        ("OTELCOL_PROMETHEUS_PORT", "prometheus"),
+        ("JAEGER_OTLP_GRPC_PORT", "jaeger_otlp_grpc"),
+    ):
         assert f"${{env:{var}:-{ports[key]}}}" in text, var
 
 
 def test_collector_config_is_validated_by_the_real_binary(stack, tmp_path) -> None:
     env = {**{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}, **stack_mod.config_env(stack.ports)}
     config = str(ROOT / "collector/collector.yaml")
-    good = subprocess.run([str(stack_mod.COLLECTOR_BIN), "validate", "--config", config],
-                          env=env, capture_output=True, text=True, timeout=60)
+    good = subprocess.run(
+        [str(stack_mod.COLLECTOR_BIN), "validate", "--config", config],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert good.returncode == 0, good.stderr
     broken = tmp_path / "broken.yaml"
-    broken.write_text((ROOT / "collector/collector.yaml").read_text().replace("exporters: [prometheus]",
-                                                                              "exporters: [prometheus, nope]"))
-    bad = subprocess.run([str(stack_mod.COLLECTOR_BIN), "validate", "--config", str(broken)], env=env,
-                         capture_output=True, text=True, timeout=60)
+    broken.write_text(
+        (ROOT / "collector/collector.yaml")
+        .read_text()
+        .replace("exporters: [prometheus]", "exporters: [prometheus, nope]")
+    )
+    bad = subprocess.run(
+        [str(stack_mod.COLLECTOR_BIN), "validate", "--config", str(broken)],
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert bad.returncode != 0 and "nope" in (bad.stderr + bad.stdout)
 
 
@@ -136,18 +154,36 @@ def test_every_sample_reaches_jaeger_with_its_structure_and_metrics(stack, proto
     assert rebuilt.slowest_trace_id == live.slowest_trace_id
 
     # the report command reads the same from Jaeger
-    out = subprocess.run([sys.executable, "-m", "otel_agentloop", "report", "--jaeger", stack.jaeger_url,
-                          "--service", service, "--step", "1", "--json"], capture_output=True, text=True,
-                         timeout=60, check=True).stdout
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_agentloop",
+            "report",
+            "--jaeger",
+            stack.jaeger_url,
+            "--service",
+            service,
+            "--step",
+            "1",
+            "--json",
+        ],
+        capture_output=True,
+        text=True,
+        timeout=60,
+        check=True,
+    ).stdout
     data = json.loads(out)
     assert data["slowest_trace_id"] == live.slowest_trace_id
     assert data["metrics"]["agent_loop/generate_sequences/max"] == pytest.approx(
-        live["agent_loop/generate_sequences/max"], abs=0.001)
+        live["agent_loop/generate_sequences/max"], abs=0.001
+    )
 
 
 def test_spanmetrics_histograms_have_phase_dimensions_and_no_sample_index(stack) -> None:
-    handle = oal.configure("e2e-spanmetrics", endpoint=stack.otlp_grpc_endpoint, set_global=False,
-                           schedule_delay_s=0.05)
+    handle = oal.configure(
+        "e2e-spanmetrics", endpoint=stack.otlp_grpc_endpoint, set_global=False, schedule_delay_s=0.05
+    )
     try:
         _run_step(handle, 1)
         assert handle.force_flush(10)
@@ -161,14 +197,19 @@ def test_spanmetrics_histograms_have_phase_dimensions_and_no_sample_index(stack)
         if 'service_name="e2e-spanmetrics"' in text and 'rl_phase="compute_score"' in text:
             break
         time.sleep(1)
-    buckets = [line for line in text.splitlines()
-               if line.startswith("traces_span_metrics_duration") and "_bucket{" in line
-               and 'service_name="e2e-spanmetrics"' in line]
+    buckets = [
+        line
+        for line in text.splitlines()
+        if line.startswith("traces_span_metrics_duration")
+        and "_bucket{" in line
+        and 'service_name="e2e-spanmetrics"' in line
+    ]
     assert buckets, text[:2000]
     phases = set(re.findall(r'rl_phase="([^"]+)"', "\n".join(buckets)))
     assert phases == set(sc.PHASES)
     assert any('gen_ai_tool_name="search"' in line for line in buckets) or any(
-        'gen_ai_tool_name="calculator"' in line or 'gen_ai_tool_name="python"' in line for line in buckets)
+        'gen_ai_tool_name="calculator"' in line or 'gen_ai_tool_name="python"' in line for line in buckets
+    )
     assert not re.search(r"sample_index|rollout_n|trace_id", text)
     assert any('le="600000"' in line or 'le="600"' in line for line in buckets)  # buckets reach 10 minutes
 
@@ -176,8 +217,9 @@ def test_spanmetrics_histograms_have_phase_dimensions_and_no_sample_index(stack)
 def test_collector_stopped_and_restarted_mid_run(stack) -> None:
     service = f"e2e-restart-{uuid.uuid4().hex[:6]}"
     start = datetime.now(timezone.utc) - timedelta(seconds=5)
-    handle = oal.configure(service, endpoint=stack.otlp_grpc_endpoint, set_global=False, schedule_delay_s=0.05,
-                           export_timeout_s=2)
+    handle = oal.configure(
+        service, endpoint=stack.otlp_grpc_endpoint, set_global=False, schedule_delay_s=0.05, export_timeout_s=2
+    )
     try:
         _run_step(handle, 1)
         assert handle.force_flush(10)
@@ -218,9 +260,13 @@ def test_a_missing_go_toolchain_fails_with_a_message_that_says_so(monkeypatch, t
     monkeypatch.setenv("PATH", "/nonexistent")
     with pytest.raises(stack_mod.StackError, match="the Go toolchain is not installed"):
         stack_mod.build(verbose=False)
-    out = subprocess.run([sys.executable, str(ROOT / "scripts" / "stack.py"), "build"],
-                         env={"PATH": "/nonexistent", "OTEL_AGENTLOOP_CACHE": str(tmp_path / "empty-cache")},
-                         capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [sys.executable, str(ROOT / "scripts" / "stack.py"), "build"],
+        env={"PATH": "/nonexistent", "OTEL_AGENTLOOP_CACHE": str(tmp_path / "empty-cache")},
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 1 and "Go toolchain is not installed" in out.stderr
     # Cached binaries need no Go: a machine that has them can start the stack without a toolchain.
     jaeger.parent.mkdir(parents=True)

@@ -24,19 +24,69 @@ def test_page_from_jaeger_links_to_its_traces(stack, browser, tmp_path) -> None:
     service = f"timeline-{uuid.uuid4().hex[:6]}"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     start = datetime.now(timezone.utc) - timedelta(seconds=5)
-    subprocess.run([sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "0", "--steps", "1",
-                    "--prompts", "3", "--rollout-n", "3", "--time-scale", "0.05", "--val-every", "0", "--quiet",
-                    "--json", "--endpoint", stack.otlp_grpc_endpoint, "--service-name", service],
-                   cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True)
+    subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_agentloop",
+            "simulate",
+            "--workers",
+            "0",
+            "--steps",
+            "1",
+            "--prompts",
+            "3",
+            "--rollout-n",
+            "3",
+            "--time-scale",
+            "0.05",
+            "--val-every",
+            "0",
+            "--quiet",
+            "--json",
+            "--endpoint",
+            stack.otlp_grpc_endpoint,
+            "--service-name",
+            service,
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    )
     client = JaegerClient(stack.jaeger_url)
     end = datetime.now(timezone.utc) + timedelta(minutes=1)
-    client.wait_for(lambda: client.find_traces(service, start, end),
-                    lambda rs: sum(r.name == sc.SAMPLE_SPAN for r in decode_resource_spans(rs)) == 9, 60)
+    client.wait_for(
+        lambda: client.find_traces(service, start, end),
+        lambda rs: sum(r.name == sc.SAMPLE_SPAN for r in decode_resource_spans(rs)) == 9,
+        60,
+    )
 
     page = tmp_path / "jaeger.html"
-    out = subprocess.run([sys.executable, "-m", "otel_agentloop", "report", "--jaeger", stack.jaeger_url,
-                          "--service", service, "--step", "1", "--json", "--html", str(page)], cwd=tmp_path,
-                         env=env, capture_output=True, text=True, timeout=60)
+    out = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "otel_agentloop",
+            "report",
+            "--jaeger",
+            stack.jaeger_url,
+            "--service",
+            service,
+            "--step",
+            "1",
+            "--json",
+            "--html",
+            str(page),
+        ],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
     assert out.returncode == 0, out.stderr
     slowest = json.loads(out.stdout)["slowest_trace_id"]
     _open(browser, page)

@@ -74,10 +74,15 @@ def prompt_batches(prompts: int, count: int, first: int = 0) -> list[dict[str, A
         raw = np.empty(prompts, dtype=object)
         for i in range(prompts):
             raw[i] = [{"role": "user", "content": f"What is {first + b * prompts + i} + 1? Use the tools."}]
-        out.append({"raw_prompt": raw, "index": np.zeros(prompts, dtype=object),
-                    "agent_name": np.array(["tool_agent"] * prompts, dtype=object),
-                    "data_source": np.array(["sim"] * prompts, dtype=object),
-                    "reward_model": np.array([{"ground_truth": "1"}] * prompts, dtype=object)})
+        out.append(
+            {
+                "raw_prompt": raw,
+                "index": np.zeros(prompts, dtype=object),
+                "agent_name": np.array(["tool_agent"] * prompts, dtype=object),
+                "data_source": np.array(["sim"] * prompts, dtype=object),
+                "reward_model": np.array([{"ground_truth": "1"}] * prompts, dtype=object),
+            }
+        )
     return out
 
 
@@ -88,8 +93,9 @@ def make_trainer(mode: str, actor: Any, *, prompts: int, n: int, steps: int, tes
 
     base = get_trainer_cls(mode)
 
-    def _balance_batch(self: Any, batch: Any, metrics: Any, logging_prefix: str = "global_seqlen",
-                       keep_minibatch: bool = False) -> Any:
+    def _balance_batch(
+        self: Any, batch: Any, metrics: Any, logging_prefix: str = "global_seqlen", keep_minibatch: bool = False
+    ) -> Any:
         return batch
 
     def _compute_old_log_prob(self: Any, batch: Any, metrics: Any) -> Any:
@@ -98,25 +104,33 @@ def make_trainer(mode: str, actor: Any, *, prompts: int, n: int, steps: int, tes
     def _compute_advantage(self: Any, batch: Any, metrics: Any) -> Any:
         data = tq.kv_batch_get(keys=batch.keys, partition_id=batch.partition_id, select_fields=["response_mask"])
         masks = [m.float() for m in data["response_mask"].unbind(0)]
-        fields = {"advantages": torch.nested.as_nested_tensor([torch.zeros_like(m) for m in masks],
-                                                              layout=torch.jagged),
-                  "returns": torch.nested.as_nested_tensor([torch.zeros_like(m) for m in masks],
-                                                           layout=torch.jagged)}
+        fields = {
+            "advantages": torch.nested.as_nested_tensor([torch.zeros_like(m) for m in masks], layout=torch.jagged),
+            "returns": torch.nested.as_nested_tensor([torch.zeros_like(m) for m in masks], layout=torch.jagged),
+        }
         from tensordict import TensorDict
 
-        tq.kv_batch_put(keys=batch.keys, partition_id=batch.partition_id,
-                        fields=TensorDict(fields, batch_size=[len(masks)]))
+        tq.kv_batch_put(
+            keys=batch.keys, partition_id=batch.partition_id, fields=TensorDict(fields, batch_size=[len(masks)])
+        )
         return batch
 
     def _update_actor(self: Any, batch: Any, metrics: Any) -> Any:
         metrics["actor/pg_loss"] = 0.0
         return batch
 
-    stub = type(f"Stubbed{base.__name__}", (base,), {
-        "_balance_batch": _balance_batch, "_compute_old_log_prob": _compute_old_log_prob,
-        "_compute_advantage": _compute_advantage, "_update_actor": _update_actor,
-        "_save_checkpoint": lambda self: None, "_load_checkpoint": lambda self: None,
-    })
+    stub = type(
+        f"Stubbed{base.__name__}",
+        (base,),
+        {
+            "_balance_batch": _balance_batch,
+            "_compute_old_log_prob": _compute_old_log_prob,
+            "_compute_advantage": _compute_advantage,
+            "_update_actor": _update_actor,
+            "_save_checkpoint": lambda self: None,
+            "_load_checkpoint": lambda self: None,
+        },
+    )
     cfg = make_config(mode, prompts=prompts, n=n, steps=steps, test_freq=test_freq)
     trainer = stub.__new__(stub)
     trainer.config = cfg
@@ -130,7 +144,8 @@ def make_trainer(mode: str, actor: Any, *, prompts: int, n: int, steps: int, tes
     from verl.trainer.ppo.metric_utils import RolloutMoELoadBalanceMetricsAccumulator
 
     trainer._rollout_moe_lb_metrics_accumulator = RolloutMoELoadBalanceMetricsAccumulator(
-        model_config=cfg.actor_rollout_ref.model)
+        model_config=cfg.actor_rollout_ref.model
+    )
     trainer.replay_buffer = trainer._build_replay_buffer()
     trainer.global_steps = 0
     trainer.total_training_steps = steps

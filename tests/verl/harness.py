@@ -29,7 +29,7 @@ CHAT_TEMPLATE = (
     "{%- if loop.last or messages[loop.index0 + 1].role != 'tool' %}<|im_end|>\n{% endif %}"
     "{%- elif m.role == 'assistant' %}<|im_start|>assistant\n{% if m.content %}{{ m.content }}{% endif %}"
     "{%- if m.tool_calls %}{% for tc in m.tool_calls %}"
-    "\n<tool_call>\n{\"name\": \"{{ tc.function.name }}\", \"arguments\": "
+    '\n<tool_call>\n{"name": "{{ tc.function.name }}", "arguments": '
     "{{ (tc.function.arguments | tojson) if tc.function.arguments is mapping else tc.function.arguments }}}"
     "\n</tool_call>{% endfor %}{% endif %}<|im_end|>\n"
     "{%- else %}<|im_start|>{{ m.role }}\n{{ m.content }}<|im_end|>\n"
@@ -42,12 +42,14 @@ CHAT_TEMPLATE = (
 def build_tokenizer() -> Any:
     from tokenizers import Tokenizer, decoders, models, pre_tokenizers
     from transformers import PreTrainedTokenizerFast
+
     vocab = {ch: i for i, ch in enumerate(pre_tokenizers.ByteLevel.alphabet())}
     tok = Tokenizer(models.BPE(vocab=vocab, merges=[]))
     tok.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False)
     tok.decoder = decoders.ByteLevel()
-    fast = PreTrainedTokenizerFast(tokenizer_object=tok, eos_token=IM_END, pad_token=PAD,
-                                   additional_special_tokens=[IM_START])
+    fast = PreTrainedTokenizerFast(
+        tokenizer_object=tok, eos_token=IM_END, pad_token=PAD, additional_special_tokens=[IM_START]
+    )
     fast.chat_template = CHAT_TEMPLATE
     return fast
 
@@ -81,8 +83,7 @@ class FakeServer:
         self.turns: dict[str, int] = {}
         self.version = 0  # the weight version (trainer step) it serves, reported like verl's servers do
 
-        async def generate(request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any],
-                           **_: Any) -> Any:
+        async def generate(request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any) -> Any:
             from verl.workers.rollout.replica import TokenOutput
 
             sample = _sample_of(request_id, self.tokenizer.decode(prompt_ids))
@@ -94,12 +95,17 @@ class FakeServer:
                 if sample % 2 == 0:
                     calls.append(("lookup", {"key": f"k{sample}"}))  # two parallel calls
                 text = "Let me use tools." + "".join(
-                    f'\n<tool_call>\n{{"name": "{n}", "arguments": {json.dumps(a)}}}\n</tool_call>' for n, a in calls)
+                    f'\n<tool_call>\n{{"name": "{n}", "arguments": {json.dumps(a)}}}\n</tool_call>' for n, a in calls
+                )
             else:
                 text = f"The answer is {sample + 1}."
             ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
-            return TokenOutput(token_ids=ids, stop_reason="completed", num_preempted=self.preempted(sample, turn),
-                               extra_fields={"global_steps": self.version})
+            return TokenOutput(
+                token_ids=ids,
+                stop_reason="completed",
+                num_preempted=self.preempted(sample, turn),
+                extra_fields={"global_steps": self.version},
+            )
 
         self.generate = _Remote(generate)
 
@@ -126,6 +132,7 @@ def make_tools(tool_delay: Callable[[str, int], float]) -> list[Any]:
     from verl.tools.function_tool import FUNCTION_TOOL_REGISTRY, function_tool
 
     if "add" not in FUNCTION_TOOL_REGISTRY:
+
         @function_tool("add")
         async def add(a: int, b: int) -> str:
             """Add two integers.
@@ -163,22 +170,46 @@ class FakeRewardWorker:
 
 
 def make_config(full_determinism: bool = True, n: int = 1) -> Any:
-    return OmegaConf.create({
-        "actor_rollout_ref": {"rollout": {
-            "name": "vllm", "prompt_length": 2048, "response_length": 1024, "full_determinism": full_determinism,
-            "n": n,
-            "temperature": 1.0, "top_p": 1.0, "top_k": -1, "calculate_log_probs": False,
-            "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0.0, "n": 1},
-            "agent": {"default_agent_loop": "tool_agent"},
-            "multi_turn": {"format": "hermes", "max_user_turns": 4, "max_assistant_turns": 4, "max_parallel_calls": 4,
-                           "max_tool_response_length": 256, "tool_response_truncate_side": "middle"},
-        }},
-        "data": {"apply_chat_template_kwargs": {}, "mm_processor_kwargs": {}},
-    })
+    return OmegaConf.create(
+        {
+            "actor_rollout_ref": {
+                "rollout": {
+                    "name": "vllm",
+                    "prompt_length": 2048,
+                    "response_length": 1024,
+                    "full_determinism": full_determinism,
+                    "n": n,
+                    "temperature": 1.0,
+                    "top_p": 1.0,
+                    "top_k": -1,
+                    "calculate_log_probs": False,
+                    "val_kwargs": {"top_p": 1.0, "top_k": -1, "temperature": 0.0, "n": 1},
+                    "agent": {"default_agent_loop": "tool_agent"},
+                    "multi_turn": {
+                        "format": "hermes",
+                        "max_user_turns": 4,
+                        "max_assistant_turns": 4,
+                        "max_parallel_calls": 4,
+                        "max_tool_response_length": 256,
+                        "tool_response_truncate_side": "middle",
+                    },
+                }
+            },
+            "data": {"apply_chat_template_kwargs": {}, "mm_processor_kwargs": {}},
+        }
+    )
 
 
-def make_worker(tokenizer: Any, server: FakeServer, tools: list[Any], reward: FakeRewardWorker, *,
-                worker: Any = None, config: Any = None, client_cls: Any = None) -> Any:
+def make_worker(
+    tokenizer: Any,
+    server: FakeServer,
+    tools: list[Any],
+    reward: FakeRewardWorker,
+    *,
+    worker: Any = None,
+    config: Any = None,
+    client_cls: Any = None,
+) -> Any:
     """An AgentLoopWorker built without __init__ (which would start model and dataset machinery); or, given
     ``worker`` (e.g. a real actor's ``self``), its fields set the same way."""
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -209,8 +240,13 @@ def make_batch(n: int, step: int, validate: bool = False) -> Any:
     for i in range(n):
         prompts[i] = [{"role": "user", "content": f"What is {i} + 1? Use the tools."}]
     return DataProto.from_dict(
-        non_tensors={"raw_prompt": prompts, "index": np.arange(n) // 2, "agent_name": np.array(["tool_agent"] * n),
-                     "priority": np.arange(n, dtype=np.int64), "data_source": np.array(["sim"] * n)},
+        non_tensors={
+            "raw_prompt": prompts,
+            "index": np.arange(n) // 2,
+            "agent_name": np.array(["tool_agent"] * n),
+            "priority": np.arange(n, dtype=np.int64),
+            "data_source": np.array(["sim"] * n),
+        },
         meta_info={"global_steps": step, "validate": validate},
     )
 
@@ -229,9 +265,15 @@ def setup_actor(worker: Any, *, v1: bool, n: int = 1, fully_async: bool = False)
     place of its model machinery. Run inside the actor (``actor.__ray_call__.remote(setup_actor, ...)``)."""
     tok = build_tokenizer()
     server = FakeServer(tok, default_gen_delay, lambda i, k: (i % 3) if k == 0 else None)
-    make_worker(tok, server, make_tools(default_tool_delay), FakeRewardWorker(lambda i: 0.01 + 0.004 * i),
-                worker=worker, config=make_config(full_determinism=not (v1 or fully_async), n=n),
-                client_cls=_fully_async_client() if fully_async else None)
+    make_worker(
+        tok,
+        server,
+        make_tools(default_tool_delay),
+        FakeRewardWorker(lambda i: 0.01 + 0.004 * i),
+        worker=worker,
+        config=make_config(full_determinism=not (v1 or fully_async), n=n),
+        client_cls=_fully_async_client() if fully_async else None,
+    )
     worker.harness_server = server
     if v1:
         import transfer_queue as tq
@@ -261,11 +303,15 @@ def make_v1_batch(n: int, step: int, validate: bool = False, first: int = 0) -> 
     prompts = np.empty(n, dtype=object)
     for i in range(n):
         prompts[i] = [{"role": "user", "content": f"What is {first + i} + 1? Use the tools."}]
-    batch = tu.get_tensordict({
-        "raw_prompt": prompts, "uid": np.array([str(uuid.uuid4()) for _ in range(n)], dtype=object),
-        "index": np.zeros(n, dtype=object), "agent_name": np.array(["tool_agent"] * n, dtype=object),
-        "data_source": np.array(["sim"] * n, dtype=object),
-    })
+    batch = tu.get_tensordict(
+        {
+            "raw_prompt": prompts,
+            "uid": np.array([str(uuid.uuid4()) for _ in range(n)], dtype=object),
+            "index": np.zeros(n, dtype=object),
+            "agent_name": np.array(["tool_agent"] * n, dtype=object),
+            "data_source": np.array(["sim"] * n, dtype=object),
+        }
+    )
     tu.assign_non_tensor_data(batch, "global_steps", step)
     if validate:
         tu.assign_non_tensor_data(batch, "validate", True)

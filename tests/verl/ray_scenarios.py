@@ -38,8 +38,12 @@ def cluster(setup_hook: str | None) -> Iterator[tuple[Any, Receiver]]:
     receiver = Receiver()
     server, endpoint = start_grpc(receiver)
     handle = oal.configure("verl-ray-test", endpoint=endpoint, protocol="grpc", schedule_delay_s=0.05)
-    base: dict[str, Any] = {"env_vars": {"PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "verl"), str(ROOT)]),
-                                         "OTEL_BSP_SCHEDULE_DELAY": "50"}}
+    base: dict[str, Any] = {
+        "env_vars": {
+            "PYTHONPATH": os.pathsep.join([str(ROOT / "tests" / "verl"), str(ROOT)]),
+            "OTEL_BSP_SCHEDULE_DELAY": "50",
+        }
+    }
     env = oal_ray.runtime_env(handle, base=base)
     if setup_hook is not None:
         env["worker_process_setup_hook"] = setup_hook
@@ -80,8 +84,10 @@ def legacy_actor(fully_async: bool = False) -> Any:
     actor_cls = ray.remote(AgentLoopWorker)
     with light_init(actor_cls.__ray_metadata__.modified_class):
         actor = actor_cls.options(num_cpus=0).remote(None, None)  # (config, llm_client): ignored
-    ray.get(actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=False, n=N_SESSIONS,
-                                                                 fully_async=fully_async)), timeout=120)
+    ray.get(
+        actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=False, n=N_SESSIONS, fully_async=fully_async)),
+        timeout=120,
+    )
     return actor
 
 
@@ -114,8 +120,11 @@ def run_v1(actor: Any, step: int, validate: bool = False) -> tuple[list[str], li
     partition = "val" if validate else "train"
     batch = h.make_v1_batch(N_PROMPTS, step, validate=validate)
     uids = [str(u) for u in batch["uid"]]
-    tq.kv_batch_put(keys=uids, partition_id=partition,
-                    tags=[{"is_prompt": True, "status": "pending", "global_steps": step} for _ in uids])
+    tq.kv_batch_put(
+        keys=uids,
+        partition_id=partition,
+        tags=[{"is_prompt": True, "status": "pending", "global_steps": step} for _ in uids],
+    )
     manager = AgentLoopManagerTQ.__new__(AgentLoopManagerTQ)
     manager.agent_loop_workers = [actor]
     manager.generate_sequences(batch)
@@ -139,8 +148,11 @@ def _count_ours(fn: Any) -> int:
     n = 0
     while fn is not None:
         code = getattr(fn, "__code__", None)
-        n += code is not None and code.co_name in ("async_wrapper", "sync_wrapper") and \
-            code.co_filename == _patching.__file__
+        n += (
+            code is not None
+            and code.co_name in ("async_wrapper", "sync_wrapper")
+            and code.co_filename == _patching.__file__
+        )
         fn = getattr(fn, "__wrapped__", None)
     return n
 
@@ -148,8 +160,11 @@ def _count_ours(fn: Any) -> int:
 def chain_counts(self: Any) -> dict[str, int]:
     """Run inside an actor: our wrappers on the path of each patched method of its class."""
     cls = type(self)
-    return {name: _count_ours(getattr(cls, name)) for name in ("_run_agent_loop", "_compute_score", "_run_prompt")
-            if hasattr(cls, name)}
+    return {
+        name: _count_ours(getattr(cls, name))
+        for name in ("_run_agent_loop", "_compute_score", "_run_prompt")
+        if hasattr(cls, name)
+    }
 
 
 def children(records: list[Any]) -> dict[int, list[Any]]:

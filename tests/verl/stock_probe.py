@@ -27,5 +27,4 @@ class ProbeTaskRunner:
             raise RuntimeError(f"patched methods wrapped {counts} times")
         rs.run_v1(actor, step=21)
         current_handle().force_flush(5)
-        ray.get(actor.__ray_call__.remote(lambda self: __import__("otel_agentloop").integrations.ray
-                                          ._flush(5.0)))
+        ray.get(actor.__ray_call__.remote(lambda self: __import__("otel_agentloop").integrations.ray._flush(5.0)))

@@ -34,14 +34,16 @@ def test_opentelemetry_instrument_finds_and_applies_it(tmp_path: Path) -> None:
     cli = Path(sys.executable).with_name("opentelemetry-instrument")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env.update(OTEL_TRACES_EXPORTER="none", OTEL_METRICS_EXPORTER="none", OTEL_LOGS_EXPORTER="none")
-    out = subprocess.run([str(cli), sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                         timeout=240, cwd=tmp_path)
+    out = subprocess.run(
+        [str(cli), sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
     assert out.returncode == 0, out.stderr[-3000:]
     assert "instrumented True True" in out.stdout, (out.stdout, out.stderr[-3000:])
     # and the standard switch turns it off
     env["OTEL_PYTHON_DISABLED_INSTRUMENTATIONS"] = "verl"
-    out = subprocess.run([str(cli), sys.executable, "-c", PROBE], env=env, capture_output=True, text=True,
-                         timeout=240, cwd=tmp_path)
+    out = subprocess.run(
+        [str(cli), sys.executable, "-c", PROBE], env=env, capture_output=True, text=True, timeout=240, cwd=tmp_path
+    )
     assert "instrumented False False" in out.stdout, (out.stdout, out.stderr[-3000:])
 
 

@@ -69,8 +69,12 @@ def test_fully_async_rows_reach_the_trainer_and_processing_time_from_spans(fa_cl
     manager = FullyAsyncAgentLoopManager.__new__(FullyAsyncAgentLoopManager)
     manager.agent_loop_workers = [actor]
     rollouter = _Rollouter(manager)
-    config = OmegaConf.create({"actor_rollout_ref": {"rollout": {"n": rs.N_SESSIONS, "multi_turn": {"enable": True}}},
-                               "trainer": {"balance_batch": False}})
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"rollout": {"n": rs.N_SESSIONS, "multi_turn": {"enable": True}}},
+            "trainer": {"balance_batch": False},
+        }
+    )
     process = FullyAsyncRollouter.__ray_metadata__.modified_class._process_single_sample_streaming
 
     async def feed() -> None:
@@ -78,11 +82,20 @@ def test_fully_async_rows_reach_the_trainer_and_processing_time_from_spans(fa_cl
         for i in range(PROMPTS):
             raw = np.empty(1, dtype=object)
             raw[0] = [{"role": "user", "content": f"What is {i} + 1? Use the tools."}]
-            batch_dict = {"raw_prompt": raw, "index": np.zeros(1, dtype=object),  # dataset index: not unique
-                          "agent_name": np.array(["tool_agent"], dtype=object),
-                          "data_source": np.array(["sim"], dtype=object)}
-            samples.append(RolloutSample(full_batch=prepare_single_generation_data(batch_dict, config),
-                                         sample_id=f"sample_0_{i}", epoch=0, rollout_status={}))
+            batch_dict = {
+                "raw_prompt": raw,
+                "index": np.zeros(1, dtype=object),  # dataset index: not unique
+                "agent_name": np.array(["tool_agent"], dtype=object),
+                "data_source": np.array(["sim"], dtype=object),
+            }
+            samples.append(
+                RolloutSample(
+                    full_batch=prepare_single_generation_data(batch_dict, config),
+                    sample_id=f"sample_0_{i}",
+                    epoch=0,
+                    rollout_status={},
+                )
+            )
         await asyncio.gather(*(process(rollouter, s) for s in samples))  # in flight together, like the rollouter
 
     asyncio.run(feed())
@@ -96,8 +109,13 @@ def test_fully_async_rows_reach_the_trainer_and_processing_time_from_spans(fa_cl
         verls = meta[f"fully_async/processing_time/{stat}"]
         assert abs(ours - verls) <= 0.002, (stat, ours, verls)
     assert meta["fully_async/agent_loop/num_samples"] == n
-    for key in ("generate_sequences/max", "tool_calls/mean", "compute_score/p90", "slowest/generate_sequences",
-                "group/completion_time/max"):
+    for key in (
+        "generate_sequences/max",
+        "tool_calls/mean",
+        "compute_score/p90",
+        "slowest/generate_sequences",
+        "group/completion_time/max",
+    ):
         assert f"fully_async/agent_loop/{key}" in meta, key
     assert abs(meta["fully_async/agent_loop/tool_calls/max"] - meta["timing_s/agent_loop/tool_calls/max"]) <= 0.002
     # spans: the real step (the rollouter's param-sync step, was -1), one sample span per trajectory

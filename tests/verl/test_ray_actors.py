@@ -34,22 +34,31 @@ def test_legacy_actor_created_by_an_instrumented_driver(instrumented_cluster) ->
     # the worker's per-sample table came back from the actor: its generate_sequences was ours
     assert timing["agent_loop/num_samples"] == rs.N_LEGACY and "agent_loop/generate_sequences/p90" in timing
     assert ray.get(actor.__ray_call__.remote(rs.chain_counts)) == {"_run_agent_loop": 1, "_compute_score": 1}
-    assert rs.wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 5
-                                   for r in receiver.records) == rs.N_LEGACY)
+    assert rs.wait_for(
+        lambda: (
+            sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 5 for r in receiver.records) == rs.N_LEGACY
+        )
+    )
     records = list(receiver.records)
     samples = [r for r in records if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 5]
-    assert sorted((s.attributes[sc.RL_SAMPLE_INDEX], s.attributes[sc.RL_ROLLOUT_N]) for s in samples) == \
-        [(0, 0), (0, 1), (1, 0), (1, 1)]
-    assert rs.wait_for(lambda: all(len(rs.descendants(rs.children(list(receiver.records)), s.span_id)) >= 2
-                                   for s in samples), timeout=20), \
-        [(s.attributes, len(rs.descendants(rs.children(list(receiver.records)), s.span_id))) for s in samples]
+    assert sorted((s.attributes[sc.RL_SAMPLE_INDEX], s.attributes[sc.RL_ROLLOUT_N]) for s in samples) == [
+        (0, 0),
+        (0, 1),
+        (1, 0),
+        (1, 1),
+    ]
+    assert rs.wait_for(
+        lambda: all(len(rs.descendants(rs.children(list(receiver.records)), s.span_id)) >= 2 for s in samples),
+        timeout=20,
+    ), [(s.attributes, len(rs.descendants(rs.children(list(receiver.records)), s.span_id))) for s in samples]
     records = list(receiver.records)
     for s in samples:  # harness: sample i = its priority; i % 3 == 2 answers at once, the others call tools
         i = s.attributes[sc.RL_SAMPLE_INDEX] * 2 + s.attributes[sc.RL_ROLLOUT_N]
         rs.check_sample_tree(records, s, expect_tools=i % 3 != 2)
         assert s.attributes[sc.RL_PROMPT_LENGTH] > 0 and s.attributes[sc.RL_RESPONSE_LENGTH] > 0
-    assert rs.wait_for(lambda: any(r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5
-                                   for r in receiver.records), timeout=20)
+    assert rs.wait_for(
+        lambda: any(r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5 for r in receiver.records), timeout=20
+    )
     (step_span,) = [r for r in receiver.records if r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5]
     assert all(step_span.span_id in [sid for _, sid in s.links] for s in samples)
 
@@ -60,20 +69,28 @@ def test_v1_actor_created_by_an_instrumented_process(instrumented_cluster) -> No
 
     _handle, receiver = instrumented_cluster
     actor = rs.v1_actor()
-    assert ray.get(actor.__ray_call__.remote(rs.chain_counts)) == \
-        {"_run_agent_loop": 1, "_compute_score": 1, "_run_prompt": 1}
+    assert ray.get(actor.__ray_call__.remote(rs.chain_counts)) == {
+        "_run_agent_loop": 1,
+        "_compute_score": 1,
+        "_run_prompt": 1,
+    }
     uids, keys = rs.run_v1(actor, step=7)
     n = rs.N_PROMPTS * rs.N_SESSIONS
-    assert rs.wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 7
-                                   for r in receiver.records) == n)
-    assert rs.wait_for(lambda: sum(r.name == sc.GROUP_SPAN and r.attributes.get(sc.RL_STEP) == 7
-                                   for r in receiver.records) == rs.N_PROMPTS)
+    assert rs.wait_for(
+        lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 7 for r in receiver.records) == n
+    )
+    assert rs.wait_for(
+        lambda: (
+            sum(r.name == sc.GROUP_SPAN and r.attributes.get(sc.RL_STEP) == 7 for r in receiver.records) == rs.N_PROMPTS
+        )
+    )
     records = list(receiver.records)
     samples = [r for r in records if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 7]
     groups = {r.attributes[sc.RL_SAMPLE_UID]: r for r in records if r.name == sc.GROUP_SPAN}
     # identity: uid + session; index = the prompt's position in the dispatch batch (dataset index is 0 for all)
-    assert sorted((s.attributes[sc.RL_SAMPLE_UID], s.attributes[sc.RL_ROLLOUT_N]) for s in samples) == \
-        sorted((u, i) for u in uids for i in range(rs.N_SESSIONS))
+    assert sorted((s.attributes[sc.RL_SAMPLE_UID], s.attributes[sc.RL_ROLLOUT_N]) for s in samples) == sorted(
+        (u, i) for u in uids for i in range(rs.N_SESSIONS)
+    )
     for s in samples:
         uid = s.attributes[sc.RL_SAMPLE_UID]
         assert s.attributes[sc.RL_SAMPLE_INDEX] == uids.index(uid)
@@ -83,8 +100,10 @@ def test_v1_actor_created_by_an_instrumented_process(instrumented_cluster) -> No
         assert s.attributes[sc.RL_REWARD_SCORE] == 0.0 and sc.RL_NUM_PREEMPTED in s.attributes
     for g in groups.values():
         assert g.attributes[sc.RL_GROUP_SIZE] == rs.N_SESSIONS and g.links  # linked to the dispatching step
-    assert rs.wait_for(lambda: all(len(rs.descendants(rs.children(list(receiver.records)), s.span_id)) >= 2
-                                   for s in samples), timeout=20)
+    assert rs.wait_for(
+        lambda: all(len(rs.descendants(rs.children(list(receiver.records)), s.span_id)) >= 2 for s in samples),
+        timeout=20,
+    )
     records = list(receiver.records)
     for s in samples:  # the prompt at position i asks "What is i + 1?": i % 3 == 2 answers without tools
         rs.check_sample_tree(records, s, expect_tools=s.attributes[sc.RL_SAMPLE_INDEX] % 3 != 2)

@@ -33,20 +33,27 @@ def test_legacy_and_v1_actors_traced_through_the_setup_hook(hooked_cluster) -> N
         return [r for r in receiver.records if r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == step]
 
     assert rs.wait_for(lambda: len(samples(11)) == rs.N_LEGACY and len(samples(12)) == n_v1)
-    assert rs.wait_for(lambda: all(len(rs.descendants(rs.children(list(receiver.records)), s.span_id)) >= 2
-                                   for s in samples(11) + samples(12)), timeout=20)
+    assert rs.wait_for(
+        lambda: all(
+            len(rs.descendants(rs.children(list(receiver.records)), s.span_id)) >= 2 for s in samples(11) + samples(12)
+        ),
+        timeout=20,
+    )
     records = list(receiver.records)
     for s in samples(11):
         i = s.attributes[sc.RL_SAMPLE_INDEX] * 2 + s.attributes[sc.RL_ROLLOUT_N]
         rs.check_sample_tree(records, s, expect_tools=i % 3 != 2)
     # without the creator's patches there is no carrier (and no position): the index is the order the worker
     # received the prompts in; uid + session identify each trajectory, and the row still reaches TransferQueue
-    assert sorted((s.attributes[sc.RL_SAMPLE_UID], s.attributes[sc.RL_ROLLOUT_N]) for s in samples(12)) == \
-        sorted((u, i) for u in uids for i in range(rs.N_SESSIONS))
+    assert sorted((s.attributes[sc.RL_SAMPLE_UID], s.attributes[sc.RL_ROLLOUT_N]) for s in samples(12)) == sorted(
+        (u, i) for u in uids for i in range(rs.N_SESSIONS)
+    )
     assert sorted({s.attributes[sc.RL_SAMPLE_INDEX] for s in samples(12)}) == list(range(rs.N_PROMPTS))
     for s in samples(12):
-        assert s.attributes.get(sc.RL_PROMPT_LENGTH, 0) > 0 and s.attributes[sc.RL_REWARD_SCORE] == 0.0, \
-            (s.attributes, s.resource)
+        assert s.attributes.get(sc.RL_PROMPT_LENGTH, 0) > 0 and s.attributes[sc.RL_REWARD_SCORE] == 0.0, (
+            s.attributes,
+            s.resource,
+        )
     listed = tq.kv_list(partition_id="train")["train"]
     assert all(listed[k]["otel_agentloop.generate_sequences"] > 0 for k in keys)
     tq.kv_clear(keys=keys + uids, partition_id="train")

@@ -32,8 +32,9 @@ def test_stock_run_ppo_with_the_setup_hook_override(monkeypatch) -> None:
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "grpc")
     monkeypatch.setenv("OTEL_SERVICE_NAME", "verl-stock")
     monkeypatch.setenv("OTEL_BSP_SCHEDULE_DELAY", "50")
-    monkeypatch.setenv("PYTHONPATH", os.pathsep.join([str(rs.ROOT / "tests" / "verl"), str(rs.ROOT),
-                                                      os.environ.get("PYTHONPATH", "")]))
+    monkeypatch.setenv(
+        "PYTHONPATH", os.pathsep.join([str(rs.ROOT / "tests" / "verl"), str(rs.ROOT), os.environ.get("PYTHONPATH", "")])
+    )
     config_dir = str(Path(verl.__file__).parent / "trainer" / "config")
     with initialize_config_dir(config_dir=config_dir, version_base=None):
         config = compose("ppo_trainer", overrides=[HOOK, "ray_kwargs.ray_init.num_cpus=2"])
@@ -41,8 +42,9 @@ def test_stock_run_ppo_with_the_setup_hook_override(monkeypatch) -> None:
     try:
         run_ppo(config, task_runner_class=ProbeTaskRunner)
         n = rs.N_PROMPTS * rs.N_SESSIONS
-        assert rs.wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 21
-                                       for r in receiver.records) == n)
+        assert rs.wait_for(
+            lambda: sum(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_STEP) == 21 for r in receiver.records) == n
+        )
         assert rs.wait_for(lambda: sum(r.name == sc.GROUP_SPAN for r in receiver.records) == rs.N_PROMPTS)
         samples = [r for r in receiver.records if r.name == sc.SAMPLE_SPAN]
         assert all(r.resource.get("service.name") == "verl-stock" for r in samples)

@@ -15,10 +15,14 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.integrations import verl as oal_verl
 
 PROMPTS, SESSIONS, STEPS = 2, rs.N_SESSIONS, 3
-VERL_KEYS = [f"agent_loop/{m}/{s}" for m in ("num_preempted", "generate_sequences", "tool_calls", "compute_score")
-             for s in ("min", "max", "mean")] + \
-            [f"agent_loop/slowest/{m}" for m in ("generate_sequences", "tool_calls", "compute_score",
-                                                 "num_preempted", "prompt_length", "response_length")]
+VERL_KEYS = [
+    f"agent_loop/{m}/{s}"
+    for m in ("num_preempted", "generate_sequences", "tool_calls", "compute_score")
+    for s in ("min", "max", "mean")
+] + [
+    f"agent_loop/slowest/{m}"
+    for m in ("generate_sequences", "tool_calls", "compute_score", "num_preempted", "prompt_length", "response_length")
+]
 
 
 @pytest.fixture(scope="module")
@@ -49,7 +53,7 @@ def _reference(batch) -> dict[str, float]:
     mask = torch.zeros(len(keys), width + max(rlen), dtype=torch.int64)
     for r, (p, q) in enumerate(zip(plen, rlen, strict=True)):
         mask[r, :p] = 1
-        mask[r, width:width + q] = 1
+        mask[r, width : width + q] = 1
     out = DataProto.from_dict({"prompts": torch.zeros(len(keys), width, dtype=torch.int64), "attention_mask": mask})
     return oal_verl.uninstrumented_performance_metrics([rows], out)
 
@@ -66,8 +70,16 @@ def clean_tq():
 
     clear()
     yield
-    rs.wait_for(lambda: not any(s == "running" for keys in (tq.kv_list() or {}).values()
-                                for s in (t.get("status") for t in keys.values())), timeout=30)
+    rs.wait_for(
+        lambda: (
+            not any(
+                s == "running"
+                for keys in (tq.kv_list() or {}).values()
+                for s in (t.get("status") for t in keys.values())
+            )
+        ),
+        timeout=30,
+    )
     clear()
 
 
@@ -106,9 +118,14 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
             assert abs(float(data[key]) - float(ref[key])) <= 0.002, (mode, step, key, data[key], ref[key])
         n = len(trained[step])
         assert n == PROMPTS * SESSIONS and data["agent_loop/num_samples"] == n
-        for key in ("agent_loop/generate_sequences/p99", "agent_loop/slowest/sample_index",
-                    "agent_loop/group/completion_time/p90", "agent_loop/group/spread/mean",
-                    "agent_loop/staleness/mean", "agent_loop/telemetry/spans_dropped"):
+        for key in (
+            "agent_loop/generate_sequences/p99",
+            "agent_loop/slowest/sample_index",
+            "agent_loop/group/completion_time/p90",
+            "agent_loop/group/spread/mean",
+            "agent_loop/staleness/mean",
+            "agent_loop/telemetry/spans_dropped",
+        ):
             assert key in data, (mode, key)
         assert data["agent_loop/group/num_groups"] == PROMPTS
         dispatched = [t["global_steps"] for t in trained[step]]
@@ -116,17 +133,27 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
         if mode != "sync" and step > 1:  # async: with the warmup batch, step k trains what k-1 dispatched
             assert min(dispatched) < step
     val = [data for _, data in logged if "val-aux/agent_loop/num_samples" in data]
-    assert rs.wait_for(lambda: any(r.name == sc.SAMPLE_SPAN and r.attributes.get(sc.RL_VALIDATE) is True
-                                   and r.attributes.get(sc.RL_STEP) == STEPS for r in receiver.records))
+    assert rs.wait_for(
+        lambda: any(
+            r.name == sc.SAMPLE_SPAN
+            and r.attributes.get(sc.RL_VALIDATE) is True
+            and r.attributes.get(sc.RL_STEP) == STEPS
+            for r in receiver.records
+        )
+    )
     assert val and val[-1]["val-aux/agent_loop/num_samples"] == PROMPTS  # val n = 1
     assert "val-aux/agent_loop/generate_sequences/max" in val[-1]
     # spans: one per trajectory, with the dispatch step and policy versions; the trainer's consume spans
     assert handle.force_flush(5)
     uids = {t["otel_agentloop.uid"] for s in trained for t in trained[s]}
-    assert rs.wait_for(lambda: {r.attributes.get(sc.RL_SAMPLE_UID) for r in receiver.records
-                                if r.name == sc.SAMPLE_SPAN} >= uids)
-    by_id = {(r.attributes.get(sc.RL_SAMPLE_UID), r.attributes.get(sc.RL_ROLLOUT_N)): r for r in receiver.records
-             if r.name == sc.SAMPLE_SPAN}
+    assert rs.wait_for(
+        lambda: {r.attributes.get(sc.RL_SAMPLE_UID) for r in receiver.records if r.name == sc.SAMPLE_SPAN} >= uids
+    )
+    by_id = {
+        (r.attributes.get(sc.RL_SAMPLE_UID), r.attributes.get(sc.RL_ROLLOUT_N)): r
+        for r in receiver.records
+        if r.name == sc.SAMPLE_SPAN
+    }
     for tags in trained.values():  # identity: dispatch step, uid + session; the weight versions that generated it
         for t in tags:
             span = by_id[(t["otel_agentloop.uid"], t["otel_agentloop.rollout_n"])]

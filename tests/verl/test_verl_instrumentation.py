@@ -127,8 +127,11 @@ def test_spans_of_a_verl_run(instrumented) -> None:
     _run_worker()
     assert handle.force_flush(5)
     spans = list(mem.get_finished_spans())
-    roots = {s.attributes[sc.RL_SAMPLE_INDEX] * 10 + s.attributes[sc.RL_ROLLOUT_N]: s
-             for s in spans if s.name == sc.SAMPLE_SPAN}
+    roots = {
+        s.attributes[sc.RL_SAMPLE_INDEX] * 10 + s.attributes[sc.RL_ROLLOUT_N]: s
+        for s in spans
+        if s.name == sc.SAMPLE_SPAN
+    }
     assert len(roots) == N
     for root in roots.values():
         assert root.attributes[sc.RL_STEP] == STEP and root.attributes[sc.RL_VALIDATE] is False
@@ -145,13 +148,19 @@ def test_spans_of_a_verl_run(instrumented) -> None:
         blocks = [c for c in children if c.name == sc.TOOL_CALLS_SPAN]  # verl's timed gather, per turn
         tool_spans = [t for b in blocks for t in by_parent.get(b.context.span_id, [])]
         assert all(t.name.startswith("execute_tool ") for t in tool_spans)
-        assert all(b.start_time <= t.start_time and t.end_time <= b.end_time
-                   for b in blocks for t in by_parent.get(b.context.span_id, []))
+        assert all(
+            b.start_time <= t.start_time and t.end_time <= b.end_time
+            for b in blocks
+            for t in by_parent.get(b.context.span_id, [])
+        )
         rewards = [c for c in children if c.name == sc.REWARD_SPAN]
         assert len(rewards) == 1 and rewards[0].attributes[sc.RL_REWARD_SCORE] in (0.0, 1.0)
-        assert gens and all(g.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0 and
-                            g.attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("completed",) and
-                            g.attributes[sc.GEN_AI_PROVIDER_NAME] == "vllm" for g in gens)
+        assert gens and all(
+            g.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] > 0
+            and g.attributes[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("completed",)
+            and g.attributes[sc.GEN_AI_PROVIDER_NAME] == "vllm"
+            for g in gens
+        )
         for c in gens + blocks + tool_spans + rewards:  # the trajectory identity on every phase span
             for key in (sc.RL_STEP, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_VALIDATE):
                 assert c.attributes[key] == root.attributes[key]
@@ -213,8 +222,12 @@ def test_manager_step_span_carrier_and_extra_keys_from_a_sync_caller(instrumente
     output = manager.generate_sequences(h.make_batch(N, 7))  # sync call: auto_await drives the event loop
     timing = output.meta_info["timing"]
     assert timing["agent_loop/num_samples"] == N and "agent_loop/slowest/sample_index" in timing
-    assert {"agent_loop/generate_sequences/max", "agent_loop/tool_calls/max",
-            "agent_loop/slowest/prompt_length", "agent_loop/generate_sequences/p90"} <= set(timing)
+    assert {
+        "agent_loop/generate_sequences/max",
+        "agent_loop/tool_calls/max",
+        "agent_loop/slowest/prompt_length",
+        "agent_loop/generate_sequences/p90",
+    } <= set(timing)
     extra = output.meta_info[oal_verl.META_KEY]
     assert len(extra["slowest_trace_id"]) == 32
     assert oal_verl.CARRIER_KEY not in output.meta_info

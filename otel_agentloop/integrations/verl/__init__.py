@@ -51,8 +51,20 @@ from ._v1 import (
     step_metrics,
 )
 
-__all__ = ["CARRIER_KEY", "META_KEY", "POSITION_KEY", "SUPPORTED", "TABLE_KEY", "VerlInstrumentor", "instrument",
-           "is_instrumented", "setup_worker", "step_metrics", "uninstrument", "uninstrumented_performance_metrics"]
+__all__ = [
+    "CARRIER_KEY",
+    "META_KEY",
+    "POSITION_KEY",
+    "SUPPORTED",
+    "TABLE_KEY",
+    "VerlInstrumentor",
+    "instrument",
+    "is_instrumented",
+    "setup_worker",
+    "step_metrics",
+    "uninstrument",
+    "uninstrumented_performance_metrics",
+]
 
 SUPPORTED = ("0.9.",)
 _INSTRUMENTS = ("verl >= 0.9, < 0.10",)
@@ -89,12 +101,16 @@ def instrument(tracer_provider: Any = None) -> bool:
         try:
             version = importlib.metadata.version("verl")
         except importlib.metadata.PackageNotFoundError:
-            logger.warning("otel_agentloop: verl is not installed; nothing to instrument "
-                           "(pip install 'otel-agentloop[verl]')")
+            logger.warning(
+                "otel_agentloop: verl is not installed; nothing to instrument (pip install 'otel-agentloop[verl]')"
+            )
             return False
         if not version.startswith(SUPPORTED):
-            logger.warning("otel_agentloop: verl %s is not supported (supported: %s); not instrumenting",
-                           version, ", ".join(v + "x" for v in SUPPORTED))
+            logger.warning(
+                "otel_agentloop: verl %s is not supported (supported: %s); not instrumenting",
+                version,
+                ", ".join(v + "x" for v in SUPPORTED),
+            )
             return False
         if tracer_provider is not None:
             from ... import _tracer
@@ -135,8 +151,7 @@ def setup_worker() -> None:
 
         configure_worker()
     except Exception:
-        logger.warning("otel_agentloop: tracing setup failed in this Ray worker; verl runs untraced",
-                       exc_info=True)
+        logger.warning("otel_agentloop: tracing setup failed in this Ray worker; verl runs untraced", exc_info=True)
         return
     try:
         instrument()

@@ -42,13 +42,13 @@ class Pending:
         self.handle, self.key, self.uid = handle, key, uid
 
 
-PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar("otel_agentloop_verl_pending",
-                                                                         default=None)
+PENDING: contextvars.ContextVar[Pending | None] = contextvars.ContextVar("otel_agentloop_verl_pending", default=None)
 _rows_by_provider: dict[int, OpenSampleRows] = {}
 FULLY_ASYNC_KEY = "otel_agentloop_fully_async"
 ROW_COLUMN = "otel_agentloop_row"
 _CALL_ROWS: contextvars.ContextVar[dict[tuple[int, int], dict[str, Any]] | None] = contextvars.ContextVar(
-    "otel_agentloop_call_rows", default=None)
+    "otel_agentloop_call_rows", default=None
+)
 """fully_async_policy: this worker call's per-trajectory rows, by verl's (sample_index, rollout_n)."""
 
 
@@ -326,8 +326,9 @@ def _remote(carrier: Any) -> Iterator[None]:
         yield
 
 
-def _call_row(handle: _context.SampleHandle, output: Any, values: dict[str, float], index: int, rollout: int,
-              uid: str, step: int) -> dict[str, Any]:
+def _call_row(
+    handle: _context.SampleHandle, output: Any, values: dict[str, float], index: int, rollout: int, uid: str, step: int
+) -> dict[str, Any]:
     from ._rows import row_tags
 
     row = row_tags(values, index=index, rollout_n=rollout, uid=uid, step=step, trace_id=handle.trace_id)
@@ -342,8 +343,12 @@ def _record_sample(handle: _context.SampleHandle, output: Any) -> None:
     response), verl's num_preempted, and the reward."""
     width = int(output.prompt_ids.shape[-1])
     mask = output.attention_mask[0]
-    handle.record(prompt_length=int(mask[:width].sum()), response_length=int(mask[width:].sum()),
-                  num_preempted=int(output.metrics.num_preempted), reward=output.reward_score)
+    handle.record(
+        prompt_length=int(mask[:width].sum()),
+        response_length=int(mask[width:].sum()),
+        num_preempted=int(output.metrics.num_preempted),
+        reward=output.reward_score,
+    )
 
 
 _TOOL_CALLS = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS})
@@ -396,8 +401,9 @@ def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
 
 
 _TIMED = (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE)
-_SCORE_TIMER: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar("otel_agentloop_score_timer",
-                                                                                  default=None)
+_SCORE_TIMER: contextvars.ContextVar[list[float] | None] = contextvars.ContextVar(
+    "otel_agentloop_score_timer", default=None
+)
 
 
 def _timed(timing_raw: Any, name: str) -> float:

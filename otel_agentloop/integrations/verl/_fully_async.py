@@ -26,13 +26,21 @@ PREFIX = "fully_async/"
 
 
 def apply_rollouter(module: Any) -> None:
-    patching.patch(module, "FullyAsyncRollouter.__ray_metadata__.modified_class", "_process_single_sample_streaming",
-                   _process_single_sample)
+    patching.patch(
+        module,
+        "FullyAsyncRollouter.__ray_metadata__.modified_class",
+        "_process_single_sample_streaming",
+        _process_single_sample,
+    )
 
 
 def apply_trainer(module: Any) -> None:
-    patching.replace(module, "", "assemble_batch_from_rollout_samples",
-                     _assemble(vars(module)["assemble_batch_from_rollout_samples"]))
+    patching.replace(
+        module,
+        "",
+        "assemble_batch_from_rollout_samples",
+        _assemble(vars(module)["assemble_batch_from_rollout_samples"]),
+    )
 
 
 async def _process_single_sample(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -74,8 +82,13 @@ def batch_metrics(rows: list[Any]) -> dict[str, float]:
     out = {PREFIX + key: value for key, value in step_metrics(rows, emit=False).items()}
     gen = np.array([r[TAG + "generate_sequences"] for r in rows], dtype=np.float64)
     if len(gen):
-        stats = {"avg": float(np.mean(gen)), "max": float(np.max(gen)), "min": float(np.min(gen)),
-                 "tp50": float(np.percentile(gen, 50)), "tp99": float(np.percentile(gen, 99)),
-                 "tp95": float(np.percentile(gen, 95))}
+        stats = {
+            "avg": float(np.mean(gen)),
+            "max": float(np.max(gen)),
+            "min": float(np.min(gen)),
+            "tp50": float(np.percentile(gen, 50)),
+            "tp99": float(np.percentile(gen, 99)),
+            "tp95": float(np.percentile(gen, 95)),
+        }
         out.update({f"{PREFIX}agent_loop/processing_time/{k}": v for k, v in stats.items()})
     return out

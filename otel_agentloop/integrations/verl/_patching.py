@@ -106,6 +106,7 @@ def replace(module: Any, owner_path: str, attr: str, new: Callable[..., Any]) ->
 def make_wrapper(original: Callable[..., Any], impl: Impl, name: str) -> Callable[..., Any]:
     """A plain function with ``original``'s kind (async or sync) calling ``impl`` while instrumented."""
     if inspect.iscoroutinefunction(original):
+
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
             if not state.active:
                 return await original(*args, **kwargs)
@@ -113,6 +114,7 @@ def make_wrapper(original: Callable[..., Any], impl: Impl, name: str) -> Callabl
 
         wrapper: Any = async_wrapper
     else:
+
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
             if not state.active:
                 return original(*args, **kwargs)
@@ -168,8 +170,13 @@ def __getattr__(name: str) -> Any:
         source = _parse(name)
     if source is not None:
         module_name, owner_path, attr = source
-        logger.warning("otel_agentloop: %s.%s.%s arrived instrumented but could not be instrumented here; "
-                       "running it uninstrumented", module_name, owner_path, attr)
+        logger.warning(
+            "otel_agentloop: %s.%s.%s arrived instrumented but could not be instrumented here; "
+            "running it uninstrumented",
+            module_name,
+            owner_path,
+            attr,
+        )
         return getattr(resolve_owner(importlib.import_module(module_name), owner_path), attr)
     raise AttributeError(name)
 

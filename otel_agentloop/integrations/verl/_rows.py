@@ -25,8 +25,17 @@ from ..._table import PhaseTable
 Key = tuple[Any, Any, Any, Any]  # (step, validate, sample index, rollout n) as the spans carry them
 TAG = "otel_agentloop."
 """Prefix of our TransferQueue tags (flat numbers and strings: tags are small metadata dicts)."""
-_FIELDS = ("generate_sequences", "tool_calls", "compute_score", "num_preempted", "index", "rollout_n",
-           "trace_id", "uid", "step")
+_FIELDS = (
+    "generate_sequences",
+    "tool_calls",
+    "compute_score",
+    "num_preempted",
+    "index",
+    "rollout_n",
+    "trace_id",
+    "uid",
+    "step",
+)
 
 
 _ROW = (0, 0)  # the one row of an open sample's own StepRows
@@ -67,8 +76,12 @@ class OpenSampleRows(SpanProcessor):
         if not len(rows):  # no phase span yet
             return {sc.GENERATE: 0.0, sc.TOOL_CALLS: 0.0, sc.COMPUTE_SCORE: 0.0, "num_preempted": -1.0}
         table = rows.to_table()
-        return {sc.GENERATE: float(table.generate_sequences[0]), sc.TOOL_CALLS: float(table.tool_calls[0]),
-                sc.COMPUTE_SCORE: float(table.compute_score[0]), "num_preempted": float(table.num_preempted[0])}
+        return {
+            sc.GENERATE: float(table.generate_sequences[0]),
+            sc.TOOL_CALLS: float(table.tool_calls[0]),
+            sc.COMPUTE_SCORE: float(table.compute_score[0]),
+            "num_preempted": float(table.num_preempted[0]),
+        }
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
@@ -84,8 +97,12 @@ class OpenSampleRows(SpanProcessor):
             p = PHASE_INDEX.get(phase)  # type: ignore[arg-type]
             if p is None:
                 return
-            key = (attrs.get(sc.RL_STEP), attrs.get(sc.RL_VALIDATE), attrs.get(sc.RL_SAMPLE_INDEX),
-                   attrs.get(sc.RL_ROLLOUT_N))
+            key = (
+                attrs.get(sc.RL_STEP),
+                attrs.get(sc.RL_VALIDATE),
+                attrs.get(sc.RL_SAMPLE_INDEX),
+                attrs.get(sc.RL_ROLLOUT_N),
+            )
             start, end = span.start_time or 0, span.end_time or 0
             with self._lock:
                 rows = self._open.get(key)
@@ -101,11 +118,13 @@ class OpenSampleRows(SpanProcessor):
         return True
 
 
-def row_tags(values: Mapping[str, float], *, index: int, rollout_n: int, uid: str, step: int,
-             trace_id: str | None) -> dict[str, Any]:
+def row_tags(
+    values: Mapping[str, float], *, index: int, rollout_n: int, uid: str, step: int, trace_id: str | None
+) -> dict[str, Any]:
     """Flat TransferQueue tags for one trajectory."""
-    out: dict[str, Any] = {TAG + name: float(values[name]) for name in
-                           (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE, "num_preempted")}
+    out: dict[str, Any] = {
+        TAG + name: float(values[name]) for name in (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE, "num_preempted")
+    }
     out[TAG + "index"] = int(index)
     out[TAG + "rollout_n"] = int(rollout_n)
     out[TAG + "uid"] = str(uid)
@@ -118,8 +137,7 @@ def row_tags(values: Mapping[str, float], *, index: int, rollout_n: int, uid: st
 def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list[dict[str, Any]]]:
     """The per-sample table of the trajectories whose tags carry our row (padding skipped), and per row the
     tags it came from (uid, dispatch step, policy versions)."""
-    rows = [t for t in tags if isinstance(t, Mapping) and not t.get("is_padding", False)
-            and (TAG + sc.GENERATE) in t]
+    rows = [t for t in tags if isinstance(t, Mapping) and not t.get("is_padding", False) and (TAG + sc.GENERATE) in t]
     n = len(rows)
 
     def col(name: str, dtype: Any, default: Any = -1) -> Any:

@@ -54,8 +54,7 @@ TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
 REPLAY_BUFFER = "verl.trainer.ppo.v1.replay_buffer"
 VAL_PREFIX = "val-aux/"
 _WORKER = "AgentLoopWorkerTQ.__ray_metadata__.modified_class"
-_VAL_TAGS: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("otel_agentloop_val_tags",
-                                                                            default=None)
+_VAL_TAGS: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("otel_agentloop_val_tags", default=None)
 MAX_LINKS = 128
 
 
@@ -155,9 +154,14 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
         index = as_int(position) if position is not None else arrival_index(step, validate, uid)
         config = self.config.actor_rollout_ref.rollout
         n = prompt.get("__rollout_n__", config.n if not validate else config.val_kwargs.n)
-        attrs: dict[str, Any] = {sc.RL_STEP: step, sc.RL_VALIDATE: validate, sc.RL_SAMPLE_INDEX: index,
-                                 sc.RL_SAMPLE_UID: uid, sc.RL_GROUP_SIZE: int(n),
-                                 sc.RL_SAMPLE_DATASET_INDEX: as_int(trajectory["sample_index"])}
+        attrs: dict[str, Any] = {
+            sc.RL_STEP: step,
+            sc.RL_VALIDATE: validate,
+            sc.RL_SAMPLE_INDEX: index,
+            sc.RL_SAMPLE_UID: uid,
+            sc.RL_GROUP_SIZE: int(n),
+            sc.RL_SAMPLE_DATASET_INDEX: as_int(trajectory["sample_index"]),
+        }
     except Exception:
         internal_error("verl.v1._run_prompt.identity")
         return await original(*args, **kwargs)
@@ -175,8 +179,9 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
             if ctx is not None and ctx.is_valid:
                 links = [Link(ctx)]
             per_sample = (outer.trace_per if outer is not None else _context.defaults.trace_per) == "sample"
-            span = tracer.start_span(sc.GROUP_SPAN, context=Context() if per_sample else None, attributes=attrs,
-                                     links=links)
+            span = tracer.start_span(
+                sc.GROUP_SPAN, context=Context() if per_sample else None, attributes=attrs, links=links
+            )
             token = otel_context.attach(trace.set_span_in_context(span))
             step_token = _context._STEP.set(_context.StepState(step, validate, "step", span))
         except Exception:
@@ -225,11 +230,16 @@ def _tag_trajectory(pending: Any, tags: Sequence[dict[str, Any]] | None) -> None
         if isinstance(tag, dict):
             tag.update(extra)
     last = tags[-1]
-    handle.record(prompt_length=last.get("prompt_len"), response_length=last.get("response_len"),
-                  num_preempted=int(values["num_preempted"]))
+    handle.record(
+        prompt_length=last.get("prompt_len"),
+        response_length=last.get("response_len"),
+        num_preempted=int(values["num_preempted"]),
+    )
     if handle.span is not None:
-        for key, attr in (("min_global_steps", sc.RL_POLICY_VERSION_MIN), ("max_global_steps",
-                                                                           sc.RL_POLICY_VERSION_MAX)):
+        for key, attr in (
+            ("min_global_steps", sc.RL_POLICY_VERSION_MIN),
+            ("max_global_steps", sc.RL_POLICY_VERSION_MAX),
+        ):
             version = last.get(key)
             if version is not None:
                 handle.span.set_attribute(attr, int(version))
@@ -299,8 +309,9 @@ def _replay_sample(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
     return result
 
 
-def step_metrics(tags: Sequence[Mapping[str, Any]], *, consumed_step: int | None = None,
-                 emit: bool = True) -> dict[str, float]:
+def step_metrics(
+    tags: Sequence[Mapping[str, Any]], *, consumed_step: int | None = None, emit: bool = True
+) -> dict[str, float]:
     """verl's ``agent_loop/*`` keys and ours for the trajectories whose tags are given (one trained step)."""
     table, rows = table_from_tags(tags)
     out: dict[str, float] = dict(compute_metrics(table))
@@ -308,8 +319,9 @@ def step_metrics(tags: Sequence[Mapping[str, Any]], *, consumed_step: int | None
     if len(table):
         out.update(_group_metrics(table, rows))
         if consumed_step is not None:
-            dispatched = np.array([r.get("global_steps", r.get(TAG + "step", consumed_step)) for r in rows],
-                                  dtype=np.float64)
+            dispatched = np.array(
+                [r.get("global_steps", r.get(TAG + "step", consumed_step)) for r in rows], dtype=np.float64
+            )
             staleness = consumed_step - dispatched
             out[f"{prefix}/staleness/mean"] = float(staleness.mean())
             out[f"{prefix}/staleness/max"] = float(staleness.max())
@@ -353,11 +365,18 @@ def _consume_span(rows: list[dict[str, Any]], consumed_step: int, staleness: Any
     links = []
     for row, stale in zip(rows[:MAX_LINKS], staleness[:MAX_LINKS], strict=False):
         try:
-            ctx = SpanContext(int(row[TAG + "trace_id"], 16), int(row[TAG + "span_id"], 16), is_remote=True,
-                              trace_flags=TraceFlags(TraceFlags.SAMPLED))
+            ctx = SpanContext(
+                int(row[TAG + "trace_id"], 16),
+                int(row[TAG + "span_id"], 16),
+                is_remote=True,
+                trace_flags=TraceFlags(TraceFlags.SAMPLED),
+            )
         except Exception:
             continue
         links.append(Link(ctx, {sc.RL_STEP: int(row.get(TAG + "step", -1)), sc.RL_STALENESS: float(stale)}))
-    attrs = {sc.RL_CONSUMED_STEP: consumed_step, "rl.consume.num_samples": len(rows),
-             "rl.staleness.max": float(staleness.max())}
+    attrs = {
+        sc.RL_CONSUMED_STEP: consumed_step,
+        "rl.consume.num_samples": len(rows),
+        "rl.staleness.max": float(staleness.max()),
+    }
     tracer.start_span(sc.CONSUME_SPAN, attributes=attrs, links=links).end()
