@@ -127,9 +127,6 @@ class OTLPJsonHttpExporter(SpanExporter):
             with self._lock:
                 if self._session is None:
                     session = requests.Session()
-                    session.verify = self.verify
-                    if self.cert is not None:
-                        session.cert = self.cert
                     session.headers.update(self.headers)
                     self._session = session
                 session = self._session
@@ -166,7 +163,10 @@ class OTLPJsonHttpExporter(SpanExporter):
             remaining = deadline - time.monotonic()
             wait: float | None = None
             try:
-                response = session.post(self.endpoint, data=body, timeout=max(remaining, 0.01))
+                # verify and cert per request: on the session alone, REQUESTS_CA_BUNDLE would override them
+                response = session.post(
+                    self.endpoint, data=body, timeout=max(remaining, 0.01), verify=self.verify, cert=self.cert
+                )
                 response.content  # noqa: B018 -- read the body: the connection goes back to the pool
                 if response.ok:
                     return SpanExportResult.SUCCESS
