@@ -304,3 +304,33 @@ def test_suppression_is_scoped_to_the_export() -> None:
     assert seen == [True]
     assert get_value(_SUPPRESS_INSTRUMENTATION_KEY) is None
     assert trace.get_current_span() is trace.INVALID_SPAN
+
+
+_FORK_SCRIPT = """
+import os, sys
+from opentelemetry.sdk.trace import TracerProvider
+from otel_agentloop._http_json_exporter import OTLPJsonHttpExporter
+from opentelemetry.sdk.trace.export import SpanExportResult
+span = TracerProvider().get_tracer("f").start_span("forked")
+span.end()
+exporter = OTLPJsonHttpExporter(sys.argv[1], timeout_s=10)
+ok = [exporter.export([span]) is SpanExportResult.SUCCESS]
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if exporter.export([span]) is SpanExportResult.SUCCESS else 3)
+_, status = os.waitpid(pid, 0)
+ok.append(os.waitstatus_to_exitcode(status) == 0)
+ok.append(exporter.export([span]) is SpanExportResult.SUCCESS)
+print(ok)
+"""
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_http_json_forked_child_opens_its_own_connection(http_receiver) -> None:
+    receiver, endpoint = http_receiver
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_SCRIPT, endpoint], capture_output=True, text=True, timeout=60, cwd=ROOT
+    )
+    assert out.stdout.strip() == "[True, True, True]", out.stderr[-2000:]
+    assert [r.name for r in receiver.records] == ["forked"] * 3
+    assert receiver.connections == 2  # the parent kept its connection; the child did not write on it
