@@ -334,3 +334,19 @@ def test_http_json_forked_child_opens_its_own_connection(http_receiver) -> None:
     assert out.stdout.strip() == "[True, True, True]", out.stderr[-2000:]
     assert [r.name for r in receiver.records] == ["forked"] * 3
     assert receiver.connections == 2  # the parent kept its connection; the child did not write on it
+
+
+def test_worker_env_carries_the_exporters_tls_and_compression_settings(monkeypatch, tmp_path) -> None:
+    settings = {
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/otlp/ca.pem",
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/etc/otlp/client.pem",
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/etc/otlp/client.key",
+        "OTEL_EXPORTER_OTLP_COMPRESSION": "deflate",
+    }
+    for key, value in settings.items():
+        monkeypatch.setenv(key, value)
+    handle = oal.configure("env", file=str(tmp_path / "t.jsonl"), set_global=False)
+    try:
+        assert {key: handle.worker_env.get(key) for key in settings} == settings  # Ray workers connect alike
+    finally:
+        handle.shutdown(5)
