@@ -64,13 +64,14 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
 class OTLPJsonHttpExporter(SpanExporter):
     """POST ``{"resourceSpans": ...}`` to ``endpoint`` (``.../v1/traces``) over one reused HTTP session.
 
-    Contract: one :meth:`export` call takes at most ``timeout_s`` (connects, sends and waits included) and
-    never raises. A retryable answer (429/502/503/504) is retried after its ``Retry-After`` when it gives one,
-    else after a jittered back-off (0.25 s doubling to 2 s); a dropped pooled connection is retried at once,
-    other connection errors after the back-off. When the next try would start past the deadline, or on any
-    other answer, the export reports FAILURE (counted by the export processor). :meth:`shutdown` aborts a
-    back-off wait. The network calls run with instrumentation suppressed. A forked child opens its own
-    connections.
+    Contract: :meth:`export` never raises, and starts no try and no wait past ``timeout_s`` from its start
+    (each try's connect and each read get the time left; a server that trickles bytes can stretch the last
+    try, which is why the export processor never waits on the network). A retryable answer (429/502/503/504)
+    is retried after its ``Retry-After`` when it gives one, else after a jittered back-off (0.25 s doubling
+    to 2 s); a dropped pooled connection is retried at once, other connection errors after the back-off.
+    When the next try would start past the deadline, or on any other answer, the export reports FAILURE
+    (counted by the export processor). :meth:`shutdown` aborts a back-off wait. The network calls run with
+    instrumentation suppressed. A forked child opens its own connections.
     """
 
     def __init__(
