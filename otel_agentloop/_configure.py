@@ -231,6 +231,11 @@ def _worker_env(
         "OTEL_BSP_MAX_QUEUE_SIZE",
         "OTEL_EXPORTER_OTLP_HEADERS",
         "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
+        *(  # read by the exporters themselves (TLS, compression): a worker connects as this process does
+            f"OTEL_EXPORTER_OTLP_{signal}{name}"
+            for signal in ("", "TRACES_")
+            for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE", "COMPRESSION", "INSECURE")
+        ),
         "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
         "OTEL_BSP_SCHEDULE_DELAY",
         "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",

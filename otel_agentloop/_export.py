@@ -4,7 +4,9 @@
 with one warning per minute at most (the SDK's ``BatchSpanProcessor`` logs every dropped span, which slows
 the caller by 50-75% when the endpoint is down). A single daemon thread exports batches. ``force_flush`` and
 ``shutdown`` honour their timeouts: they wait for the worker, never for the network. Fork-safe: a forked
-child starts with an empty queue and a fresh worker.
+child starts with an empty queue and a fresh worker. Every call into the exporter runs under the context's
+suppress-instrumentation key (as the SDK's processors do): with urllib/requests/grpc instrumentation on, an
+export must not make a span that is exported in turn.
 """
 
 from __future__ import annotations
@@ -13,9 +15,10 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable
+from collections.abc import Callable, Iterator
+from contextlib import contextmanager
 
-from opentelemetry.context import Context
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
@@ -27,6 +30,17 @@ logger = logging.getLogger("otel_agentloop")
 SpanFilter = Callable[[ReadableSpan], bool]
 FAST_EXPORT_S = 0.25
 """An export slower than this makes the path unhealthy for :meth:`ExportProcessor.request_flush`."""
+
+
+@contextmanager
+def suppressed() -> Iterator[None]:
+    """Run the block with instrumentation suppressed in this thread's context (the key every contrib
+    instrumentation checks): the network calls of an export make no spans."""
+    token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+    try:
+        yield
+    finally:
+        detach(token)
 
 
 class ExportProcessor(SpanProcessor):
@@ -146,7 +160,8 @@ class ExportProcessor(SpanProcessor):
                 self._in_flight = len(batch)
             t0 = time.monotonic()
             try:
-                result = self.exporter.export(batch)
+                with suppressed():
+                    result = self.exporter.export(batch)
                 ok = result is SpanExportResult.SUCCESS
             except Exception:
                 ok = False
@@ -225,7 +240,8 @@ class ExportProcessor(SpanProcessor):
             self._stopping = True
         self._wake.set()
         try:
-            self.exporter.shutdown()  # also aborts an OTLP exporter's retry back-off
+            with suppressed():
+                self.exporter.shutdown()  # also aborts an OTLP exporter's retry back-off
         except Exception:
             internal_error(f"{type(self.exporter).__name__}.shutdown")
         self._worker.join(max(deadline - time.monotonic(), 0.0) + 0.05)

@@ -9,6 +9,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ._export import suppressed
 from ._guard import after_fork_in_child, internal_error
 from ._otlp_json import encode_spans
 
@@ -37,7 +38,7 @@ class OTLPJsonFileExporter(SpanExporter):
             return SpanExportResult.FAILURE
         try:
             data = (encode_spans(spans) + "\n").encode("utf-8")
-            with self._lock:
+            with suppressed(), self._lock:  # no span for the write, whatever file I/O instrumentation is on
                 if self._fd is None:
                     directory = os.path.dirname(self.path)
                     if directory:

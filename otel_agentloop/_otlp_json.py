@@ -108,42 +108,86 @@ def _attrs(attrs: Mapping[str, Any] | None) -> str:
 
 
 def _span(s: ReadableSpan) -> str:
-    ctx = s._context  # ReadableSpan's public properties cost a call each; these fields are its own state
-    parent = s._parent
-    status = s._status
+    """One span as OTLP-JSON. Reads the SDK's own fields (each public property costs a call); when they are
+    missing or moved (another SDK version, a ReadableSpan-like object), reads the public API: same JSON."""
+    try:
+        return _span_json(
+            s._context,
+            s._parent,
+            s._status.status_code,
+            s._status.description,
+            s._name,
+            s._kind.value,
+            s._start_time,
+            s._end_time,
+            _raw(s._attributes),
+            s._events,
+            s._links,
+            s.dropped_attributes,
+        )
+    except Exception:
+        status = s.status
+        return _span_json(
+            s.context,
+            s.parent,
+            status.status_code,
+            status.description,
+            s.name,
+            s.kind.value,
+            s.start_time,
+            s.end_time,
+            _raw(s.attributes),
+            s.events,
+            s.links,
+            s.dropped_attributes,
+        )
+
+
+def _span_json(
+    ctx: Any,
+    parent: Any,
+    code: StatusCode,
+    description: str | None,
+    name: str,
+    kind: int,
+    start: int | None,
+    end: int | None,
+    attributes: Mapping[str, Any] | None,
+    events: Sequence[Any],
+    links: Sequence[Any],
+    dropped: int,
+) -> str:
     out = f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",' if ctx else "{"
     if parent is not None:
         out += f'"parentSpanId":"{parent.span_id:016x}",'
     # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
     out += (
-        f'"name":{_quote(s._name)},"kind":{s._kind.value + 1},"startTimeUnixNano":"{s._start_time or 0}",'
-        f'"endTimeUnixNano":"{s._end_time or 0}","attributes":{_attrs(_raw(s._attributes))}'
+        f'"name":{_quote(name)},"kind":{kind + 1},"startTimeUnixNano":"{start or 0}",'
+        f'"endTimeUnixNano":"{end or 0}","attributes":{_attrs(attributes)}'
     )
-    code = _STATUS[status.status_code]
-    if status.description:
-        out += f',"status":{{"code":{code},"message":{_quote(status.description)}}}'
+    if description:
+        out += f',"status":{{"code":{_STATUS[code]},"message":{_quote(description)}}}'
     else:
-        out += f',"status":{{"code":{code}}}'
-    if s._events:
+        out += f',"status":{{"code":{_STATUS[code]}}}'
+    if events:
         out += (
             ',"events":['
             + ",".join(
                 f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
-                for e in s._events
+                for e in events
             )
             + "]"
         )
-    if s._links:
+    if links:
         out += (
             ',"links":['
             + ",".join(
                 f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
                 f'"attributes":{_attrs(_raw(link.attributes))}}}'
-                for link in s._links
+                for link in links
             )
             + "]"
         )
-    dropped = s.dropped_attributes
     if dropped:
         out += f',"droppedAttributesCount":{dropped}'
     return out + "}"

@@ -5,8 +5,10 @@ from __future__ import annotations
 import base64
 import gzip
 import json
+import ssl
 import threading
 import time
+import zlib
 from collections.abc import Callable
 from concurrent import futures
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
@@ -75,13 +77,19 @@ def _value(v):
 
 
 class Receiver:
-    """Collects decoded spans and request headers; ``fail`` makes it answer UNAVAILABLE / 503."""
+    """Collects decoded spans and request headers; ``fail`` makes it answer UNAVAILABLE / 503.
+
+    HTTP only: ``answers`` are (status, headers) answered, in order, before any request is accepted;
+    ``connections`` counts TCP connections; ``times`` holds each POST's arrival (``time.monotonic()``)."""
 
     def __init__(self) -> None:
         self.records: list[SpanRecord] = []
         self.headers: list[dict[str, str]] = []
         self.lock = threading.Lock()
         self.fail = False
+        self.answers: list[tuple[int, dict[str, str]]] = []
+        self.connections = 0
+        self.times: list[float] = []
 
     def add(self, request, headers) -> None:
         with self.lock:
@@ -108,15 +116,43 @@ def start_grpc(receiver: Receiver) -> tuple[grpc.Server, str]:
     return server, f"http://127.0.0.1:{port}"
 
 
-def start_http(receiver: Receiver) -> tuple[ThreadingHTTPServer, str]:
+def start_http(
+    receiver: Receiver, tls: tuple[str, str] | None = None, client_ca: str | None = None
+) -> tuple[ThreadingHTTPServer, str]:
+    """Serve OTLP/HTTP (protobuf or JSON, gzip/deflate) with keep-alive; over TLS with ``tls=(cert, key)``,
+    requiring a client certificate signed by ``client_ca`` when given."""
+
     class Handler(BaseHTTPRequestHandler):
+        protocol_version = "HTTP/1.1"  # keep-alive: a client that reuses its connection is seen doing it
+
+        def setup(self) -> None:
+            super().setup()
+            with receiver.lock:
+                receiver.connections += 1
+
+        def _answer(self, status: int, headers: dict[str, str] | None = None, body: bytes = b"") -> None:
+            self.send_response(status)
+            for key, value in (headers or {}).items():
+                self.send_header(key, value)
+            self.send_header("Content-Length", str(len(body)))
+            self.end_headers()
+            self.wfile.write(body)
+
         def do_POST(self) -> None:
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if self.headers.get("Content-Encoding") == "gzip":
+            with receiver.lock:
+                receiver.times.append(time.monotonic())
+                canned = receiver.answers.pop(0) if receiver.answers else None
+            if canned is not None:
+                self._answer(*canned)
+                return
+            encoding = self.headers.get("Content-Encoding")
+            if encoding == "gzip":
                 body = gzip.decompress(body)
+            elif encoding == "deflate":
+                body = zlib.decompress(body)
             if receiver.fail or self.path != "/v1/traces":
-                self.send_response(503 if receiver.fail else 404)
-                self.end_headers()
+                self._answer(503 if receiver.fail else 404)
                 return
             request = trace_service_pb2.ExportTraceServiceRequest()
             if self.headers.get("Content-Type", "").startswith("application/json"):
@@ -124,14 +160,22 @@ def start_http(receiver: Receiver) -> tuple[ThreadingHTTPServer, str]:
             else:
                 request.ParseFromString(body)
             receiver.add(request, {k.lower(): v for k, v in self.headers.items()})
-            self.send_response(200)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.end_headers()
-            self.wfile.write(trace_service_pb2.ExportTraceServiceResponse().SerializeToString())
+            response = trace_service_pb2.ExportTraceServiceResponse().SerializeToString()
+            self._answer(200, {"Content-Type": "application/x-protobuf"}, response)
 
         def log_message(self, *args: object) -> None:
             return None
 
     server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
+    server.daemon_threads = True
+    scheme = "http"
+    if tls is not None:
+        context = ssl.SSLContext(ssl.PROTOCOL_TLS_SERVER)
+        context.load_cert_chain(*tls)
+        if client_ca is not None:
+            context.verify_mode = ssl.CERT_REQUIRED
+            context.load_verify_locations(client_ca)
+        server.socket = context.wrap_socket(server.socket, server_side=True)
+        scheme = "https"
     threading.Thread(target=server.serve_forever, daemon=True).start()
-    return server, f"http://127.0.0.1:{server.server_address[1]}"
+    return server, f"{scheme}://127.0.0.1:{server.server_address[1]}"
