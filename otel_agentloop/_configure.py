@@ -330,10 +330,15 @@ def configure(
     OTLP-JSON-lines file (``file``, ``OTEL_AGENTLOOP_FILE``, else ``./otel-agentloop-traces.jsonl``);
     ``OTEL_TRACES_EXPORTER=none`` exports nothing (metrics only). ``exporters`` are added as given.
 
-    Also honoured: ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``,
-    ``OTEL_TRACES_SAMPLER(_ARG)``, ``OTEL_BSP_{MAX_QUEUE_SIZE,MAX_EXPORT_BATCH_SIZE,SCHEDULE_DELAY,
-    EXPORT_TIMEOUT}``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096 here), ``OTEL_SDK_DISABLED``,
-    ``OTEL_AGENTLOOP_TRACE_PER``. Arguments win over the environment.
+    Settings: every argument except the objects (``exporters``, ``processors``, ``sampler``, ``redact``,
+    ``metric_readers``) and this process's ``worker`` name is a setting declared once in
+    :class:`~._settings.Settings`, with its variable (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
+    ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``, ``OTEL_BSP_*``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096
+    here), ``OTEL_SDK_DISABLED``, ``OTEL_AGENTLOOP_*``, ...) and default. An argument left ``None`` comes from
+    its variable, else the default; ``export_timeout_s`` also bounds one OTLP export call (else
+    ``OTEL_EXPORTER_OTLP_TIMEOUT``, seconds). ``handle.settings`` is the result; ``handle.worker_env`` carries
+    every setting that is not the default to other processes (``integrations.ray.runtime_env``), with the
+    SDK's own ``OTEL_TRACES_SAMPLER(_ARG)`` and span-limit variables.
 
     Budget: ``max_exported_samples_per_step`` (or ``OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP``) caps the samples per
     step exported from this process (whole prompts); over-budget samples and samples the sampler rejects are

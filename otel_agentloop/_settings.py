@@ -317,10 +317,9 @@ def _text(example: str) -> dict[str, Any]:
 
 
 def _check_path(name: str, value: object) -> str:
-    try:
-        return os.path.abspath(os.fspath(value))  # type: ignore[call-overload]
-    except TypeError:
-        raise ValueError(f"{name} must be a path, not {type(value).__name__} {value!r}") from None
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path, not {type(value).__name__} {value!r}")
+    return os.path.abspath(os.fsdecode(value))
 
 
 def _path(example: str) -> dict[str, Any]:

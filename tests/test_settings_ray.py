@@ -11,6 +11,8 @@ import dataclasses
 import inspect
 import logging
 import os
+import pathlib
+from collections.abc import Iterator
 from typing import Any
 
 import pytest
@@ -24,7 +26,7 @@ ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 # -- the declaration itself (no Ray) -------------------------------------------------------------------
 
 
-def examples(tmp_path: Any) -> dict[str, Any]:
+def examples(tmp_path: pathlib.Path) -> dict[str, Any]:
     """Every setting at its declared non-default example (the file under ``tmp_path``)."""
     out = {name: spec.example for name, spec, _ in SPECS}
     out["file"] = str(tmp_path / "settings.jsonl")
@@ -42,7 +44,7 @@ def test_every_setting_has_its_own_variable_and_a_valid_non_default_example() ->
         assert spec.example != default, name
 
 
-def test_env_to_settings_to_env_round_trips(tmp_path) -> None:
+def test_env_to_settings_to_env_round_trips(tmp_path: pathlib.Path) -> None:
     values = examples(tmp_path)
     given = resolve(values, environ={})
     assert all(given.sources[name] == "argument" for name in values)
@@ -62,7 +64,7 @@ def test_nothing_set_gives_the_defaults_and_hands_nothing_on() -> None:
     assert settings == Settings() and settings.worker_env() == {}
 
 
-def test_bad_values_raise_for_arguments_and_warn_for_variables(caplog) -> None:
+def test_bad_values_raise_for_arguments_and_warn_for_variables(caplog: pytest.LogCaptureFixture) -> None:
     for name, _, _ in SPECS:
         with pytest.raises(ValueError, match=name):
             resolve({name: object()})
@@ -130,14 +132,14 @@ class SettingsProbe:
                 max_export_batch_size=proc.max_export_batch_size,
                 schedule_delay_s=proc.schedule_delay_s,
                 export_timeout_s=proc.export_timeout_s,
-                max_attribute_length=handle.provider._span_limits.max_attribute_length,
+                max_attribute_length=handle.provider._span_limits.max_attribute_length,  # type: ignore[union-attr]
                 watchdog=handle.live.settings,
             )
         return {"settings": handle.settings, "applied": applied, "pid": os.getpid()}
 
 
 @pytest.fixture(scope="module")
-def ray_cluster():
+def ray_cluster() -> Iterator[None]:
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
     ray.init(
         num_cpus=1,
@@ -173,7 +175,9 @@ def driver_arguments(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
 
 
 @pytest.mark.parametrize("enabled", [False, True], ids=["everything-non-default", "all-but-enabled"])
-def test_every_driver_setting_reaches_a_ray_worker(ray_cluster, monkeypatch, tmp_path, enabled) -> None:
+def test_every_driver_setting_reaches_a_ray_worker(
+    ray_cluster: None, monkeypatch: pytest.MonkeyPatch, tmp_path: pathlib.Path, enabled: bool
+) -> None:
     values = examples(tmp_path)
     if enabled:  # the same, with tracing on: the worker builds its exporters from these settings too
         values["enabled"] = True
