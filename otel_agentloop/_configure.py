@@ -443,6 +443,7 @@ def _build(
     resource = Resource.create(attrs)
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "otel-agentloop"}))
+    s = dataclasses.replace(s, service_name=str(resource.attributes["service.name"]))  # workers use the same
     budget = s.max_exported_samples_per_step
     limits = _span_limits(s.attribute_value_length_limit)
     # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
