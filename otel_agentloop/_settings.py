@@ -16,7 +16,7 @@ import logging
 import math
 import operator
 import os
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Collection, Mapping
 from typing import Any, TypeVar
 from urllib.parse import quote, unquote
 
@@ -476,10 +476,15 @@ SPECS: tuple[tuple[str, Spec, Any], ...] = tuple(
 """Every setting: (field name, :class:`Spec`, default), in declaration order."""
 
 
-def resolve(arguments: Mapping[str, Any] | None = None, environ: Mapping[str, str] | None = None) -> Settings:
+def resolve(
+    arguments: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    only: Collection[str] | None = None,
+) -> Settings:
     """Settings from ``arguments`` (field name -> value; ``None`` means not given), else the environment,
-    else the defaults. A bad argument raises ``ValueError`` naming it; a bad variable warns, naming it, and
-    the next variable (or the default) is used."""
+    else the defaults (``only``: these fields; the others keep their defaults). A bad argument raises
+    ``ValueError`` naming it; a bad variable warns, naming it, and the next variable (or the default) is used."""
     arguments = arguments or {}
     unknown = set(arguments) - {name for name, _, _ in SPECS}
     if unknown:
@@ -487,6 +492,8 @@ def resolve(arguments: Mapping[str, Any] | None = None, environ: Mapping[str, st
     values: dict[str, Any] = {}
     sources: dict[str, str] = {}
     for name, spec, default in SPECS:
+        if only is not None and name not in only:
+            continue
         given = arguments.get(name)
         if given is not None:
             values[name], sources[name] = spec.check(name, given), "argument"

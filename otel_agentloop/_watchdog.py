@@ -45,7 +45,8 @@ class WatchdogSettings:
 
     From the environment (:meth:`from_env`): ``OTEL_AGENTLOOP_WATCHDOG`` (true/false),
     ``OTEL_AGENTLOOP_WATCHDOG_INTERVAL``, ``OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS`` (``tool_calls=60,tool:python=300``),
-    ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``.
+    ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``,
+    ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``_settings.Settings``).
     """
 
     enabled: bool = True
@@ -72,8 +73,8 @@ class WatchdogSettings:
     @classmethod
     def from_env(cls, **overrides: Any) -> WatchdogSettings:
         """Settings from ``OTEL_AGENTLOOP_WATCHDOG*``, then ``overrides`` (a bad variable warns, keeps the default)."""
-        resolved = resolve({"watchdog_" + name: value for name, value in overrides.items()})
-        return cls.from_settings(resolved)
+        arguments = {"watchdog_" + name: value for name, value in overrides.items()}
+        return cls.from_settings(resolve(arguments, only=["watchdog_" + name for name in WATCHDOG_FIELDS]))
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WatchdogSettings:
