@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import socket
 import threading
@@ -24,22 +25,8 @@ from ._guard import internal_error, logger
 from ._keep import SampleKeeper
 from ._processor import PhaseMetricsProcessor
 from ._sampling import BudgetSampler
-from ._settings import (
-    DEFAULT_FILE,
-    MAX_QUEUE,
-    MAX_SECONDS,
-    PROTOCOLS,
-    check_int,
-    check_seconds,
-    env_bool,
-    env_choice,
-    env_number,
-    env_str,
-    parse_headers,
-)
+from ._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
 from ._watchdog import WatchdogSettings
-
-_DEFAULT_ATTRIBUTE_LENGTH = 4096
 
 
 class Handle:
@@ -57,12 +44,15 @@ class Handle:
         previous: TracerProvider | None,
         description: str,
         keeper: SampleKeeper | None = None,
+        settings: Settings | None = None,
     ) -> None:
         self.provider = provider
         self.metrics = metrics
         self.export_processors = tuple(exporters)
         self.description = description
         self.keeper = keeper
+        self.settings = settings if settings is not None else Settings()
+        """The resolved settings this handle was configured with (what a Ray worker reports back)."""
         self.worker_env: dict[str, str] = {}
         """Environment for another process's ``configure()`` to export like this one (see integrations.ray)."""
         self._previous = previous
@@ -209,54 +199,31 @@ def current_handle() -> Handle | None:
     return _current
 
 
-def _worker_env(
-    *,
-    service: str,
-    otlp: tuple[str | None, str | None, Mapping[str, str] | None] | None,
-    file: str | None,
-    traces_exporter: str,
-    budget: int | None,
-    capture: bool,
-) -> dict[str, str]:
-    """Environment variables that make ``configure()`` in another process (a Ray worker) export like this one."""
-    env = {
-        "OTEL_SERVICE_NAME": service,
-        "OTEL_AGENTLOOP_TRACE_PER": defaults.trace_per,
-        "OTEL_TRACES_EXPORTER": traces_exporter,
-    }
-    for key in (
-        "OTEL_RESOURCE_ATTRIBUTES",
-        "OTEL_TRACES_SAMPLER",
-        "OTEL_TRACES_SAMPLER_ARG",
-        "OTEL_BSP_MAX_QUEUE_SIZE",
-        "OTEL_EXPORTER_OTLP_HEADERS",
-        "OTEL_EXPORTER_OTLP_TRACES_HEADERS",
-        *(  # read by the exporters themselves (TLS, compression): a worker connects as this process does
-            f"OTEL_EXPORTER_OTLP_{signal}{name}"
-            for signal in ("", "TRACES_")
-            for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE", "COMPRESSION", "INSECURE")
-        ),
-        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE",
-        "OTEL_BSP_SCHEDULE_DELAY",
-        "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-    ):
-        value = env_str(key)
-        if value is not None:
-            env[key] = value
-    if otlp is not None:
-        endpoint, protocol, headers = otlp
-        env["OTEL_EXPORTER_OTLP_ENDPOINT"] = endpoint or ""
-        env["OTEL_EXPORTER_OTLP_PROTOCOL"] = protocol or "grpc"
-        if headers:
-            env["OTEL_EXPORTER_OTLP_HEADERS"] = ",".join(f"{k}={v}" for k, v in headers.items())
-    if file is not None:
-        env["OTEL_AGENTLOOP_FILE"] = file
-        if otlp is not None:
-            env["OTEL_AGENTLOOP_ALSO_FILE"] = "true"
-    if budget is not None:
-        env["OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP"] = str(budget)
-    if capture:
-        env["OTEL_AGENTLOOP_CAPTURE_CONTENT"] = "true"
+_PASSED_THROUGH = (
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT",
+    "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+    *(  # read by the exporters themselves (TLS, compression): a worker connects as this process does
+        f"OTEL_EXPORTER_OTLP_{signal}{name}"
+        for signal in ("", "TRACES_")
+        for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE", "COMPRESSION", "INSECURE")
+    ),
+)
+"""Variables the SDK reads itself (not :class:`Settings`), handed to workers as they are."""
+
+
+def _worker_env(settings: Settings, metric_endpoint: str | None) -> dict[str, str]:
+    """Environment variables that make ``configure()`` in another process (a Ray worker) resolve ``settings``
+    and export like this one."""
+    env = {key: value for key in _PASSED_THROUGH if (value := env_str(key)) is not None}
+    env.update(settings.worker_env())
+    env.update(_otel_metrics.worker_env(metric_endpoint))
     return env
 
 
@@ -304,8 +271,7 @@ RESERVED_ATTRIBUTES = 16
 own, and identity is written last so the SDK (which evicts the oldest) evicts the user's first."""
 
 
-def _span_limits() -> SpanLimits:
-    length = env_number("OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", _DEFAULT_ATTRIBUTE_LENGTH, int, minimum=1)
+def _span_limits(length: int) -> SpanLimits:
     try:
         count = SpanLimits().max_span_attributes  # as the SDK reads OTEL_(SPAN_)ATTRIBUTE_COUNT_LIMIT
         return SpanLimits(
@@ -341,23 +307,23 @@ def configure(
     trace_per: TracePer | None = None,
     worker: str | None = None,
     enabled: bool | None = None,
-    set_global: bool = True,
+    set_global: bool | None = None,
     max_queue_size: int | None = None,
     max_export_batch_size: int | None = None,
     schedule_delay_s: float | None = None,
     export_timeout_s: float | None = None,
-    max_steps: int = 16,
-    max_samples_per_step: int = 1 << 20,
+    max_steps: int | None = None,
+    max_samples_per_step: int | None = None,
     max_exported_samples_per_step: int | None = None,
-    keep_slowest: int = 5,
-    keep_errors: bool = True,
-    max_buffered_spans: int = 50_000,
-    max_buffered_bytes: int = 64 << 20,
+    keep_slowest: int | None = None,
+    keep_errors: bool | None = None,
+    max_buffered_spans: int | None = None,
+    max_buffered_bytes: int | None = None,
     capture_content: bool | None = None,
-    max_content_chars: int = 2048,
+    max_content_chars: int | None = None,
     redact: Callable[[str], str] | None = None,
     watchdog: WatchdogSettings | bool | None = None,
-    max_inflight_samples: int = 65_536,
+    max_inflight_samples: int | None = None,
     metric_readers: Sequence[Any] = (),
 ) -> Handle:
     """Set up tracing for this process and return a :class:`Handle`.
@@ -369,10 +335,15 @@ def configure(
     OTLP-JSON-lines file (``file``, ``OTEL_AGENTLOOP_FILE``, else ``./otel-agentloop-traces.jsonl``);
     ``OTEL_TRACES_EXPORTER=none`` exports nothing (metrics only). ``exporters`` are added as given.
 
-    Also honoured: ``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``,
-    ``OTEL_TRACES_SAMPLER(_ARG)``, ``OTEL_BSP_{MAX_QUEUE_SIZE,MAX_EXPORT_BATCH_SIZE,SCHEDULE_DELAY,
-    EXPORT_TIMEOUT}``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096 here), ``OTEL_SDK_DISABLED``,
-    ``OTEL_AGENTLOOP_TRACE_PER``. Arguments win over the environment.
+    Settings: every argument except the objects (``exporters``, ``processors``, ``sampler``, ``redact``,
+    ``metric_readers``) and this process's ``worker`` name is a setting declared once in
+    :class:`~._settings.Settings`, with its variable (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
+    ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``, ``OTEL_BSP_*``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096
+    here), ``OTEL_SDK_DISABLED``, ``OTEL_AGENTLOOP_*``, ...) and default. An argument left ``None`` comes from
+    its variable, else the default; ``export_timeout_s`` also bounds one OTLP export call (else
+    ``OTEL_EXPORTER_OTLP_TIMEOUT``, seconds). ``handle.settings`` is the result; ``handle.worker_env`` carries
+    every setting that is not the default to other processes (``integrations.ray.runtime_env``), with the
+    SDK's own ``OTEL_TRACES_SAMPLER(_ARG)`` and span-limit variables.
 
     Budget: ``max_exported_samples_per_step`` (or ``OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP``) caps the samples per
     step exported from this process (whole prompts); over-budget samples and samples the sampler rejects are
@@ -397,65 +368,89 @@ def configure(
     The returned handle's :meth:`Handle.shutdown` turns tracing off again and restores what this call replaced
     (the installed provider, content policy, trace mode, worker name, disabled state, ``current_handle()``).
     """
-    if protocol is not None and protocol not in PROTOCOLS:
-        raise ValueError(f"protocol must be one of {', '.join(PROTOCOLS)}, not {protocol!r}")
-    if trace_per not in (None, "sample", "step"):
-        raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
-    # every number validated here, naming the setting: finite, an int where an int is meant, in range
-    if max_queue_size is not None:
-        max_queue_size = check_int("max_queue_size", max_queue_size, 1, MAX_QUEUE)
-    if max_export_batch_size is not None:
-        max_export_batch_size = check_int("max_export_batch_size", max_export_batch_size, 1, MAX_QUEUE)
-    if max_exported_samples_per_step is not None:
-        max_exported_samples_per_step = check_int("max_exported_samples_per_step", max_exported_samples_per_step)
-    keep_slowest = check_int("keep_slowest", keep_slowest)
-    max_buffered_spans = check_int("max_buffered_spans", max_buffered_spans)
-    max_buffered_bytes = check_int("max_buffered_bytes", max_buffered_bytes)
-    max_steps = check_int("max_steps", max_steps, 1)
-    max_samples_per_step = check_int("max_samples_per_step", max_samples_per_step, 1)
-    max_content_chars = check_int("max_content_chars", max_content_chars, 1)
-    max_inflight_samples = check_int("max_inflight_samples", max_inflight_samples, 1)
-    if schedule_delay_s is not None:
-        schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
-    if export_timeout_s is not None:
-        export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
-    if not isinstance(keep_errors, (bool, int)) or keep_errors not in (0, 1):
-        raise ValueError(f"keep_errors must be a bool, not {keep_errors!r}")
-    keep_errors = bool(keep_errors)
     if redact is not None and not callable(redact):
         raise ValueError(f"redact must be callable, not {type(redact).__name__}")
-    saved = _Saved()
-    metrics = PhaseMetricsProcessor(max_steps=max_steps, max_samples_per_step=max_samples_per_step)
-    if capture_content is None:
-        capture_content = env_bool("OTEL_AGENTLOOP_CAPTURE_CONTENT", False)
-    content_policy.set(capture_content, max_content_chars, redact)
+    if isinstance(watchdog, WatchdogSettings):
+        watchdog_arguments = watchdog.arguments()
+    else:
+        watchdog_arguments = {} if watchdog is None else {"watchdog_enabled": bool(watchdog)}
+    settings = resolve(
+        {
+            "service_name": service_name or None,
+            "endpoint": endpoint,
+            "protocol": protocol,
+            "headers": headers,
+            "file": file,
+            "also_file": True if file is not None else None,
+            "resource_attributes": resource_attributes or None,
+            "trace_per": trace_per,
+            "enabled": enabled,
+            "set_global": set_global,
+            "max_queue_size": max_queue_size,
+            "max_export_batch_size": max_export_batch_size,
+            "schedule_delay_s": schedule_delay_s,
+            "export_timeout_s": export_timeout_s,
+            "otlp_timeout_s": export_timeout_s,
+            "max_steps": max_steps,
+            "max_samples_per_step": max_samples_per_step,
+            "max_exported_samples_per_step": max_exported_samples_per_step,
+            "keep_slowest": keep_slowest,
+            "keep_errors": keep_errors,
+            "max_buffered_spans": max_buffered_spans,
+            "max_buffered_bytes": max_buffered_bytes,
+            "capture_content": capture_content,
+            "max_content_chars": max_content_chars,
+            "max_inflight_samples": max_inflight_samples,
+            **watchdog_arguments,
+        }
+    )
+    return _build(
+        settings,
+        exporters=exporters,
+        processors=processors,
+        sampler=sampler,
+        worker=worker,
+        redact=redact,
+        metric_readers=metric_readers,
+    )
 
-    defaults.trace_per = trace_per or env_choice("OTEL_AGENTLOOP_TRACE_PER", ("sample", "step"), "sample")  # type: ignore[assignment]
+
+def _build(
+    s: Settings,
+    *,
+    exporters: Sequence[SpanExporter],
+    processors: Sequence[SpanProcessor],
+    sampler: Sampler | None,
+    worker: str | None,
+    redact: Callable[[str], str] | None,
+    metric_readers: Sequence[Any],
+) -> Handle:
+    """Install what resolved settings ``s`` describe (see :func:`configure`)."""
+    global _current
+    saved = _Saved()
+    metrics = PhaseMetricsProcessor(max_steps=s.max_steps, max_samples_per_step=s.max_samples_per_step)
+    content_policy.set(s.capture_content, s.max_content_chars, redact)
+    defaults.trace_per = s.trace_per  # type: ignore[assignment]
     if worker:
         defaults.worker = worker
-    if enabled is None:
-        enabled = not env_bool("OTEL_SDK_DISABLED", False)
-    global _current
-    if not enabled:
+    if not s.enabled:
         _tracer.set_disabled(True)
-        handle = Handle(None, metrics, (), None, "disabled")
-        handle.worker_env = {"OTEL_SDK_DISABLED": "true"}
+        handle = Handle(None, metrics, (), None, "disabled", settings=s)
+        handle.worker_env = _worker_env(s, None)
         handle._parent, handle._saved, _current = _current, saved, handle
         return handle
     _tracer.set_disabled(False)
 
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
-    attrs.update(resource_attributes or {})
-    if service_name:
-        attrs["service.name"] = service_name
+    attrs.update(s.resource_attributes or {})
+    if s.service_name:
+        attrs["service.name"] = s.service_name
     resource = Resource.create(attrs)
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "otel-agentloop"}))
-    budget = max_exported_samples_per_step
-    if budget is None:
-        env_budget = env_number("OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP", -1, int, minimum=-1)
-        budget = env_budget if env_budget >= 0 else None
-    limits = _span_limits()
+    s = dataclasses.replace(s, service_name=str(resource.attributes["service.name"]))  # workers use the same
+    budget = s.max_exported_samples_per_step
+    limits = _span_limits(s.attribute_value_length_limit)
     # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
     inner = sampler or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
@@ -465,49 +460,29 @@ def configure(
     for proc in processors:
         provider.add_span_processor(proc)
 
-    queue_size = max_queue_size or env_number("OTEL_BSP_MAX_QUEUE_SIZE", 2048, int, minimum=1, maximum=MAX_QUEUE)
-    batch_size = max_export_batch_size or env_number(
-        "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", 512, int, minimum=1, maximum=MAX_QUEUE
-    )
-    if batch_size > queue_size:
+    batch_size = s.max_export_batch_size
+    if batch_size > s.max_queue_size:
         logger.warning(
             "otel_agentloop: OTEL_BSP_MAX_EXPORT_BATCH_SIZE (%d) > max queue size (%d); using %d",
             batch_size,
-            queue_size,
-            queue_size,
+            s.max_queue_size,
+            s.max_queue_size,
         )
-        batch_size = queue_size
-    max_ms = int(MAX_SECONDS * 1000)
-    delay_s = schedule_delay_s or env_number("OTEL_BSP_SCHEDULE_DELAY", 1000, int, minimum=1, maximum=max_ms) / 1000
-    timeout_s = export_timeout_s or env_number("OTEL_BSP_EXPORT_TIMEOUT", 30000, int, minimum=1, maximum=max_ms) / 1000
+        batch_size = s.max_queue_size
 
     targets: list[tuple[str, SpanExporter]] = [(type(e).__name__, e) for e in exporters]
-    traces_exporter = (env_str("OTEL_TRACES_EXPORTER") or "otlp").lower()
-    if traces_exporter not in ("otlp", "none", "console"):
-        logger.warning("otel_agentloop: OTEL_TRACES_EXPORTER=%r is not supported; using otlp", traces_exporter)
-        traces_exporter = "otlp"
-    env_endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
-    proto = protocol or env_choice(  # validated even when unused: a typo is reported now, not later
-        "OTEL_EXPORTER_OTLP_TRACES_PROTOCOL", PROTOCOLS, env_choice("OTEL_EXPORTER_OTLP_PROTOCOL", PROTOCOLS, "grpc")
-    )
-    if traces_exporter == "otlp" and (endpoint or env_endpoint):
-        hdrs = headers
-        if hdrs is None and endpoint is not None:  # exporters read env headers only with env endpoints
-            raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
-            hdrs = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS") or None
-        # one export call's deadline, retries included: export_timeout_s, else OTEL_EXPORTER_OTLP_TIMEOUT
-        otlp_timeout = export_timeout_s or env_number(
-            "OTEL_EXPORTER_OTLP_TIMEOUT", 10.0, float, minimum=0.001, maximum=MAX_SECONDS
-        )
-        targets.append(
-            (f"otlp/{proto} {endpoint or env_endpoint}", _otlp_exporter(endpoint, proto or "grpc", hdrs, otlp_timeout))
-        )
-    if file is None and env_bool("OTEL_AGENTLOOP_ALSO_FILE", False):
-        file = env_str("OTEL_AGENTLOOP_FILE")
-    if file is not None or (traces_exporter == "otlp" and not (endpoint or env_endpoint) and not exporters):
-        path = os.fspath(file) if file is not None else (env_str("OTEL_AGENTLOOP_FILE") or DEFAULT_FILE)
-        targets.append((f"file {path}", OTLPJsonFileExporter(path)))
-    if traces_exporter == "console":
+    otlp = s.traces_exporter == "otlp" and s.endpoint is not None
+    endpoint_argument = s.sources.get("endpoint") == "argument"
+    if otlp:
+        # exporters read the environment's endpoint and headers themselves; arguments are passed
+        headers = s.headers if endpoint_argument or s.sources.get("headers") == "argument" else None
+        exporter = _otlp_exporter(s.endpoint if endpoint_argument else None, s.protocol, headers, s.otlp_timeout_s)
+        targets.append((f"otlp/{s.protocol} {s.endpoint}", exporter))
+    if (s.also_file and s.file is not None) or (s.traces_exporter == "otlp" and not otlp and not exporters):
+        file_exporter = OTLPJsonFileExporter(s.file or DEFAULT_FILE)
+        targets.append((f"file {s.file or DEFAULT_FILE}", file_exporter))
+        s = dataclasses.replace(s, file=file_exporter.path)  # workers write the same (absolute) file
+    if s.traces_exporter == "console":
         from opentelemetry.sdk.trace.export import ConsoleSpanExporter
 
         targets.append(("console", ConsoleSpanExporter()))
@@ -515,10 +490,10 @@ def configure(
     export_processors = [
         ExportProcessor(
             exporter,
-            max_queue_size=queue_size,
+            max_queue_size=s.max_queue_size,
             max_export_batch_size=batch_size,
-            schedule_delay_s=delay_s,
-            export_timeout_s=timeout_s,
+            schedule_delay_s=s.schedule_delay_s,
+            export_timeout_s=s.export_timeout_s,
             name=f"otel_agentloop.export[{label}]",
         )
         for label, exporter in targets
@@ -527,10 +502,10 @@ def configure(
     if selective:  # some samples are record-only: decide their fate before export
         keeper = SampleKeeper(
             export_processors,
-            keep_slowest=keep_slowest,
-            keep_errors=keep_errors,
-            max_buffered_spans=max_buffered_spans,
-            max_buffered_bytes=max_buffered_bytes,
+            keep_slowest=s.keep_slowest,
+            keep_errors=s.keep_errors,
+            max_buffered_spans=s.max_buffered_spans,
+            max_buffered_bytes=s.max_buffered_bytes,
         )
         provider.add_span_processor(keeper)
         metrics.add_release_listener(keeper.close_step)
@@ -539,7 +514,7 @@ def configure(
             provider.add_span_processor(proc)
 
     previous = _tracer.install(provider)
-    if set_global:
+    if s.set_global:
         current = trace.get_tracer_provider()
         if isinstance(current, trace.ProxyTracerProvider):
             trace.set_tracer_provider(provider)
@@ -549,34 +524,21 @@ def configure(
                 "the configured one, other instrumentation keeps the global one"
             )
     description = ", ".join(label for label, _ in targets) or "no exporter"
-    handle = Handle(provider, metrics, export_processors, previous, description, keeper)
-    handle.worker_env = _worker_env(
-        service=str(resource.attributes.get("service.name")),
-        otlp=(endpoint or env_endpoint, proto, headers)
-        if traces_exporter == "otlp" and (endpoint or env_endpoint)
-        else None,
-        file=next((e.path for _, e in targets if isinstance(e, OTLPJsonFileExporter)), None),
-        traces_exporter=traces_exporter,
-        budget=budget,
-        capture=capture_content,
-    )
-    settings = (
-        watchdog
-        if isinstance(watchdog, WatchdogSettings)
-        else WatchdogSettings.from_env(**({} if watchdog is None else {"enabled": bool(watchdog)}))
-    )
-    metric_endpoint = (endpoint or env_endpoint) if traces_exporter == "otlp" else None
+    handle = Handle(provider, metrics, export_processors, previous, description, keeper, settings=s)
+    protocol_argument = s.protocol if s.sources.get("protocol") == "argument" else None
     handle.live = _watchdog.install(
         provider,
         metrics,
         export_processors,
-        settings=settings,
-        max_inflight=max_inflight_samples,
-        readers=[*metric_readers, *_otel_metrics.build_readers(endpoint, protocol)],
+        settings=WatchdogSettings.from_settings(s),
+        max_inflight=s.max_inflight_samples,
+        readers=[
+            *metric_readers,
+            *_otel_metrics.build_readers(s.endpoint if endpoint_argument else None, protocol_argument),
+        ],
         on_step_metrics=metrics.add_step_source,
     )
-    handle.worker_env.update(settings.worker_env())
-    handle.worker_env.update(_otel_metrics.worker_env(metric_endpoint))
+    handle.worker_env = _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None)
     handle._parent, handle._saved, _current = _current, saved, handle
     metrics.add_counter_source(handle.export_counters)
     return handle

@@ -18,7 +18,6 @@ child), stopped by the provider's shutdown.
 
 from __future__ import annotations
 
-import math
 import os
 import threading
 import time
@@ -35,53 +34,9 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 from . import semconv as sc
 from ._guard import internal_error, logger
 from ._inflight import InflightRegistry, OpenPhase, _Sample
-from ._settings import env_bool, env_number, env_str
+from ._settings import Settings, ThresholdKey, parse_thresholds, resolve
 
-_ALIASES = {
-    "generate": sc.GENERATE,
-    "tool": sc.TOOL_CALLS,
-    "tool_call": sc.TOOL_CALLS,
-    "reward": sc.COMPUTE_SCORE,
-    **{p: p for p in sc.PHASES},
-}
 _MAX_STEPS = 16
-ThresholdKey = tuple[str, str | None]
-
-
-def parse_thresholds(spec: Mapping[str, float] | str | None) -> dict[ThresholdKey, float]:
-    """``{"tool_calls": 60, "tool:python": 300}`` or ``"tool_calls=60,tool:python=300"`` -> keyed seconds.
-
-    Keys: a phase (``generate_sequences``, ``tool_calls``, ``compute_score`` or an alias) or ``tool:NAME``.
-    Raises ``ValueError`` on an unknown key or a value that is not a positive number.
-    """
-    if spec is None:
-        return {}
-    items: list[tuple[str, Any]]
-    if isinstance(spec, str):
-        items = []
-        for part in spec.split(","):
-            if part.strip():
-                key, sep, value = part.partition("=")
-                if not sep:
-                    raise ValueError(f"watchdog threshold {part.strip()!r} is not KEY=SECONDS")
-                items.append((key.strip(), value.strip()))
-    else:
-        items = list(spec.items())
-    out: dict[ThresholdKey, float] = {}
-    for key, value in items:
-        try:
-            seconds = float(value)
-        except (TypeError, ValueError):
-            raise ValueError(f"watchdog threshold for {key!r} must be a number of seconds, not {value!r}") from None
-        if not seconds > 0 or math.isinf(seconds):
-            raise ValueError(f"watchdog threshold for {key!r} must be > 0 seconds, not {value!r}")
-        if key.startswith("tool:") and key[5:]:
-            out[(sc.TOOL_CALLS, key[5:])] = seconds
-        elif key in _ALIASES:
-            out[(_ALIASES[key], None)] = seconds
-        else:
-            raise ValueError(f"unknown watchdog threshold key {key!r}: a phase ({', '.join(sc.PHASES)}) or tool:NAME")
-    return out
 
 
 @dataclass(frozen=True)
@@ -90,7 +45,8 @@ class WatchdogSettings:
 
     From the environment (:meth:`from_env`): ``OTEL_AGENTLOOP_WATCHDOG`` (true/false),
     ``OTEL_AGENTLOOP_WATCHDOG_INTERVAL``, ``OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS`` (``tool_calls=60,tool:python=300``),
-    ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``.
+    ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``,
+    ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``_settings.Settings``).
     """
 
     enabled: bool = True
@@ -117,40 +73,34 @@ class WatchdogSettings:
     @classmethod
     def from_env(cls, **overrides: Any) -> WatchdogSettings:
         """Settings from ``OTEL_AGENTLOOP_WATCHDOG*``, then ``overrides`` (a bad variable warns, keeps the default)."""
-        d = cls.__dataclass_fields__
-        values: dict[str, Any] = {
-            "enabled": env_bool("OTEL_AGENTLOOP_WATCHDOG", True),
-            "interval_s": env_number("OTEL_AGENTLOOP_WATCHDOG_INTERVAL", d["interval_s"].default, float, minimum=0.001),
-            "p99_multiple": env_number(
-                "OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE", d["p99_multiple"].default, float, minimum=0.001
-            ),
-            "min_s": env_number("OTEL_AGENTLOOP_WATCHDOG_MIN", d["min_s"].default, float, minimum=0.001),
-            "default_s": env_number("OTEL_AGENTLOOP_WATCHDOG_DEFAULT", d["default_s"].default, float, minimum=0.001),
-        }
-        raw = env_str("OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS")
-        if raw is not None:
-            try:
-                parse_thresholds(raw)
-                values["thresholds_s"] = raw
-            except ValueError as exc:
-                logger.warning("otel_agentloop: OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS: %s; ignoring it", exc)
-        values.update(overrides)
-        return cls(**values)
+        arguments = {"watchdog_" + name: value for name, value in overrides.items()}
+        return cls.from_settings(resolve(arguments, only=["watchdog_" + name for name in WATCHDOG_FIELDS]))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WatchdogSettings:
+        """The watchdog part (``watchdog_*`` fields) of resolved :class:`~._settings.Settings`."""
+        return cls(**{name: getattr(settings, "watchdog_" + name) for name in WATCHDOG_FIELDS})
+
+    def arguments(self) -> dict[str, Any]:
+        """These settings as ``Settings`` arguments (``watchdog_*`` field name -> value)."""
+        return {"watchdog_" + name: getattr(self, name) for name in WATCHDOG_FIELDS}
 
     def worker_env(self) -> dict[str, str]:
         """Environment that gives another process's ``configure()`` these settings."""
-        env = {
-            "OTEL_AGENTLOOP_WATCHDOG": str(self.enabled).lower(),
-            "OTEL_AGENTLOOP_WATCHDOG_INTERVAL": repr(float(self.interval_s)),
-            "OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE": repr(float(self.p99_multiple)),
-            "OTEL_AGENTLOOP_WATCHDOG_MIN": repr(float(self.min_s)),
-            "OTEL_AGENTLOOP_WATCHDOG_DEFAULT": repr(float(self.default_s)),
-        }
-        if self.parsed:
-            env["OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS"] = ",".join(
-                f"{phase if tool is None else 'tool:' + tool}={value!r}" for (phase, tool), value in self.parsed.items()
-            )
-        return env
+        return resolve(self.arguments(), environ={}).worker_env()
+
+
+WATCHDOG_FIELDS = (
+    "enabled",
+    "interval_s",
+    "thresholds_s",
+    "p99_multiple",
+    "min_s",
+    "default_s",
+    "min_observations",
+    "window",
+    "max_warnings_per_check",
+)
 
 
 class OverdueSample(NamedTuple):

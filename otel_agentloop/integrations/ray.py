@@ -68,7 +68,9 @@ def _ray() -> Any:
 
 
 def runtime_env(handle: Handle | None = None, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A Ray ``runtime_env`` that makes every worker process configure tracing like ``handle``'s process.
+    """A Ray ``runtime_env`` that makes every worker process configure tracing like ``handle``'s process:
+    its ``env_vars`` carry every setting of ``handle.settings`` that is not the default (``handle.worker_env``),
+    so the worker's ``handle.settings`` equals the driver's (its resource attributes add its identity).
 
     ``base`` is merged in (its ``env_vars`` too). Pass it to ``ray.init`` (all workers) or to an actor's
     ``.options(runtime_env=...)``.
