@@ -36,6 +36,9 @@ class ExportProcessor(SpanProcessor):
     ``failed`` (spans in batches the exporter reported as failed or raised on).
     """
 
+    _shutdown: bool
+    _closing: bool
+
     def __init__(
         self,
         exporter: SpanExporter,

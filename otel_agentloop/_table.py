@@ -10,6 +10,7 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import Any
 
 import numpy as np
 import numpy.typing as npt
@@ -59,7 +60,7 @@ class PhaseTable:
     def concat(cls, tables: Iterable[PhaseTable]) -> PhaseTable:
         """One table holding the rows of all ``tables`` (e.g. one per Ray worker)."""
         parts = list(tables)
-        cols = {}
+        cols: dict[str, Any] = {}  # column name -> array, for the dataclass constructor
         for name, dtype in _COLUMNS:
             arrays = [getattr(t, name) for t in parts]
             cols[name] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)

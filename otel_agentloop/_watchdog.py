@@ -25,7 +25,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
@@ -36,6 +36,9 @@ from . import semconv as sc
 from ._guard import internal_error, logger
 from ._inflight import InflightRegistry, OpenPhase, _Sample
 from ._settings import env_bool, env_number, env_str
+
+if TYPE_CHECKING:
+    from ._otel_metrics import LibraryMetrics
 
 _ALIASES = {
     "generate": sc.GENERATE,
@@ -117,15 +120,13 @@ class WatchdogSettings:
     @classmethod
     def from_env(cls, **overrides: Any) -> WatchdogSettings:
         """Settings from ``OTEL_AGENTLOOP_WATCHDOG*``, then ``overrides`` (a bad variable warns, keeps the default)."""
-        d = cls.__dataclass_fields__
+        d: dict[str, Any] = {name: f.default for name, f in cls.__dataclass_fields__.items()}
         values: dict[str, Any] = {
             "enabled": env_bool("OTEL_AGENTLOOP_WATCHDOG", True),
-            "interval_s": env_number("OTEL_AGENTLOOP_WATCHDOG_INTERVAL", d["interval_s"].default, float, minimum=0.001),
-            "p99_multiple": env_number(
-                "OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE", d["p99_multiple"].default, float, minimum=0.001
-            ),
-            "min_s": env_number("OTEL_AGENTLOOP_WATCHDOG_MIN", d["min_s"].default, float, minimum=0.001),
-            "default_s": env_number("OTEL_AGENTLOOP_WATCHDOG_DEFAULT", d["default_s"].default, float, minimum=0.001),
+            "interval_s": env_number("OTEL_AGENTLOOP_WATCHDOG_INTERVAL", d["interval_s"], float, minimum=0.001),
+            "p99_multiple": env_number("OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE", d["p99_multiple"], float, minimum=0.001),
+            "min_s": env_number("OTEL_AGENTLOOP_WATCHDOG_MIN", d["min_s"], float, minimum=0.001),
+            "default_s": env_number("OTEL_AGENTLOOP_WATCHDOG_DEFAULT", d["default_s"], float, minimum=0.001),
         }
         raw = env_str("OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS")
         if raw is not None:
@@ -222,7 +223,7 @@ class LiveMonitor:
         *,
         provider: TracerProvider,
         export: Sequence[SpanProcessor] = (),
-        metrics: Any = None,
+        metrics: LibraryMetrics | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -402,7 +403,8 @@ class LiveMonitor:
                     self._rebuild(
                         learned_thresholds(self.registry.durations, s.p99_multiple, s.min_s, s.min_observations)
                     )
-                slow, hung = [], []
+                slow: list[OverdueSample] = []
+                hung: list[OverdueSample] = []
                 for sample, rec in self._tripped.pop((step, validate), ()):
                     item = OverdueSample(
                         sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase, rec.tool
