@@ -57,7 +57,7 @@ class BudgetSampler(Sampler):
         # NB: the SDK gives the span the *result's* attributes, so every result below carries them.
         if name == sc.SAMPLE_SPAN and attributes:
             result = self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
-            if result.decision is Decision.RECORD_AND_SAMPLE and self._admit(attributes):
+            if result.decision.is_sampled() and self._admit(attributes):
                 return result
             return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
         parent = get_current_span(parent_context).get_span_context()

@@ -10,12 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import semconv as sc
+
+if TYPE_CHECKING:
+    from ._watchdog import OverdueSample
 
 _PREFIX = sc.METRIC_PREFIX
 PERCENTILES = (50, 90, 99)
@@ -127,8 +130,8 @@ class StepMetrics(dict[str, float]):
     """Trace ids of samples the watchdog reported that finished before collection (``agent_loop/watchdog/slow``)."""
     hung_trace_ids: tuple[str, ...] = ()
     """Trace ids of samples the watchdog reported still running at collection (``agent_loop/watchdog/hung``)."""
-    slow_samples: tuple[object, ...] = ()
-    hung_samples: tuple[object, ...] = ()
+    slow_samples: tuple[OverdueSample, ...] = ()
+    hung_samples: tuple[OverdueSample, ...] = ()
     """(sample_index, rollout_n, trace_id, phase, tool) of each, as ``OverdueSample``."""
 
 

@@ -161,7 +161,9 @@ def setup_worker() -> None:
 
 def _base_instrumentor() -> type:
     try:
-        from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+        from opentelemetry.instrumentation.instrumentor import (  # pyright: ignore[reportMissingImports]  # verl extra
+            BaseInstrumentor,
+        )
     except ImportError:  # pragma: no cover - opentelemetry-instrumentation is in the verl extra
         return object
     return BaseInstrumentor  # type: ignore[no-any-return]

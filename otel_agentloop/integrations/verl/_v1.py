@@ -84,8 +84,8 @@ def _manager_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: di
     prompts: Any = args[1] if len(args) > 1 else kwargs.get("prompts")
     added = False
     try:
-        import torch
-        from verl.utils import tensordict_utils as tu
+        import torch  # pyright: ignore[reportMissingImports]  # verl's own dependency, present when it runs
+        from verl.utils import tensordict_utils as tu  # pyright: ignore[reportMissingImports]
 
         from ..ray import carrier
 
