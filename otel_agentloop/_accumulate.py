@@ -16,7 +16,7 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.ma  # eager, see below
+import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
 
 from . import semconv as sc
 from ._table import PhaseTable

@@ -28,7 +28,7 @@ import functools
 import inspect
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
+from collections.abc import Callable, Generator, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -201,7 +201,7 @@ class _RemoteScope(Scope):
 
 
 @contextlib.contextmanager
-def remote_step(carrier: Mapping[str, Any] | None, *, worker_span: bool = True) -> Iterator[None]:
+def remote_step(carrier: Mapping[str, Any] | None, *, worker_span: bool = True) -> Generator[None, None, None]:
     """Re-enter the driver's step below its remote span (worker side).
 
     With ``worker_span``, a ``rl.worker`` span (child of the driver's current span) groups this call's

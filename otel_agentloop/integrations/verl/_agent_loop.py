@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -319,7 +319,7 @@ def as_int(value: Any) -> int:
 
 
 @contextlib.contextmanager
-def _remote(carrier: Any) -> Iterator[None]:
+def _remote(carrier: Any) -> Generator[None, None, None]:
     """Re-enter the dispatching step from ``carrier`` unless a step (or group) is already current."""
     if not carrier or _context.current_step() is not None:
         yield
@@ -369,7 +369,7 @@ def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
     the enclosing ``rl.reward`` span."""
 
     @contextlib.contextmanager
-    def simple_timer(name: str, timing_raw: Any) -> Iterator[None]:
+    def simple_timer(name: str, timing_raw: Any) -> Generator[None, None, None]:
         if not patching.state.active or name not in _TIMED:
             with original(name, timing_raw):
                 yield
