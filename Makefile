@@ -54,4 +54,4 @@ stack-build:
 	@$(PYTHON) scripts/stack.py build
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache otel-agentloop-traces.jsonl
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache otel-agentloop-traces.jsonl
