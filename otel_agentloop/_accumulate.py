@@ -16,14 +16,14 @@ from collections.abc import Mapping
 from typing import Any
 
 import numpy as np
-import numpy.ma  # eager, see below
+import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
 
 from . import semconv as sc
 from ._table import PhaseTable
 
 # numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
 # while another thread runs that first import would leave the child blocked on its import lock forever.
-PHASE_INDEX: Mapping[str, int] = {name: i for i, name in enumerate(sc.PHASES)}
+PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
 _UNSET = -(1 << 62)
 _MASK64 = (1 << 64) - 1
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute outside int64 is ignored, never stored
@@ -159,7 +159,7 @@ class StepRows:
             if p == 0:
                 # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0).
                 value = attrs.get(_NPRE)
-                known = type(value) is int and -(1 << 40) < value < (1 << 40)  # type: ignore[operator]
+                known = type(value) is int and -(1 << 40) < value < (1 << 40)
                 if known:
                     self.npre_sum[r] += value  # type: ignore[operator]
                 first = self.npre_first[r]
@@ -168,14 +168,14 @@ class StepRows:
                     self.npre_first_missing[r] = not known
         else:
             value = attrs.get(_NPRE)
-            if type(value) is int and _I64_MIN < value <= _I64_MAX:  # type: ignore[operator]
-                self.npre_final[r] = value  # type: ignore[assignment]
+            if type(value) is int and _I64_MIN < value <= _I64_MAX:
+                self.npre_final[r] = value
             value = attrs.get(_PLEN)
-            if type(value) is int and _I64_MIN <= value <= _I64_MAX:  # type: ignore[operator]
-                self.prompt_len[r] = value  # type: ignore[assignment]
+            if type(value) is int and _I64_MIN <= value <= _I64_MAX:
+                self.prompt_len[r] = value
             value = attrs.get(_RLEN)
-            if type(value) is int and _I64_MIN <= value <= _I64_MAX:  # type: ignore[operator]
-                self.response_len[r] = value  # type: ignore[assignment]
+            if type(value) is int and _I64_MIN <= value <= _I64_MAX:
+                self.response_len[r] = value
             self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
             self.tid_lo[r] = trace_id & _MASK64
         if error:
@@ -183,7 +183,7 @@ class StepRows:
 
     def to_table(self, exclude: Mapping[tuple[int, int], object] | None = None) -> PhaseTable:
         """The accumulated rows as a table, without the samples in ``exclude`` (those still running)."""
-        keep: np.ndarray | None = None  # type: ignore[type-arg]
+        keep: np.ndarray | None = None
         if exclude:
             rows = [self.rows[key] for key in exclude if key in self.rows]
             if rows:

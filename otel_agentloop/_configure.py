@@ -41,7 +41,7 @@ class Handle:
         provider: TracerProvider | None,
         metrics: PhaseMetricsProcessor,
         exporters: Sequence[ExportProcessor],
-        previous: TracerProvider | None,
+        previous: trace.TracerProvider | None,
         description: str,
         keeper: SampleKeeper | None = None,
         settings: Settings | None = None,
@@ -134,7 +134,7 @@ class Handle:
                     proc.shutdown(remaining_ms())
         except Exception:
             internal_error("Handle.shutdown")
-        _bounded(lambda: provider.shutdown() or True, max(deadline - time.monotonic(), 0.05))
+        _bounded(provider.shutdown, max(deadline - time.monotonic(), 0.05))  # its result is not used
 
     @property
     def stats(self) -> dict[str, int]:
@@ -183,14 +183,14 @@ class _Saved:
         self.configured = _tracer._state.configured
         self.disabled = _tracer.is_disabled()
         self.content = (content_policy.enabled, content_policy.max_chars, content_policy.redact)
-        self.trace_per = defaults.trace_per
+        self.trace_per: TracePer = defaults.trace_per
         self.worker = defaults.worker
 
     def restore(self) -> None:
         _tracer.install(self.configured)
         _tracer.set_disabled(self.disabled)
         content_policy.enabled, content_policy.max_chars, content_policy.redact = self.content
-        defaults.trace_per = self.trace_per  # type: ignore[assignment]
+        defaults.trace_per = self.trace_per
         defaults.worker = self.worker
 
 
@@ -227,7 +227,7 @@ def _worker_env(settings: Settings, metric_endpoint: str | None) -> dict[str, st
     return env
 
 
-def _bounded(fn: Any, timeout_s: float) -> bool:
+def _bounded(fn: Callable[[], object], timeout_s: float) -> bool:
     """Run ``fn`` on a daemon thread and wait at most ``timeout_s``: SDK calls do not always honour timeouts."""
     result: list[bool] = []
     worker = threading.Thread(target=lambda: result.append(bool(fn())), name="otel_agentloop.bounded", daemon=True)

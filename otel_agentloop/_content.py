@@ -45,17 +45,18 @@ class ContentPolicy:
             return None
         if self.redact is not None:
             try:
-                value = self.redact(value)
+                redacted: object = self.redact(value)  # a user callable: its declared return type is not trusted
             except Exception:
                 warn_once("content-redact", "otel_agentloop: redact raised; content not captured", exc_info=True)
                 return None
-            if not isinstance(value, str):
+            if not isinstance(redacted, str):
                 warn_once(
                     "content-redact-type",
                     "otel_agentloop: redact returned %s, not str; content not captured",
-                    type(value).__name__,
+                    type(redacted).__name__,
                 )
                 return None
+            value = redacted
         if len(value) > self.max_chars:
             with self._lock:
                 self.truncated += 1

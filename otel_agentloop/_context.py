@@ -165,7 +165,7 @@ def coerce_number(value: object, kind: type[int] | type[float], key: str) -> int
     try:
         if isinstance(value, bool):
             raise TypeError("bool")
-        number = kind(value)  # type: ignore[call-overload]
+        number = kind(value)  # type: ignore[call-overload,arg-type]  # any value: what kind() raises is caught
         if kind is int and not INT64_MIN <= number <= INT64_MAX:
             raise OverflowError("outside int64")
         return number

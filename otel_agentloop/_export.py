@@ -15,7 +15,7 @@ import collections
 import logging
 import threading
 import time
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from contextlib import contextmanager
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
@@ -33,7 +33,7 @@ FAST_EXPORT_S = 0.25
 
 
 @contextmanager
-def suppressed() -> Iterator[None]:
+def suppressed() -> Generator[None, None, None]:
     """Run the block with instrumentation suppressed in this thread's context (the key every contrib
     instrumentation checks): the network calls of an export make no spans."""
     token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
@@ -49,6 +49,9 @@ class ExportProcessor(SpanProcessor):
     Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full or after shutdown),
     ``failed`` (spans in batches the exporter reported as failed or raised on).
     """
+
+    _shutdown: bool
+    _closing: bool
 
     def __init__(
         self,

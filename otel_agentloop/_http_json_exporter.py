@@ -56,8 +56,6 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
         when = email.utils.parsedate_to_datetime(value)
     except (TypeError, ValueError, IndexError):
         return None
-    if when is None:
-        return None
     return max(when.timestamp() - (time.time() if now is None else now), 0.0)
 
 

@@ -167,14 +167,14 @@ class InflightRegistry(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         try:
             try:  # the SDK span's own fields: each public property is a Python call
-                attrs = span._attributes._dict  # type: ignore[union-attr]
+                attrs: Any = span._attributes._dict  # type: ignore[union-attr]
                 phase = attrs.get(_PHASE)
                 if phase is None:
-                    if span._name == _SAMPLE_NAME:
-                        self._start_sample(attrs, span._name, span._context, span._start_time)
+                    if span._name == _SAMPLE_NAME:  # (the SDK sets _start_time before on_start)
+                        self._start_sample(attrs, span._name, span._context, span._start_time)  # type: ignore[arg-type]
                     return
                 parent = span._parent
-                sid = span._context.span_id
+                sid = span._context.span_id  # type: ignore[union-attr]  # None: the public-API fallback below
                 start = span._start_time
             except AttributeError:
                 attrs, name, ctx, parent, start = _fields(span)
@@ -225,7 +225,7 @@ class InflightRegistry(SpanProcessor):
             try:
                 sid = span._context.span_id  # type: ignore[union-attr]
             except AttributeError:
-                sid = span.context.span_id  # type: ignore[union-attr]
+                sid = span.context.span_id  # pyright: ignore[reportOptionalMemberAccess]  # set on every started span
             rec: Any = self._phases.pop(sid, None)  # atomic under the GIL: no lock on the hot path
             if rec is None:
                 rec = self._samples.pop(sid, None)
@@ -234,7 +234,7 @@ class InflightRegistry(SpanProcessor):
                 rec.ended = True
             elif rec[4] is not None:
                 try:
-                    rec[4].append(span._end_time - rec[3])  # type: ignore[attr-defined,operator]
+                    rec[4].append(span._end_time - rec[3])
                 except (AttributeError, TypeError):
                     rec[4].append((span.end_time or 0) - rec[3])
             if self.keep_ended:

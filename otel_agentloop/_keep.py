@@ -138,7 +138,7 @@ class SampleKeeper(SpanProcessor):
                     self._bytes += size
             if span.status.status_code is StatusCode.ERROR:
                 buf.error = True
-            p = PHASE_INDEX.get(attrs.get(sc.RL_PHASE))  # type: ignore[arg-type]
+            p = PHASE_INDEX.get(attrs.get(sc.RL_PHASE))
             if p is not None and span.start_time is not None and span.end_time is not None:
                 buf.totals[p] += add_interval(buf.blocks[p], span.start_time, span.end_time)
             if span.name != sc.SAMPLE_SPAN:

@@ -54,7 +54,7 @@ DURATION_BUCKETS_S: Sequence[float] = (
 )
 """Bucket boundaries for LLM work: a 5 ms tool call to a 30 min generation."""
 
-_PHASE_ATTRS = (
+_PHASE_ATTRS: tuple[str, ...] = (
     sc.GEN_AI_OPERATION_NAME,
     sc.GEN_AI_REQUEST_MODEL,
     sc.GEN_AI_PROVIDER_NAME,
@@ -62,7 +62,7 @@ _PHASE_ATTRS = (
     sc.RL_VALIDATE,
     sc.ERROR_TYPE,
 )
-_SAMPLE_ATTRS = (sc.RL_VALIDATE, sc.ERROR_TYPE)
+_SAMPLE_ATTRS: tuple[str, ...] = (sc.RL_VALIDATE, sc.ERROR_TYPE)
 
 
 def exporter_choice(endpoint: str | None) -> str:

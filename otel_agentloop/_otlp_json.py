@@ -15,8 +15,8 @@ import base64
 import binascii
 import json
 import math
-from collections.abc import Iterable, Iterator, Mapping, Sequence
-from json.encoder import encode_basestring  # type: ignore[attr-defined]
+from collections.abc import Callable, Iterable, Iterator, Mapping, Sequence
+from json.encoder import encode_basestring
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -25,7 +25,7 @@ from opentelemetry.trace import StatusCode
 from ._records import SpanRecord
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
-_quote: Any = encode_basestring  # C-accelerated JSON string quoting
+_quote: Callable[[str], str] = encode_basestring  # C-accelerated JSON string quoting
 _key_cache: dict[str, str] = {}
 
 
@@ -85,7 +85,7 @@ def _other(v: Any) -> str | None:
 def _raw(attributes: Any) -> Mapping[str, Any] | None:
     """The plain dict behind the SDK's BoundedAttributes when it is there: iterating the public view costs
     a Python-level call per item. Falls back to the mapping itself."""
-    inner = getattr(attributes, "_dict", None)
+    inner: Mapping[str, Any] | None = getattr(attributes, "_dict", None)
     return inner if inner is not None else attributes
 
 

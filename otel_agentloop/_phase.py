@@ -459,12 +459,13 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
         tracer = current_tracer()
         if tracer is None:  # the whole cost when tracing is off: this call and begin's
             return None
+        started: dict[str, AttributeValue] | None  # an annotation only: no runtime work
         try:
             sample = _SAMPLE.get()
             if sample is None:
                 started = attrs
             else:
-                started = sample.merged.get(spec)  # type: ignore[assignment]
+                started = sample.merged.get(spec)
                 if started is None:
                     started = sample.merged[spec] = {**attrs, **sample.phase_attributes}
             return SpanScope(tracer.start_span(name, attributes=started), started, True)

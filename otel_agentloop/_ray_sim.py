@@ -177,7 +177,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 metrics = oal_ray.add_verdicts(
                     oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished]
                 )
-                capture, val_rewards = None, []
+                capture: ValidationCapture | None = None
+                val_rewards: list[float] = []
                 if args.val_every and step % args.val_every == 0:
                     with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
                         _, val_rewards = _rollout(

@@ -223,9 +223,12 @@ def _parse_int(minimum: int, maximum: int) -> Callable[[str], int]:
 
 
 def _int(example: int, minimum: int = 0, maximum: int = MAX_COUNT) -> dict[str, Any]:
+    def check(name: str, value: object) -> int:
+        return check_int(name, value, minimum, maximum)
+
     return {
         "parse": _parse_int(minimum, maximum),
-        "check": lambda name, value: check_int(name, value, minimum, maximum),
+        "check": check,
         "show": str,
         "example": example,
     }
@@ -233,10 +236,18 @@ def _int(example: int, minimum: int = 0, maximum: int = MAX_COUNT) -> dict[str, 
 
 def _budget(example: int) -> dict[str, Any]:
     """A count where the environment's ``-1`` means "no limit" (``None``)."""
-    parse = _parse_int(-1, MAX_COUNT)
+    parse_int = _parse_int(-1, MAX_COUNT)
+
+    def parse(raw: str) -> int | None:
+        value = parse_int(raw)
+        return None if value < 0 else value
+
+    def check(name: str, value: object) -> int:
+        return check_int(name, value)
+
     return {
-        "parse": lambda raw: None if (value := parse(raw)) < 0 else value,
-        "check": lambda name, value: check_int(name, value),
+        "parse": parse,
+        "check": check,
         "show": str,
         "example": example,
     }
@@ -257,10 +268,16 @@ def _seconds(example: float, *, millis: bool = False, maximum: float = MAX_SECON
             raise ValueError(f"must be > 0 and at most {maximum * scale:g}")
         return number
 
+    def check(name: str, value: object) -> float:
+        return check_seconds(name, value, maximum=maximum)
+
+    def show(value: float) -> str:
+        return _number_text(value * scale)
+
     return {
         "parse": parse,
-        "check": lambda name, value: check_seconds(name, value, maximum=maximum),
-        "show": lambda value: _number_text(value * scale),
+        "check": check,
+        "show": show,
         "example": example,
     }
 
@@ -284,10 +301,13 @@ def _bool(example: bool, *, inverted: bool = False) -> dict[str, Any]:
             raise ValueError("is not a boolean")
         return (lowered in _TRUE) != inverted
 
+    def show(value: bool) -> str:
+        return str(bool(value) != inverted).lower()
+
     return {
         "parse": parse,
         "check": _check_bool,
-        "show": lambda value: str(bool(value) != inverted).lower(),
+        "show": show,
         "example": example,
     }
 

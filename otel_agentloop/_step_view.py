@@ -116,7 +116,7 @@ def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequenc
     for s in sorted(spans, key=lambda s: (s.start_ns, s.end_ns)):
         phase = s.attributes.get(sc.RL_PHASE)
         if phase in blocks:
-            phase_ns[phase] += add_interval(blocks[phase], s.start_ns, s.end_ns)  # type: ignore[index]
+            phase_ns[phase] += add_interval(blocks[phase], s.start_ns, s.end_ns)
             bars.append(Bar(str(phase), s.name, s.start_ns, s.end_ns, error=s.error))
     anchor = root or snapshot or min(spans, key=lambda s: s.start_ns)
     start = anchor.start_ns

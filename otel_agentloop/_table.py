@@ -10,11 +10,15 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
+from typing import TYPE_CHECKING, Any
 
 import numpy as np
 import numpy.typing as npt
 
 from . import semconv as sc
+
+if TYPE_CHECKING:
+    from ._watchdog import OverdueSample
 
 _PREFIX = sc.METRIC_PREFIX
 PERCENTILES = (50, 90, 99)
@@ -59,7 +63,7 @@ class PhaseTable:
     def concat(cls, tables: Iterable[PhaseTable]) -> PhaseTable:
         """One table holding the rows of all ``tables`` (e.g. one per Ray worker)."""
         parts = list(tables)
-        cols = {}
+        cols: dict[str, Any] = {}  # column name -> array, for the dataclass constructor
         for name, dtype in _COLUMNS:
             arrays = [getattr(t, name) for t in parts]
             cols[name] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
@@ -126,8 +130,8 @@ class StepMetrics(dict[str, float]):
     """Trace ids of samples the watchdog reported that finished before collection (``agent_loop/watchdog/slow``)."""
     hung_trace_ids: tuple[str, ...] = ()
     """Trace ids of samples the watchdog reported still running at collection (``agent_loop/watchdog/hung``)."""
-    slow_samples: tuple[object, ...] = ()
-    hung_samples: tuple[object, ...] = ()
+    slow_samples: tuple[OverdueSample, ...] = ()
+    hung_samples: tuple[OverdueSample, ...] = ()
     """(sample_index, rollout_n, trace_id, phase, tool) of each, as ``OverdueSample``."""
 
 

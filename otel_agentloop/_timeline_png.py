@@ -54,19 +54,19 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
             ax.text((s.end_ns - t0) / 1e9, y, "  hung", va="center", fontsize=7, color=ERROR, weight="bold")
     ax.add_collection(LineCollection(lines, colors=line_colors, linewidths=max(0.3, min(1.0, 300 / n)), zorder=1))
     for (color, is_open), (ys, widths, lefts, heights) in groups.items():  # one collection per colour
-        y, w, x, h = (np.asarray(v, dtype=float) for v in (ys, widths, lefts, heights))
+        ya, wa, xa, ha = (np.asarray(v, dtype=float) for v in (ys, widths, lefts, heights))
         verts = np.stack(
             [
-                np.stack([x, y - h / 2], 1),
-                np.stack([x + w, y - h / 2], 1),
-                np.stack([x + w, y + h / 2], 1),
-                np.stack([x, y + h / 2], 1),
+                np.stack([xa, ya - ha / 2], 1),
+                np.stack([xa + wa, ya - ha / 2], 1),
+                np.stack([xa + wa, ya + ha / 2], 1),
+                np.stack([xa, ya + ha / 2], 1),
             ],
             1,
         )
         ax.add_collection(
             PolyCollection(
-                verts,
+                verts,  # type: ignore[arg-type]  # an (N, 4, 2) array, which matplotlib takes; its stubs say Sequence
                 facecolors=color,
                 hatch="////" if is_open else None,
                 edgecolors=ERROR if is_open else "none",

@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
@@ -35,6 +35,9 @@ from . import semconv as sc
 from ._guard import internal_error, logger
 from ._inflight import InflightRegistry, OpenPhase, _Sample
 from ._settings import Settings, ThresholdKey, parse_thresholds, resolve
+
+if TYPE_CHECKING:
+    from ._otel_metrics import LibraryMetrics
 
 _MAX_STEPS = 16
 
@@ -172,7 +175,7 @@ class LiveMonitor:
         *,
         provider: TracerProvider,
         export: Sequence[SpanProcessor] = (),
-        metrics: Any = None,
+        metrics: LibraryMetrics | None = None,
     ) -> None:
         self.registry = registry
         self.settings = settings
@@ -352,7 +355,8 @@ class LiveMonitor:
                     self._rebuild(
                         learned_thresholds(self.registry.durations, s.p99_multiple, s.min_s, s.min_observations)
                     )
-                slow, hung = [], []
+                slow: list[OverdueSample] = []
+                hung: list[OverdueSample] = []
                 for sample, rec in self._tripped.pop((step, validate), ()):
                     item = OverdueSample(
                         sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase, rec.tool

@@ -67,7 +67,7 @@ def _simulate(args: argparse.Namespace) -> int:
         f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}",
         file=_info(args),
     )
-    results = []
+    results: list[dict[str, Any]] = []
     try:
         for step in range(1, args.steps + 1):
             step_cfg = replace(
@@ -90,6 +90,7 @@ def _simulate(args: argparse.Namespace) -> int:
                 bar.close()
                 spans = timelines.pop(step)
                 capture = None
+                val_outcomes: list[float | BaseException] = []
                 if args.val_every and step % args.val_every == 0:
                     capture = ValidationCapture(args.val_generations, seed=args.seed)
                     with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
@@ -237,9 +238,9 @@ def _print_step(
     for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
         for item in items:
             print(
-                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"  # type: ignore[attr-defined]
+                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
                 f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}"
-            )  # type: ignore[attr-defined]
+            )
     key = metrics.slowest_sample
     if key is not None and spans.get(key):
         title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
@@ -335,7 +336,7 @@ def _report(args: argparse.Namespace) -> int:
         print(line)
     key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample
     spans = report.samples.get(key) if key is not None else None
-    if not spans:
+    if not spans or key is None:
         print(f"\nno spans stored for sample {key}", file=sys.stderr)
         return 1
     title = f"sample {key[0]} (rollout {key[1]}), step {step}, trace {spans[0].trace_id_hex}"

@@ -112,7 +112,7 @@ class ValidationCapture:
     def result(self) -> list[tuple[str, str, float]]:
         """The chosen ``(input, output, score)`` triples, in key order (a seeded shuffle), as verl's
         ``ValidationGenerationsLogger`` takes them."""
-        return [(inp, out, score) for k, inp, out, score, _ in sorted(self.state())]
+        return [(inp, out, score) for _, inp, out, score, _ in sorted(self.state())]
 
     def chosen(self) -> list[tuple[Any, ...]]:
         """Identities ``(step, sample_index, rollout_n)`` of the chosen samples, in key order."""

@@ -28,8 +28,8 @@ import functools
 import inspect
 import os
 import threading
-from collections.abc import Callable, Iterable, Iterator, Mapping
-from typing import Any, TypeVar
+from collections.abc import Callable, Generator, Iterable, Mapping
+from typing import Any
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -43,7 +43,6 @@ from .._phase import Scope, end_span, instrument
 from .._table import PhaseTable, StepMetrics, compute_metrics
 from .._tracer import current_tracer
 
-F = TypeVar("F", bound=Callable[..., Any])
 CARRIER_KEYWORD = "otel_carrier"
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
 _propagator = TraceContextTextMapPropagator()
@@ -204,7 +203,7 @@ class _RemoteScope(Scope):
 
 
 @contextlib.contextmanager
-def remote_step(carrier: Mapping[str, Any] | None, *, worker_span: bool = True) -> Iterator[None]:
+def remote_step(carrier: Mapping[str, Any] | None, *, worker_span: bool = True) -> Generator[None, None, None]:
     """Re-enter the driver's step below its remote span (worker side).
 
     With ``worker_span``, a ``rl.worker`` span (child of the driver's current span) groups this call's
@@ -232,7 +231,9 @@ def _flush(wait_s: float) -> None:
         internal_error("traced_remote.flush")
 
 
-def traced_remote(fn: F | None = None, *, flush_timeout_s: float = 5.0, worker_span: bool = True) -> Any:
+def traced_remote(
+    fn: Callable[..., Any] | None = None, *, flush_timeout_s: float = 5.0, worker_span: bool = True
+) -> Any:
     """Decorate an actor method: it accepts ``otel_carrier=`` and runs inside :func:`remote_step`.
 
     The keyword is declared in the wrapper's ``__signature__`` (Ray validates calls against it). When each call

@@ -161,10 +161,12 @@ def setup_worker() -> None:
 
 def _base_instrumentor() -> type:
     try:
-        from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
+        from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined,unused-ignore]  # pyright: ignore[reportMissingImports]  # verl extra
+            BaseInstrumentor,
+        )
     except ImportError:  # pragma: no cover - opentelemetry-instrumentation is in the verl extra
         return object
-    return BaseInstrumentor  # type: ignore[no-any-return]
+    return BaseInstrumentor  # type: ignore[no-any-return,unused-ignore]
 
 
 class VerlInstrumentor(_base_instrumentor()):  # type: ignore[misc]

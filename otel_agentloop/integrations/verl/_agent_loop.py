@@ -9,7 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
-from collections.abc import Callable, Iterator
+from collections.abc import Callable, Generator
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -18,7 +18,7 @@ from ... import _context
 from ... import semconv as sc
 from ..._configure import current_handle
 from ..._guard import internal_error
-from ..._phase import PhaseSpec, finish, start
+from ..._phase import PhaseSpec, SpanScope, finish, start
 from ..._table import PhaseTable, compute_metrics
 from . import _patching as patching
 from ._rows import OpenSampleRows
@@ -266,7 +266,10 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
                 try:
                     _record_sample(handle, output)
                     if call_rows is not None and values is not None:
-                        call_rows[verl_key] = _call_row(handle, output, values, index, rollout, uid, step)
+                        # verl_key is set whenever call_rows is (pyright cannot see the correlation)
+                        call_rows[verl_key] = _call_row(  # pyright: ignore[reportPossiblyUnboundVariable]
+                            handle, output, values, index, rollout, uid, step
+                        )
                 except Exception:
                     internal_error("verl._run_agent_loop.record")
             return output
@@ -311,11 +314,12 @@ def as_int(value: Any) -> int:
     """verl passes identity as ints, 0-d tensors or ``NonTensorData``."""
     value = getattr(value, "data", value)
     item = getattr(value, "item", None)
-    return int(item() if callable(item) else value)
+    number: Any = item() if callable(item) else value  # whatever it is, int() decides
+    return int(number)
 
 
 @contextlib.contextmanager
-def _remote(carrier: Any) -> Iterator[None]:
+def _remote(carrier: Any) -> Generator[None, None, None]:
     """Re-enter the dispatching step from ``carrier`` unless a step (or group) is already current."""
     if not carrier or _context.current_step() is not None:
         yield
@@ -365,7 +369,7 @@ def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
     the enclosing ``rl.reward`` span."""
 
     @contextlib.contextmanager
-    def simple_timer(name: str, timing_raw: Any) -> Iterator[None]:
+    def simple_timer(name: str, timing_raw: Any) -> Generator[None, None, None]:
         if not patching.state.active or name not in _TIMED:
             with original(name, timing_raw):
                 yield
@@ -378,7 +382,7 @@ def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
                 if name != sc.COMPUTE_SCORE:
                     started = start(_TOOL_CALLS if name == sc.TOOL_CALLS else _GENERATE_TURN)
                     if started is not None and name == sc.GENERATE:
-                        token = _TURN.set(started[0])
+                        token = _TURN.set(started.span)
                 try:
                     yield
                 except BaseException as exc:
@@ -413,9 +417,9 @@ def _timed(timing_raw: Any, name: str) -> float:
         return 0.0
 
 
-def end_span(started: tuple[Any, object], error: BaseException | None, elapsed: float) -> None:
+def end_span(started: SpanScope, error: BaseException | None, elapsed: float) -> None:
     """End ``started`` lasting ``elapsed`` seconds as verl measured it (now, when verl measured nothing)."""
-    span, token = started
+    span, token = started.span, started.token
     if elapsed <= 0 or error is not None:
         finish(started, error)
         return
@@ -443,7 +447,7 @@ _tool_specs: dict[str, PhaseSpec] = {}
 _REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
 
 
-async def _awaited(started: tuple[Any, object] | None, original: Any, args: Any, kwargs: Any) -> Any:
+async def _awaited(started: SpanScope | None, original: Any, args: Any, kwargs: Any) -> Any:
     """Await the original coroutine; if it raises, end ``started`` with the error and re-raise it unchanged."""
     try:
         return await original(*args, **kwargs)
@@ -497,7 +501,7 @@ async def _generate_span(original: Any, args: tuple[Any, ...], kwargs: dict[str,
     output = await _awaited(started, original, args, kwargs)
     if started is None:
         return output
-    _record_generation(started[0], output, kwargs)
+    _record_generation(started.span, output, kwargs)
     finish(started)
     return output
 
@@ -545,7 +549,7 @@ async def _compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str,
         outputs = args[1] if len(args) > 1 else kwargs.get("outputs")
         score = outputs[-1].reward_score if outputs else None
         if score is not None:
-            started[0].set_attribute(sc.RL_REWARD_SCORE, float(score))
+            started.span.set_attribute(sc.RL_REWARD_SCORE, float(score))
             _context.record_sample(reward=score)
     except Exception:
         internal_error("verl._compute_score.record")

@@ -26,7 +26,7 @@ import inspect
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any
+from typing import Any, cast
 
 from ..._guard import internal_error, logger
 
@@ -112,7 +112,7 @@ def make_wrapper(original: Callable[..., Any], impl: Impl, name: str) -> Callabl
                 return await original(*args, **kwargs)
             return await impl(original, args, kwargs)
 
-        wrapper: Any = async_wrapper
+        wrapper: Any = async_wrapper  # Any: function attributes are set below
     else:
 
         def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -126,7 +126,7 @@ def make_wrapper(original: Callable[..., Any], impl: Impl, name: str) -> Callabl
     wrapper.__module__ = __name__
     wrapper.__qualname__ = name
     setattr(wrapper, _MARK, True)
-    return wrapper
+    return cast(Callable[..., Any], wrapper)
 
 
 def restore() -> None:

@@ -94,7 +94,7 @@ class OpenSampleRows(SpanProcessor):
             phase = attrs.get(sc.RL_PHASE)
             if phase is None:
                 return
-            p = PHASE_INDEX.get(phase)  # type: ignore[arg-type]
+            p = PHASE_INDEX.get(phase)
             if p is None:
                 return
             key = (
@@ -134,7 +134,7 @@ def row_tags(
     return out
 
 
-def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list[dict[str, Any]]]:
+def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list[Mapping[str, Any]]]:
     """The per-sample table of the trajectories whose tags carry our row (padding skipped), and per row the
     tags it came from (uid, dispatch step, policy versions)."""
     rows = [t for t in tags if isinstance(t, Mapping) and not t.get("is_padding", False) and (TAG + sc.GENERATE) in t]

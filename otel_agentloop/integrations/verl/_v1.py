@@ -81,11 +81,11 @@ def apply_replay_buffer(module: Any) -> None:
 
 # -- dispatch (the process that creates the actors) ----------------------------------------------------
 def _manager_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    prompts = args[1] if len(args) > 1 else kwargs.get("prompts")
+    prompts: Any = args[1] if len(args) > 1 else kwargs.get("prompts")
     added = False
     try:
-        import torch
-        from verl.utils import tensordict_utils as tu
+        import torch  # pyright: ignore[reportMissingImports]  # verl's own dependency, present when it runs
+        from verl.utils import tensordict_utils as tu  # pyright: ignore[reportMissingImports]
 
         from ..ray import carrier
 
@@ -337,7 +337,7 @@ def step_metrics(
     return out
 
 
-def _group_metrics(table: PhaseTable, rows: list[dict[str, Any]]) -> dict[str, float]:
+def _group_metrics(table: PhaseTable, rows: list[Mapping[str, Any]]) -> dict[str, float]:
     """Group stragglers: a prompt's group completes with its slowest session (verl's total: generation +
     tools + reward); spread = slowest - fastest session of the group."""
     total = table.total
@@ -356,7 +356,7 @@ def _group_metrics(table: PhaseTable, rows: list[dict[str, Any]]) -> dict[str, f
     }
 
 
-def _consume_span(rows: list[dict[str, Any]], consumed_step: int, staleness: Any) -> None:
+def _consume_span(rows: list[Mapping[str, Any]], consumed_step: int, staleness: Any) -> None:
     """``rl.consume``: the trained step's batch, linked to (up to ``MAX_LINKS``) sample spans it trained, each
     link with the sample's dispatch step and staleness."""
     tracer = current_tracer()
