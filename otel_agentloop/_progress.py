@@ -7,6 +7,7 @@ extra) is installed, else plain ANSI (cursor up, clear to end). Otherwise a plai
 
 from __future__ import annotations
 
+import atexit
 import sys
 import threading
 import time
@@ -93,6 +94,7 @@ class Progress:
                 redirect_stdout=False,  # stdout may be a pipe; only stderr shares the screen with the view
             )
             live.start(refresh=True)
+            atexit.register(live.stop)  # an interrupted step still gives the cursor and stderr back
             return live
         except Exception:
             internal_error("Progress.live")
@@ -136,7 +138,11 @@ class Progress:
         elapsed = time.perf_counter() - self.start
         if self._rich is not None:
             self._extra = []
-            self._rich.stop()  # a last refresh, then a newline
+            atexit.unregister(self._rich.stop)
+            try:
+                self._rich.stop()  # a last refresh, then a newline
+            except Exception:
+                internal_error("Progress.close")
         elif self.tty:
             self._draw([])
             sys.stderr.write("\n")

@@ -144,6 +144,8 @@ def test_live_progress_redraws_through_rich_on_a_terminal_and_plain_ansi_without
     screen, stdout = _pty(out_plain, SIM, on="stderr", rich=False)
     assert "\x1b[J" in screen and "#" * 30 in screen and "8/8" in screen  # the plain bar, redrawn in place
     assert not BOX.search(stdout) and "== step 2: agent_loop metrics" in stdout
+    screen, _ = _pty(out_rich, SIM, on="stderr", NO_COLOR="1")
+    assert "━" in screen and "\x1b[2K" in screen and not SGR.search(screen)  # still live, no colour
 
 
 def test_the_library_never_imports_rich(tmp_path: Path) -> None:
