@@ -163,7 +163,9 @@ def _finish(
     else:
         show = Output()
         show.line()
-        show.line(summary_text(monitor))
+        for i, line in enumerate(summary_text(monitor).splitlines()):
+            tripped = line.lstrip().startswith("TRIPPED")
+            show.line(line, style="bold" if i == 0 else "bold red" if tripped else None)
     print(
         f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
         f"{'' if flushed else ' (flush timed out)'}; traces -> {description}",
