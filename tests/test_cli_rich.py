@@ -162,3 +162,36 @@ def test_the_library_never_imports_rich(tmp_path: Path) -> None:
     out = subprocess.run([sys.executable, "-c", code], cwd=tmp_path, env=_env(), capture_output=True, text=True)
     assert out.returncode == 0, out.stderr
     assert out.stdout.strip() == "False"
+
+
+ERRORS = """
+import otel_agentloop as oal
+handle = oal.configure("rich-errors", file="err.jsonl")
+@oal.trace_reward
+def reward(i):
+    if i == 1:
+        raise ValueError("bad reward")
+    return 1.0
+with oal.step(1):
+    for i in range(3):
+        with oal.sample(i, 0):
+            try:
+                reward(i)
+            except ValueError:
+                pass
+handle.metrics.collect(1)
+handle.shutdown()
+"""
+
+
+def test_a_failed_sample_is_flagged_the_same_way_and_red_on_a_terminal(tmp_path: Path) -> None:
+    subprocess.run([sys.executable, "-c", ERRORS], cwd=tmp_path, env=_env(), check=True, timeout=60)
+    args = ["report", "--file", "err.jsonl", "--sample", "1"]
+    with_rich, plain = _pipe(tmp_path, args).stdout, _pipe(tmp_path, args, rich=False).stdout
+    assert _tokens(with_rich) == _tokens(plain)
+    flagged = [words for words in _tokens(plain) if words[:3] == ["1", "/", "0"]]
+    assert len(flagged) == 1 and flagged[0][-1] == "ERROR"
+    screen, _ = _pty(tmp_path, args)
+    row = next(line for line in screen.splitlines() if SGR.sub("", line).startswith("1 / 0"))
+    assert re.search(r"\x1b\[(1;)?31m", row)  # the row is red
+    assert "ERROR ValueError" in SGR.sub("", screen)  # the waterfall's failed span
