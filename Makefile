@@ -12,7 +12,7 @@ install: $(STAMP)
 $(STAMP): pyproject.toml constraints.txt
 	@test -x $(PY) || $(PYTHON) -m venv $(VENV)
 	$(PY) -m pip install -q --disable-pip-version-check --upgrade pip
-	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,plot,ray]'
+	$(PY) -m pip install -q --disable-pip-version-check -c constraints.txt -e '.[test,plot,ray,cli]'
 	@rm -f $(VENV)/.installed-* && touch $@
 
 ## run: the main job: the simulated agent loop as a manager + 2 Ray actor workers (local cluster)

@@ -2,7 +2,7 @@
 
 from __future__ import annotations
 
-import os
+import sys
 from collections.abc import Sequence
 
 from . import semconv as sc
@@ -39,19 +39,20 @@ def _label(span: SpanRecord) -> str:
     return span.name
 
 
-def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | None = None, title: str = "") -> str:
-    """A waterfall: one line per span, a bar placed on the sample's time axis, and its duration."""
-    if not spans:
-        return "(no spans)"
-    if color is None:
-        color = os.environ.get("NO_COLOR") is None and os.isatty(1)
+WaterfallRow = tuple[str, str, str | None, str]
+"""(text before the bar, the bar, its tint: a phase name, ``"error"`` or ``None``, text after the bar)."""
+
+
+def waterfall_rows(spans: Sequence[SpanRecord], *, width: int = 60) -> tuple[str, list[WaterfallRow]]:
+    """The waterfall's header line and rows, uncoloured (``spans`` must not be empty): one row per span in
+    tree order, its bar placed on the sample's time axis, then its duration (and ERROR with its type)."""
     rows = order_spans(spans)
     t0 = min(s.start_ns for s in spans)
     t1 = max(s.end_ns for s in spans)
     total = max(t1 - t0, 1)
     label_width = min(max(len("  " * d + _label(s)) for d, s in rows), 40)
-    lines = [title] if title else []
-    lines.append(f"{'span':<{label_width}}  0{'':{width - 2}}{total / 1e9:.3f}s")
+    head = f"{'span':<{label_width}}  0{'':{width - 2}}{total / 1e9:.3f}s"
+    out: list[WaterfallRow] = []
     for depth, s in rows:
         label = ("  " * depth + _label(s))[:label_width]
         a = int((s.start_ns - t0) / total * width)
@@ -59,10 +60,28 @@ def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | N
         bar = " " * a + "█" * (b - a) + " " * (width - b)
         phase = s.attributes.get(sc.RL_PHASE)
         mark = " ERROR " + str(s.attributes.get(sc.ERROR_TYPE, "")) if s.error else ""
-        if color:
-            tint = _ERROR if s.error else _COLORS.get(str(phase), "")
-            bar = f"{tint}{bar}{_RESET}" if tint else bar
-        lines.append(f"{label:<{label_width}} |{bar}| {s.duration_s:7.3f}s{mark}")
+        tint = "error" if s.error else (str(phase) if phase is not None else None)
+        out.append((f"{label:<{label_width}} |", bar, tint, f"| {s.duration_s:7.3f}s{mark}"))
+    return head, out
+
+
+def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | None = None, title: str = "") -> str:
+    """A waterfall: one line per span, a bar placed on the sample's time axis, and its duration.
+
+    ``color`` (ANSI) defaults to :func:`~._display.color_enabled` for stdout (``NO_COLOR``, ``FORCE_COLOR``).
+    """
+    if not spans:
+        return "(no spans)"
+    if color is None:
+        from ._display import color_enabled
+
+        color = color_enabled(sys.stdout)
+    head, rows = waterfall_rows(spans, width=width)
+    lines = [title] if title else []
+    lines.append(head)
+    for prefix, bar, tint, suffix in rows:
+        code = _ERROR if tint == "error" else _COLORS.get(tint or "", "")
+        lines.append(f"{prefix}{code}{bar}{_RESET}{suffix}" if color and code else f"{prefix}{bar}{suffix}")
     return "\n".join(lines)
 
 

@@ -15,8 +15,8 @@ from typing import Any
 from . import _context as ctx
 from . import semconv as sc
 from ._configure import Handle, configure
+from ._display import Output
 from ._display import info_stream as _info
-from ._display import metrics_table
 from ._otlp_json import decode_resource_spans, read_jsonl
 from ._progress import Progress
 from ._records import SpanRecord
@@ -40,7 +40,7 @@ from ._trainer_sim import (
     validation_config,
 )
 from ._watchdog import WatchdogSettings
-from ._waterfall import render_png, render_text
+from ._waterfall import render_png
 from .simulate import SimConfig, run_samples
 from .training_health import Alert, HealthMonitor
 from .validation_capture import ValidationCapture
@@ -141,13 +141,14 @@ def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: S
     )
     if args.json:
         return
-    _print_step(out.step, out.metrics, out.failed, out.spans, args.png, where=where)
+    show = Output()
+    _print_step(show, out.step, out.metrics, out.failed, out.spans, args.png, where=where)
     if out.capture is not None:
-        print()
-        print(format_generations(out.capture))
+        show.line()
+        show.line(format_generations(out.capture))
     if out.alerts:
-        print()
-        print(format_alerts(out.alerts))
+        show.line()
+        show.line(format_alerts(out.alerts), style="bold red")
 
 
 def _finish(
@@ -161,8 +162,11 @@ def _finish(
     if args.json:
         print(json.dumps(results, indent=1))
     else:
-        print()
-        print(summary_text(monitor))
+        show = Output()
+        show.line()
+        for i, line in enumerate(summary_text(monitor).splitlines()):
+            tripped = line.lstrip().startswith("TRIPPED")
+            show.line(line, style="bold" if i == 0 else "bold red" if tripped else None)
     print(
         f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
         f"{'' if flushed else ' (flush timed out)'}; traces -> {description}",
@@ -226,6 +230,7 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
 
 
 def _print_step(
+    show: Output,
     step: int,
     metrics: StepMetrics,
     failed: int,
@@ -233,21 +238,22 @@ def _print_step(
     png: str | None,
     where: str = "",
 ) -> None:
-    print()
-    print(metrics_table(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)"))
+    show.line()
+    show.metrics(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)")
     for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
         for item in items:
-            print(
+            show.line(
                 f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
-                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}"
+                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}",
+                style="bold red" if kind == "hung" else "yellow",
             )
     key = metrics.slowest_sample
     if key is not None and spans.get(key):
         title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
-        print()
-        print(render_text(spans[key], title=title))
+        show.line()
+        show.waterfall(spans[key], title=title)
         if png:
-            print(f"waterfall written to {render_png(spans[key], png, title=title)}")
+            show.line(f"waterfall written to {render_png(spans[key], png, title=title)}")
 
 
 def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
@@ -314,36 +320,31 @@ def _report(args: argparse.Namespace) -> int:
         for line in written:
             print(line, file=sys.stderr)
         return 0
-    print(
-        metrics_table(
-            report.metrics,
-            title=f"== step {step}{' (validation)' if args.validate else ''}: agent_loop metrics rebuilt from {source}",
-        )
+    show = Output()
+    show.metrics(
+        report.metrics,
+        title=f"== step {step}{' (validation)' if args.validate else ''}: agent_loop metrics rebuilt from {source}",
     )
-    print(f"\n{'slowest samples':<16}{'total s':>9}{'gen s':>9}{'tool s':>9}{'score s':>9}  trace id")
-    for row in report.slowest(args.top):
-        print(
-            f"{row['sample_index']:>6} / {row['rollout_n']:<6}{row['total']:9.3f}{row[sc.GENERATE]:9.3f}"
-            f"{row[sc.TOOL_CALLS]:9.3f}{row[sc.COMPUTE_SCORE]:9.3f}  {row['trace_id']}"
-            f"{'  ERROR' if row['error'] else ''}"
-        )
+    show.line()
+    show.slowest(report.slowest(args.top))
     if view is not None and view.counts.get(HUNG):
         hung = [
             f"{s.index}/{s.rollout} ({s.current_phase}, trace {s.trace_id})" for s in view.samples if s.state == HUNG
         ]
-        print(f"\nhung samples (a snapshot, no end): {', '.join(hung)}")
+        show.line()
+        show.line(f"hung samples (a snapshot, no end): {', '.join(hung)}", style="bold red")
     for line in written:
-        print(line)
+        show.line(line)
     key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample
     spans = report.samples.get(key) if key is not None else None
     if not spans or key is None:
         print(f"\nno spans stored for sample {key}", file=sys.stderr)
         return 1
     title = f"sample {key[0]} (rollout {key[1]}), step {step}, trace {spans[0].trace_id_hex}"
-    print()
-    print(render_text(spans, title=title))
+    show.line()
+    show.waterfall(spans, title=title)
     if args.png:
-        print(f"waterfall written to {render_png(spans, args.png, title=title)}")
+        show.line(f"waterfall written to {render_png(spans, args.png, title=title)}")
     return 0
 
 
