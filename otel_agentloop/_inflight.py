@@ -8,7 +8,7 @@ below a tracked sample (``phase``/``trace_*`` wrappers, ``span``, the verl integ
 :meth:`~InflightRegistry.phase_ended` once it has ended. Phase spans are keyed by their scope object. Both are
 O(1), take no lock for phase spans (single dict operations are atomic under the GIL; readers copy a dict before
 iterating it) and never raise. Spans started straight through an OpenTelemetry tracer are not tracked.
-It is also the provider's span processor for ``shutdown``/``force_flush`` only (no ``on_start``/``on_end`` work).
+It is no span processor: none of its work runs for spans it does not track.
 
 Bounded: at most ``max_samples`` samples (the oldest is evicted, counted) and ``4 * max_samples`` open phase
 spans (more are not tracked, counted). Ended phase and sample spans are queued (bounded, drops counted) for
@@ -23,10 +23,10 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 
 from . import semconv as sc
 from ._guard import internal_error
@@ -123,7 +123,7 @@ class InflightSample(NamedTuple):
         return f"sample {self.sample_index}{rollout}{step}"
 
 
-class InflightRegistry(SpanProcessor):
+class InflightRegistry:
     """Tracks every running sample of this process and its open phase spans; see the module docstring.
 
     ``keep_ended``: queue ended phase/sample spans (``(record, span)`` pairs) for :meth:`drain` (the library's
@@ -149,10 +149,6 @@ class InflightRegistry(SpanProcessor):
         self.learn = learn
         self.window = window
         self.pid = os.getpid()
-        self.on_shutdown: Callable[[], None] | None = None
-        """Called by ``shutdown`` (the provider's): stops the background thread."""
-        self.on_flush: Callable[[float], bool] | None = None
-        """Called by ``force_flush`` with the timeout in seconds."""
         self._init_state()
         ref = weakref.ref(self)
 
@@ -261,14 +257,6 @@ class InflightRegistry(SpanProcessor):
             self._ended.append((rec, span))
         else:
             self.ended_dropped += 1
-
-    # -- SpanProcessor: the provider's shutdown and flush reach the watchdog ---------------------
-    def shutdown(self) -> None:
-        if self.on_shutdown is not None:
-            self.on_shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.on_flush(timeout_millis / 1000) if self.on_flush is not None else True
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
     def drain(self) -> list[tuple[Any, ReadableSpan]]:

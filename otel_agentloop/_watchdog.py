@@ -464,8 +464,8 @@ def install(
     readers: Sequence[Any],
     on_step_metrics: Callable[[Callable[..., None]], None] | None = None,
 ) -> LiveMonitor:
-    """Create the registry (fed by the spans the library starts through ``provider``; added to it for
-    shutdown and flush) and the monitor; hook step release and collect."""
+    """Create the registry (fed by the spans the library starts through ``provider``) and the monitor; hook
+    the provider's shutdown and flush, step release and collect."""
     from ._otel_metrics import LibraryMetrics
 
     registry = InflightRegistry(
@@ -473,9 +473,9 @@ def install(
     )
     lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
     monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
-    registry.on_shutdown = monitor.shutdown  # provider.shutdown() stops the thread
-    registry.on_flush = monitor.force_flush
-    provider.add_span_processor(registry)  # for the provider's shutdown and flush: it does nothing per span
+    # provider.shutdown() stops the thread, provider.force_flush() drains: through the metrics processor, which
+    # runs on every span anyway (a processor of the registry's own would add three calls to every span)
+    metrics_processor.add_lifecycle_listener(shutdown=monitor.shutdown, flush=monitor.force_flush)
     _tracer.set_live(provider, registry)  # fed by the library's span lifecycle (sample(), the phase wrappers)
     metrics_processor.add_release_listener(monitor.on_release)
     metrics_processor.add_counter_source(lambda: {k: v for k, v in registry.stats.items() if k != "inflight_samples"})
