@@ -185,6 +185,17 @@ class SpanScope(Scope):
         if self.live is not None:
             self.live.phase_ended(self, span)
 
+    def end_at(self, end_time: int | None) -> None:
+        """Leave, then end the span at ``end_time`` (ns since the epoch; now when ``None``): for a duration
+        measured elsewhere (verl's timers). The in-flight registry is told, as by ``exit``. Never raises."""
+        self.leave()
+        try:
+            self.span.end(end_time=end_time)
+        except Exception:
+            internal_error("span.end")
+        if self.live is not None:
+            self.live.phase_ended(self, self.span)
+
     def __getitem__(self, i: int) -> Any:
         """``(span, token)[i]``: the tuple :func:`start` used to return."""
         return (self.span, self.token)[i]

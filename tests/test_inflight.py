@@ -167,6 +167,26 @@ def test_registry_is_fed_by_every_library_span_and_by_no_raw_otel_span(live) -> 
     assert registry._phases == {} and handle.inflight() == []
 
 
+def test_a_phase_ended_at_a_time_measured_elsewhere_leaves_the_registry(live) -> None:
+    """verl's timers end a phase span at the time verl measured (not now): the registry forgets it and learns
+    that duration; an error ends it through the same scope."""
+    from otel_agentloop._phase import PhaseSpec, start
+    from otel_agentloop.integrations.verl._agent_loop import end_span
+
+    handle, _, _ = live
+    registry = handle.live.registry
+    with oal.step(1), oal.sample(0):
+        started = start(PhaseSpec.build(sc.TOOL_CALLS, tool="timed"))
+        assert handle.inflight()[0].tool == "timed"
+        end_span(started, None, 0.25)
+        assert handle.inflight()[0].phase == "other" and registry._phases == {}
+        failed = start(PhaseSpec.build(sc.TOOL_CALLS, tool="failed"))
+        end_span(failed, ValueError("boom"), 0.0)
+        assert registry._phases == {}
+    assert list(registry.durations[(sc.TOOL_CALLS, "timed")]) == [250_000_000]
+    assert len(registry.durations[(sc.TOOL_CALLS, "failed")]) == 1
+
+
 def test_hung_tool_is_reported_once_within_threshold_plus_interval_with_a_snapshot_and_classified_hung(
     live, caplog
 ) -> None:
