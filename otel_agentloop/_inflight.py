@@ -1,14 +1,14 @@
 """In-flight samples: which samples of this process are running now, in which phase, since when.
 
-:class:`InflightRegistry` is fed by the one span lifecycle the library's spans go through, with values it
-already holds, so it never reads a span's attributes back: ``sample()`` calls :meth:`~InflightRegistry.sample_started`
-and :meth:`~InflightRegistry.sample_ended` around its ``rl.sample`` root span, and every phase span started
-below a tracked sample (``phase``/``trace_*`` wrappers, ``span``, the verl integration) calls
-:meth:`~InflightRegistry.phase_started` with the phase and tool decided when it was decorated, and
-:meth:`~InflightRegistry.phase_ended` once it has ended. Phase spans are keyed by their scope object. Both are
-O(1), take no lock for phase spans (single dict operations are atomic under the GIL; readers copy a dict before
-iterating it) and never raise. Spans started straight through an OpenTelemetry tracer are not tracked.
-It is no span processor: none of its work runs for spans it does not track.
+:class:`InflightRegistry` is fed by the one span lifecycle the library's spans go through, with values that
+lifecycle already holds, so it never reads a span's attributes back. ``sample()`` calls
+:meth:`~InflightRegistry.sample_started` and :meth:`~InflightRegistry.sample_ended` around its ``rl.sample``
+root span; every phase span started below a tracked sample (``phase``/``trace_*`` wrappers, ``span``, the verl
+integration) calls :meth:`~InflightRegistry.phase_started` with the phase and tool decided when it was
+decorated, and :meth:`~InflightRegistry.phase_ended` once it has ended (``_phase.SpanScope``). Phase spans are
+keyed by their scope object. Both are O(1), take no lock for phase spans (single dict operations are atomic
+under the GIL; readers copy a dict before iterating it) and never raise. It is no span processor: nothing runs
+for spans it does not track, and spans started straight through an OpenTelemetry tracer are not tracked.
 
 Bounded: at most ``max_samples`` samples (the oldest is evicted, counted) and ``4 * max_samples`` open phase
 spans (more are not tracked, counted). Ended phase and sample spans are queued (bounded, drops counted) for
