@@ -249,10 +249,11 @@ samples over {args.window:.0f} s windows).
 
 Per-round wall costs (us), first 10: off {[round(x, 1) for x in rounds["off"][:10]]},
 on {[round(x, 1) for x in rounds["on"][:10]]}.
-The hot path adds a dict insert in `on_start`, and in `on_end` a dict pop plus one append of the phase's
-duration to its (phase, tool) window (learned thresholds); no lock for phase spans. Histograms are recorded on
-the watchdog thread (sharing the GIL) only when a metric reader is configured: the per-span cost above, almost
-all of it the SDK's `Histogram.record`.
+The hot path adds, in the phase wrapper itself (no span processor reads the span back), a dict insert when the
+span starts and, once it has ended, a dict pop plus one append of the phase's duration to its (phase, tool)
+window (learned thresholds); no lock for phase spans. Histograms are recorded on the watchdog thread (sharing
+the GIL) only when a metric reader is configured: the per-span cost above, almost all of it the SDK's
+`Histogram.record`.
 """
         with open(args.append, "a") as f:
             f.write(text)

@@ -28,7 +28,7 @@ from opentelemetry.util.types import AttributeValue
 from . import _content as content
 from . import semconv as sc
 from ._guard import internal_error, safe_str, warn_once
-from ._tracer import current_tracer
+from ._tracer import current_live, current_tracer
 
 TracePer = Literal["sample", "step"]
 T = TypeVar("T")
@@ -59,7 +59,7 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("index", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = ("index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -75,6 +75,8 @@ class SampleHandle:
         self.phase_attributes: Mapping[str, AttributeValue] = attrs
         self.merged: dict[object, dict[str, AttributeValue]] = {}
         """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
+        self.live: Any = None
+        """The in-flight registry's record of this sample (``_inflight``), ``None`` when not tracked."""
 
     @property
     def trace_id(self) -> str | None:
@@ -442,6 +444,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         self.worker = worker
         self.attributes = attributes
         self._token: contextvars.Token[SampleHandle | None] | None = None
+        self._handle: SampleHandle | None = None
 
     def __enter__(self) -> SampleHandle:
         outer = _STEP.get()
@@ -465,9 +468,13 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
                         links = [Link(ctx)]  # ... linked to the step
                 span = tracer.start_span(sc.SAMPLE_SPAN, context=parent, attributes=attrs, links=links)
                 handle.span = span
+                registry = current_live()
+                if registry is not None:
+                    handle.live = registry.sample_started(span, attrs)
                 self._enter_span(span, attrs)
         except Exception:
             internal_error("sample.enter")
+        self._handle = handle
         self._token = _SAMPLE.set(handle)
         return handle
 
@@ -478,6 +485,13 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         if self._token is not None:
             _SAMPLE.reset(self._token)
             self._token = None
+
+    def _exit(self, exc: BaseException | None) -> None:
+        span, handle, self._handle = self._span, self._handle, None
+        super()._exit(exc)
+        live = handle.live if handle is not None else None
+        if live is not None and span is not None:
+            live.registry.sample_ended(live, span)  # after end: the registry queues the ended span
 
 
 def bind(fn: Callable[..., T]) -> Callable[..., T]:

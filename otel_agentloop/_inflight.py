@@ -1,14 +1,18 @@
 """In-flight samples: which samples of this process are running now, in which phase, since when.
 
-:class:`InflightRegistry` is an SDK ``SpanProcessor`` fed by the spans the decorators already start and end,
-so nothing is added to the decorators themselves. ``on_start`` registers ``rl.sample`` root spans and the
-phase spans below them (found through the parent span id: one dict lookup, whatever the nesting);
-``on_end`` removes them by span id. Both are O(1), take no lock for phase spans (single dict operations are
-atomic under the GIL; readers copy a dict before iterating it) and never raise.
+:class:`InflightRegistry` is fed by the one span lifecycle the library's spans go through, with values that
+lifecycle already holds, so it never reads a span's attributes back. ``sample()`` calls
+:meth:`~InflightRegistry.sample_started` and :meth:`~InflightRegistry.sample_ended` around its ``rl.sample``
+root span; every phase span started below a tracked sample (``phase``/``trace_*`` wrappers, ``span``, the verl
+integration) calls :meth:`~InflightRegistry.phase_started` with the phase and tool decided when it was
+decorated, and :meth:`~InflightRegistry.phase_ended` once it has ended (``_phase.SpanScope``). Phase spans are
+keyed by their scope object. Both are O(1), take no lock for phase spans (single dict operations are atomic
+under the GIL; readers copy a dict before iterating it) and never raise. It is no span processor: nothing runs
+for spans it does not track, and spans started straight through an OpenTelemetry tracer are not tracked.
 
 Bounded: at most ``max_samples`` samples (the oldest is evicted, counted) and ``4 * max_samples`` open phase
 spans (more are not tracked, counted). Ended phase and sample spans are queued (bounded, drops counted) for
-the background thread (:mod:`._watchdog`) that turns them into metrics and learned thresholds off the hot path.
+the background thread (:mod:`._watchdog`) that turns them into metrics off the hot path.
 After ``fork`` the child starts empty with a fresh lock (a forked child runs none of its parent's spans).
 """
 
@@ -19,39 +23,51 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Callable
+from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import ReadableSpan
 
 from . import semconv as sc
 from ._guard import internal_error
 
-_PHASE, _SAMPLE_NAME, _TOOL = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.GEN_AI_TOOL_NAME
 NO_PHASE = "other"
 """The phase reported for a sample with no phase span open (between turns, or in untraced code)."""
 
 
 class _Sample:
-    """A running sample (fields written once at start, ``tripped``/``ended`` flags later)."""
+    """A running sample (fields written once at start, ``tripped``/``ended``/``tracked`` flags later).
+
+    ``tracked``: still in its registry (not ended, evicted, or inherited across a ``fork``)."""
 
     __slots__ = (
         "ended",
         "index",
         "name",
+        "registry",
         "rollout",
         "span_id",
         "start_ns",
         "step",
         "trace_flags",
         "trace_id",
+        "tracked",
         "tripped",
         "validate",
         "worker",
     )
 
-    def __init__(self, attrs: Any, name: str, trace_id: int, span_id: int, trace_flags: int, start_ns: int) -> None:
+    def __init__(
+        self,
+        registry: InflightRegistry,
+        attrs: Any,
+        name: str,
+        trace_id: int,
+        span_id: int,
+        trace_flags: int,
+        start_ns: int,
+    ) -> None:
+        self.registry = registry
         get = attrs.get
         self.step: int | None = get(sc.RL_STEP)
         self.validate = get(sc.RL_VALIDATE) is True
@@ -65,6 +81,7 @@ class _Sample:
         self.start_ns = start_ns
         self.tripped = False
         self.ended = False
+        self.tracked = True
 
 
 class OpenPhase(NamedTuple):
@@ -106,17 +123,12 @@ class InflightSample(NamedTuple):
         return f"sample {self.sample_index}{rollout}{step}"
 
 
-def _fields(span: Any) -> tuple[Any, str, Any, Any, int]:
-    """(attributes, name, context, parent, start) through the public span API."""
-    return span.attributes or {}, span.name, span.context, span.parent, span.start_time or 0
-
-
-class InflightRegistry(SpanProcessor):
+class InflightRegistry:
     """Tracks every running sample of this process and its open phase spans; see the module docstring.
 
     ``keep_ended``: queue ended phase/sample spans (``(record, span)`` pairs) for :meth:`drain` (the library's
     metrics need the spans). ``learn``: keep the durations (ns) of the last ``window`` ended phase spans per
-    (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in ``on_end`` itself.
+    (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in :meth:`phase_ended`.
     """
 
     def __init__(
@@ -137,16 +149,14 @@ class InflightRegistry(SpanProcessor):
         self.learn = learn
         self.window = window
         self.pid = os.getpid()
-        self.on_shutdown: Callable[[], None] | None = None
-        """Called by ``shutdown`` (the provider's): stops the background thread."""
-        self.on_flush: Callable[[float], bool] | None = None
-        """Called by ``force_flush`` with the timeout in seconds."""
         self._init_state()
         ref = weakref.ref(self)
 
         def after_fork() -> None:
             registry = ref()
             if registry is not None:
+                for sample in list(registry._samples.values()):
+                    sample.tracked = False  # the parent's: phases started in the child are not tracked
                 registry._init_state()
                 registry.pid = os.getpid()
 
@@ -155,7 +165,7 @@ class InflightRegistry(SpanProcessor):
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._samples: dict[int, _Sample] = {}  # by span id, in start order
-        self._phases: dict[int, tuple[Any, ...]] = {}  # by span id, in start order: OpenPhase fields
+        self._phases: dict[object, tuple[Any, ...]] = {}  # by scope, in start order: OpenPhase fields, window
         self._ended: deque[tuple[Any, ReadableSpan]] = deque()
         self.durations: dict[tuple[str, str | None], deque[int]] = {}
         """Recent phase durations in ns per (phase, tool): bounded deques (``learn``)."""
@@ -163,94 +173,90 @@ class InflightRegistry(SpanProcessor):
         self.phases_untracked = 0
         self.ended_dropped = 0
 
-    # -- SpanProcessor --------------------------------------------------------------------------
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+    # -- fed by the span lifecycle (_context.sample, _phase) --------------------------------------
+    def sample_started(self, span: Any, attrs: Mapping[str, Any]) -> _Sample | None:
+        """Track the ``rl.sample`` root ``span`` that started with ``attrs``; the record to hand to
+        :meth:`phase_started` and :meth:`sample_ended`, or ``None`` when the span is not recorded. Never raises."""
         try:
-            try:  # the SDK span's own fields: each public property is a Python call
-                attrs: Any = span._attributes._dict  # type: ignore[union-attr]
-                phase = attrs.get(_PHASE)
-                if phase is None:
-                    if span._name == _SAMPLE_NAME:  # (the SDK sets _start_time before on_start)
-                        self._start_sample(attrs, span._name, span._context, span._start_time)  # type: ignore[arg-type]
-                    return
-                parent = span._parent
-                sid = span._context.span_id  # type: ignore[union-attr]  # None: the public-API fallback below
+            if not span.is_recording():
+                return None
+            ctx = span.get_span_context()
+            try:
                 start = span._start_time
             except AttributeError:
-                attrs, name, ctx, parent, start = _fields(span)
-                phase = attrs.get(_PHASE)
-                if phase is None:
-                    if name == _SAMPLE_NAME:
-                        self._start_sample(attrs, name, ctx, start)
-                    return
-                sid = ctx.span_id
-            if parent is None:
-                return
-            # Lock-free: single dict operations are atomic under the GIL; readers copy before iterating.
-            pid = parent.span_id
-            sample = self._samples.get(pid)  # most phases sit right below their sample ...
-            if sample is None:
-                owner = self._phases.get(pid)  # ... others below a phase of it (tools under rl.tool_calls)
-                if owner is None:
-                    return
-                sample = owner[0]
-            phases = self._phases
-            if len(phases) < self.max_phases:
-                tool = attrs.get(_TOOL)
-                window = None
-                if self.learn:
-                    window = self.durations.get((phase, tool))
-                    if window is None:
-                        window = self.durations.setdefault((phase, tool), deque(maxlen=self.window))
-                phases[sid] = (sample, phase, tool, start, window)
-            else:
-                self.phases_untracked += 1
+                start = getattr(span, "start_time", None)
+            sample = _Sample(self, attrs, span.name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), start or 0)
+            with self._lock:
+                samples = self._samples
+                while len(samples) >= self.max_samples:
+                    old = samples.pop(next(iter(samples)))
+                    old.tracked = False
+                    for key, rec in list(self._phases.items()):
+                        if rec[0] is old:
+                            self._phases.pop(key, None)
+                    self.samples_evicted += 1
+                samples[sample.span_id] = sample
+            return sample
         except Exception:
-            internal_error("InflightRegistry.on_start")
+            internal_error("InflightRegistry.sample_started")
+            return None
 
-    def _start_sample(self, attrs: Any, name: str, ctx: Any, start: int) -> None:
-        sample = _Sample(attrs, name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), start)
-        with self._lock:
-            samples = self._samples
-            while len(samples) >= self.max_samples:
-                old = samples.pop(next(iter(samples)))
-                for sid, rec in list(self._phases.items()):
-                    if rec[0] is old:
-                        self._phases.pop(sid, None)
-                self.samples_evicted += 1
-            samples[ctx.span_id] = sample
-
-    def on_end(self, span: ReadableSpan) -> None:
+    def sample_ended(self, sample: _Sample, span: Any) -> None:
+        """``sample``'s root span has ended. Never raises."""
         try:
-            try:
-                sid = span._context.span_id  # type: ignore[union-attr]
-            except AttributeError:
-                sid = span.context.span_id  # pyright: ignore[reportOptionalMemberAccess]  # set on every started span
-            rec: Any = self._phases.pop(sid, None)  # atomic under the GIL: no lock on the hot path
-            if rec is None:
-                rec = self._samples.pop(sid, None)
-                if rec is None:
-                    return  # not ours
-                rec.ended = True
-            elif rec[4] is not None:
-                try:
-                    rec[4].append(span._end_time - rec[3])
-                except (AttributeError, TypeError):
-                    rec[4].append((span.end_time or 0) - rec[3])
-            if self.keep_ended:
-                if len(self._ended) < self.max_ended:
-                    self._ended.append((rec, span))
-                else:
-                    self.ended_dropped += 1
+            if sample.tracked:
+                sample.tracked = False
+                self._samples.pop(sample.span_id, None)
+                sample.ended = True
+                if self.keep_ended:
+                    self._queue(sample, span)
         except Exception:
-            internal_error("InflightRegistry.on_end")
+            internal_error("InflightRegistry.sample_ended")
 
-    def shutdown(self) -> None:
-        if self.on_shutdown is not None:
-            self.on_shutdown()
+    def phase_started(self, key: object, sample: _Sample, phase: str, tool: str | None, span: Any) -> Any:
+        """Track ``span``, a phase span of ``sample``, under ``key`` (its scope); ``self`` when tracked (pass it
+        :meth:`phase_ended` later), ``None`` when not: the sample is no longer tracked here (ended, evicted, or
+        tracked before a ``fork``), the span is not an SDK span, or the bound is reached (counted). Lock-free,
+        O(1), never raises."""
+        try:
+            if not sample.tracked:
+                return None
+            phases = self._phases
+            if len(phases) >= self.max_phases:
+                self.phases_untracked += 1
+                return None
+            window = None
+            if self.learn:
+                window = self.durations.get((phase, tool))
+                if window is None:
+                    window = self.durations.setdefault((phase, tool), deque(maxlen=self.window))
+            phases[key] = (sample, phase, tool, span._start_time, window)
+            return self
+        except AttributeError:  # not the SDK's span (no start time): not tracked
+            return None
+        except Exception:
+            internal_error("InflightRegistry.phase_started")
+            return None
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return self.on_flush(timeout_millis / 1000) if self.on_flush is not None else True
+    def phase_ended(self, key: object, span: Any) -> None:
+        """The phase span tracked under ``key`` has ended: forget it, learn its duration. Never raises."""
+        try:
+            rec = self._phases.pop(key, None)  # atomic under the GIL: no lock on the hot path
+            if rec is None:
+                return  # evicted with its sample, or tracked before a fork
+            if rec[4] is not None:
+                rec[4].append(span._end_time - rec[3])
+            if self.keep_ended:
+                self._queue(rec, span)
+        except Exception:
+            internal_error("InflightRegistry.phase_ended")
+
+    def _queue(self, rec: Any, span: Any) -> None:
+        """Hand an ended span to :meth:`drain`, bounded."""
+        if len(self._ended) < self.max_ended:
+            self._ended.append((rec, span))
+        else:
+            self.ended_dropped += 1
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
     def drain(self) -> list[tuple[Any, ReadableSpan]]:

@@ -6,6 +6,9 @@ costs one function call and one check; with tracing on, it starts one span with 
 explicitly (no generator-based context managers). The user's exception is recorded on the span and re-raised
 unchanged; an exception in our own code is logged once and swallowed. ``trainer_phase`` and
 ``integrations.ray.traced_remote`` plug their own :class:`Scope` into the same :func:`instrument`.
+A phase span started below a sample the in-flight registry tracks is handed to it here, with the phase and
+tool decided at decoration time (``InflightRegistry.phase_started``/``phase_ended``): no span processor
+reads its attributes back.
 """
 
 from __future__ import annotations
@@ -41,14 +44,17 @@ _PHASE_ALIASES = {
 
 
 class PhaseSpec:
-    """What a phase span looks like: name and static attributes. Immutable and picklable (no SDK objects)."""
+    """What a phase span looks like: name and static attributes (``tool``: its ``gen_ai.tool.name``, for the
+    in-flight registry). Immutable and picklable (no SDK objects)."""
 
-    __slots__ = ("attributes", "name", "phase")
+    __slots__ = ("attributes", "name", "phase", "tool")
 
     def __init__(self, phase: str, name: str, attributes: Mapping[str, AttributeValue]) -> None:
         self.phase = phase
         self.name = name
         self.attributes = dict(attributes)
+        tool = self.attributes.get(sc.GEN_AI_TOOL_NAME)
+        self.tool = tool if isinstance(tool, str) else None
 
     def __reduce__(self) -> tuple[Any, ...]:
         return (PhaseSpec, (self.phase, self.name, self.attributes))
@@ -119,14 +125,17 @@ _NOOP = Scope()
 
 
 class SpanScope(Scope):
-    """A started span: current while entered, ended by ``close`` with the user's exception recorded."""
+    """A started span: current while entered, ended by ``close`` with the user's exception recorded.
 
-    __slots__ = ("identity", "span", "token")
+    ``live``: the in-flight registry tracking this span under this scope (told once the span has ended)."""
+
+    __slots__ = ("identity", "live", "span", "token")
 
     def __init__(self, span: Span, identity: Mapping[str, object] | None = None, enter: bool = False) -> None:
         self.span = span
         self.identity = identity  # the attributes it started with: identity is restored from them at the end
         self.token: object = None
+        self.live: Any = None
         if enter:
             try:
                 self.token = otel_context.attach(trace.set_span_in_context(span))
@@ -149,6 +158,8 @@ class SpanScope(Scope):
 
     def close(self, exc: BaseException | None) -> None:
         end_span(self.span, exc, self.identity)
+        if self.live is not None:
+            self.live.phase_ended(self, self.span)
 
     def exit(self, exc: BaseException | None) -> None:  # leave() + close(), inlined: the hot path
         token, self.token = self.token, None
@@ -171,6 +182,19 @@ class SpanScope(Scope):
             span.end()
         except Exception:
             internal_error("span.end")
+        if self.live is not None:
+            self.live.phase_ended(self, span)
+
+    def end_at(self, end_time: int | None) -> None:
+        """Leave, then end the span at ``end_time`` (ns since the epoch; now when ``None``): for a duration
+        measured elsewhere (verl's timers). The in-flight registry is told, as by ``exit``. Never raises."""
+        self.leave()
+        try:
+            self.span.end(end_time=end_time)
+        except Exception:
+            internal_error("span.end")
+        if self.live is not None:
+            self.live.phase_ended(self, self.span)
 
     def __getitem__(self, i: int) -> Any:
         """``(span, token)[i]``: the tuple :func:`start` used to return."""
@@ -216,7 +240,11 @@ def _start(tracer: Tracer, spec: PhaseSpec, extra: Mapping[str, AttributeValue] 
         attrs = spec.attributes if sample is None else {**spec.attributes, **sample.phase_attributes}
         if extra:
             attrs = {**clean_attributes(extra), **attrs}
-        return SpanScope(tracer.start_span(spec.name, attributes=attrs), attrs)
+        scope = SpanScope(tracer.start_span(spec.name, attributes=attrs), attrs)
+        live = sample.live if sample is not None else None
+        if live is not None:
+            scope.live = live.registry.phase_started(scope, live, spec.phase, spec.tool, scope.span)
+        return scope
     except Exception:
         internal_error("phase.start")
         return None
@@ -453,7 +481,7 @@ def instrument(fn: F, begin: Begin) -> F:
 
 
 def _wrap(fn: F, spec: PhaseSpec) -> F:
-    name, attrs = spec.name, spec.attributes
+    name, attrs, phase_name, tool = spec.name, spec.attributes, spec.phase, spec.tool
 
     def begin(kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
         tracer = current_tracer()
@@ -463,12 +491,16 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
         try:
             sample = _SAMPLE.get()
             if sample is None:
-                started = attrs
-            else:
-                started = sample.merged.get(spec)
-                if started is None:
-                    started = sample.merged[spec] = {**attrs, **sample.phase_attributes}
-            return SpanScope(tracer.start_span(name, attributes=started), started, True)
+                return SpanScope(tracer.start_span(name, attributes=attrs), attrs, True)
+            started = sample.merged.get(spec)
+            if started is None:
+                started = sample.merged[spec] = {**attrs, **sample.phase_attributes}
+            span = tracer.start_span(name, attributes=started)
+            scope = SpanScope(span, started, True)
+            live = sample.live  # the in-flight registry's record of the sample: fed here, not by a processor
+            if live is not None:
+                scope.live = live.registry.phase_started(scope, live, phase_name, tool, span)
+            return scope
         except Exception:
             internal_error("phase.start")
             return None

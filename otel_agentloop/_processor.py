@@ -54,6 +54,8 @@ class PhaseMetricsProcessor(SpanProcessor):
         self.max_samples_per_step = max_samples_per_step
         self._release_listeners: list[Callable[[int | None, bool], None]] = []
         self._counter_sources: list[Callable[[], Mapping[str, int]]] = []
+        self._on_shutdown: list[Callable[[], None]] = []  # kept across fork: the watchdog restarts in a child
+        self._on_flush: list[Callable[[float], bool]] = []
         self._init_state()
         after_fork_in_child(self, "_init_state")
 
@@ -133,10 +135,21 @@ class PhaseMetricsProcessor(SpanProcessor):
             internal_error("PhaseMetricsProcessor.on_end")
 
     def shutdown(self) -> None:
-        return None
+        for hook in self._on_shutdown:
+            try:
+                hook()
+            except Exception:
+                internal_error("PhaseMetricsProcessor.shutdown_listener")
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+        ok = True
+        for hook in self._on_flush:
+            try:
+                ok = bool(hook(timeout_millis / 1000)) and ok
+            except Exception:
+                internal_error("PhaseMetricsProcessor.flush_listener")
+                ok = False
+        return ok
 
     # -- ingestion (shared by live spans and stored spans) ------------------------------------------
     def ingest(self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool) -> None:
@@ -271,6 +284,17 @@ class PhaseMetricsProcessor(SpanProcessor):
     def add_release_listener(self, listener: Callable[[int | None, bool], None]) -> None:
         """Call ``listener(step, validate)`` whenever a step's state is released (``take``/``collect``)."""
         self._release_listeners.append(listener)
+
+    def add_lifecycle_listener(
+        self, *, shutdown: Callable[[], None] | None = None, flush: Callable[[float], bool] | None = None
+    ) -> None:
+        """Call ``shutdown()`` from :meth:`shutdown` and ``flush(timeout_s)`` from :meth:`force_flush`, so the
+        provider's shutdown and flush reach a component (the watchdog) that has no span processor of its own
+        (one would cost three calls on every span). This processor comes first: they run before export's."""
+        if shutdown is not None:
+            self._on_shutdown.append(shutdown)
+        if flush is not None:
+            self._on_flush.append(flush)
 
     def add_counter_source(self, source: Callable[[], Mapping[str, int]]) -> None:
         """Report ``source()``'s counters in :meth:`collect` under ``agent_loop/telemetry/``."""

@@ -3,12 +3,14 @@
 Precedence: the provider installed by :func:`otel_agentloop.configure` (even with ``set_global=False``),
 else the global OpenTelemetry provider. No provider, the API's proxy/no-op provider, an SDK disabled by
 ``OTEL_SDK_DISABLED``, or an explicit disable all resolve to ``None``: the caller then runs the bare function.
+The in-flight registry attached to that provider (:func:`set_live`) is resolved with it (:func:`current_live`).
 """
 
 from __future__ import annotations
 
 import threading
 import weakref
+from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider, Tracer, TracerProvider
@@ -20,13 +22,15 @@ _SCOPE = "otel_agentloop"
 
 
 class _State:
-    __slots__ = ("__weakref__", "configured", "disabled", "key", "lock", "retired", "tracer")
+    __slots__ = ("__weakref__", "configured", "disabled", "key", "live", "lives", "lock", "retired", "tracer")
 
     def __init__(self) -> None:
         self.configured: TracerProvider | None = None
         self.disabled = False
         self.key: object = None  # the provider `tracer` was resolved for
         self.tracer: Tracer | None = None
+        self.live: Any = None  # the in-flight registry of the provider `tracer` was resolved for
+        self.lives: weakref.WeakKeyDictionary[TracerProvider, Any] = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
         self.retired: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
 
@@ -59,7 +63,21 @@ def _resolve(provider: TracerProvider) -> Tracer | None:
     with _state.lock:
         _state.key = provider
         _state.tracer = tracer
+        _state.live = _state.lives.get(provider) if tracer is not None else None
     return tracer
+
+
+def current_live() -> Any:
+    """The in-flight registry of the provider :func:`current_tracer` resolved last (call it right after),
+    or ``None``."""
+    return _state.live
+
+
+def set_live(provider: TracerProvider, registry: Any) -> None:
+    """Feed ``registry`` (an ``_inflight.InflightRegistry``) from the spans started through ``provider``."""
+    with _state.lock:
+        _state.lives[provider] = registry
+        _state.key = None
 
 
 def install(provider: TracerProvider | None) -> TracerProvider | None:

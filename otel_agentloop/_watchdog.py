@@ -31,6 +31,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
+from . import _tracer
 from . import semconv as sc
 from ._guard import internal_error, logger
 from ._inflight import InflightRegistry, OpenPhase, _Sample
@@ -417,7 +418,8 @@ def install(
     readers: Sequence[Any],
     on_step_metrics: Callable[[Callable[..., None]], None] | None = None,
 ) -> LiveMonitor:
-    """Create the registry (added to ``provider``) and the monitor; hook step release and collect."""
+    """Create the registry (fed by the spans the library starts through ``provider``) and the monitor; hook
+    the provider's shutdown and flush, step release and collect."""
     from ._otel_metrics import LibraryMetrics
 
     registry = InflightRegistry(
@@ -425,9 +427,10 @@ def install(
     )
     lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
     monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
-    registry.on_shutdown = monitor.shutdown  # provider.shutdown() stops the thread
-    registry.on_flush = monitor.force_flush
-    provider.add_span_processor(registry)
+    # provider.shutdown() stops the thread, provider.force_flush() drains: through the metrics processor, which
+    # runs on every span anyway (a processor of the registry's own would add three calls to every span)
+    metrics_processor.add_lifecycle_listener(shutdown=monitor.shutdown, flush=monitor.force_flush)
+    _tracer.set_live(provider, registry)  # fed by the library's span lifecycle (sample(), the phase wrappers)
     metrics_processor.add_release_listener(monitor.on_release)
     metrics_processor.add_counter_source(lambda: {k: v for k, v in registry.stats.items() if k != "inflight_samples"})
     if on_step_metrics is not None:

@@ -102,6 +102,91 @@ def test_snapshot_names_every_running_sample_with_phase_tool_and_ages(live) -> N
     assert handle.live.registry.stats["inflight_samples"] == 0
 
 
+def test_registry_is_fed_by_every_library_span_and_by_no_raw_otel_span(live) -> None:
+    """Block spans, phases nested in a phase, generators and sync phases are tracked (the most recently started
+    open phase wins); a phase started by a task that outlives its sample and a span started straight through
+    the OTel tracer are not; every tracked phase's duration reaches its (phase, tool) window."""
+    handle, _, _ = live
+    registry = handle.live.registry
+    tracer = handle.provider.get_tracer("raw")
+    seen: dict[str, tuple[str, str | None]] = {}
+
+    def current() -> tuple[str, str | None]:
+        (running,) = handle.inflight()
+        return running.phase, running.tool
+
+    @oal.trace_tool("gen_tool")
+    def gen_tool():
+        seen["generator"] = current()
+        yield 1
+
+    @oal.trace_reward
+    def reward() -> None:
+        seen["sync"] = current()
+
+    async def main() -> asyncio.Task:
+        with oal.step(3):
+            async with oal.sample(0, rollout_n=0):
+                seen["none"] = current()
+                with tracer.start_as_current_span("raw", attributes={sc.RL_PHASE: sc.GENERATE}):
+                    seen["raw"] = current()
+                async with oal.span("tool_calls"):
+                    seen["block"] = current()
+                    await quick_tool()
+                    with oal.span("tool_calls", tool="inner"):
+                        seen["nested"] = current()
+                    seen["after nested"] = current()
+                assert list(gen_tool()) == [1]
+                reward()
+                late = asyncio.get_running_loop().create_task(generate(0.2))  # outlives the sample
+            await asyncio.sleep(0.05)
+            seen["late"] = (len(registry._phases), len(handle.inflight()))
+            await late
+        return late
+
+    asyncio.run(main())
+    assert seen == {
+        "none": ("other", None),
+        "raw": ("other", None),
+        "block": (sc.TOOL_CALLS, None),
+        "nested": (sc.TOOL_CALLS, "inner"),
+        "after nested": (sc.TOOL_CALLS, None),
+        "generator": (sc.TOOL_CALLS, "gen_tool"),
+        "sync": (sc.COMPUTE_SCORE, None),
+        "late": (0, 0),
+    }
+    windows = {key: len(w) for key, w in registry.durations.items()}
+    assert windows == {
+        (sc.TOOL_CALLS, None): 1,
+        (sc.TOOL_CALLS, "quick"): 1,
+        (sc.TOOL_CALLS, "inner"): 1,
+        (sc.TOOL_CALLS, "gen_tool"): 1,
+        (sc.COMPUTE_SCORE, None): 1,
+    }
+    assert all(d > 0 for w in registry.durations.values() for d in w)
+    assert registry._phases == {} and handle.inflight() == []
+
+
+def test_a_phase_ended_at_a_time_measured_elsewhere_leaves_the_registry(live) -> None:
+    """verl's timers end a phase span at the time verl measured (not now): the registry forgets it and learns
+    that duration; an error ends it through the same scope."""
+    from otel_agentloop._phase import PhaseSpec, start
+    from otel_agentloop.integrations.verl._agent_loop import end_span
+
+    handle, _, _ = live
+    registry = handle.live.registry
+    with oal.step(1), oal.sample(0):
+        started = start(PhaseSpec.build(sc.TOOL_CALLS, tool="timed"))
+        assert handle.inflight()[0].tool == "timed"
+        end_span(started, None, 0.25)
+        assert handle.inflight()[0].phase == "other" and registry._phases == {}
+        failed = start(PhaseSpec.build(sc.TOOL_CALLS, tool="failed"))
+        end_span(failed, ValueError("boom"), 0.0)
+        assert registry._phases == {}
+    assert list(registry.durations[(sc.TOOL_CALLS, "timed")]) == [250_000_000]
+    assert len(registry.durations[(sc.TOOL_CALLS, "failed")]) == 1
+
+
 def test_hung_tool_is_reported_once_within_threshold_plus_interval_with_a_snapshot_and_classified_hung(
     live, caplog
 ) -> None:

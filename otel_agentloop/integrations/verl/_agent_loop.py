@@ -12,8 +12,6 @@ import importlib
 from collections.abc import Callable, Generator
 from typing import Any
 
-from opentelemetry import context as otel_context
-
 from ... import _context
 from ... import semconv as sc
 from ..._configure import current_handle
@@ -419,20 +417,16 @@ def _timed(timing_raw: Any, name: str) -> float:
 
 def end_span(started: SpanScope, error: BaseException | None, elapsed: float) -> None:
     """End ``started`` lasting ``elapsed`` seconds as verl measured it (now, when verl measured nothing)."""
-    span, token = started.span, started.token
     if elapsed <= 0 or error is not None:
         finish(started, error)
         return
+    end_time = None
     try:
-        if token is not None:
-            otel_context.detach(token)  # type: ignore[arg-type]
-    except Exception:
-        internal_error("verl.timer.detach")
-    try:
-        begin = getattr(span, "start_time", None)
-        span.end(end_time=begin + int(elapsed * 1e9) if begin else None)
+        begin = getattr(started.span, "start_time", None)
+        end_time = begin + int(elapsed * 1e9) if begin else None
     except Exception:
         internal_error("verl.timer.end")
+    started.end_at(end_time)  # through the scope: the in-flight registry forgets the phase
 
 
 def _spec(cache: dict[str, PhaseSpec], key: str, build: Callable[[], PhaseSpec]) -> PhaseSpec:
