@@ -25,8 +25,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.version import __version__ as otel_version
 
 import otel_agentloop as oal
-from otel_agentloop import _tracer
 from otel_agentloop import semconv as sc
+from otel_agentloop.core import _tracer
 
 
 def machine() -> str:

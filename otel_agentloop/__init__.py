@@ -19,7 +19,9 @@ Typical use::
 
 from . import semconv
 from ._configure import Handle, configure, current_handle
-from ._context import (
+from ._version import __version__
+from .analysis._timeline import TimelineRecorder
+from .core._context import (
     SampleHandle,
     StepState,
     bind,
@@ -30,17 +32,15 @@ from ._context import (
     sample,
     step,
 )
-from ._file_exporter import OTLPJsonFileExporter
-from ._inflight import InflightSample
-from ._otlp_json import decode_resource_spans, read_jsonl
-from ._phase import phase, span, trace_generate, trace_reward, trace_tool
-from ._processor import PhaseMetricsProcessor
-from ._records import SpanRecord
-from ._table import PhaseTable, StepMetrics, compute_metrics
-from ._timeline import TimelineRecorder
-from ._trainer import trainer_phase
-from ._version import __version__
-from ._watchdog import OverdueSample, WatchdogSettings
+from .core._inflight import InflightSample
+from .core._phase import phase, span, trace_generate, trace_reward, trace_tool
+from .core._trainer import trainer_phase
+from .export._file import OTLPJsonFileExporter
+from .export._otlp_json import decode_resource_spans, read_jsonl
+from .health._watchdog import OverdueSample, WatchdogSettings
+from .metrics._processor import PhaseMetricsProcessor
+from .metrics._records import SpanRecord
+from .metrics._table import PhaseTable, StepMetrics, compute_metrics
 
 __all__ = [
     "Handle",

@@ -16,17 +16,19 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
-from . import _otel_metrics, _tracer, _watchdog
-from ._content import policy as content_policy
-from ._context import TracePer, defaults
-from ._export import ExportProcessor
-from ._file_exporter import OTLPJsonFileExporter
-from ._guard import internal_error, logger
-from ._keep import SampleKeeper
-from ._processor import PhaseMetricsProcessor
-from ._sampling import BudgetSampler
-from ._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
-from ._watchdog import WatchdogSettings
+from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
+from .core import _tracer
+from .core._content import policy as content_policy
+from .core._context import TracePer, defaults
+from .core._guard import internal_error, logger
+from .export._file import OTLPJsonFileExporter
+from .export._keep import SampleKeeper
+from .export._processor import ExportProcessor
+from .export._sampling import BudgetSampler
+from .health import _watchdog
+from .health._watchdog import WatchdogSettings
+from .metrics import _otel as _otel_metrics
+from .metrics._processor import PhaseMetricsProcessor
 
 
 class Handle:
@@ -249,7 +251,7 @@ def _otlp_exporter(
             endpoint=endpoint, insecure=insecure, headers=dict(headers) if headers else None, timeout=timeout_s
         )
     if protocol == "http/json":
-        from ._http_json_exporter import OTLPJsonHttpExporter
+        from .export._http_json import OTLPJsonHttpExporter
 
         if endpoint is None:  # as the SDK's exporters read them
             endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (

@@ -12,23 +12,22 @@ from dataclasses import dataclass, replace
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-from . import _context as ctx
 from . import semconv as sc
 from ._configure import Handle, configure
-from ._display import Output
-from ._display import info_stream as _info
-from ._otlp_json import decode_resource_spans, read_jsonl
-from ._progress import Progress
-from ._records import SpanRecord
-from ._report import build_report, steps_in
-from ._settings import PROTOCOLS
-from ._step_view import HUNG, build_step_view, is_snapshot
-from ._table import StepMetrics
-from ._timeline import TimelineRecorder
-from ._timeline_html import jaeger_ui_base, write_html
-from ._timeline_png import render_timeline_png
-from ._trainer import trainer_phase
-from ._trainer_sim import (
+from .analysis._display import Output
+from .analysis._display import info_stream as _info
+from .analysis._progress import Progress
+from .analysis._report import build_report, steps_in
+from .analysis._step_view import HUNG, build_step_view, is_snapshot
+from .analysis._timeline import TimelineRecorder
+from .analysis._timeline_html import jaeger_ui_base, write_html
+from .analysis._timeline_png import render_timeline_png
+from .analysis._waterfall import render_png
+from .config._settings import PROTOCOLS
+from .core import _context as ctx
+from .core._trainer import trainer_phase
+from .demo._agent import SimConfig, run_samples
+from .demo._trainer import (
     MISBEHAVE_FROM_STEP,
     SLOWDOWN,
     format_alerts,
@@ -39,16 +38,17 @@ from ._trainer_sim import (
     trainer_metrics,
     validation_config,
 )
-from ._watchdog import WatchdogSettings
-from ._waterfall import render_png
-from .simulate import SimConfig, run_samples
-from .training_health import Alert, HealthMonitor
-from .validation_capture import ValidationCapture
+from .export._otlp_json import decode_resource_spans, read_jsonl
+from .health._training import Alert, HealthMonitor
+from .health._validation import ValidationCapture
+from .health._watchdog import WatchdogSettings
+from .metrics._records import SpanRecord
+from .metrics._table import StepMetrics
 
 
 def _simulate(args: argparse.Namespace) -> int:
     if args.workers:
-        from ._ray_sim import simulate_on_ray  # needs the ``ray`` extra
+        from .demo._ray import simulate_on_ray  # needs the ``ray`` extra
 
         return simulate_on_ray(args)
     cfg = sim_config(args)
@@ -259,7 +259,7 @@ def _print_step(
 def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
     if args.file:
         return list(read_jsonl(args.file))
-    from .jaeger import JaegerClient  # stdlib-only client
+    from .analysis._jaeger import JaegerClient  # stdlib-only client
 
     client = JaegerClient(args.jaeger, timeout_s=args.timeout)
     end = datetime.now(timezone.utc)

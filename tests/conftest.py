@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_agentloop as oal
-from otel_agentloop import _context, _guard, _tracer
+from otel_agentloop.core import _context, _guard, _tracer
 
 
 @dataclass

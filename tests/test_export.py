@@ -9,7 +9,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.demo._agent import SimConfig, run_samples
 
 from .conftest import span_metrics
 from .otlp_receiver import Receiver, start_grpc, start_http
@@ -64,7 +64,7 @@ def check_structure(records: list[oal.SpanRecord], metrics: oal.StepMetrics) -> 
     assert tools and all(r.name == f"execute_tool {r.attributes[sc.GEN_AI_TOOL_NAME]}" for r in tools)
     failed_reward = [r for r in phases if r.name == sc.REWARD_SPAN and r.error]
     assert [r.attributes[sc.RL_SAMPLE_INDEX] for r in failed_reward] == [2, 2]
-    assert all(r.attributes[sc.ERROR_TYPE] == "otel_agentloop.simulate.RewardError" for r in failed_reward)
+    assert all(r.attributes[sc.ERROR_TYPE] == "otel_agentloop.demo._agent.RewardError" for r in failed_reward)
     # the stored spans rebuild the same metrics through the same code path
     rebuilt = oal.PhaseMetricsProcessor()
     rebuilt.ingest_records(records)

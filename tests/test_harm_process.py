@@ -118,7 +118,7 @@ def test_shutdown_turns_tracing_off_and_restores_the_previous_setup() -> None:
     assert not _recording()  # not a re-installed, shut-down `a`
     assert oal.current_handle() is before
     # what configure() replaced is back
-    from otel_agentloop import _content, _context
+    from otel_agentloop.core import _content, _context
 
     assert _content.policy.enabled is False
     assert _context.defaults.trace_per == "sample"

@@ -16,8 +16,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._inflight import OpenPhase
-from otel_agentloop._watchdog import WatchdogSettings, parse_thresholds
+from otel_agentloop.core._inflight import OpenPhase
+from otel_agentloop.health._watchdog import WatchdogSettings, parse_thresholds
 
 from .conftest import span_metrics
 

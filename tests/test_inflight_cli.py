@@ -14,7 +14,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._report import build_report
+from otel_agentloop.analysis._report import build_report
 
 ARGS = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]
 

@@ -11,7 +11,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._watchdog import WatchdogSettings
+from otel_agentloop.health._watchdog import WatchdogSettings
 
 from .otlp_receiver import Receiver, start_grpc, wait_for
 

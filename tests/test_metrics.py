@@ -10,7 +10,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._accumulate import add_interval
+from otel_agentloop.metrics._accumulate import add_interval
 
 
 def brute_union(intervals: list[tuple[int, int]]) -> int:

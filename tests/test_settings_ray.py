@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import otel_agentloop as oal
-from otel_agentloop._settings import SPECS, Settings, resolve
-from otel_agentloop._watchdog import WATCHDOG_FIELDS, WatchdogSettings
+from otel_agentloop.config._settings import SPECS, Settings, resolve
+from otel_agentloop.health._watchdog import WATCHDOG_FIELDS, WatchdogSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,7 +117,7 @@ WORKER_IDENTITY = {"process.pid", "ray.node.id", "ray.job.id", "ray.actor.id", "
 
 class SettingsProbe:
     def read(self) -> dict[str, Any]:
-        from otel_agentloop._content import policy
+        from otel_agentloop.core._content import policy
 
         handle = oal_ray.setup_worker()
         applied: dict[str, Any] = {

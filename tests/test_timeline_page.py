@@ -28,9 +28,9 @@ from opentelemetry import trace
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._step_view import HUNG, SLOW, build_step_view
-from otel_agentloop._timeline_html import jaeger_ui_base, render_html
-from otel_agentloop.simulate import SimConfig, generate, run_sample
+from otel_agentloop.analysis._step_view import HUNG, SLOW, build_step_view
+from otel_agentloop.analysis._timeline_html import jaeger_ui_base, render_html
+from otel_agentloop.demo._agent import SimConfig, generate, run_sample
 
 ROOT = Path(__file__).resolve().parents[1]
 JAEGER_UI = "http://127.0.0.1:16686"
@@ -208,7 +208,7 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int,
             hung_key, slow_key = asyncio.run(_hung_step(handle, 7))
         finally:
             handle.shutdown(5)
-            from otel_agentloop import _tracer
+            from otel_agentloop.core import _tracer
 
             _tracer.install(None)
     return cwd, hung_key, slow_key

@@ -35,13 +35,13 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .. import _context
 from .. import semconv as sc
 from .._configure import Handle, configure, current_handle
-from .._guard import internal_error
-from .._phase import Scope, end_span, instrument
-from .._table import PhaseTable, StepMetrics, compute_metrics
-from .._tracer import current_tracer
+from ..core import _context
+from ..core._guard import internal_error
+from ..core._phase import Scope, end_span, instrument
+from ..core._tracer import current_tracer
+from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
 
 CARRIER_KEYWORD = "otel_carrier"
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
@@ -341,7 +341,7 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
     handle = _handle()
     live = handle.live if handle is not None else None
     if live is None:
-        from .._watchdog import Verdict
+        from ..health._watchdog import Verdict
 
         return Verdict()
     return live.verdict(step, validate)
@@ -349,7 +349,7 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
 
 def add_verdicts(metrics: StepMetrics, verdicts: Iterable[Any]) -> StepMetrics:
     """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``."""
-    from .._watchdog import apply_verdicts
+    from ..health._watchdog import apply_verdicts
 
     apply_verdicts(metrics, list(verdicts))
     return metrics

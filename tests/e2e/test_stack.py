@@ -19,9 +19,9 @@ import yaml
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._report import build_report
-from otel_agentloop.jaeger import JaegerClient
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._report import build_report
+from otel_agentloop.demo._agent import SimConfig, run_samples
 
 from ..conftest import span_metrics
 from .conftest import stack_mod

@@ -12,7 +12,7 @@ from pathlib import Path
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_agentloop import _tracer
+from otel_agentloop.core import _tracer
 from otel_agentloop.integrations import verl as oal_verl
 
 PROBE = """

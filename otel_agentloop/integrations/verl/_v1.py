@@ -28,12 +28,12 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
-from ... import _context
 from ... import semconv as sc
 from ..._configure import current_handle
-from ..._guard import internal_error
-from ..._table import PhaseTable, compute_metrics
-from ..._tracer import current_tracer
+from ...core import _context
+from ...core._guard import internal_error
+from ...core._tracer import current_tracer
+from ...metrics._table import PhaseTable, compute_metrics
 from . import _patching as patching
 from ._agent_loop import (
     CARRIER_KEY,
