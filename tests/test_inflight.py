@@ -17,7 +17,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._inflight import OpenPhase
+from otel_agentloop.core._tracer import current_tracer
 from otel_agentloop.health._watchdog import WatchdogSettings, parse_thresholds
+from otel_agentloop.metrics import PhaseMetricsProcessor, StepMetrics
 
 from .conftest import span_metrics
 
@@ -109,7 +111,7 @@ def test_hung_tool_is_reported_once_within_threshold_plus_interval_with_a_snapsh
     caplog.set_level(logging.WARNING, logger="otel_agentloop")
     reported: dict[str, float] = {}
 
-    async def main() -> oal.StepMetrics:
+    async def main() -> StepMetrics:
         release = asyncio.Event()
         with oal.step(3):
 
@@ -205,7 +207,7 @@ def test_watchdog_boundary_is_exact_with_an_injected_clock(live) -> None:
 def test_slow_tool_that_finishes_is_classified_slow(live) -> None:
     handle, exporter, _ = live
 
-    async def main() -> oal.StepMetrics:
+    async def main() -> StepMetrics:
         with oal.step(4):
 
             async def one(i: int) -> None:
@@ -244,7 +246,7 @@ async def _quick_step(step: int, n: int = 4) -> None:
 
 def test_snapshot_spans_are_not_counted_as_phase_time(traced) -> None:
     """A stored snapshot (e.g. read back from Jaeger) changes nothing in the rebuilt metrics."""
-    proc = oal.PhaseMetricsProcessor()
+    proc = PhaseMetricsProcessor()
     base = {sc.RL_STEP: 1, sc.RL_VALIDATE: False, sc.RL_SAMPLE_INDEX: 0, sc.RL_ROLLOUT_N: 0}
     proc.ingest("execute_tool t", {**base, sc.RL_PHASE: sc.TOOL_CALLS}, 0, 10**9, 1, False)
     proc.ingest(
@@ -419,7 +421,7 @@ def test_collect_without_reports_keeps_the_exact_metric_keys(live) -> None:
 def test_bad_arguments_raise_before_anything_is_installed() -> None:
     with pytest.raises(ValueError, match="max_inflight_samples"):
         oal.configure("bad", exporters=[InMemorySpanExporter()], set_global=False, max_inflight_samples=0)
-    assert oal._tracer.current_tracer() is None
+    assert current_tracer() is None
 
 
 def test_registry_counters_are_reported_with_the_step(live) -> None:

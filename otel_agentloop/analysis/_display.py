@@ -8,12 +8,12 @@ Colour follows no-color.org: off when ``NO_COLOR`` is set (non-empty) or the str
 
 from __future__ import annotations
 
-import os
 import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import semconv as sc
+from ._terminal import color_enabled, isatty
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -30,23 +30,6 @@ _ERROR_STYLE = "bold red"
 _TITLE_STYLE = "bold"
 
 
-def color_enabled(stream: TextIO) -> bool:
-    """Whether text for people on ``stream`` may carry colour: not with ``NO_COLOR`` (non-empty), yes with
-    ``FORCE_COLOR`` (non-empty), else only when ``stream`` is a terminal."""
-    if os.environ.get("NO_COLOR"):
-        return False
-    if os.environ.get("FORCE_COLOR"):
-        return True
-    return _isatty(stream)
-
-
-def _isatty(stream: TextIO) -> bool:
-    try:
-        return bool(stream.isatty())
-    except (AttributeError, ValueError, OSError):  # closed, or not a real file
-        return False
-
-
 def rich_console(stream: TextIO) -> Console | None:
     """A rich ``Console`` writing to ``stream`` (colour per :func:`color_enabled`), or ``None`` without rich.
 
@@ -57,7 +40,7 @@ def rich_console(stream: TextIO) -> Console | None:
         from rich.console import Console
     except ImportError:
         return None
-    tty = _isatty(stream)
+    tty = isatty(stream)
     color = color_enabled(stream)
     return Console(
         file=stream,

@@ -68,12 +68,12 @@ def waterfall_rows(spans: Sequence[SpanRecord], *, width: int = 60) -> tuple[str
 def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | None = None, title: str = "") -> str:
     """A waterfall: one line per span, a bar placed on the sample's time axis, and its duration.
 
-    ``color`` (ANSI) defaults to :func:`~._display.color_enabled` for stdout (``NO_COLOR``, ``FORCE_COLOR``).
+    ``color`` (ANSI) defaults to :func:`~._terminal.color_enabled` for stdout (``NO_COLOR``, ``FORCE_COLOR``).
     """
     if not spans:
         return "(no spans)"
     if color is None:
-        from ._display import color_enabled
+        from ._terminal import color_enabled
 
         color = color_enabled(sys.stdout)
     head, rows = waterfall_rows(spans, width=width)

@@ -1,1 +1,2 @@
-"""TODO"""
+"""Settings: defaults, the standard ``OTEL_*`` and ``OTEL_AGENTLOOP_*`` environment, validation. Imports
+nothing else of this package."""

@@ -13,11 +13,14 @@ TRUNCATION_MARK = "…[truncated]"
 
 
 class ContentPolicy:
-    """Whether text is captured, how it is cleaned, and how long it may be. Process-wide, set by configure()."""
+    """Whether text is captured, how it is cleaned, and how long it may be: one per process (``state.content``),
+    set by configure()."""
+
+    DEFAULT_MAX_CHARS = 2048
 
     def __init__(self) -> None:
         self.enabled = False
-        self.max_chars = 2048
+        self.max_chars = self.DEFAULT_MAX_CHARS
         self.redact: Redactor | None = None
         self.truncated = 0
         self._lock = threading.Lock()
@@ -62,6 +65,3 @@ class ContentPolicy:
                 self.truncated += 1
             value = value[: max(self.max_chars - len(TRUNCATION_MARK), 0)] + TRUNCATION_MARK
         return value
-
-
-policy = ContentPolicy()

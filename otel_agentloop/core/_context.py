@@ -12,12 +12,10 @@ import asyncio
 import contextlib
 import contextvars
 import functools
-import os
-import socket
 import traceback
 from collections.abc import Callable, Mapping
 from types import TracebackType
-from typing import Any, Literal, TypeVar
+from typing import Any, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -26,22 +24,15 @@ from opentelemetry.trace import Link, Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
-from . import _content as content
 from ._guard import internal_error, safe_str, warn_once
+from ._state import TracePer, state
 from ._tracer import current_tracer
 
-TracePer = Literal["sample", "step"]
 T = TypeVar("T")
 
 
-class _Defaults:
-    """Process-wide defaults set by :func:`otel_agentloop.configure`."""
-
-    trace_per: TracePer = "sample"
-    worker: str = f"{socket.gethostname()}:{os.getpid()}"
-
-
-defaults = _Defaults()
+defaults = state.defaults
+content_policy = state.content
 
 
 class StepState:
@@ -120,12 +111,12 @@ class SampleHandle:
         """Attach prompt/response text to the root span, only when content capture is on
         (``configure(capture_content=True)``); redacted, then truncated to ``max_content_chars``."""
         span = self.span
-        if span is None or not content.policy.enabled:
+        if span is None or not content_policy.enabled:
             return
         try:
             for key, value in ((sc.RL_PROMPT_CONTENT, prompt), (sc.RL_RESPONSE_CONTENT, response)):
                 if value is not None:
-                    cleaned = content.policy.clean(value)
+                    cleaned = content_policy.clean(value)
                     if cleaned is not None:
                         span.set_attribute(key, cleaned)
         except Exception:

@@ -7,35 +7,16 @@ else the global OpenTelemetry provider. No provider, the API's proxy/no-op provi
 
 from __future__ import annotations
 
-import threading
-import weakref
-
 from opentelemetry import trace
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider, Tracer, TracerProvider
 
 from .._version import __version__
-from ._guard import after_fork_in_child
+from ._state import state
 
 _SCOPE = "otel_agentloop"
 
 
-class _State:
-    __slots__ = ("__weakref__", "configured", "disabled", "key", "lock", "retired", "tracer")
-
-    def __init__(self) -> None:
-        self.configured: TracerProvider | None = None
-        self.disabled = False
-        self.key: object = None  # the provider `tracer` was resolved for
-        self.tracer: Tracer | None = None
-        self.lock = threading.Lock()
-        self.retired: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
-
-    def after_fork(self) -> None:
-        self.lock = threading.Lock()
-
-
-_state = _State()
-after_fork_in_child(_state, "after_fork")
+_state = state.tracer  # read on every decorated call: one module global, one attribute
 
 
 def current_tracer() -> Tracer | None:

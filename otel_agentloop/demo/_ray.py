@@ -28,6 +28,7 @@ from ..integrations import ray as oal_ray
 from ..metrics._records import SpanRecord
 from ..metrics._table import PhaseTable
 from ._agent import SimConfig, run_samples
+from ._main import StepOutcome, finish, misbehaviour, report_step, sim_config, sim_watchdog
 from ._trainer import run_trainer_phases, slowdown, trainer_metrics, validation_config
 
 CHUNKS_PER_WORKER = 4  # finer chunks: a livelier progress bar and better balance
@@ -122,8 +123,7 @@ def _rollout(
 
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
-    from ..cli import StepOutcome, _finish, _report_step, misbehaviour, sim_config, sim_watchdog
-
+    """The simulated main job as a manager (this process) and ``args.workers`` Ray actor workers."""
     ray = oal_ray._ray()
     cfg = sim_config(args)
     handle = configure(
@@ -187,7 +187,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
             spans: dict[tuple[int, int], list[SpanRecord]] = {}
             for _, worker_spans, _, _ in finished:
                 spans.update(worker_spans)
-            _report_step(
+            report_step(
                 args,
                 results,
                 StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans),
@@ -202,4 +202,4 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     for ws in worker_stats:
         for key in ("exported", "dropped", "failed"):
             stats[key] += ws[key]
-    return _finish(args, results, monitor, stats, flushed, handle.description)
+    return finish(args, results, monitor, stats, flushed, handle.description)

@@ -18,7 +18,7 @@ from typing import Any
 from opentelemetry import trace
 
 from .. import semconv as sc
-from ..core import _content
+from ..core._state import state
 
 Entry = tuple[int, str, str, float, tuple[Any, ...]]  # (key, input, output, score, identity)
 TRUNCATION_MARK = "…[truncated]"
@@ -78,9 +78,9 @@ class ValidationCapture:
             return False
         self._push((k, inp, out, float(score), identity))
         span = trace.get_current_span()
-        if span.is_recording() and _content.policy.enabled:
+        if span.is_recording() and state.content.enabled:
             for attr, text in ((sc.RL_PROMPT_CONTENT, inp), (sc.RL_RESPONSE_CONTENT, out)):
-                cleaned = _content.policy.clean(text)
+                cleaned = state.content.clean(text)
                 if cleaned is not None:
                     span.set_attribute(attr, cleaned)
         return True

@@ -24,7 +24,7 @@ import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any, NamedTuple
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
@@ -35,6 +35,7 @@ from .. import semconv as sc
 from ..config._settings import Settings, ThresholdKey, parse_thresholds, resolve
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase, _Sample
+from ..metrics._table import OverdueSample
 
 if TYPE_CHECKING:
     from ..metrics._otel import LibraryMetrics
@@ -104,16 +105,6 @@ WATCHDOG_FIELDS = (
     "window",
     "max_warnings_per_check",
 )
-
-
-class OverdueSample(NamedTuple):
-    """A sample the watchdog reported, as classified when its step was collected."""
-
-    sample_index: int | None
-    rollout_n: int | None
-    trace_id: str
-    phase: str
-    tool: str | None
 
 
 @dataclass(frozen=True)

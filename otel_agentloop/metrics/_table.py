@@ -10,18 +10,26 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
 from dataclasses import dataclass
-from typing import TYPE_CHECKING, Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
 
 from .. import semconv as sc
 
-if TYPE_CHECKING:
-    from ..health._watchdog import OverdueSample
-
 _PREFIX = sc.METRIC_PREFIX
 PERCENTILES = (50, 90, 99)
+
+
+class OverdueSample(NamedTuple):
+    """A sample the watchdog reported, as classified when its step was collected (``StepMetrics.slow_samples``,
+    ``hung_samples``)."""
+
+    sample_index: int | None
+    rollout_n: int | None
+    trace_id: str
+    phase: str
+    tool: str | None
 
 
 @dataclass(frozen=True)
