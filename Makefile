@@ -31,13 +31,15 @@ test-verl:
 	  $$VERL_PY -m pytest -p no:cacheprovider -o addopts="" tests/verl -q $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-verl: pytest collected no tests" >&2; fi; exit $$rc
 
-## lint: ruff (rules and format), then mypy --strict and pyright on the package (config in pyproject.toml).
+## lint: ruff (rules and format), mypy --strict and pyright on the package, then the import-layer contract
+## (import-linter: layers, no cycles); all configured in pyproject.toml.
 ## pyright runs from its wheel with the Node.js wheel; PYRIGHT_PYTHON_IGNORE_WARNINGS skips its online version check.
 lint: install
 	$(VENV)/bin/ruff check .
 	$(VENV)/bin/ruff format --check .
 	$(VENV)/bin/mypy
 	PYRIGHT_PYTHON_IGNORE_WARNINGS=1 $(VENV)/bin/pyright
+	$(VENV)/bin/lint-imports
 
 bench: install
 	$(PY) bench/run.py $(ARGS)

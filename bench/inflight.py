@@ -32,16 +32,17 @@ sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 from run import machine
 
 import otel_agentloop as oal
-from otel_agentloop import _tracer
-from otel_agentloop._export import ExportProcessor
-from otel_agentloop._file_exporter import OTLPJsonFileExporter
-from otel_agentloop._watchdog import WatchdogSettings, install
+from otel_agentloop.core import _tracer
+from otel_agentloop.export._file import OTLPJsonFileExporter
+from otel_agentloop.export._processor import ExportProcessor
+from otel_agentloop.health._watchdog import WatchdogSettings, install
+from otel_agentloop.metrics import PhaseMetricsProcessor
 
 
 def provider(path: str, with_registry: bool) -> tuple[TracerProvider, object]:
     """configure()'s processors by hand: metrics, then the registry (or not), then export to a file."""
     prov = TracerProvider(resource=Resource.create({"service.name": "bench"}), shutdown_on_exit=False)
-    metrics = oal.PhaseMetricsProcessor()
+    metrics = PhaseMetricsProcessor()
     prov.add_span_processor(metrics)
     export = ExportProcessor(
         OTLPJsonFileExporter(path),

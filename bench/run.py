@@ -25,8 +25,9 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.version import __version__ as otel_version
 
 import otel_agentloop as oal
-from otel_agentloop import _tracer
 from otel_agentloop import semconv as sc
+from otel_agentloop.core import _tracer
+from otel_agentloop.metrics import PhaseMetricsProcessor
 
 
 def machine() -> str:
@@ -167,7 +168,7 @@ def bench_on_end(n: int) -> float:
         tracer.start_span("x", attributes=attrs).end()
     spans = list(memory.get_finished_spans())
     handle.shutdown(5)
-    proc = oal.PhaseMetricsProcessor()
+    proc = PhaseMetricsProcessor()
     gc.collect()
     t0 = time.perf_counter()
     for s in spans:
@@ -176,7 +177,7 @@ def bench_on_end(n: int) -> float:
 
 
 def bench_collect(samples: int) -> tuple[float, float]:
-    proc = oal.PhaseMetricsProcessor(max_samples_per_step=samples)
+    proc = PhaseMetricsProcessor(max_samples_per_step=samples)
     t0 = time.perf_counter()
     for i in range(samples):
         for p, phase in enumerate(sc.PHASES):

@@ -17,7 +17,7 @@ import tempfile
 import time
 
 import otel_agentloop as oal
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.demo._agent import SimConfig, run_samples
 
 
 def _rss_mb() -> float:

@@ -1,5 +1,10 @@
 """OpenTelemetry spans and verl's agent-loop metrics for RL rollouts.
 
+The names here are all most users need. The rest lives in sub-namespaces: :mod:`~otel_agentloop.metrics`
+(verl's formula, the span processor), :mod:`~otel_agentloop.export` (exporters), :mod:`~otel_agentloop.analysis`
+(stored traces, reports, the timeline page), :mod:`~otel_agentloop.health` (training health, validation
+capture, the watchdog), :mod:`~otel_agentloop.integrations` (Ray, verl) and :mod:`~otel_agentloop.testing`.
+
 Typical use::
 
     import otel_agentloop as oal
@@ -17,58 +22,27 @@ Typical use::
     metrics = handle.metrics.collect(step)                    # verl's agent_loop/... dict
 """
 
-from . import semconv
+from . import semconv as semconv  # a public sub-module: `oal.semconv.RL_SAMPLE_INDEX`
 from ._configure import Handle, configure, current_handle
-from ._context import (
-    SampleHandle,
-    StepState,
-    bind,
-    current_sample,
-    current_step,
-    record_generation,
-    record_sample,
-    sample,
-    step,
-)
-from ._file_exporter import OTLPJsonFileExporter
-from ._inflight import InflightSample
-from ._otlp_json import decode_resource_spans, read_jsonl
-from ._phase import phase, span, trace_generate, trace_reward, trace_tool
-from ._processor import PhaseMetricsProcessor
-from ._records import SpanRecord
-from ._table import PhaseTable, StepMetrics, compute_metrics
-from ._timeline import TimelineRecorder
-from ._trainer import trainer_phase
 from ._version import __version__
-from ._watchdog import OverdueSample, WatchdogSettings
+from .core._context import bind, current_sample, current_step, record_generation, record_sample, sample, step
+from .core._phase import phase, span, trace_generate, trace_reward, trace_tool
+from .core._trainer import trainer_phase
+from .health._watchdog import WatchdogSettings
 
 __all__ = [
     "Handle",
-    "InflightSample",
-    "OTLPJsonFileExporter",
-    "OverdueSample",
-    "PhaseMetricsProcessor",
-    "PhaseTable",
-    "SampleHandle",
-    "SpanRecord",
-    "StepMetrics",
-    "StepState",
-    "TimelineRecorder",
     "WatchdogSettings",
     "__version__",
     "bind",
-    "compute_metrics",
     "configure",
     "current_handle",
     "current_sample",
     "current_step",
-    "decode_resource_spans",
     "phase",
-    "read_jsonl",
     "record_generation",
     "record_sample",
     "sample",
-    "semconv",
     "span",
     "step",
     "trace_generate",

@@ -16,17 +16,18 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
-from . import _otel_metrics, _tracer, _watchdog
-from ._content import policy as content_policy
-from ._context import TracePer, defaults
-from ._export import ExportProcessor
-from ._file_exporter import OTLPJsonFileExporter
-from ._guard import internal_error, logger
-from ._keep import SampleKeeper
-from ._processor import PhaseMetricsProcessor
-from ._sampling import BudgetSampler
-from ._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
-from ._watchdog import WatchdogSettings
+from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
+from .core import _tracer
+from .core._guard import internal_error, logger
+from .core._state import Saved, TracePer, state
+from .export._file import OTLPJsonFileExporter
+from .export._keep import SampleKeeper
+from .export._processor import ExportProcessor
+from .export._sampling import BudgetSampler
+from .health import _watchdog
+from .health._watchdog import WatchdogSettings
+from .metrics import _otel as _otel_metrics
+from .metrics._processor import PhaseMetricsProcessor
 
 
 class Handle:
@@ -58,7 +59,7 @@ class Handle:
         self._previous = previous
         self._closed = False
         self._parent: Handle | None = None  # the handle that was current when this one was configured
-        self._saved: _Saved | None = None  # what configure() replaced, restored by shutdown()
+        self._saved: Saved | None = None  # what configure() replaced, restored by shutdown()
 
     live: Any = None
     """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
@@ -108,15 +109,14 @@ class Handle:
             return
         self._closed = True
         deadline = time.monotonic() + max(timeout_s, 0.0)
-        global _current
-        if _current is self:
+        if state.handle is self:
             target = self
             while target._parent is not None and target._parent._closed:
                 target = target._parent
             if target._saved is not None:
-                target._saved.restore()
-            _current = target._parent
-        elif _tracer._state.configured is self.provider:  # not current, yet installed: uninstall it
+                state.restore(target._saved)
+            state.handle = target._parent
+        elif state.tracer.configured is self.provider:  # not current, yet installed: uninstall it
             _tracer.install(self._previous)
         if self.provider is None:
             return
@@ -156,7 +156,7 @@ class Handle:
         out = {
             "spans_dropped": stats["dropped"],
             "spans_failed": stats["failed"],
-            "content_truncated": content_policy.truncated,
+            "content_truncated": state.content.truncated,
         }
         for key in ("samples_not_kept", "samples_spilled"):
             if key in stats:
@@ -173,30 +173,9 @@ class Handle:
         return f"<otel_agentloop.Handle {self.description}>"
 
 
-_current: Handle | None = None
-
-
-class _Saved:
-    """Process-wide settings ``configure()`` replaces, as they were before it."""
-
-    def __init__(self) -> None:
-        self.configured = _tracer._state.configured
-        self.disabled = _tracer.is_disabled()
-        self.content = (content_policy.enabled, content_policy.max_chars, content_policy.redact)
-        self.trace_per: TracePer = defaults.trace_per
-        self.worker = defaults.worker
-
-    def restore(self) -> None:
-        _tracer.install(self.configured)
-        _tracer.set_disabled(self.disabled)
-        content_policy.enabled, content_policy.max_chars, content_policy.redact = self.content
-        defaults.trace_per = self.trace_per
-        defaults.worker = self.worker
-
-
 def current_handle() -> Handle | None:
     """The handle of the last :func:`configure` call in this process (``None`` before any)."""
-    return _current
+    return state.handle  # type: ignore[no-any-return]
 
 
 _PASSED_THROUGH = (
@@ -249,7 +228,7 @@ def _otlp_exporter(
             endpoint=endpoint, insecure=insecure, headers=dict(headers) if headers else None, timeout=timeout_s
         )
     if protocol == "http/json":
-        from ._http_json_exporter import OTLPJsonHttpExporter
+        from .export._http_json import OTLPJsonHttpExporter
 
         if endpoint is None:  # as the SDK's exporters read them
             endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
@@ -426,18 +405,17 @@ def _build(
     metric_readers: Sequence[Any],
 ) -> Handle:
     """Install what resolved settings ``s`` describe (see :func:`configure`)."""
-    global _current
-    saved = _Saved()
+    saved = state.save()
     metrics = PhaseMetricsProcessor(max_steps=s.max_steps, max_samples_per_step=s.max_samples_per_step)
-    content_policy.set(s.capture_content, s.max_content_chars, redact)
-    defaults.trace_per = s.trace_per  # type: ignore[assignment]
+    state.content.set(s.capture_content, s.max_content_chars, redact)
+    state.defaults.trace_per = s.trace_per  # type: ignore[assignment]
     if worker:
-        defaults.worker = worker
+        state.defaults.worker = worker
     if not s.enabled:
         _tracer.set_disabled(True)
         handle = Handle(None, metrics, (), None, "disabled", settings=s)
         handle.worker_env = _worker_env(s, None)
-        handle._parent, handle._saved, _current = _current, saved, handle
+        handle._parent, handle._saved, state.handle = state.handle, saved, handle
         return handle
     _tracer.set_disabled(False)
 
@@ -539,6 +517,6 @@ def _build(
         on_step_metrics=metrics.add_step_source,
     )
     handle.worker_env = _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None)
-    handle._parent, handle._saved, _current = _current, saved, handle
+    handle._parent, handle._saved, state.handle = state.handle, saved, handle
     metrics.add_counter_source(handle.export_counters)
     return handle

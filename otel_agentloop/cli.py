@@ -3,263 +3,40 @@
 from __future__ import annotations
 
 import argparse
-import asyncio
 import json
 import sys
-import time
-from collections.abc import Callable, Sequence
-from dataclasses import dataclass, replace
+from collections.abc import Sequence
 from datetime import datetime, timedelta, timezone
-from typing import Any
 
-from . import _context as ctx
 from . import semconv as sc
-from ._configure import Handle, configure
-from ._display import Output
-from ._display import info_stream as _info
-from ._otlp_json import decode_resource_spans, read_jsonl
-from ._progress import Progress
-from ._records import SpanRecord
-from ._report import build_report, steps_in
-from ._settings import PROTOCOLS
-from ._step_view import HUNG, build_step_view, is_snapshot
-from ._table import StepMetrics
-from ._timeline import TimelineRecorder
-from ._timeline_html import jaeger_ui_base, write_html
-from ._timeline_png import render_timeline_png
-from ._trainer import trainer_phase
-from ._trainer_sim import (
+from .analysis._decode import decode_resource_spans, read_jsonl
+from .analysis._display import Output
+from .analysis._report import build_report, steps_in
+from .analysis._step_view import HUNG, build_step_view, is_snapshot
+from .analysis._timeline_html import jaeger_ui_base, write_html
+from .analysis._timeline_png import render_timeline_png
+from .analysis._waterfall import render_png
+from .config._settings import PROTOCOLS
+from .demo._main import simulate as simulate_in_process
+from .demo._trainer import (
     MISBEHAVE_FROM_STEP,
     SLOWDOWN,
-    format_alerts,
-    format_generations,
-    run_trainer_phases,
-    slowdown,
-    summary_text,
-    trainer_metrics,
-    validation_config,
 )
-from ._watchdog import WatchdogSettings
-from ._waterfall import render_png
-from .simulate import SimConfig, run_samples
-from .training_health import Alert, HealthMonitor
-from .validation_capture import ValidationCapture
+from .metrics._records import SpanRecord
 
 
 def _simulate(args: argparse.Namespace) -> int:
     if args.workers:
-        from ._ray_sim import simulate_on_ray  # needs the ``ray`` extra
+        from .demo._ray import simulate_on_ray  # needs the ``ray`` extra
 
         return simulate_on_ray(args)
-    cfg = sim_config(args)
-    timelines = TimelineRecorder()
-    handle = configure(
-        args.service_name,
-        endpoint=args.endpoint,
-        protocol=args.protocol,
-        file=args.file,
-        trace_per=args.trace_per,
-        processors=[timelines],
-        watchdog=sim_watchdog(args),
-    )
-    monitor = HealthMonitor(log=False)  # alerts are printed below
-    print(
-        f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}",
-        file=_info(args),
-    )
-    results: list[dict[str, Any]] = []
-    try:
-        for step in range(1, args.steps + 1):
-            step_cfg = replace(
-                cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave), **misbehaviour(step, args.misbehave)
-            )
-            bar = Progress(
-                len(cfg.work()),
-                f"step {step}",
-                enabled=not args.quiet,
-                inflight=handle.inflight,
-                live_every_s=args.live_every,
-            )
-            timing_raw: dict[str, float] = {}
-            t0 = time.perf_counter()
-            with ctx.step(step):
-                with trainer_phase("gen", timing_raw):
-                    outcomes, metrics = asyncio.run(_rollout_and_collect(step_cfg, step, bar.advance, handle))
-                run_trainer_phases(timing_raw, cfg.time_scale)
-                step_s = time.perf_counter() - t0  # rollout + update; the validation pass is not counted
-                bar.close()
-                spans = timelines.pop(step)
-                capture = None
-                val_outcomes: list[float | BaseException] = []
-                if args.val_every and step % args.val_every == 0:
-                    capture = ValidationCapture(args.val_generations, seed=args.seed)
-                    with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
-                        val_outcomes = asyncio.run(_rollout(validation_config(cfg), step, None, capture))
-                    handle.metrics.collect(step, validate=True)
-                    timelines.pop(step, validate=True)
-                rewards = [o for o in outcomes if isinstance(o, float)]
-                val_rewards = [o for o in val_outcomes if isinstance(o, float)] if capture else []
-                trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
-                alerts = monitor.observe(step, trainer)  # alerts become events on the step span
-            failed = sum(isinstance(o, BaseException) for o in outcomes)
-            _report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans))
-    finally:
-        flushed = handle.force_flush(args.flush_timeout)
-        stats = handle.stats
-        handle.shutdown(args.flush_timeout)
-    return _finish(args, results, monitor, stats, flushed, handle.description)
-
-
-@dataclass
-class StepOutcome:
-    """What one simulated step produced, for printing and for ``--json``."""
-
-    step: int
-    metrics: StepMetrics
-    failed: int
-    trainer: dict[str, float]
-    timing_raw: dict[str, float]
-    alerts: list[Alert]
-    capture: ValidationCapture | None
-    spans: dict[tuple[int, int], list[SpanRecord]]
-
-
-def _report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: StepOutcome, where: str = "") -> None:
-    results.append(
-        {
-            "step": out.step,
-            "metrics": dict(out.metrics),
-            "slowest_trace_id": out.metrics.slowest_trace_id,
-            "hung_trace_ids": list(out.metrics.hung_trace_ids),
-            "slow_trace_ids": list(out.metrics.slow_trace_ids),
-            "failed_samples": out.failed,
-            "trainer": out.trainer,
-            "timing_raw": out.timing_raw,
-            "alerts": [a.rule for a in out.alerts],
-            "validation_generations": out.capture.result() if out.capture else None,
-        }
-    )
-    if args.json:
-        return
-    show = Output()
-    _print_step(show, out.step, out.metrics, out.failed, out.spans, args.png, where=where)
-    if out.capture is not None:
-        show.line()
-        show.line(format_generations(out.capture))
-    if out.alerts:
-        show.line()
-        show.line(format_alerts(out.alerts), style="bold red")
-
-
-def _finish(
-    args: argparse.Namespace,
-    results: list[dict[str, Any]],
-    monitor: HealthMonitor,
-    stats: dict[str, int],
-    flushed: bool,
-    description: str,
-) -> int:
-    if args.json:
-        print(json.dumps(results, indent=1))
-    else:
-        show = Output()
-        show.line()
-        for i, line in enumerate(summary_text(monitor).splitlines()):
-            tripped = line.lstrip().startswith("TRIPPED")
-            show.line(line, style="bold" if i == 0 else "bold red" if tripped else None)
-    print(
-        f"\nspans exported: {stats['exported']}, dropped: {stats['dropped']}, failed: {stats['failed']}"
-        f"{'' if flushed else ' (flush timed out)'}; traces -> {description}",
-        file=_info(args),
-    )
-    return 0
-
-
-async def _rollout(
-    cfg: SimConfig, step: int, on_done: Callable[[], None] | None, capture: ValidationCapture | None = None
-) -> list[float | BaseException]:
-    return await run_samples(cfg, step, cfg.work(), on_done=on_done, capture=capture)
-
-
-async def _rollout_and_collect(
-    cfg: SimConfig, step: int, on_done: Callable[[], None] | None, handle: Handle
-) -> tuple[list[float | BaseException], StepMetrics]:
-    """The rollout, then the step's metrics collected while any hung sample still runs, then it is cancelled
-    (what a trainer with a rollout timeout does): the watchdog classifies it hung."""
-    stragglers: list[asyncio.Task[float]] = []
-    outcomes = await run_samples(cfg, step, cfg.work(), on_done=on_done, stragglers=stragglers)
-    metrics = handle.metrics.collect(step)
-    for task in stragglers:
-        task.cancel()
-    await asyncio.gather(*stragglers, return_exceptions=True)
-    return outcomes, metrics
-
-
-WATCH_INTERVAL_S = 0.25
-TOOL_THRESHOLD_S = 1.0
-
-
-def sim_watchdog(args: argparse.Namespace) -> WatchdogSettings | None:
-    """Under ``--misbehave``: tool calls over 1 s are reported (checked every 0.25 s); else the defaults."""
-    if not args.misbehave:
-        return None
-    return WatchdogSettings.from_env(interval_s=WATCH_INTERVAL_S, thresholds_s={"tool_calls": TOOL_THRESHOLD_S})
-
-
-def misbehaviour(step: int, misbehave: bool) -> dict[str, Any]:
-    """From step MISBEHAVE_FROM_STEP under ``--misbehave``: sample 0/0's sandbox call hangs (cancelled once the
-    step is collected), sample 1/0's takes 1.5x the tool threshold (slow, then done)."""
-    if not (misbehave and step >= MISBEHAVE_FROM_STEP):
-        return {}
-    return {
-        "hang": (0, 0),
-        "hang_grace_s": TOOL_THRESHOLD_S + 3 * WATCH_INTERVAL_S,
-        "slow": (1, 0),
-        "slow_tool_s": 1.5 * TOOL_THRESHOLD_S,
-    }
-
-
-def sim_config(args: argparse.Namespace) -> SimConfig:
-    return SimConfig(
-        prompts=args.prompts,
-        rollout_n=args.rollout_n,
-        max_turns=args.max_turns,
-        time_scale=args.time_scale,
-        seed=args.seed,
-    )
-
-
-def _print_step(
-    show: Output,
-    step: int,
-    metrics: StepMetrics,
-    failed: int,
-    spans: dict[tuple[int, int], list[SpanRecord]],
-    png: str | None,
-    where: str = "",
-) -> None:
-    show.line()
-    show.metrics(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)")
-    for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
-        for item in items:
-            show.line(
-                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
-                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}",
-                style="bold red" if kind == "hung" else "yellow",
-            )
-    key = metrics.slowest_sample
-    if key is not None and spans.get(key):
-        title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
-        show.line()
-        show.waterfall(spans[key], title=title)
-        if png:
-            show.line(f"waterfall written to {render_png(spans[key], png, title=title)}")
+    return simulate_in_process(args)
 
 
 def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
     if args.file:
         return list(read_jsonl(args.file))
-    from .jaeger import JaegerClient  # stdlib-only client
+    from .analysis._jaeger import JaegerClient  # stdlib-only client
 
     client = JaegerClient(args.jaeger, timeout_s=args.timeout)
     end = datetime.now(timezone.utc)

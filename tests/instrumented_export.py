@@ -21,7 +21,9 @@ RequestsInstrumentor().instrument()
 from opentelemetry import trace  # noqa: E402
 
 import otel_agentloop as oal  # noqa: E402
-from otel_agentloop import _export, _file_exporter, _http_json_exporter  # noqa: E402
+from otel_agentloop.export import _file as _file_exporter  # noqa: E402
+from otel_agentloop.export import _http_json as _http_json_exporter  # noqa: E402
+from otel_agentloop.export import _processor as _export  # noqa: E402
 
 N_SPANS = 5
 

@@ -17,7 +17,7 @@ import grpc
 from google.protobuf import json_format
 from opentelemetry.proto.collector.trace.v1 import trace_service_pb2, trace_service_pb2_grpc
 
-from otel_agentloop import SpanRecord
+from otel_agentloop.metrics import SpanRecord
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float, interval: float = 0.1) -> bool:

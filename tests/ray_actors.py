@@ -8,8 +8,8 @@ from typing import Any
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop.health._validation import ValidationCapture
 from otel_agentloop.integrations import ray as oal_ray
-from otel_agentloop.validation_capture import ValidationCapture
 
 # (sample index, rollout n, [(phase, start offset s, duration s)], fail)
 Item = tuple[int, int, list[tuple[str, float, float]], bool]

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.demo._agent import SimConfig, run_samples
 
 from .test_parity import SCENARIO, TOL, _run_sample, verl_reference
 

@@ -7,7 +7,8 @@ import os
 import subprocess
 import sys
 
-import otel_agentloop as oal
+from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.metrics import PhaseMetricsProcessor
 
 from .conftest import span_metrics
 
@@ -51,9 +52,9 @@ def test_simulate_prints_metrics_and_waterfall(tmp_path) -> None:
 def test_simulate_json_equals_metrics_rebuilt_from_the_trace_file(tmp_path) -> None:
     out = _simulate(tmp_path, "--json", "--quiet", "--file", "run.jsonl").stdout
     steps = json.loads(out)  # stdout holds the JSON document alone (jq-able); lines for people go to stderr
-    records = list(oal.read_jsonl(str(tmp_path / "run.jsonl")))
+    records = list(read_jsonl(str(tmp_path / "run.jsonl")))
     for entry in steps:
-        proc = oal.PhaseMetricsProcessor()
+        proc = PhaseMetricsProcessor()
         proc.ingest_records(records)
         rebuilt = proc.collect(entry["step"])
         assert span_metrics(rebuilt) == span_metrics(entry["metrics"])
@@ -105,7 +106,7 @@ def test_main_job_shows_validation_generations_trainer_phases_and_health_alarms(
     assert "testing" in steps[1]["timing_raw"]
     assert steps[0]["alerts"] == [] and steps[1]["alerts"] == []
     assert "kl_high" in steps[2]["alerts"] and "step_time_swing" in steps[2]["alerts"]  # the injected faults
-    records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
     step3 = [
         r for r in records if r.name == "rl.step" and r.attributes["rl.step"] == 3 and not r.attributes["rl.validate"]
     ]

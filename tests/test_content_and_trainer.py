@@ -10,6 +10,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop.analysis import read_jsonl
 
 
 def test_content_is_not_captured_by_default(traced) -> None:
@@ -43,7 +44,6 @@ def test_content_capture_redacts_then_truncates_and_counts(tmp_path) -> None:
         assert metrics["agent_loop/telemetry/content_truncated"] >= 1
     finally:
         handle.shutdown(5)
-        oal._content.policy.set(False, 2048, None)
     with pytest.raises(ValueError, match="max_content_chars"):
         oal.configure("bad", set_global=False, max_content_chars=0)
 
@@ -105,5 +105,5 @@ def test_forked_child_exports_its_own_spans(tmp_path) -> None:
         assert handle.force_flush(5)
     finally:
         handle.shutdown(5)
-    indices = sorted(r.attributes[sc.RL_SAMPLE_INDEX] for r in oal.read_jsonl(str(path)) if r.name == "rl.sample")
+    indices = sorted(r.attributes[sc.RL_SAMPLE_INDEX] for r in read_jsonl(str(path)) if r.name == "rl.sample")
     assert indices == [0, 1]

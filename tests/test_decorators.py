@@ -12,6 +12,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop.core._tracer import current_tracer
 
 
 class CustomError(Exception):
@@ -152,7 +153,7 @@ def test_off_mode_runs_the_bare_function_and_makes_no_span(how, monkeypatch) -> 
         handle = oal.configure("off", enabled=False)
     if handle is not None:
         assert not handle.enabled and handle.force_flush(1)
-    assert oal._tracer.current_tracer() is None
+    assert current_tracer() is None
 
     async def main() -> int:
         with oal.step(1):

@@ -9,7 +9,9 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.demo._agent import SimConfig, run_samples
+from otel_agentloop.metrics import PhaseMetricsProcessor, SpanRecord, StepMetrics
 
 from .conftest import span_metrics
 from .otlp_receiver import Receiver, start_grpc, start_http
@@ -19,7 +21,7 @@ CFG = SimConfig(
 )
 
 
-def _run(handle: oal.Handle, step: int = 1) -> oal.StepMetrics:
+def _run(handle: oal.Handle, step: int = 1) -> StepMetrics:
     async def main() -> None:
         with oal.step(step):
             await run_samples(CFG, step, CFG.work())
@@ -35,7 +37,7 @@ def _wait(predicate, timeout: float = 10.0) -> None:
         time.sleep(0.05)
 
 
-def check_structure(records: list[oal.SpanRecord], metrics: oal.StepMetrics) -> None:
+def check_structure(records: list[SpanRecord], metrics: StepMetrics) -> None:
     """Span names, parent/child links and attributes of a simulated step, whatever the transport."""
     by_id = {r.span_id: r for r in records}
     roots = [r for r in records if r.name == sc.SAMPLE_SPAN]
@@ -64,9 +66,9 @@ def check_structure(records: list[oal.SpanRecord], metrics: oal.StepMetrics) -> 
     assert tools and all(r.name == f"execute_tool {r.attributes[sc.GEN_AI_TOOL_NAME]}" for r in tools)
     failed_reward = [r for r in phases if r.name == sc.REWARD_SPAN and r.error]
     assert [r.attributes[sc.RL_SAMPLE_INDEX] for r in failed_reward] == [2, 2]
-    assert all(r.attributes[sc.ERROR_TYPE] == "otel_agentloop.simulate.RewardError" for r in failed_reward)
+    assert all(r.attributes[sc.ERROR_TYPE] == "otel_agentloop.demo._agent.RewardError" for r in failed_reward)
     # the stored spans rebuild the same metrics through the same code path
-    rebuilt = oal.PhaseMetricsProcessor()
+    rebuilt = PhaseMetricsProcessor()
     rebuilt.ingest_records(records)
     assert span_metrics(rebuilt.collect(1)) == span_metrics(metrics)
 
@@ -132,7 +134,7 @@ def test_file_export_round_trips(tmp_path, monkeypatch) -> None:
         handle.shutdown(5)
     lines = (tmp_path / "otel-agentloop-traces.jsonl").read_text().splitlines()
     assert lines and all(line.startswith('{"resourceSpans":[') for line in lines)
-    records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
     assert len(records) == handle.stats["exported"]
     assert records[0].resource["service.name"] == "file-test"
     check_structure(records, metrics)

@@ -22,8 +22,8 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 import otel_agentloop as oal
-from otel_agentloop._http_json_exporter import OTLPJsonHttpExporter, retry_after_s
-from otel_agentloop._otlp_json import encode_spans
+from otel_agentloop.export._http_json import OTLPJsonHttpExporter, retry_after_s
+from otel_agentloop.export._otlp_json import encode_spans
 
 from .otlp_receiver import Receiver, start_grpc, start_http, wait_for
 
@@ -309,7 +309,7 @@ def test_suppression_is_scoped_to_the_export() -> None:
 _FORK_SCRIPT = """
 import os, sys
 from opentelemetry.sdk.trace import TracerProvider
-from otel_agentloop._http_json_exporter import OTLPJsonHttpExporter
+from otel_agentloop.export._http_json import OTLPJsonHttpExporter
 from opentelemetry.sdk.trace.export import SpanExportResult
 span = TracerProvider().get_tracer("f").start_span("forked")
 span.end()

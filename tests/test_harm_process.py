@@ -20,6 +20,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_agentloop as oal
+from otel_agentloop.core._state import state
 
 
 def _recording() -> bool:
@@ -118,10 +119,8 @@ def test_shutdown_turns_tracing_off_and_restores_the_previous_setup() -> None:
     assert not _recording()  # not a re-installed, shut-down `a`
     assert oal.current_handle() is before
     # what configure() replaced is back
-    from otel_agentloop import _content, _context
-
-    assert _content.policy.enabled is False
-    assert _context.defaults.trace_per == "sample"
+    assert state.content.enabled is False
+    assert state.defaults.trace_per == "sample"
 
 
 def test_shutdown_of_a_global_provider_turns_tracing_off_in_a_fresh_process() -> None:

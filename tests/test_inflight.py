@@ -16,8 +16,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._inflight import OpenPhase
-from otel_agentloop._watchdog import WatchdogSettings, parse_thresholds
+from otel_agentloop.core._inflight import OpenPhase
+from otel_agentloop.core._tracer import current_tracer
+from otel_agentloop.health._watchdog import WatchdogSettings, parse_thresholds
+from otel_agentloop.metrics import PhaseMetricsProcessor, StepMetrics
 
 from .conftest import span_metrics
 
@@ -170,7 +172,8 @@ def test_registry_is_fed_by_every_library_span_and_by_no_raw_otel_span(live) -> 
 def test_a_phase_ended_at_a_time_measured_elsewhere_leaves_the_registry(live) -> None:
     """verl's timers end a phase span at the time verl measured (not now): the registry forgets it and learns
     that duration; an error ends it through the same scope."""
-    from otel_agentloop._phase import PhaseSpec, start
+    from otel_agentloop.core._phase import PhaseSpec, start
+
     from otel_agentloop.integrations.verl._agent_loop import end_span
 
     handle, _, _ = live
@@ -194,7 +197,7 @@ def test_hung_tool_is_reported_once_within_threshold_plus_interval_with_a_snapsh
     caplog.set_level(logging.WARNING, logger="otel_agentloop")
     reported: dict[str, float] = {}
 
-    async def main() -> oal.StepMetrics:
+    async def main() -> StepMetrics:
         release = asyncio.Event()
         with oal.step(3):
 
@@ -290,7 +293,7 @@ def test_watchdog_boundary_is_exact_with_an_injected_clock(live) -> None:
 def test_slow_tool_that_finishes_is_classified_slow(live) -> None:
     handle, exporter, _ = live
 
-    async def main() -> oal.StepMetrics:
+    async def main() -> StepMetrics:
         with oal.step(4):
 
             async def one(i: int) -> None:
@@ -329,7 +332,7 @@ async def _quick_step(step: int, n: int = 4) -> None:
 
 def test_snapshot_spans_are_not_counted_as_phase_time(traced) -> None:
     """A stored snapshot (e.g. read back from Jaeger) changes nothing in the rebuilt metrics."""
-    proc = oal.PhaseMetricsProcessor()
+    proc = PhaseMetricsProcessor()
     base = {sc.RL_STEP: 1, sc.RL_VALIDATE: False, sc.RL_SAMPLE_INDEX: 0, sc.RL_ROLLOUT_N: 0}
     proc.ingest("execute_tool t", {**base, sc.RL_PHASE: sc.TOOL_CALLS}, 0, 10**9, 1, False)
     proc.ingest(
@@ -504,7 +507,7 @@ def test_collect_without_reports_keeps_the_exact_metric_keys(live) -> None:
 def test_bad_arguments_raise_before_anything_is_installed() -> None:
     with pytest.raises(ValueError, match="max_inflight_samples"):
         oal.configure("bad", exporters=[InMemorySpanExporter()], set_global=False, max_inflight_samples=0)
-    assert oal._tracer.current_tracer() is None
+    assert current_tracer() is None
 
 
 def test_registry_counters_are_reported_with_the_step(live) -> None:

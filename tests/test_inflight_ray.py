@@ -11,7 +11,8 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._watchdog import WatchdogSettings
+from otel_agentloop import testing
+from otel_agentloop.health._watchdog import WatchdogSettings
 
 from .otlp_receiver import Receiver, start_grpc, wait_for
 
@@ -89,7 +90,7 @@ def cluster():
         handle.shutdown(5)
         server.stop(0)
         os.environ.update(saved)
-        oal._tracer.install(None)
+        testing.reset()
 
 
 def test_driver_gathers_running_samples_and_hung_verdicts_from_two_workers(cluster) -> None:

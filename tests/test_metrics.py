@@ -8,9 +8,9 @@ import random
 import numpy as np
 import pytest
 
-import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._accumulate import add_interval
+from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, compute_metrics
+from otel_agentloop.metrics._accumulate import add_interval
 
 
 def brute_union(intervals: list[tuple[int, int]]) -> int:
@@ -41,9 +41,9 @@ def test_incremental_union_equals_brute_force_in_any_order(seed: int) -> None:
     assert blocks == sorted(blocks)
 
 
-def _table(gen, tool, score, npre=None, plen=None, rlen=None, index=None) -> oal.PhaseTable:
+def _table(gen, tool, score, npre=None, plen=None, rlen=None, index=None) -> PhaseTable:
     n = len(gen)
-    return oal.PhaseTable(
+    return PhaseTable(
         sample_index=np.array(index if index is not None else range(n), dtype=np.int64),
         rollout_n=np.zeros(n, dtype=np.int64),
         generate_sequences=np.array(gen, dtype=float),
@@ -61,7 +61,7 @@ def _table(gen, tool, score, npre=None, plen=None, rlen=None, index=None) -> oal
 def test_compute_metrics_slowest_includes_score_and_lengths_only_when_known() -> None:
     # sample 1 has the largest generation, sample 2 the largest gen+tool+score
     t = _table([1.0, 3.0, 2.0], [0.5, 0.0, 0.5], [0.1, 0.1, 1.0], npre=[0, 2, 1], plen=[5, 6, -1], rlen=[7, 8, -1])
-    m = oal.compute_metrics(t)
+    m = compute_metrics(t)
     assert m["agent_loop/slowest/sample_index"] == 2
     assert m["agent_loop/slowest/compute_score"] == 1.0
     assert "agent_loop/slowest/prompt_length" not in m and "agent_loop/slowest/response_length" not in m
@@ -69,7 +69,7 @@ def test_compute_metrics_slowest_includes_score_and_lengths_only_when_known() ->
     assert m["agent_loop/generate_sequences/p50"] == 2.0
     assert m["agent_loop/generate_sequences/p90"] == pytest.approx(np.percentile([1, 3, 2], 90))
     assert m.slowest_trace_id is None
-    assert oal.compute_metrics(oal.PhaseTable.empty()) == {"agent_loop/num_samples": 0.0}
+    assert compute_metrics(PhaseTable.empty()) == {"agent_loop/num_samples": 0.0}
 
 
 def test_metrics_are_independent_of_row_order_and_splits() -> None:
@@ -83,17 +83,17 @@ def test_metrics_are_independent_of_row_order_and_splits() -> None:
         plen=rng.integers(1, 9, n),
         rlen=rng.integers(1, 9, n),
     )
-    whole = oal.compute_metrics(t)
+    whole = compute_metrics(t)
     perm = rng.permutation(n)
     parts = np.array_split(perm, 4)
     columns = [f for f in t.__dataclass_fields__ if f != "ordered"]
-    pieces = [oal.PhaseTable(**{f: getattr(t, f)[p] for f in columns}) for p in parts]
-    merged = oal.compute_metrics(oal.PhaseTable.concat(pickle.loads(pickle.dumps(pieces))))
+    pieces = [PhaseTable(**{f: getattr(t, f)[p] for f in columns}) for p in parts]
+    merged = compute_metrics(PhaseTable.concat(pickle.loads(pickle.dumps(pieces))))
     assert merged == whole
 
 
 def test_processor_bounds_and_release() -> None:
-    proc = oal.PhaseMetricsProcessor(max_steps=2, max_samples_per_step=3)
+    proc = PhaseMetricsProcessor(max_steps=2, max_samples_per_step=3)
 
     def feed(step: int, index: int) -> None:
         attrs = {sc.RL_PHASE: sc.GENERATE, sc.RL_STEP: step, sc.RL_SAMPLE_INDEX: index, sc.RL_VALIDATE: False}
@@ -117,11 +117,11 @@ def test_processor_bounds_and_release() -> None:
     assert m["agent_loop/generate_sequences/max"] == pytest.approx(0.001)
     assert proc.open_steps() == [(3, False)]
     with pytest.raises(ValueError, match="max_steps"):
-        oal.PhaseMetricsProcessor(max_steps=0)
+        PhaseMetricsProcessor(max_steps=0)
 
 
 def test_num_preempted_follows_verl_rules() -> None:
-    proc = oal.PhaseMetricsProcessor()
+    proc = PhaseMetricsProcessor()
 
     def gen(index: int, start: int, npre: int | None) -> None:
         attrs = {sc.RL_PHASE: sc.GENERATE, sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: index}

@@ -11,6 +11,8 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop import testing
+from otel_agentloop.analysis import read_jsonl
 
 from .conftest import span_metrics
 from .otlp_receiver import Receiver, start_grpc, wait_for
@@ -42,8 +44,7 @@ def cluster():
         handle.shutdown(5)
         server.stop(0)
         os.environ.update(saved)
-        oal._tracer.install(None)
-        oal._context.defaults.trace_per = "sample"
+        testing.reset()
 
 
 def _items(n: int, first: int = 0) -> list[Item]:
@@ -189,7 +190,7 @@ def test_no_span_is_lost_when_actors_finish_normally(cluster) -> None:
 
 @pytest.mark.parametrize("split", [1, 3])
 def test_validation_capture_across_workers_draws_from_every_batch(cluster, split) -> None:
-    from otel_agentloop.validation_capture import ValidationCapture
+    from otel_agentloop.health._validation import ValidationCapture
 
     _, _, workers = cluster
     batches = [[(f"q{b}-{i}", f"a{b}-{i}", (b * 40 + i) / 200, b * 40 + i) for i in range(40)] for b in range(5)]
@@ -278,7 +279,7 @@ def test_main_job_on_ray(tmp_path) -> None:
     assert "== step 1: agent_loop metrics over 2 workers" in out and "== step 2:" in out
     assert "slowest sample" in out and "rl.sample" in out
     assert "dropped: 0, failed: 0" in out
-    records = list(oal.read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
     roots = [r for r in records if r.name == sc.SAMPLE_SPAN]
     assert sum(not r.attributes[sc.RL_VALIDATE] for r in roots) == 16  # 2 steps x 8 samples
     assert sum(r.attributes[sc.RL_VALIDATE] for r in roots) == 8  # the validation pass of step 2

@@ -7,6 +7,8 @@ import logging
 import pytest
 
 import otel_agentloop as oal
+from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.core._state import state
 
 BAD_ENV = {
     "OTEL_BSP_MAX_QUEUE_SIZE": "lots",
@@ -42,7 +44,7 @@ def test_bad_env_values_warn_and_fall_back(monkeypatch, caplog, tmp_path) -> Non
         assert (proc.max_queue_size, proc.max_export_batch_size) == (2048, 512)
         assert (proc.schedule_delay_s, proc.export_timeout_s) == (1.0, 30.0)
         assert handle.provider._span_limits.max_attribute_length == 4096
-        assert oal._context.defaults.trace_per == "sample"
+        assert state.defaults.trace_per == "sample"
 
         @oal.trace_reward
         def score() -> float:
@@ -68,7 +70,7 @@ def test_valid_env_values_are_used(monkeypatch, tmp_path) -> None:
         (proc,) = handle.export_processors
         assert (proc.max_queue_size, proc.max_export_batch_size, proc.schedule_delay_s) == (100, 10, 0.25)
         assert handle.description == f"file {tmp_path / 't.jsonl'}"
-        assert oal._context.defaults.trace_per == "step"
+        assert state.defaults.trace_per == "step"
         with oal.step(1), oal.sample(0) as s:
             # always_off: recorded for the metrics, not sampled for export
             assert s.span.is_recording() and not s.span.get_span_context().trace_flags.sampled
@@ -76,7 +78,7 @@ def test_valid_env_values_are_used(monkeypatch, tmp_path) -> None:
     finally:
         handle.shutdown(2)
     # ... but the step's slowest sample is kept and exported (nothing else: the step span was not sampled)
-    names = [r.name for r in oal.read_jsonl(str(tmp_path / "t.jsonl"))]
+    names = [r.name for r in read_jsonl(str(tmp_path / "t.jsonl"))]
     assert names == ["rl.sample"]
 
 

@@ -18,8 +18,8 @@ from typing import Any
 import pytest
 
 import otel_agentloop as oal
-from otel_agentloop._settings import SPECS, Settings, resolve
-from otel_agentloop._watchdog import WATCHDOG_FIELDS, WatchdogSettings
+from otel_agentloop.config._settings import SPECS, Settings, resolve
+from otel_agentloop.health._watchdog import WATCHDOG_FIELDS, WatchdogSettings
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
@@ -117,13 +117,13 @@ WORKER_IDENTITY = {"process.pid", "ray.node.id", "ray.job.id", "ray.actor.id", "
 
 class SettingsProbe:
     def read(self) -> dict[str, Any]:
-        from otel_agentloop._content import policy
+        from otel_agentloop.core._state import state
 
         handle = oal_ray.setup_worker()
         applied: dict[str, Any] = {
-            "max_content_chars": policy.max_chars,
-            "capture_content": policy.enabled,
-            "trace_per": oal._context.defaults.trace_per,
+            "max_content_chars": state.content.max_chars,
+            "capture_content": state.content.enabled,
+            "trace_per": state.defaults.trace_per,
         }
         if handle.enabled:
             (proc,) = handle.export_processors

@@ -28,9 +28,13 @@ from opentelemetry import trace
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._step_view import HUNG, SLOW, build_step_view
-from otel_agentloop._timeline_html import jaeger_ui_base, render_html
-from otel_agentloop.simulate import SimConfig, generate, run_sample
+from otel_agentloop import testing
+from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.analysis._step_view import HUNG, SLOW, build_step_view
+from otel_agentloop.analysis._timeline_html import jaeger_ui_base, render_html
+from otel_agentloop.core._context import SampleHandle
+from otel_agentloop.demo._agent import SimConfig, generate, run_sample
+from otel_agentloop.metrics import SpanRecord
 
 ROOT = Path(__file__).resolve().parents[1]
 JAEGER_UI = "http://127.0.0.1:16686"
@@ -133,7 +137,7 @@ def simulated(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cwd
 
 
-def _snapshot(tracer: trace.Tracer, handle: oal.SampleHandle, phase: str) -> None:
+def _snapshot(tracer: trace.Tracer, handle: SampleHandle, phase: str) -> None:
     """What the watchdog exports for a still-open sample (the hung-sample contract)."""
     root = handle.span
     attrs = dict(handle.phase_attributes)
@@ -168,7 +172,7 @@ async def _hung_step(handle: oal.Handle, step: int) -> tuple[tuple[int, int], tu
     hung_key, slow_key = (4, 0), (4, 1)
     release = asyncio.Event()
 
-    open_samples: dict[str, oal.SampleHandle] = {}
+    open_samples: dict[str, SampleHandle] = {}
 
     async def hung() -> None:
         async with oal.sample(*hung_key) as h:
@@ -208,15 +212,13 @@ def hung_job(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, tuple[int,
             hung_key, slow_key = asyncio.run(_hung_step(handle, 7))
         finally:
             handle.shutdown(5)
-            from otel_agentloop import _tracer
-
-            _tracer.install(None)
+            testing.reset()
     return cwd, hung_key, slow_key
 
 
 def test_hung_job_spans_are_real_and_the_view_classifies_them(hung_job) -> None:
     cwd, hung_key, slow_key = hung_job
-    records = list(oal.read_jsonl(str(cwd / "hung.jsonl")))
+    records = list(read_jsonl(str(cwd / "hung.jsonl")))
     view = build_step_view(records, 7)
     by_key = {s.key: s for s in view.samples}
     assert len(view.samples) == 18 and view.counts[HUNG] == 1 and view.counts[SLOW] == 1
@@ -247,9 +249,9 @@ def test_report_ignores_snapshots_and_names_hung_samples(hung_job) -> None:
     data = json.loads(out.stdout)
     assert data["step"] == 7
     rows = {(r["sample_index"], r["rollout_n"]): r for r in data["slowest"]}
-    records = list(oal.read_jsonl(str(cwd / "hung.jsonl")))
+    records = list(read_jsonl(str(cwd / "hung.jsonl")))
 
-    def spans_of(key: tuple[int, int], name: str) -> list[oal.SpanRecord]:
+    def spans_of(key: tuple[int, int], name: str) -> list[SpanRecord]:
         return [
             r
             for r in records
@@ -296,7 +298,7 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
     )
     assert out.returncode == 0, out.stderr
     slowest_tid = json.loads(out.stdout)["slowest_trace_id"]
-    records = list(oal.read_jsonl(str(simulated / "run.jsonl")))
+    records = list(read_jsonl(str(simulated / "run.jsonl")))
     roots = {r.trace_id_hex: r for r in records if r.name == sc.SAMPLE_SPAN and r.attributes[sc.RL_STEP] == 2}
     assert len(roots) == 24
 
@@ -408,11 +410,11 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
 
 
-def _hostile_records() -> list[oal.SpanRecord]:
+def _hostile_records() -> list[SpanRecord]:
     t = 1_700_000_000_000_000_000
     ident = {sc.RL_STEP: 1, sc.RL_VALIDATE: False, sc.RL_SAMPLE_INDEX: 0, sc.RL_ROLLOUT_N: 0}
-    root = oal.SpanRecord(0xAB, 1, 0, sc.SAMPLE_SPAN, t, t + 10**9, dict(ident))
-    tool = oal.SpanRecord(
+    root = SpanRecord(0xAB, 1, 0, sc.SAMPLE_SPAN, t, t + 10**9, dict(ident))
+    tool = SpanRecord(
         0xAB,
         2,
         1,

@@ -9,7 +9,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_agentloop.training_health import ALERT_EVENT, HealthMonitor, HealthThresholds
+from otel_agentloop.health._training import ALERT_EVENT, HealthMonitor, HealthThresholds
 
 
 def healthy(step: int) -> dict[str, float]:

@@ -9,7 +9,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.validation_capture import ValidationCapture
+from otel_agentloop.health._validation import ValidationCapture
 
 
 def samples(batches: int = 5, per_batch: int = 40) -> list[tuple[str, str, float, int, int]]:
@@ -89,7 +89,6 @@ def test_candidates_carry_their_text_on_the_sample_span_only_with_content_captur
             assert handle.force_flush(5)
         finally:
             handle.shutdown(5)
-            oal._content.policy.set(False, 2048, None)
         roots = {s.attributes[sc.RL_SAMPLE_INDEX]: s for s in mem.get_finished_spans() if s.name == "rl.sample"}
         chosen = {identity[1] for identity in cap.chosen()}
         with_text = {i for i, s in roots.items() if sc.RL_RESPONSE_CONTENT in s.attributes}

@@ -35,19 +35,19 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-from .. import _context
 from .. import semconv as sc
 from .._configure import Handle, configure, current_handle
-from .._guard import internal_error
-from .._phase import Scope, end_span, instrument
-from .._table import PhaseTable, StepMetrics, compute_metrics
-from .._tracer import current_tracer
+from ..core import _context
+from ..core._guard import internal_error
+from ..core._phase import Scope, end_span, instrument
+from ..core._state import state
+from ..core._tracer import current_tracer
+from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
 
 CARRIER_KEYWORD = "otel_carrier"
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
 _propagator = TraceContextTextMapPropagator()
 _setup_lock = threading.Lock()
-_worker_handle: Handle | None = None
 
 
 def _reset_after_fork() -> None:
@@ -85,7 +85,7 @@ def runtime_env(handle: Handle | None = None, base: Mapping[str, Any] | None = N
 
 def _handle() -> Handle | None:
     """This process's handle: the worker's own while it is open, else the current one."""
-    handle = _worker_handle
+    handle: Handle | None = state.worker_handle
     return handle if handle is not None and not handle.closed else current_handle()
 
 
@@ -96,13 +96,13 @@ def setup_worker() -> Handle:
     Spans are flushed, within 5 s, when the process exits normally; ``ray.kill`` skips that, so
     :func:`traced_remote` also flushes at the end of each call.
     """
-    global _worker_handle
     with _setup_lock:
-        if _worker_handle is not None and not _worker_handle.closed:
-            return _worker_handle
+        own: Handle | None = state.worker_handle
+        if own is not None and not own.closed:
+            return own
         existing = current_handle()
         if existing is not None and not existing.closed:  # the driver, or a process the user configured by hand
-            _worker_handle = existing
+            state.worker_handle = existing
             return existing
         attrs: dict[str, Any] = {"process.pid": os.getpid()}
         worker = f"{os.uname().nodename}:{os.getpid()}"
@@ -117,9 +117,9 @@ def setup_worker() -> Handle:
         except Exception:  # identity is best effort, never a reason to fail setup
             pass
         attrs[sc.RL_WORKER] = worker
-        _worker_handle = configure(resource_attributes=attrs, worker=worker)
-        atexit.register(_worker_handle.shutdown, 5.0)
-        return _worker_handle
+        own = state.worker_handle = configure(resource_attributes=attrs, worker=worker)
+        atexit.register(own.shutdown, 5.0)
+        return own
 
 
 def carrier() -> dict[str, Any]:
@@ -159,7 +159,7 @@ class _RemoteScope(Scope):
                 step = int(carrier[sc.RL_STEP])
                 validate = bool(carrier.get(sc.RL_VALIDATE, False))
             if tracer is not None:
-                attrs: dict[str, Any] = {sc.RL_WORKER: _context.defaults.worker}
+                attrs: dict[str, Any] = {sc.RL_WORKER: state.defaults.worker}
                 if step is not None:
                     attrs[sc.RL_STEP] = step
                     attrs[sc.RL_VALIDATE] = validate
@@ -169,7 +169,7 @@ class _RemoteScope(Scope):
                 self.state = _context.StepState(
                     step,
                     bool(validate),
-                    carrier.get("rl.trace_per") or _context.defaults.trace_per,
+                    carrier.get("rl.trace_per") or state.defaults.trace_per,
                     trace.get_current_span(parent_ctx),
                 )
         except Exception:
@@ -341,7 +341,7 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
     handle = _handle()
     live = handle.live if handle is not None else None
     if live is None:
-        from .._watchdog import Verdict
+        from ..health._watchdog import Verdict
 
         return Verdict()
     return live.verdict(step, validate)
@@ -349,7 +349,7 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
 
 def add_verdicts(metrics: StepMetrics, verdicts: Iterable[Any]) -> StepMetrics:
     """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``."""
-    from .._watchdog import apply_verdicts
+    from ..health._watchdog import apply_verdicts
 
     apply_verdicts(metrics, list(verdicts))
     return metrics

@@ -11,9 +11,10 @@ import uuid
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._watchdog import WatchdogSettings
-from otel_agentloop.jaeger import JaegerClient
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.demo._agent import SimConfig, run_samples
+from otel_agentloop.health._watchdog import WatchdogSettings
+from otel_agentloop.metrics import StepMetrics
 
 HANG_S, INTERVAL_S = 0.5, 0.1
 
@@ -41,7 +42,7 @@ def test_hung_tool_snapshot_is_in_jaeger_while_the_sample_runs_and_it_is_classif
     client = JaegerClient(stack.jaeger_url)
     seen: dict[str, object] = {}
 
-    async def main() -> oal.StepMetrics:
+    async def main() -> StepMetrics:
         release = asyncio.Event()
         with oal.step(1):
 

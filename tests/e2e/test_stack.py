@@ -19,9 +19,11 @@ import yaml
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop._report import build_report
-from otel_agentloop.jaeger import JaegerClient
-from otel_agentloop.simulate import SimConfig, run_samples
+from otel_agentloop.analysis import decode_resource_spans
+from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._report import build_report
+from otel_agentloop.demo._agent import SimConfig, run_samples
+from otel_agentloop.metrics import StepMetrics
 
 from ..conftest import span_metrics
 from .conftest import stack_mod
@@ -90,7 +92,7 @@ def test_collector_config_is_validated_by_the_real_binary(stack, tmp_path) -> No
     assert bad.returncode != 0 and "nope" in (bad.stderr + bad.stdout)
 
 
-def _run_step(handle: oal.Handle, step: int) -> oal.StepMetrics:
+def _run_step(handle: oal.Handle, step: int) -> StepMetrics:
     async def main() -> None:
         with oal.step(step):
             await run_samples(CFG, step, CFG.work())
@@ -106,11 +108,11 @@ def _records(client: JaegerClient, service: str, step: int, expect_samples: int,
         return client.find_traces(service, start, end, attributes={sc.RL_STEP: str(step)})
 
     def complete(rs: list) -> bool:
-        recs = list(oal.decode_resource_spans(rs))
+        recs = list(decode_resource_spans(rs))
         roots = [r for r in recs if r.name == sc.SAMPLE_SPAN]
         return len(roots) == expect_samples and len(recs) >= expect_samples * 4
 
-    return list(oal.decode_resource_spans(client.wait_for(fetch, complete, timeout_s=60)))
+    return list(decode_resource_spans(client.wait_for(fetch, complete, timeout_s=60)))
 
 
 @pytest.mark.parametrize("protocol", ["grpc", "http/json"])
@@ -134,7 +136,7 @@ def test_every_sample_reaches_jaeger_with_its_structure_and_metrics(stack, proto
     seen_phases: set[str] = set()
     for root in roots:
         assert root.parent_id == 0
-        trace = list(oal.decode_resource_spans(client.get_trace(root.trace_id_hex)))
+        trace = list(decode_resource_spans(client.get_trace(root.trace_id_hex)))
         phases = [r for r in trace if sc.RL_PHASE in r.attributes]
         names = {r.attributes[sc.RL_PHASE] for r in phases}
         assert {sc.GENERATE, sc.COMPUTE_SCORE} <= names  # tools run only between turns

@@ -19,6 +19,7 @@ from omegaconf import OmegaConf
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop import testing
 from tests.otlp_receiver import Receiver, start_grpc
 from tests.otlp_receiver import wait_for as poll
 
@@ -57,7 +58,7 @@ def cluster(setup_hook: str | None) -> Iterator[tuple[Any, Receiver]]:
         ray.shutdown()
         handle.shutdown(5)
         server.stop(0)
-        oal._tracer.install(None)
+        testing.reset()
 
 
 @contextmanager

@@ -12,7 +12,7 @@ from pathlib import Path
 from opentelemetry.instrumentation.instrumentor import BaseInstrumentor
 from opentelemetry.sdk.trace import TracerProvider
 
-from otel_agentloop import _tracer
+from otel_agentloop.core._state import state
 from otel_agentloop.integrations import verl as oal_verl
 
 PROBE = """
@@ -56,10 +56,10 @@ def test_base_instrumentor_takes_a_tracer_provider_and_restores() -> None:
     try:
         instrumentor.instrument(tracer_provider=provider)
         assert oal_verl.is_instrumented() and instrumentor.is_instrumented_by_opentelemetry
-        assert _tracer._state.configured is provider
+        assert state.tracer.configured is provider
         instrumentor.instrument(tracer_provider=provider)  # BaseInstrumentor: a second call is a no-op
         assert all(_attrs()[k] is not before[k] for k in before)
     finally:
         instrumentor.uninstrument()
     assert not oal_verl.is_instrumented() and _attrs() == before
-    assert _tracer._state.configured is None  # the provider is uninstalled with the patches
+    assert state.tracer.configured is None  # the provider is uninstalled with the patches

@@ -10,8 +10,8 @@ from pathlib import Path
 
 import ray_scenarios as rs
 
-import otel_agentloop as oal
 from otel_agentloop import semconv as sc
+from otel_agentloop import testing
 from otel_agentloop.integrations import verl as oal_verl
 from tests.otlp_receiver import Receiver, start_grpc
 
@@ -52,4 +52,4 @@ def test_stock_run_ppo_with_the_setup_hook_override(monkeypatch) -> None:
     finally:
         ray.shutdown()
         server.stop(0)
-        oal._tracer.install(None)
+        testing.reset()

@@ -23,7 +23,7 @@ import importlib.metadata
 from collections.abc import Callable, Collection
 from typing import Any
 
-from ..._guard import logger
+from ...core._guard import logger
 from . import _patching as patching
 from ._agent_loop import (
     AGENT_LOOP,
@@ -113,7 +113,7 @@ def instrument(tracer_provider: Any = None) -> bool:
             )
             return False
         if tracer_provider is not None:
-            from ... import _tracer
+            from ...core import _tracer
 
             _installed.append(_tracer.install(tracer_provider))
         patching.state.active = True
@@ -138,7 +138,7 @@ def _uninstrument() -> None:
     patching.restore()
     patching.hooks.reset()
     if _installed:  # the provider given to instrument() is uninstalled; the one before it comes back
-        from ... import _tracer
+        from ...core import _tracer
 
         _tracer.install(_installed.pop())
 

@@ -12,12 +12,12 @@ import importlib
 from collections.abc import Callable, Generator
 from typing import Any
 
-from ... import _context
 from ... import semconv as sc
 from ..._configure import current_handle
-from ..._guard import internal_error
-from ..._phase import PhaseSpec, SpanScope, finish, start
-from ..._table import PhaseTable, compute_metrics
+from ...core import _context
+from ...core._guard import internal_error
+from ...core._phase import PhaseSpec, SpanScope, finish, start
+from ...metrics._table import PhaseTable, compute_metrics
 from . import _patching as patching
 from ._rows import OpenSampleRows
 

@@ -15,7 +15,7 @@ from typing import Any
 
 import numpy as np
 
-from ..._guard import internal_error
+from ...core._guard import internal_error
 from . import _patching as patching
 from ._agent_loop import FULLY_ASYNC_KEY, ROW_COLUMN
 from ._rows import TAG

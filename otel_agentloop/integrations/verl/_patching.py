@@ -28,7 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
-from ..._guard import internal_error, logger
+from ...core._guard import internal_error, logger
 
 Impl = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
 

@@ -18,9 +18,9 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ... import semconv as sc
-from ..._accumulate import PHASE_INDEX, StepRows
-from ..._guard import internal_error
-from ..._table import PhaseTable
+from ...core._guard import internal_error
+from ...metrics._accumulate import PHASE_INDEX, StepRows
+from ...metrics._table import PhaseTable
 
 Key = tuple[Any, Any, Any, Any]  # (step, validate, sample index, rollout n) as the spans carry them
 TAG = "otel_agentloop."

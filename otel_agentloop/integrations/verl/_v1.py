@@ -28,12 +28,13 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
-from ... import _context
 from ... import semconv as sc
 from ..._configure import current_handle
-from ..._guard import internal_error
-from ..._table import PhaseTable, compute_metrics
-from ..._tracer import current_tracer
+from ...core import _context
+from ...core._guard import internal_error
+from ...core._state import state
+from ...core._tracer import current_tracer
+from ...metrics._table import PhaseTable, compute_metrics
 from . import _patching as patching
 from ._agent_loop import (
     CARRIER_KEY,
@@ -178,7 +179,7 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
             ctx = outer.span.get_span_context() if outer is not None and outer.span is not None else None
             if ctx is not None and ctx.is_valid:
                 links = [Link(ctx)]
-            per_sample = (outer.trace_per if outer is not None else _context.defaults.trace_per) == "sample"
+            per_sample = (outer.trace_per if outer is not None else state.defaults.trace_per) == "sample"
             span = tracer.start_span(
                 sc.GROUP_SPAN, context=Context() if per_sample else None, attributes=attrs, links=links
             )

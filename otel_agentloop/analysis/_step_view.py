@@ -1,0 +1,196 @@
+"""One step's samples on one time axis: the model behind the timeline page and the timeline PNG.
+
+Built from stored spans (a trace file or Jaeger). A still-open sample reaches the backend only as a snapshot span
+(``semconv.RL_SNAPSHOT``): a sample with a snapshot and no finished ``rl.sample`` span is *hung* (drawn up to the
+snapshot time); one with both finished after the watchdog tripped and is *slow*. Phase time per sample is the wall
+time its phase spans cover (parallel tool calls count once), computed as the metrics compute it.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass, field, replace
+from typing import Any
+
+from .. import semconv as sc
+from ..metrics._accumulate import add_interval
+from ..metrics._records import SpanRecord
+from ._waterfall import order_spans
+
+SampleKey = tuple[int, int]
+OK, FAILED, HUNG, SLOW = "ok", "error", "hung", "slow"
+
+
+def is_snapshot(rec: SpanRecord) -> bool:
+    """A snapshot of a still-open sample (not a finished span: never counted in metrics)."""
+    return rec.attributes.get(sc.RL_SNAPSHOT) is True
+
+
+@dataclass(slots=True)
+class Bar:
+    """One phase span of a sample on the step's axis; ``lane`` separates overlapping bars (parallel tools).
+    ``open`` marks the phase a hung sample is still in (from its last finished phase to the snapshot)."""
+
+    phase: str
+    name: str
+    start_ns: int
+    end_ns: int
+    lane: int = 0
+    error: bool = False
+    open: bool = False
+
+
+@dataclass
+class SampleView:
+    """One sample of the step. ``state`` is ``ok``, ``error`` (the sample failed), ``hung`` or ``slow``."""
+
+    index: int
+    rollout: int
+    trace_id: str
+    start_ns: int
+    end_ns: int
+    state: str
+    phase_s: dict[str, float]
+    bars: list[Bar]
+    lanes: int
+    waterfall: list[tuple[int, SpanRecord]]
+    snapshot: SpanRecord | None = None
+    error_spans: int = 0
+
+    @property
+    def key(self) -> SampleKey:
+        return (self.index, self.rollout)
+
+    @property
+    def total_s(self) -> float:
+        """generate + tool + score seconds: the measure verl's ``slowest`` ranks by."""
+        return sum(self.phase_s.values())
+
+    @property
+    def current_phase(self) -> str | None:
+        """The phase a hung sample is stuck in (from its snapshot)."""
+        return str(self.snapshot.attributes.get(sc.RL_PHASE)) if self.snapshot is not None else None
+
+
+@dataclass
+class StepView:
+    """The samples of one step ordered by end time (hung ones last, by snapshot time); times are Unix ns."""
+
+    step: int
+    validate: bool
+    samples: list[SampleView]
+    t0_ns: int
+    t1_ns: int
+    slowest: SampleKey | None = None
+    counts: dict[str, int] = field(default_factory=dict)
+
+
+def _key(attrs: Mapping[str, Any]) -> SampleKey | None:
+    index = attrs.get(sc.RL_SAMPLE_INDEX)
+    if type(index) is not int:
+        return None
+    rollout = attrs.get(sc.RL_ROLLOUT_N)
+    return (index, rollout if type(rollout) is int else -1)
+
+
+def _lanes(bars: list[Bar]) -> int:
+    """Give overlapping bars different lanes (greedy by start); returns the number of lanes used."""
+    ends: list[int] = []
+    for bar in sorted(bars, key=lambda b: (b.start_ns, -b.end_ns)):
+        for lane, end in enumerate(ends):
+            if end <= bar.start_ns:
+                bar.lane, ends[lane] = lane, bar.end_ns
+                break
+        else:
+            bar.lane = len(ends)
+            ends.append(bar.end_ns)
+    return max(len(ends), 1)
+
+
+def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequence[SpanRecord]) -> SampleView:
+    root = next((s for s in spans if s.name == sc.SAMPLE_SPAN), None)
+    snapshot = max(snapshots, key=lambda s: s.end_ns) if snapshots else None
+    blocks: dict[str, list[int]] = {p: [] for p in sc.PHASES}
+    phase_ns = dict.fromkeys(sc.PHASES, 0)
+    bars: list[Bar] = []
+    for s in sorted(spans, key=lambda s: (s.start_ns, s.end_ns)):
+        phase = s.attributes.get(sc.RL_PHASE)
+        if phase in blocks:
+            phase_ns[phase] += add_interval(blocks[phase], s.start_ns, s.end_ns)
+            bars.append(Bar(str(phase), s.name, s.start_ns, s.end_ns, error=s.error))
+    anchor = root or snapshot or min(spans, key=lambda s: s.start_ns)
+    start = anchor.start_ns
+    waterfall_spans = list(spans)
+    if root is not None:
+        end = root.end_ns
+        state = SLOW if snapshot is not None else (FAILED if root.error else OK)
+        trace_id = root.trace_id_hex
+        if snapshot is not None:
+            waterfall_spans.append(snapshot)
+    elif snapshot is not None:
+        end = max(snapshot.end_ns, max((s.end_ns for s in spans), default=0))
+        state = HUNG
+        # The open phase started when the previous (different) phase ended, else with the sample.
+        current = str(snapshot.attributes.get(sc.RL_PHASE))
+        since = max((b.end_ns for b in bars if b.phase != current), default=snapshot.start_ns)
+        bars.append(Bar(current, snapshot.name, since, snapshot.end_ns, open=True))
+        trace_id = (
+            spans[0].trace_id_hex
+            if spans
+            else format(snapshot.links[0][0], "032x")
+            if snapshot.links
+            else snapshot.trace_id_hex
+        )
+        # The sample span never ended: hang its finished children under the snapshot in the waterfall.
+        ids = {s.span_id for s in spans}
+        waterfall_spans = [snapshot] + [
+            s if s.parent_id in ids else replace(s, parent_id=snapshot.span_id) for s in spans
+        ]
+    else:  # phase spans without their sample span (not exported, or still open without a snapshot)
+        end = max(s.end_ns for s in spans)
+        state = FAILED if any(s.error for s in spans) else OK
+        trace_id = anchor.trace_id_hex
+    return SampleView(
+        index=key[0],
+        rollout=key[1],
+        trace_id=trace_id,
+        start_ns=start,
+        end_ns=end,
+        state=state,
+        phase_s={p: ns / 1e9 for p, ns in phase_ns.items()},
+        bars=bars,
+        lanes=_lanes(bars),
+        waterfall=order_spans(waterfall_spans),
+        snapshot=snapshot,
+        error_spans=sum(s.error for s in spans),
+    )
+
+
+def build_step_view(records: Iterable[SpanRecord], step: int, validate: bool = False) -> StepView:
+    """The view of ``step`` (its validation pass with ``validate``) from ``records``; other steps are ignored."""
+    spans: dict[SampleKey, list[SpanRecord]] = {}
+    snapshots: dict[SampleKey, list[SpanRecord]] = {}
+    for rec in records:
+        attrs = rec.attributes
+        if attrs.get(sc.RL_STEP) != step or bool(attrs.get(sc.RL_VALIDATE, False)) != validate:
+            continue
+        key = _key(attrs)
+        if key is None:
+            continue
+        (snapshots if is_snapshot(rec) else spans).setdefault(key, []).append(rec)
+    samples = [_sample_view(k, spans.get(k, []), snapshots.get(k, [])) for k in spans.keys() | snapshots.keys()]
+    samples.sort(key=lambda s: (s.state == HUNG, s.end_ns, s.key))
+    finished = [s for s in samples if s.state != HUNG]
+    slowest = None
+    if finished:  # argmax of the total; ties go to the first in (index, rollout) order, as in the metrics
+        slowest = min(finished, key=lambda s: (-s.total_s, s.key)).key
+    counts = {state: sum(s.state == state for s in samples) for state in (OK, FAILED, HUNG, SLOW)}
+    return StepView(
+        step=step,
+        validate=validate,
+        samples=samples,
+        t0_ns=min((s.start_ns for s in samples), default=0),
+        t1_ns=max((s.end_ns for s in samples), default=0),
+        slowest=slowest,
+        counts=counts,
+    )

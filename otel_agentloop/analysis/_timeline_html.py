@@ -1,0 +1,420 @@
+"""The step timeline page: one self-contained HTML file (inline CSS, JS and data; nothing fetched to view it).
+
+Every sample of a step is a row on one time axis (rows ordered by end time, hung samples last), its phase spans
+coloured by ``rl.phase`` and overlapping ones (parallel tool calls) in separate lanes; failed samples, error spans,
+hung and slow samples are marked. Hovering shows the sample's identity and phase times, clicking shows its
+waterfall and a link to the trace in Jaeger; per-phase histograms sit beside it.
+
+Safety: the data travels as JSON in a ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
+escaped, and the page's script writes every string through ``textContent``/``setAttribute`` (never HTML), so span
+names and attributes cannot inject markup. The Jaeger link is only made for an http(s) base URL.
+"""
+
+from __future__ import annotations
+
+import html
+import json
+import os
+import urllib.parse
+from typing import Any
+
+from .. import semconv as sc
+from ._step_view import StepView
+
+_MS = 1e6  # ns per ms
+
+
+def jaeger_ui_base(url: str | None) -> str | None:
+    """``url`` without a trailing slash when it is an http(s) URL, else ``None`` (no link is made)."""
+    if not url:
+        return None
+    parts = urllib.parse.urlsplit(url.strip())
+    if parts.scheme not in ("http", "https") or not parts.netloc:
+        return None
+    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
+
+
+class _Strings:
+    """A string table: names repeat across samples, so rows carry indices."""
+
+    def __init__(self) -> None:
+        self.items: list[str] = []
+        self._index: dict[str, int] = {}
+
+    def __call__(self, text: str) -> int:
+        i = self._index.get(text)
+        if i is None:
+            i = self._index[text] = len(self.items)
+            self.items.append(text)
+        return i
+
+
+def _info(span: Any) -> str:
+    parts = []
+    error_type = span.attributes.get(sc.ERROR_TYPE)
+    if error_type is not None:
+        parts.append(f"{sc.ERROR_TYPE}={error_type}")
+    if span.status_message:
+        parts.append(span.status_message)
+    return "; ".join(parts)[:300]
+
+
+def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> dict[str, Any]:
+    """What the page's script draws, as plain JSON-able data (times in ms since the step's first sample)."""
+    t0 = view.t0_ns
+    strings = _Strings()
+    phases = list(sc.PHASES)
+
+    def ms(t: int) -> float:
+        return round((t - t0) / _MS, 3)
+
+    samples = []
+    for s in view.samples:
+        samples.append(
+            {
+                "i": s.index,
+                "r": s.rollout,
+                "tid": s.trace_id,
+                "st": s.state,
+                "s": ms(s.start_ns),
+                "e": ms(s.end_ns),
+                "ph": [round(s.phase_s[p], 6) for p in phases],
+                "tot": round(s.total_s, 6),
+                "lanes": s.lanes,
+                "bars": [
+                    [
+                        phases.index(b.phase) if b.phase in phases else -1,
+                        strings(b.name),
+                        ms(b.start_ns),
+                        ms(b.end_ns),
+                        b.lane,
+                        int(b.error),
+                        int(b.open),
+                    ]
+                    for b in s.bars
+                ],
+                "wf": [
+                    [
+                        depth,
+                        strings(span.name),
+                        ms(span.start_ns),
+                        ms(span.end_ns),
+                        int(span.error),
+                        strings(_info(span)),
+                        int(span is s.snapshot),
+                    ]
+                    for depth, span in s.waterfall
+                ],
+                "snap": ms(s.snapshot.end_ns) if s.snapshot is not None else None,
+                "cur": s.current_phase,
+                "errs": s.error_spans,
+                "slowest": s.key == view.slowest,
+            }
+        )
+    return {
+        "step": view.step,
+        "validate": view.validate,
+        "source": source,
+        "jaeger": jaeger_ui_base(jaeger_ui),
+        "span_ms": ms(view.t1_ns),
+        "phases": phases,
+        "counts": view.counts,
+        "names": strings.items,
+        "samples": samples,
+    }
+
+
+def _script_json(data: Any) -> str:
+    """JSON safe inside a ``<script>`` element: no ``</script>``, ``<!--`` or entity can form."""
+    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
+    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
+
+
+def render_html(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> str:
+    """The page as one string."""
+    title = f"step {view.step}{' (validation)' if view.validate else ''}: {len(view.samples)} samples"
+    return (
+        _PAGE.replace("%TITLE%", html.escape(f"otel-agentloop: {title}"))
+        .replace("%CSS%", _CSS)
+        .replace("%JS%", _JS)
+        .replace("%DATA%", _script_json(page_data(view, source=source, jaeger_ui=jaeger_ui)))
+    )
+
+
+def write_html(view: StepView, path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None) -> str:
+    """Write the page to ``path``; returns the path."""
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(render_html(view, source=source, jaeger_ui=jaeger_ui))
+    return os.fspath(path)
+
+
+_PAGE = """<!DOCTYPE html>
+<html lang="en"><head><meta charset="utf-8">
+<meta name="viewport" content="width=device-width, initial-scale=1">
+<title>%TITLE%</title>
+<style>%CSS%</style></head>
+<body>
+<header><h1 id="title"></h1><div id="summary"></div><div id="legend"></div></header>
+<main>
+<section id="timeline"><div id="scroller"><div id="axis"></div>
+<div id="rows"><div id="grid"></div></div></div></section>
+<aside><div id="hists"></div><div id="detail"><p class="hint">Click a row to see that sample's waterfall.</p></div>
+</aside></main>
+<div id="tip" hidden></div>
+<script id="timeline-data" type="application/json">%DATA%</script>
+<script>%JS%</script>
+</body></html>
+"""
+
+_CSS = """
+:root{--gen:#4C72B0;--tool:#DD8452;--score:#55A868;--err:#C44E52;--label:150px;font:13px/1.35 system-ui,sans-serif}
+body{margin:0;color:#222;background:#fff}
+header{padding:8px 14px;border-bottom:1px solid #ddd}
+h1{font-size:17px;margin:0 0 2px}
+#summary{color:#444}
+#legend{margin-top:4px;display:flex;gap:14px;flex-wrap:wrap;color:#444}
+.chip{display:inline-block;width:18px;height:10px;margin-right:4px;vertical-align:-1px;border-radius:2px}
+main{display:flex;gap:12px;padding:8px 14px;align-items:flex-start}
+#timeline{flex:3;min-width:0}
+#scroller{max-height:calc(100vh - 110px);overflow-y:auto;overflow-x:hidden;border:1px solid #e3e3e3}
+#axis{position:sticky;top:0;height:20px;background:#fafafa;border-bottom:1px solid #ddd;z-index:3}
+#axis span{position:absolute;top:3px;transform:translateX(-50%);font-size:11px;color:#555;white-space:nowrap}
+#rows{position:relative}
+#grid{position:absolute;left:var(--label);right:8px;top:0;bottom:0;pointer-events:none}
+#grid i{position:absolute;top:0;bottom:0;border-left:1px solid #eee}
+.row{display:flex;align-items:stretch;cursor:pointer;border-bottom:1px solid #f3f3f3}
+.row:hover{background:#f4f8ff}.row.selected{background:#e4eeff}
+.label{width:var(--label);flex:none;padding:0 6px;font:11px/1 ui-monospace,monospace;display:flex;gap:4px;
+ align-items:center;white-space:nowrap;overflow:hidden}
+.label .tag{font:bold 9px/1 system-ui,sans-serif;padding:2px 3px;border-radius:3px;color:#fff}
+.tag.slowest{background:#6a3d9a}.tag.hung{background:var(--err)}.tag.slow{background:#b8860b}.tag.error{background:var(--err)}
+.row.failed .label{color:var(--err)}
+.track{position:relative;flex:1;margin-right:8px}
+.life{position:absolute;top:50%;height:2px;margin-top:-1px;background:#bbb}
+.row.hung .life{background:repeating-linear-gradient(90deg,var(--err) 0 4px,transparent 4px 7px)}
+.bar{position:absolute;min-width:1px;border-radius:1px;opacity:.92}
+.bar.p0{background:var(--gen)}.bar.p1{background:var(--tool)}.bar.p2{background:var(--score)}.bar.p-1{background:#999}
+.bar.err{background:var(--err);outline:1px solid #7a1f22}
+.bar.open{background-image:repeating-linear-gradient(45deg,rgba(255,255,255,.65) 0 3px,transparent 3px 7px);
+ outline:2px solid var(--err)}
+.snap{position:absolute;top:0;bottom:0;width:0;border-left:2px dotted var(--err)}
+.end-mark{position:absolute;top:50%;transform:translate(3px,-50%);font:bold 9px/1 system-ui;color:var(--err);
+ background:#fff;padding:1px 2px;border-radius:2px;white-space:nowrap}
+aside{flex:2;min-width:380px;max-width:640px;position:sticky;top:8px}
+#hists{display:grid;grid-template-columns:1fr 1fr;gap:8px 14px;margin-bottom:10px}
+.hist h3{font-size:12px;margin:0 0 2px}.hist .stats{font-size:11px;color:#555}
+.hist .plot{position:relative;height:64px;display:flex;align-items:flex-end;gap:1px;border-bottom:1px solid #999}
+.hist .plot b{flex:1;min-height:0}
+.hist .range{display:flex;justify-content:space-between;font-size:10px;color:#666}
+.hist .marker{position:absolute;top:-2px;bottom:0;border-left:2px solid #6a3d9a}
+#detail{border:1px solid #ddd;padding:8px;max-height:calc(100vh - 300px);overflow:auto}
+#detail h2{font-size:14px;margin:0 0 4px}.hint{color:#777;margin:0}
+.ids{font:11px ui-monospace,monospace;color:#333;margin-bottom:6px;word-break:break-all}
+.wf-row{display:flex;align-items:center;height:18px;font:11px ui-monospace,monospace}
+.wf-name{width:210px;flex:none;overflow:hidden;text-overflow:ellipsis;white-space:nowrap}
+.wf-track{position:relative;flex:1;height:12px;background:#f6f6f6}
+.wf-dur{width:70px;flex:none;text-align:right}
+.wf-row.err .wf-name,.wf-row.err .wf-dur{color:var(--err)}
+.wf-row.snapshot .wf-name{font-style:italic}
+.wf-info{font:10px ui-monospace,monospace;color:var(--err);padding-left:14px}
+#tip{position:fixed;z-index:10;background:#222;color:#fff;padding:6px 8px;border-radius:4px;font-size:12px;
+ pointer-events:none;max-width:460px;box-shadow:0 2px 6px rgba(0,0,0,.3)}
+#tip .mono{font-family:ui-monospace,monospace;font-size:11px}
+"""
+
+_JS = r"""
+(function () {
+  "use strict";
+  var D = JSON.parse(document.getElementById("timeline-data").textContent);
+  var PH_LABEL = {generate_sequences: "generation", tool_calls: "tool", compute_score: "reward"};
+  var span = Math.max(D.span_ms, 1e-3);
+
+  function h(tag, cls, text) {
+    var e = document.createElement(tag);
+    if (cls) e.className = cls;
+    if (text !== undefined && text !== null) e.textContent = String(text);
+    return e;
+  }
+  function pct(ms) { return (100 * ms / span) + "%"; }
+  function secs(x) { return (x < 10 ? x.toFixed(3) : x.toFixed(2)) + " s"; }
+  function niceStep(total, n) {
+    var raw = total / n, p = Math.pow(10, Math.floor(Math.log10(raw))), m = raw / p;
+    return p * (m < 1.5 ? 1 : m < 3 ? 2 : m < 7 ? 5 : 10);
+  }
+  function sampleName(s) { return "sample " + s.i + " / rollout " + s.r; }
+  function stateText(s) {
+    if (s.st === "hung") {
+      return "HUNG in " + (PH_LABEL[s.cur] || s.cur) + " (no end; snapshot at +" + secs(s.snap / 1e3) + ")";
+    }
+    if (s.st === "slow") return "slow (watchdog tripped at +" + secs(s.snap / 1e3) + ", finished later)";
+    if (s.st === "error") return "FAILED";
+    return "ok" + (s.errs ? " (" + s.errs + " error span" + (s.errs > 1 ? "s" : "") + ")" : "");
+  }
+
+  // -- header ----------------------------------------------------------------------------------
+  var c = D.counts, slow = null;
+  D.samples.forEach(function (s) { if (s.slowest) slow = s; });
+  document.getElementById("title").textContent =
+    "Step " + D.step + (D.validate ? " (validation)" : "") + ": " + D.samples.length + " samples on one time axis";
+  document.getElementById("summary").textContent =
+    (c.error || 0) + " failed · " + (c.hung || 0) + " hung · " + (c.slow || 0) + " slow · step span " +
+    secs(D.span_ms / 1e3) +
+    (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score)" : "") +
+    (D.source ? " · from " + D.source : "");
+  var legend = document.getElementById("legend");
+  [["var(--gen)", "generation"], ["var(--tool)", "tool call"], ["var(--score)", "reward"], ["var(--err)", "error"],
+   ["repeating-linear-gradient(45deg,#DD8452 0 3px,#fff 3px 6px)", "open phase of a hung sample"]
+  ].forEach(function (x) {
+    var item = h("span"), chip = h("span", "chip");
+    chip.style.background = x[0];
+    item.appendChild(chip); item.appendChild(document.createTextNode(x[1])); legend.appendChild(item);
+  });
+  legend.appendChild(h("span", null, "rows ordered by end time; overlapping bars are parallel calls"));
+
+  // -- axis and grid ---------------------------------------------------------------------------
+  var axis = document.getElementById("axis"), grid = document.getElementById("grid");
+  var stepS = niceStep(span / 1e3, 8);
+  var axisTrack = h("div"); axisTrack.style.cssText = "position:absolute;left:var(--label);right:8px;top:0;bottom:0";
+  axis.appendChild(axisTrack);
+  for (var t = 0; t <= span / 1e3 + 1e-9; t += stepS) {
+    var lab = h("span", null, (+t.toFixed(6)) + " s"); lab.style.left = pct(t * 1e3); axisTrack.appendChild(lab);
+    var line = h("i"); line.style.left = pct(t * 1e3); grid.appendChild(line);
+  }
+
+  // -- rows --------------------------------------------------------------------------------------
+  var rows = document.getElementById("rows"), tip = document.getElementById("tip");
+  var selectedRow = null;
+  D.samples.forEach(function (s, n) {
+    var row = h("div", "row" + (s.st === "hung" ? " hung" : "") + (s.st === "error" ? " failed" : ""));
+    row.setAttribute("data-sample", s.i + "/" + s.r);
+    row.setAttribute("data-trace-id", s.tid);
+    row.setAttribute("data-state", s.st);
+    if (s.slowest) row.setAttribute("data-slowest", "true");
+    var laneH = s.lanes > 1 ? 7 : 12;
+    row.style.height = (s.lanes * laneH + 6) + "px";
+    var label = h("div", "label");
+    label.appendChild(h("span", null, s.i + "/" + s.r));
+    if (s.slowest) label.appendChild(h("span", "tag slowest", "slowest"));
+    if (s.st === "hung") label.appendChild(h("span", "tag hung", "HUNG"));
+    if (s.st === "slow") label.appendChild(h("span", "tag slow", "slow"));
+    if (s.st === "error") label.appendChild(h("span", "tag error", "failed"));
+    row.appendChild(label);
+    var track = h("div", "track");
+    var life = h("div", "life"); life.style.left = pct(s.s); life.style.width = pct(s.e - s.s); track.appendChild(life);
+    s.bars.forEach(function (b, k) {
+      var bar = h("div", "bar p" + b[0] + (b[5] ? " err" : "") + (b[6] ? " open" : ""));
+      bar.style.left = pct(b[2]); bar.style.width = pct(Math.max(b[3] - b[2], 0));
+      bar.style.top = (3 + b[4] * laneH) + "px"; bar.style.height = (laneH - 1) + "px";
+      bar.setAttribute("data-bar", String(k));
+      track.appendChild(bar);
+    });
+    if (s.snap !== null) {
+      var snap = h("div", "snap"); snap.style.left = pct(s.snap); track.appendChild(snap);
+    }
+    if (s.st === "hung") {
+      var mark = h("span", "end-mark", "still open"); mark.style.left = pct(s.e);
+      if (s.e > 0.8 * span) mark.style.transform = "translate(calc(-100% - 4px), -50%)";  // inside, at the edge
+      track.appendChild(mark);
+    }
+    row.appendChild(track);
+    row.addEventListener("mousemove", function (ev) { showTip(s, ev); });
+    row.addEventListener("mouseleave", function () { tip.hidden = true; });
+    row.addEventListener("click", function () { select(s, row); });
+    rows.appendChild(row);
+  });
+
+  function showTip(s, ev) {
+    tip.replaceChildren();
+    tip.appendChild(h("div", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
+    tip.appendChild(h("div", "mono", "trace " + s.tid));
+    tip.appendChild(h("div", null, stateText(s)));
+    tip.appendChild(h("div", null, "start +" + secs(s.s / 1e3) + " · end +" + secs(s.e / 1e3) +
+                                   " · gen+tool+score " + secs(s.tot)));
+    tip.appendChild(h("div", null, D.phases.map(function (p, k) {
+      return PH_LABEL[p] + " " + secs(s.ph[k]);
+    }).join(" · ")));
+    var k = ev.target && ev.target.getAttribute ? ev.target.getAttribute("data-bar") : null;
+    if (k !== null) {
+      var b = s.bars[+k];
+      tip.appendChild(h("div", "mono", "▶ " + D.names[b[1]] + ": " + secs((b[3] - b[2]) / 1e3) + " (+" +
+        secs(b[2] / 1e3) + " → +" + secs(b[3] / 1e3) + ")" + (b[5] ? " ERROR" : "") + (b[6] ? " still open" : "")));
+    }
+    tip.hidden = false;
+    var x = ev.clientX + 14, y = ev.clientY + 14;
+    if (x + tip.offsetWidth > window.innerWidth) x = ev.clientX - tip.offsetWidth - 10;
+    if (y + tip.offsetHeight > window.innerHeight) y = ev.clientY - tip.offsetHeight - 10;
+    tip.style.left = x + "px"; tip.style.top = y + "px";
+  }
+
+  // -- histograms ----------------------------------------------------------------------------------
+  var finished = D.samples.filter(function (s) { return s.st !== "hung"; });
+  var hists = [];
+  D.phases.concat(["total"]).forEach(function (p, k) {
+    var vals = finished.map(function (s) { return p === "total" ? s.tot : s.ph[k]; });
+    var box = h("div", "hist"); box.setAttribute("data-phase", p);
+    box.appendChild(h("h3", null, p === "total" ? "sample total (gen+tool+score)" : p + " (per sample)"));
+    var sorted = vals.slice().sort(function (a, b) { return a - b; });
+    var q = function (f) {
+      return sorted.length ? sorted[Math.min(sorted.length - 1, Math.floor(f * sorted.length))] : 0;
+    };
+    var max = sorted.length ? sorted[sorted.length - 1] : 0;
+    box.appendChild(h("div", "stats", "p50 " + secs(q(0.5)) + " · p90 " + secs(q(0.9)) + " · max " + secs(max) +
+                                      " · n " + vals.length));
+    var plot = h("div", "plot"), nb = 24, counts = new Array(nb).fill(0), top = Math.max(max, 1e-9);
+    vals.forEach(function (v) { counts[Math.min(nb - 1, Math.floor(nb * v / top))]++; });
+    var cmax = Math.max.apply(null, counts.concat([1]));
+    counts.forEach(function (n, i) {
+      var b = h("b"); b.style.height = (100 * n / cmax) + "%";
+      b.style.background = p === "total" ? "#777" : ["var(--gen)", "var(--tool)", "var(--score)"][k];
+      b.title = n + " samples in " + secs(i * top / nb) + " to " + secs((i + 1) * top / nb);
+      plot.appendChild(b);
+    });
+    var marker = h("div", "marker"); marker.hidden = true; plot.appendChild(marker);
+    box.appendChild(plot);
+    var range = h("div", "range");
+    range.appendChild(h("span", null, "0")); range.appendChild(h("span", null, secs(max)));
+    box.appendChild(range);
+    document.getElementById("hists").appendChild(box);
+    hists.push({p: p, k: k, top: top, marker: marker});
+  });
+
+  // -- the selected sample's waterfall -----------------------------------------------------------
+  function select(s, row) {
+    if (selectedRow) selectedRow.classList.remove("selected");
+    selectedRow = row; row.classList.add("selected");
+    hists.forEach(function (x) {
+      var v = x.p === "total" ? s.tot : s.ph[x.k];
+      x.marker.hidden = s.st === "hung"; x.marker.style.left = (100 * Math.min(v / x.top, 1)) + "%";
+    });
+    var d = document.getElementById("detail"); d.replaceChildren();
+    d.setAttribute("data-sample", s.i + "/" + s.r);
+    d.appendChild(h("h2", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
+    var ids = h("div", "ids"); ids.appendChild(h("span", "trace-id", s.tid)); d.appendChild(ids);
+    d.appendChild(h("div", null, stateText(s) + " · gen+tool+score " + secs(s.tot)));
+    if (D.jaeger) {
+      var a = h("a", "jaeger-link", "open this trace in Jaeger");
+      a.href = D.jaeger + "/trace/" + encodeURIComponent(s.tid); a.target = "_blank"; a.rel = "noopener noreferrer";
+      d.appendChild(a);
+    }
+    var wf = h("div", "waterfall"), t0 = Math.min.apply(null, s.wf.map(function (w) { return w[2]; }));
+    var t1 = Math.max.apply(null, s.wf.map(function (w) { return w[3]; })), tot = Math.max(t1 - t0, 1e-3);
+    var head = h("div", "wf-row"); head.appendChild(h("span", "wf-name", "span"));
+    head.appendChild(h("span", "wf-track-head", "0 … " + secs(tot / 1e3))); wf.appendChild(head);
+    s.wf.forEach(function (w) {
+      var r = h("div", "wf-row" + (w[4] ? " err" : "") + (w[6] ? " snapshot" : ""));
+      var name = h("span", "wf-name", D.names[w[1]]); name.style.paddingLeft = (w[0] * 12) + "px";
+      name.title = D.names[w[1]];
+      var tr = h("span", "wf-track"), bar = h("span", "bar"), ph = -1;
+      s.bars.forEach(function (b) { if (b[1] === w[1] && b[2] === w[2]) ph = b[0]; });
+      bar.className = "bar p" + ph + (w[4] ? " err" : "") + (w[6] ? " open" : "");
+      bar.style.top = "1px"; bar.style.height = "10px";
+      bar.style.left = (100 * (w[2] - t0) / tot) + "%"; bar.style.width = (100 * (w[3] - w[2]) / tot) + "%";
+      tr.appendChild(bar);
+      r.appendChild(name); r.appendChild(tr); r.appendChild(h("span", "wf-dur", secs((w[3] - w[2]) / 1e3)));
+      wf.appendChild(r);
+      if (D.names[w[5]]) wf.appendChild(h("div", "wf-info", D.names[w[5]]));
+    });
+    d.appendChild(wf);
+  }
+})();
+"""

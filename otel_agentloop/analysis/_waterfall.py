@@ -1,0 +1,115 @@
+"""Draw one sample's spans as a waterfall: text for the terminal, and (optionally) a PNG."""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+from .. import semconv as sc
+from ..metrics._records import SpanRecord
+
+_COLORS = {sc.GENERATE: "\033[34m", sc.TOOL_CALLS: "\033[33m", sc.COMPUTE_SCORE: "\033[32m"}
+_RESET = "\033[0m"
+_ERROR = "\033[31m"
+
+
+def order_spans(spans: Sequence[SpanRecord]) -> list[tuple[int, SpanRecord]]:
+    """Spans as (depth, span) in tree order (children by start time); orphans hang off the top level."""
+    by_id = {s.span_id: s for s in spans}
+    children: dict[int, list[SpanRecord]] = {}
+    roots: list[SpanRecord] = []
+    for s in spans:
+        if s.parent_id and s.parent_id in by_id:
+            children.setdefault(s.parent_id, []).append(s)
+        else:
+            roots.append(s)
+    out: list[tuple[int, SpanRecord]] = []
+
+    def visit(span: SpanRecord, depth: int) -> None:
+        out.append((depth, span))
+        for child in sorted(children.get(span.span_id, ()), key=lambda c: (c.start_ns, c.name)):
+            visit(child, depth + 1)
+
+    for root in sorted(roots, key=lambda r: (r.name != sc.SAMPLE_SPAN, r.start_ns)):
+        visit(root, 0)
+    return out
+
+
+def _label(span: SpanRecord) -> str:
+    return span.name
+
+
+WaterfallRow = tuple[str, str, str | None, str]
+"""(text before the bar, the bar, its tint: a phase name, ``"error"`` or ``None``, text after the bar)."""
+
+
+def waterfall_rows(spans: Sequence[SpanRecord], *, width: int = 60) -> tuple[str, list[WaterfallRow]]:
+    """The waterfall's header line and rows, uncoloured (``spans`` must not be empty): one row per span in
+    tree order, its bar placed on the sample's time axis, then its duration (and ERROR with its type)."""
+    rows = order_spans(spans)
+    t0 = min(s.start_ns for s in spans)
+    t1 = max(s.end_ns for s in spans)
+    total = max(t1 - t0, 1)
+    label_width = min(max(len("  " * d + _label(s)) for d, s in rows), 40)
+    head = f"{'span':<{label_width}}  0{'':{width - 2}}{total / 1e9:.3f}s"
+    out: list[WaterfallRow] = []
+    for depth, s in rows:
+        label = ("  " * depth + _label(s))[:label_width]
+        a = int((s.start_ns - t0) / total * width)
+        b = max(int((s.end_ns - t0) / total * width), a + 1)
+        bar = " " * a + "█" * (b - a) + " " * (width - b)
+        phase = s.attributes.get(sc.RL_PHASE)
+        mark = " ERROR " + str(s.attributes.get(sc.ERROR_TYPE, "")) if s.error else ""
+        tint = "error" if s.error else (str(phase) if phase is not None else None)
+        out.append((f"{label:<{label_width}} |", bar, tint, f"| {s.duration_s:7.3f}s{mark}"))
+    return head, out
+
+
+def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | None = None, title: str = "") -> str:
+    """A waterfall: one line per span, a bar placed on the sample's time axis, and its duration.
+
+    ``color`` (ANSI) defaults to :func:`~._terminal.color_enabled` for stdout (``NO_COLOR``, ``FORCE_COLOR``).
+    """
+    if not spans:
+        return "(no spans)"
+    if color is None:
+        from ._terminal import color_enabled
+
+        color = color_enabled(sys.stdout)
+    head, rows = waterfall_rows(spans, width=width)
+    lines = [title] if title else []
+    lines.append(head)
+    for prefix, bar, tint, suffix in rows:
+        code = _ERROR if tint == "error" else _COLORS.get(tint or "", "")
+        lines.append(f"{prefix}{code}{bar}{_RESET}{suffix}" if color and code else f"{prefix}{bar}{suffix}")
+    return "\n".join(lines)
+
+
+def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> str:
+    """Write the waterfall as a PNG (needs the ``plot`` extra: matplotlib). Returns ``path``."""
+    try:
+        import matplotlib
+
+        matplotlib.use("Agg")
+        import matplotlib.pyplot as plt
+    except ImportError as exc:  # pragma: no cover - depends on the environment
+        raise ImportError("--png needs matplotlib: pip install 'otel-agentloop[plot]'") from exc
+    rows = order_spans(spans)
+    t0 = min(s.start_ns for s in spans)
+    palette = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
+    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.3))
+    for y, (_depth, s) in enumerate(rows):
+        start = (s.start_ns - t0) / 1e9
+        color = "#C44E52" if s.error else palette.get(str(s.attributes.get(sc.RL_PHASE)), "#8C8C8C")
+        ax.barh(y, s.duration_s, left=start, color=color, height=0.6)
+        ax.text(start + s.duration_s, y, f" {s.duration_s * 1000:.0f} ms", va="center", fontsize=8)
+    ax.set_yticks(range(len(rows)))
+    ax.set_yticklabels(["   " * d + s.name for d, s in rows], fontsize=9, family="monospace")
+    ax.invert_yaxis()
+    ax.set_xlabel("seconds since the sample started")
+    ax.set_title(title or "sample waterfall", fontsize=10)
+    ax.grid(axis="x", alpha=0.3)
+    fig.tight_layout()
+    fig.savefig(path, dpi=110)
+    plt.close(fig)
+    return path

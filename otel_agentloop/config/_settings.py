@@ -1,0 +1,535 @@
+"""Every setting, declared once (:class:`Settings`), and reading ``OTEL_*``/``OTEL_AGENTLOOP_*`` variables.
+
+Each :class:`Settings` field carries its environment variable, default, parser, argument validator and
+formatter (:class:`Spec`). From that one declaration come the defaults, reading the environment
+(:func:`resolve`), merging ``configure()`` arguments, and the environment handed to other processes (Ray
+workers) so that their ``configure()`` resolves the same settings (:meth:`Settings.worker_env`).
+
+A bad environment value never stops training: it is reported with a warning that names the variable and
+the default used instead. Bad *arguments* to ``configure()`` raise ``ValueError`` naming the parameter.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import logging
+import math
+import operator
+import os
+from collections.abc import Callable, Collection, Mapping
+from typing import Any, TypeVar
+from urllib.parse import quote, unquote
+
+from .. import semconv as sc
+
+logger = logging.getLogger("otel_agentloop")
+N = TypeVar("N", int, float)
+
+PROTOCOLS = ("grpc", "http/protobuf", "http/json")
+DEFAULT_FILE = "otel-agentloop-traces.jsonl"
+MAX_SECONDS = 3600.0
+"""Upper bound of every duration setting (schedule delay, export and flush timeouts): longer waits overflow
+``threading`` timeouts or stall export for good."""
+MAX_QUEUE = 1 << 24
+MAX_COUNT = 1 << 40
+
+
+def check_int(name: str, value: object, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
+    """``value`` as an int in ``[minimum, maximum]`` (ints and numpy ints; not bools, floats or strings), else
+    ``ValueError`` naming the setting."""
+    if isinstance(value, bool):
+        raise ValueError(f"{name} must be an int, not {value!r}")
+    try:
+        number = operator.index(value)  # type: ignore[arg-type]
+    except TypeError:
+        raise ValueError(f"{name} must be an int, not {type(value).__name__} {value!r}") from None
+    if number < minimum:
+        raise ValueError(f"{name} must be >= {minimum}, not {number}")
+    if number > maximum:
+        raise ValueError(f"{name} must be <= {maximum}, not {number}")
+    return number
+
+
+def check_seconds(
+    name: str, value: object, *, minimum: float = 0.0, inclusive: bool = False, maximum: float = MAX_SECONDS
+) -> float:
+    """``value`` as finite seconds above ``minimum`` (or equal, with ``inclusive``) and at most ``maximum``,
+    else ``ValueError`` naming the setting."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        raise ValueError(f"{name} must be a number of seconds, not {type(value).__name__} {value!r}")
+    number = float(value)
+    if not math.isfinite(number):
+        raise ValueError(f"{name} must be finite, not {number}")
+    if not (number >= minimum if inclusive else number > minimum):
+        raise ValueError(f"{name} must be {'>=' if inclusive else '>'} {minimum:g}, not {number:g}")
+    if number > maximum:
+        raise ValueError(f"{name} must be <= {maximum:g} seconds, not {number:g}")
+    return number
+
+
+def env_str(name: str, environ: Mapping[str, str] | None = None) -> str | None:
+    """The stripped value of ``name``, or ``None`` when unset or empty."""
+    value = (os.environ if environ is None else environ).get(name)
+    value = value.strip() if value is not None else None
+    return value or None
+
+
+def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
+    raw = env_str(name, environ)
+    if raw is None:
+        return default
+    lowered = raw.lower()
+    if lowered in ("true", "1", "yes", "on"):
+        return True
+    if lowered in ("false", "0", "no", "off"):
+        return False
+    logger.warning("otel_agentloop: %s=%r is not a boolean; using %s", name, raw, str(default).lower())
+    return default
+
+
+def env_number(
+    name: str,
+    default: N,
+    kind: type[N],
+    *,
+    minimum: float = 0,
+    maximum: float = MAX_COUNT,
+    environ: Mapping[str, str] | None = None,
+) -> N:
+    """A finite number from ``name`` in ``[minimum, maximum]``; anything else warns, naming the variable, and
+    gives ``default``."""
+    raw = env_str(name, environ)
+    if raw is None:
+        return default
+    try:
+        as_float = float(raw)
+        if not math.isfinite(as_float):
+            raise ValueError(raw)
+        value = kind(as_float) if kind is int else kind(raw)
+    except (ValueError, OverflowError):
+        logger.warning("otel_agentloop: %s=%r is not a finite number; using %s", name, raw, default)
+        return default
+    if not minimum <= value <= maximum:
+        logger.warning(
+            "otel_agentloop: %s=%r must be between %s and %s; using %s", name, raw, minimum, maximum, default
+        )
+        return default
+    return value
+
+
+def env_choice(
+    name: str, choices: tuple[str, ...], default: str | None, environ: Mapping[str, str] | None = None
+) -> str | None:
+    raw = env_str(name, environ)
+    if raw is None:
+        return default
+    if raw.lower() in choices:
+        return raw.lower()
+    logger.warning("otel_agentloop: %s=%r is not one of %s; using %s", name, raw, ", ".join(choices), default)
+    return default
+
+
+# -- watchdog thresholds ----------------------------------------------------------------------------
+_ALIASES = {
+    "generate": sc.GENERATE,
+    "tool": sc.TOOL_CALLS,
+    "tool_call": sc.TOOL_CALLS,
+    "reward": sc.COMPUTE_SCORE,
+    **{p: p for p in sc.PHASES},
+}
+ThresholdKey = tuple[str, str | None]
+
+
+def parse_thresholds(spec: Mapping[str, float] | str | None) -> dict[ThresholdKey, float]:
+    """``{"tool_calls": 60, "tool:python": 300}`` or ``"tool_calls=60,tool:python=300"`` -> keyed seconds.
+
+    Keys: a phase (``generate_sequences``, ``tool_calls``, ``compute_score`` or an alias) or ``tool:NAME``.
+    Raises ``ValueError`` on an unknown key or a value that is not a positive number.
+    """
+    if spec is None:
+        return {}
+    items: list[tuple[str, Any]]
+    if isinstance(spec, str):
+        items = []
+        for part in spec.split(","):
+            if part.strip():
+                key, sep, value = part.partition("=")
+                if not sep:
+                    raise ValueError(f"watchdog threshold {part.strip()!r} is not KEY=SECONDS")
+                items.append((key.strip(), value.strip()))
+    else:
+        items = list(spec.items())
+    out: dict[ThresholdKey, float] = {}
+    for key, value in items:
+        try:
+            seconds = float(value)
+        except (TypeError, ValueError):
+            raise ValueError(f"watchdog threshold for {key!r} must be a number of seconds, not {value!r}") from None
+        if not seconds > 0 or math.isinf(seconds):
+            raise ValueError(f"watchdog threshold for {key!r} must be > 0 seconds, not {value!r}")
+        if key.startswith("tool:") and key[5:]:
+            out[(sc.TOOL_CALLS, key[5:])] = seconds
+        elif key in _ALIASES:
+            out[(_ALIASES[key], None)] = seconds
+        else:
+            raise ValueError(f"unknown watchdog threshold key {key!r}: a phase ({', '.join(sc.PHASES)}) or tool:NAME")
+    return out
+
+
+def format_thresholds(parsed: Mapping[ThresholdKey, float]) -> str:
+    """Parsed thresholds as ``OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS`` text (``tool:NAME=S`` or ``PHASE=S``)."""
+    return ",".join(f"{phase if tool is None else 'tool:' + tool}={value!r}" for (phase, tool), value in parsed.items())
+
+
+# -- the declaration ---------------------------------------------------------------------------------
+@dataclasses.dataclass(frozen=True)
+class Spec:
+    """How one :class:`Settings` field is read, validated and written.
+
+    ``parse`` turns environment text into a value (``ValueError`` with the reason when it cannot); ``check``
+    validates a ``configure()`` argument (``ValueError`` naming the setting); ``show`` writes a value as text
+    that ``parse`` reads back equal. ``env`` is the variable written for other processes; ``read`` lists more
+    specific variables read before it (first set and valid wins). ``example`` is a valid non-default value
+    (the tests set every setting to it).
+    """
+
+    env: str
+    parse: Callable[[str], Any]
+    check: Callable[[str, Any], Any]
+    show: Callable[[Any], str]
+    example: Any
+    read: tuple[str, ...] = ()
+    merge: bool = False
+    """A mapping whose argument is merged over the environment's (resource attributes), not instead of it."""
+
+
+def _number_text(value: float) -> str:
+    return str(int(value)) if float(value).is_integer() else repr(float(value))
+
+
+def _parse_int(minimum: int, maximum: int) -> Callable[[str], int]:
+    def parse(raw: str) -> int:
+        try:
+            as_float = float(raw)
+        except ValueError:
+            raise ValueError("is not a finite number") from None
+        if not math.isfinite(as_float):
+            raise ValueError("is not a finite number")
+        if not minimum <= as_float <= maximum:
+            raise ValueError(f"must be between {minimum} and {maximum}")
+        return int(as_float)
+
+    return parse
+
+
+def _int(example: int, minimum: int = 0, maximum: int = MAX_COUNT) -> dict[str, Any]:
+    def check(name: str, value: object) -> int:
+        return check_int(name, value, minimum, maximum)
+
+    return {
+        "parse": _parse_int(minimum, maximum),
+        "check": check,
+        "show": str,
+        "example": example,
+    }
+
+
+def _budget(example: int) -> dict[str, Any]:
+    """A count where the environment's ``-1`` means "no limit" (``None``)."""
+    parse_int = _parse_int(-1, MAX_COUNT)
+
+    def parse(raw: str) -> int | None:
+        value = parse_int(raw)
+        return None if value < 0 else value
+
+    def check(name: str, value: object) -> int:
+        return check_int(name, value)
+
+    return {
+        "parse": parse,
+        "check": check,
+        "show": str,
+        "example": example,
+    }
+
+
+def _seconds(example: float, *, millis: bool = False, maximum: float = MAX_SECONDS) -> dict[str, Any]:
+    """Seconds > 0 (at most ``maximum``); ``millis``: the variable holds milliseconds (``OTEL_BSP_*``)."""
+    scale = 1000.0 if millis else 1.0
+
+    def parse(raw: str) -> float:
+        try:
+            number = float(raw) / scale
+        except ValueError:
+            raise ValueError("is not a finite number") from None
+        if not math.isfinite(number):
+            raise ValueError("is not a finite number")
+        if not 0 < number <= maximum:
+            raise ValueError(f"must be > 0 and at most {maximum * scale:g}")
+        return number
+
+    def check(name: str, value: object) -> float:
+        return check_seconds(name, value, maximum=maximum)
+
+    def show(value: float) -> str:
+        return _number_text(value * scale)
+
+    return {
+        "parse": parse,
+        "check": check,
+        "show": show,
+        "example": example,
+    }
+
+
+_TRUE = ("true", "1", "yes", "on")
+_FALSE = ("false", "0", "no", "off")
+
+
+def _check_bool(name: str, value: object) -> bool:
+    if isinstance(value, (bool, int)) and value in (0, 1):
+        return bool(value)
+    raise ValueError(f"{name} must be a bool, not {value!r}")
+
+
+def _bool(example: bool, *, inverted: bool = False) -> dict[str, Any]:
+    """A boolean; ``inverted``: the variable says the opposite (``OTEL_SDK_DISABLED`` for ``enabled``)."""
+
+    def parse(raw: str) -> bool:
+        lowered = raw.lower()
+        if lowered not in _TRUE + _FALSE:
+            raise ValueError("is not a boolean")
+        return (lowered in _TRUE) != inverted
+
+    def show(value: bool) -> str:
+        return str(bool(value) != inverted).lower()
+
+    return {
+        "parse": parse,
+        "check": _check_bool,
+        "show": show,
+        "example": example,
+    }
+
+
+def _choice(example: str, choices: tuple[str, ...]) -> dict[str, Any]:
+    def parse(raw: str) -> str:
+        if raw.lower() not in choices:
+            raise ValueError(f"is not one of {', '.join(choices)}")
+        return raw.lower()
+
+    def check(name: str, value: object) -> str:
+        if value not in choices:
+            raise ValueError(f"{name} must be one of {', '.join(choices)}, not {value!r}")
+        return str(value)
+
+    return {"parse": parse, "check": check, "show": str, "example": example}
+
+
+def _check_text(name: str, value: object) -> str:
+    if not isinstance(value, str) or not value.strip():
+        raise ValueError(f"{name} must be a non-empty string, not {value!r}")
+    return value
+
+
+def _text(example: str) -> dict[str, Any]:
+    return {"parse": str, "check": _check_text, "show": str, "example": example}
+
+
+def _check_path(name: str, value: object) -> str:
+    if not isinstance(value, (str, os.PathLike)):
+        raise ValueError(f"{name} must be a path, not {type(value).__name__} {value!r}")
+    return os.path.abspath(os.fsdecode(value))
+
+
+def _path(example: str) -> dict[str, Any]:
+    """A file path, made absolute in the process that resolves it (so workers write the driver's file)."""
+    return {"parse": os.path.abspath, "check": _check_path, "show": str, "example": example}
+
+
+def parse_pairs(raw: str | None, source: str, *, lower: bool = True) -> dict[str, str]:
+    """W3C-baggage-style ``k=v,k2=v2`` (percent-decoded); malformed items are skipped with a warning."""
+    pairs: dict[str, str] = {}
+    for item in (raw or "").split(","):
+        if not item.strip():
+            continue
+        key, sep, value = item.partition("=")
+        if not sep or not key.strip():
+            logger.warning("otel_agentloop: ignoring malformed item %r in %s", item.strip(), source)
+            continue
+        key = unquote(key.strip())
+        pairs[key.lower() if lower else key] = unquote(value.strip())
+    return pairs
+
+
+def parse_headers(raw: str | None, source: str) -> dict[str, str]:
+    """W3C-baggage-style ``k=v,k2=v2`` headers (names lowercased); malformed items are skipped with a warning."""
+    return parse_pairs(raw, source)
+
+
+def _pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
+    """A mapping written as ``k=v,...``; headers have lowercased names and string values. Resource attribute
+    values that are not strings reach other processes as their ``str()``."""
+
+    def parse(raw: str) -> dict[str, str] | None:
+        return parse_pairs(raw, "headers" if headers else "resource attributes", lower=headers) or None
+
+    def check(name: str, value: object) -> dict[str, Any]:
+        if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
+            raise ValueError(f"{name} must be a mapping with string keys, not {type(value).__name__}")
+        if headers:
+            return {k.lower(): str(v) for k, v in value.items()}
+        return dict(value)
+
+    def show(value: Mapping[str, Any]) -> str:
+        return ",".join(f"{quote(k, safe='')}={quote(str(v), safe='')}" for k, v in value.items())
+
+    return {"parse": parse, "check": check, "show": show, "example": dict(example)}
+
+
+def _thresholds(example: str) -> dict[str, Any]:
+    """Watchdog thresholds, kept as their canonical text (a mapping or text argument is parsed and rewritten)."""
+
+    def canonical(value: Mapping[str, float] | str) -> str | None:
+        return format_thresholds(parse_thresholds(value)) or None
+
+    def check(name: str, value: object) -> str | None:
+        if not isinstance(value, (str, Mapping)):
+            raise ValueError(f"{name} must be a mapping or KEY=SECONDS text, not {type(value).__name__}")
+        return canonical(value)
+
+    return {"parse": canonical, "check": check, "show": str, "example": example}
+
+
+def _setting(default: Any, env: str, *, read: tuple[str, ...] = (), merge: bool = False, **kind: Any) -> Any:
+    return dataclasses.field(default=default, metadata={"spec": Spec(env=env, read=read, merge=merge, **kind)})
+
+
+_OTLP = "OTEL_EXPORTER_OTLP_"
+_AL = "OTEL_AGENTLOOP_"
+TRACE_EXPORTERS = ("otlp", "none", "console")
+
+
+@dataclasses.dataclass(frozen=True)
+class Settings:
+    """This process's resolved settings: ``configure()`` arguments, else the environment, else the default.
+
+    Read it as ``handle.settings``. ``sources`` says where each non-default came from (``"argument"`` or the
+    variable's name). Fields that are objects rather than settings (``exporters``, ``processors``,
+    ``sampler``, ``redact``, ``metric_readers``) and the per-process ``worker`` name are not here: they
+    cannot travel to another process as environment variables.
+    """
+
+    # exporting
+    service_name: str | None = _setting(None, "OTEL_SERVICE_NAME", **_text("svc"))
+    endpoint: str | None = _setting(
+        None, _OTLP + "ENDPOINT", read=(_OTLP + "TRACES_ENDPOINT",), **_text("http://127.0.0.1:9")
+    )
+    """OTLP endpoint; ``None``: no OTLP export."""
+    protocol: str = _setting(
+        "grpc", _OTLP + "PROTOCOL", read=(_OTLP + "TRACES_PROTOCOL",), **_choice("http/json", PROTOCOLS)
+    )
+    headers: Mapping[str, str] | None = _setting(
+        None, _OTLP + "HEADERS", read=(_OTLP + "TRACES_HEADERS",), **_pairs({"x-team": "rl a"}, headers=True)
+    )
+    file: str | None = _setting(None, _AL + "FILE", **_path("/tmp/otel-agentloop-example.jsonl"))
+    """The OTLP-JSON-lines file (absolute); used when there is no OTLP endpoint, or with ``also_file``."""
+    also_file: bool = _setting(False, _AL + "ALSO_FILE", **_bool(True))
+    """Write ``file`` even when exporting over OTLP (implied by a ``file`` argument)."""
+    traces_exporter: str = _setting("otlp", "OTEL_TRACES_EXPORTER", **_choice("none", TRACE_EXPORTERS))
+    resource_attributes: Mapping[str, Any] | None = _setting(
+        None, "OTEL_RESOURCE_ATTRIBUTES", merge=True, **_pairs({"deployment.environment": "test"}, headers=False)
+    )
+    attribute_value_length_limit: int = _setting(4096, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", **_int(100, 1))
+    # tracing
+    enabled: bool = _setting(True, "OTEL_SDK_DISABLED", **_bool(False, inverted=True))
+    set_global: bool = _setting(True, _AL + "SET_GLOBAL", **_bool(False))
+    trace_per: str = _setting("sample", _AL + "TRACE_PER", **_choice("step", ("sample", "step")))
+    # export queue
+    max_queue_size: int = _setting(2048, "OTEL_BSP_MAX_QUEUE_SIZE", **_int(1000, 1, MAX_QUEUE))
+    max_export_batch_size: int = _setting(512, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", **_int(100, 1, MAX_QUEUE))
+    schedule_delay_s: float = _setting(1.0, "OTEL_BSP_SCHEDULE_DELAY", **_seconds(0.25, millis=True))
+    export_timeout_s: float = _setting(30.0, "OTEL_BSP_EXPORT_TIMEOUT", **_seconds(7.0, millis=True))
+    otlp_timeout_s: float = _setting(10.0, _OTLP + "TIMEOUT", **_seconds(3.0))
+    """One OTLP export call's deadline, retries included (``configure(export_timeout_s=)`` sets it too)."""
+    # metrics table and budget
+    max_steps: int = _setting(16, _AL + "MAX_STEPS", **_int(8, 1))
+    max_samples_per_step: int = _setting(1 << 20, _AL + "MAX_RECORDED_SAMPLES_PER_STEP", **_int(1000, 1))
+    max_exported_samples_per_step: int | None = _setting(None, _AL + "MAX_SAMPLES_PER_STEP", **_budget(4))
+    keep_slowest: int = _setting(5, _AL + "KEEP_SLOWEST", **_int(2))
+    keep_errors: bool = _setting(True, _AL + "KEEP_ERRORS", **_bool(False))
+    max_buffered_spans: int = _setting(50_000, _AL + "MAX_BUFFERED_SPANS", **_int(1000))
+    max_buffered_bytes: int = _setting(64 << 20, _AL + "MAX_BUFFERED_BYTES", **_int(1 << 20))
+    # content
+    capture_content: bool = _setting(False, _AL + "CAPTURE_CONTENT", **_bool(True))
+    max_content_chars: int = _setting(2048, _AL + "MAX_CONTENT_CHARS", **_int(100, 1))
+    # live view and watchdog (``configure(watchdog=WatchdogSettings(...))`` sets the watchdog_* fields)
+    max_inflight_samples: int = _setting(65_536, _AL + "MAX_INFLIGHT_SAMPLES", **_int(1000, 1))
+    watchdog_enabled: bool = _setting(True, _AL + "WATCHDOG", **_bool(False))
+    watchdog_interval_s: float = _setting(1.0, _AL + "WATCHDOG_INTERVAL", **_seconds(0.5, maximum=math.inf))
+    watchdog_thresholds_s: str | None = _setting(None, _AL + "WATCHDOG_THRESHOLDS", **_thresholds("tool:python=30.0"))
+    watchdog_p99_multiple: float = _setting(3.0, _AL + "WATCHDOG_P99_MULTIPLE", **_seconds(4.0, maximum=math.inf))
+    watchdog_min_s: float = _setting(10.0, _AL + "WATCHDOG_MIN", **_seconds(5.0, maximum=math.inf))
+    watchdog_default_s: float = _setting(300.0, _AL + "WATCHDOG_DEFAULT", **_seconds(60.0, maximum=math.inf))
+    watchdog_min_observations: int = _setting(20, _AL + "WATCHDOG_MIN_OBSERVATIONS", **_int(10, 1))
+    watchdog_window: int = _setting(2048, _AL + "WATCHDOG_WINDOW", **_int(512, 1))
+    watchdog_max_warnings_per_check: int = _setting(20, _AL + "WATCHDOG_MAX_WARNINGS", **_int(5, 1))
+
+    sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
+
+    def worker_env(self) -> dict[str, str]:
+        """Variables that make :func:`resolve` in another process give these settings: every setting that is
+        not the default or was set explicitly, under the variable it was read from (else its ``env``)."""
+        env: dict[str, str] = {}
+        for name, spec, default in SPECS:
+            value = getattr(self, name)
+            source = self.sources.get(name)
+            if source is None and value == default:
+                continue
+            env[source if source in spec.read else spec.env] = "" if value is None else spec.show(value)
+        return env
+
+
+SPECS: tuple[tuple[str, Spec, Any], ...] = tuple(
+    (f.name, f.metadata["spec"], f.default) for f in dataclasses.fields(Settings) if "spec" in f.metadata
+)
+"""Every setting: (field name, :class:`Spec`, default), in declaration order."""
+
+
+def resolve(
+    arguments: Mapping[str, Any] | None = None,
+    environ: Mapping[str, str] | None = None,
+    *,
+    only: Collection[str] | None = None,
+) -> Settings:
+    """Settings from ``arguments`` (field name -> value; ``None`` means not given), else the environment,
+    else the defaults (``only``: these fields; the others keep their defaults). A bad argument raises
+    ``ValueError`` naming it; a bad variable warns, naming it, and the next variable (or the default) is used."""
+    arguments = arguments or {}
+    unknown = set(arguments) - {name for name, _, _ in SPECS}
+    if unknown:
+        raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
+    values: dict[str, Any] = {}
+    sources: dict[str, str] = {}
+    for name, spec, default in SPECS:
+        if only is not None and name not in only:
+            continue
+        given = arguments.get(name)
+        if given is not None:
+            values[name], sources[name] = spec.check(name, given), "argument"
+            if not spec.merge:
+                continue
+        for var in (*spec.read, spec.env):
+            raw = env_str(var, environ)
+            if raw is None:
+                continue
+            try:
+                value = spec.parse(raw)
+                if name in values:  # merged: the arguments win
+                    values[name] = {**(value or {}), **values[name]}
+                else:
+                    values[name], sources[name] = value, var
+                break
+            except ValueError as exc:
+                logger.warning("otel_agentloop: %s=%r %s; using %s", var, raw, exc, default)
+    return Settings(**values, sources=sources)

@@ -1,0 +1,114 @@
+"""Everything otel_agentloop holds per process, in one object: :data:`state`.
+
+The tracer the decorators resolve, the content policy, the defaults new samples take, the handle of the last
+``configure()`` and a Ray worker's own handle live here and nowhere else. ``configure()`` swaps them with
+:meth:`ProcessState.save` / :meth:`ProcessState.restore`; :meth:`ProcessState.reset` returns the process to
+how it was at import (tests use it through :mod:`otel_agentloop.testing`).
+"""
+
+from __future__ import annotations
+
+import os
+import socket
+import threading
+import weakref
+from typing import Any, Literal, NamedTuple
+
+from opentelemetry.trace import Tracer, TracerProvider
+
+from ._content import ContentPolicy, Redactor
+from ._guard import after_fork_in_child, internal_error, reset_warnings
+
+TracePer = Literal["sample", "step"]
+
+
+class TracerState:
+    """The provider ``configure()`` installed and the tracer resolved for it (read on every decorated call)."""
+
+    __slots__ = ("__weakref__", "configured", "disabled", "key", "live", "lives", "lock", "retired", "tracer")
+
+    def __init__(self) -> None:
+        self.configured: TracerProvider | None = None
+        self.disabled = False
+        self.key: object = None  # the provider `tracer` was resolved for
+        self.tracer: Tracer | None = None
+        self.live: Any = None  # the in-flight registry of the provider `tracer` was resolved for
+        self.lives: weakref.WeakKeyDictionary[TracerProvider, Any] = weakref.WeakKeyDictionary()
+        self.lock = threading.Lock()
+        self.retired: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
+
+    def after_fork(self) -> None:
+        self.lock = threading.Lock()
+
+
+class Defaults:
+    """What a step or sample takes when its caller says nothing: set by ``configure()``."""
+
+    __slots__ = ("trace_per", "worker")
+
+    def __init__(self) -> None:
+        self.trace_per: TracePer = "sample"
+        self.worker = f"{socket.gethostname()}:{os.getpid()}"
+
+
+class Saved(NamedTuple):
+    """The process-wide settings ``configure()`` replaces, as they were before it."""
+
+    configured: TracerProvider | None
+    disabled: bool
+    content: tuple[bool, int, Redactor | None]
+    trace_per: TracePer
+    worker: str
+
+
+class ProcessState:
+    """The per-process state (one instance, :data:`state`). Its parts are never replaced, only changed in
+    place, so modules may keep a reference to a part (the hot path reads ``state.tracer`` through one)."""
+
+    __slots__ = ("content", "defaults", "handle", "tracer", "worker_handle")
+
+    def __init__(self) -> None:
+        self.tracer = TracerState()
+        self.content = ContentPolicy()
+        self.defaults = Defaults()
+        self.handle: Any = None  # the Handle of the last configure() still in force (core knows no Handle type)
+        self.worker_handle: Any = None  # a Ray worker's own handle (integrations.ray)
+        after_fork_in_child(self.tracer, "after_fork")
+
+    def save(self) -> Saved:
+        content = self.content
+        return Saved(
+            self.tracer.configured,
+            self.tracer.disabled,
+            (content.enabled, content.max_chars, content.redact),
+            self.defaults.trace_per,
+            self.defaults.worker,
+        )
+
+    def restore(self, saved: Saved) -> None:
+        tracer = self.tracer
+        with tracer.lock:
+            tracer.configured = saved.configured
+            tracer.key = None
+        tracer.disabled = saved.disabled
+        self.content.enabled, self.content.max_chars, self.content.redact = saved.content
+        self.defaults.trace_per = saved.trace_per
+        self.defaults.worker = saved.worker
+
+    def reset(self, timeout_s: float = 5.0) -> None:
+        """Back to import time: the current handle and a worker's handle shut down (within ``timeout_s``
+        each), no provider installed, tracing enabled, content capture off with default limits, defaults
+        restored, once-only warnings forgotten. Providers shut down earlier stay retired."""
+        for handle in (self.worker_handle, self.handle):
+            if handle is not None:
+                try:
+                    handle.shutdown(timeout_s)
+                except Exception:
+                    internal_error("state.reset")
+        self.handle = self.worker_handle = None
+        self.restore(Saved(None, False, (False, ContentPolicy.DEFAULT_MAX_CHARS, None), "sample", Defaults().worker))
+        self.content.truncated = 0
+        reset_warnings()
+
+
+state = ProcessState()

@@ -1,0 +1,86 @@
+"""Which tracer the decorators use, resolved cheaply on every call.
+
+Precedence: the provider installed by :func:`otel_agentloop.configure` (even with ``set_global=False``),
+else the global OpenTelemetry provider. No provider, the API's proxy/no-op provider, an SDK disabled by
+``OTEL_SDK_DISABLED``, or an explicit disable all resolve to ``None``: the caller then runs the bare function.
+The in-flight registry attached to that provider (:func:`set_live`) is resolved with it (:func:`current_live`).
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider, Tracer, TracerProvider
+
+from .._version import __version__
+from ._state import state
+
+_SCOPE = "otel_agentloop"
+
+
+_state = state.tracer  # read on every decorated call: one module global, one attribute
+
+
+def current_tracer() -> Tracer | None:
+    """The tracer to use now, or ``None`` when tracing is off. O(1) when nothing changed."""
+    if _state.disabled:
+        return None
+    provider = _state.configured
+    if provider is None:
+        provider = trace.get_tracer_provider()
+    if provider is _state.key:
+        return _state.tracer
+    return _resolve(provider)
+
+
+def _resolve(provider: TracerProvider) -> Tracer | None:
+    tracer: Tracer | None = None
+    if not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)) and provider not in _state.retired:
+        candidate = provider.get_tracer(_SCOPE, __version__)
+        if not isinstance(candidate, NoOpTracer):
+            tracer = candidate
+    with _state.lock:
+        _state.key = provider
+        _state.tracer = tracer
+        _state.live = _state.lives.get(provider) if tracer is not None else None
+    return tracer
+
+
+def current_live() -> Any:
+    """The in-flight registry of the provider :func:`current_tracer` resolved last (call it right after),
+    or ``None``."""
+    return _state.live
+
+
+def set_live(provider: TracerProvider, registry: Any) -> None:
+    """Feed ``registry`` (an ``_inflight.InflightRegistry``) from the spans started through ``provider``."""
+    with _state.lock:
+        _state.lives[provider] = registry
+        _state.key = None
+
+
+def install(provider: TracerProvider | None) -> TracerProvider | None:
+    """Make ``provider`` the one the decorators use (``None``: fall back to the global one); return the previous."""
+    with _state.lock:
+        previous = _state.configured
+        _state.configured = provider
+        _state.key = None
+    return previous
+
+
+def retire(provider: TracerProvider) -> None:
+    """``provider`` was shut down: never trace through it again, even where it stays the global provider
+    (the OpenTelemetry API lets the global provider be set only once)."""
+    with _state.lock:
+        _state.retired.add(provider)
+        _state.key = None
+
+
+def is_disabled() -> bool:
+    return _state.disabled
+
+
+def set_disabled(disabled: bool) -> None:
+    """Switch all instrumentation off (or back on) in this process."""
+    _state.disabled = disabled

@@ -1,0 +1,205 @@
+"""The main job on Ray: a manager (the driver) and N actor workers running the simulated agent loop.
+
+As in verl: the manager splits each step's batch into chunks, each worker actor runs its chunk's samples as
+asyncio tasks, and the manager merges the workers' per-sample tables into verl's metrics with the same code
+as a single process. The slowest sample's spans come back from the worker that ran it (each worker returns
+the spans of its own slowest sample: the global slowest is one of them).
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import os
+import time
+from dataclasses import replace
+from typing import Any
+
+from .._configure import configure, current_handle
+from ..analysis._display import info_stream as _info
+from ..analysis._progress import Progress
+from ..analysis._timeline import TimelineRecorder
+from ..core import _context as ctx
+from ..core._trainer import trainer_phase
+from ..health._training import HealthMonitor
+from ..health._validation import ValidationCapture
+from ..health._watchdog import Verdict
+from ..integrations import ray as oal_ray
+from ..metrics._records import SpanRecord
+from ..metrics._table import PhaseTable
+from ._agent import SimConfig, run_samples
+from ._main import StepOutcome, finish, misbehaviour, report_step, sim_config, sim_watchdog
+from ._trainer import run_trainer_phases, slowdown, trainer_metrics, validation_config
+
+CHUNKS_PER_WORKER = 4  # finer chunks: a livelier progress bar and better balance
+
+
+class SimWorker:
+    """One AgentLoopWorker-like actor: runs chunks of samples, then hands back the step's table."""
+
+    def __init__(self) -> None:
+        handle = oal_ray.setup_worker()
+        self.timelines = TimelineRecorder()
+        self.captures: dict[int, ValidationCapture] = {}
+        handle.provider.add_span_processor(self.timelines)  # type: ignore[union-attr]
+        self.stragglers: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[float]]] = []
+
+    @oal_ray.traced_remote
+    async def run_chunk(
+        self, step: int, work: list[tuple[int, int]], cfg: SimConfig, val_generations: int = 0
+    ) -> tuple[int, list[float]]:
+        """Run ``work`` inside the driver's step; returns (failed samples, rewards). With ``val_generations``
+        (a validation pass) the samples' texts go to this worker's validation sketch for the step."""
+        capture = None
+        if val_generations:
+            capture = self.captures.setdefault(step, ValidationCapture(val_generations, seed=cfg.seed))
+        stragglers: list[asyncio.Task[float]] = []
+        outcomes = await run_samples(cfg, step, work, capture=capture, stragglers=stragglers)
+        loop = asyncio.get_running_loop()
+        self.stragglers += [(loop, task) for task in stragglers]  # still running: cancelled in finish_step
+        return (sum(isinstance(o, BaseException) for o in outcomes), [o for o in outcomes if isinstance(o, float)])
+
+    def finish_step(
+        self, step: int
+    ) -> tuple[PhaseTable, dict[tuple[int, int], list[SpanRecord]], dict[str, int], Verdict]:
+        """This worker's table of ``step``, the spans of its slowest sample, its export counters and watchdog
+        verdict; then samples still running (hung) are cancelled."""
+        table = oal_ray.worker_table(step)
+        verdict = oal_ray.worker_verdict(step)
+        for loop, task in self.stragglers:
+            loop.call_soon_threadsafe(task.cancel)
+        self.stragglers.clear()
+        timelines = self.timelines.pop(step)
+        slowest = table.slowest(1)
+        spans = {}
+        if slowest:
+            key = (int(slowest[0]["sample_index"]), int(slowest[0]["rollout_n"]))  # type: ignore[call-overload]
+            spans[key] = timelines.get(key, [])
+        return table, spans, current_handle().stats, verdict  # type: ignore[union-attr]
+
+    def finish_validation(self, step: int) -> tuple[list[Any], int]:
+        """This worker's validation sketch of ``step`` and how many samples it saw (releasing the step's
+        validation state)."""
+        oal_ray.worker_table(step, validate=True)
+        self.timelines.pop(step, validate=True)
+        capture = self.captures.pop(step, None)
+        return (capture.state(), capture.offered) if capture is not None else ([], 0)
+
+    def shutdown(self, timeout_s: float) -> dict[str, int]:
+        handle = current_handle()
+        assert handle is not None
+        handle.force_flush(timeout_s)
+        stats = handle.stats
+        handle.shutdown(timeout_s)
+        return stats
+
+
+def _rollout(
+    ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progress | None, val_generations: int = 0
+) -> tuple[int, list[float]]:
+    """One pass over the batch, split into chunks across the workers, inside the current step."""
+    n = len(workers)
+    work = cfg.work()
+    chunks = [work[i :: n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
+    carrier = oal_ray.carrier()
+    pending = {
+        workers[i % n].run_chunk.remote(step, chunk, cfg, val_generations, otel_carrier=carrier): len(chunk)
+        for i, chunk in enumerate(chunks)
+        if chunk
+    }
+    failed, rewards = 0, []
+    while pending:
+        done, _ = ray.wait(list(pending), num_returns=1, timeout=600)
+        if not done:
+            raise TimeoutError(f"step {step}: no chunk finished in 600 s")
+        for ref in done:
+            chunk_failed, chunk_rewards = ray.get(ref)
+            failed += chunk_failed
+            rewards += chunk_rewards
+            size = pending.pop(ref)
+            if bar is not None:
+                bar.advance(size)
+    return failed, rewards
+
+
+def simulate_on_ray(args: argparse.Namespace) -> int:
+    """The simulated main job as a manager (this process) and ``args.workers`` Ray actor workers."""
+    ray = oal_ray._ray()
+    cfg = sim_config(args)
+    handle = configure(
+        args.service_name,
+        endpoint=args.endpoint,
+        protocol=args.protocol,
+        file=args.file,
+        trace_per=args.trace_per,
+        watchdog=sim_watchdog(args),
+    )
+    monitor = HealthMonitor(log=False)  # alerts are printed below
+    n = args.workers
+    print(
+        f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
+        f"traces -> {handle.description}",
+        file=_info(args),
+    )
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
+    ray.init(num_cpus=max(2, n), include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
+    results: list[dict[str, Any]] = []
+    worker_stats: list[dict[str, int]] = []
+    try:
+        actor = ray.remote(num_cpus=0)(SimWorker)
+        workers = [actor.remote() for _ in range(n)]
+        for step in range(1, args.steps + 1):
+            step_cfg = replace(
+                cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave), **misbehaviour(step, args.misbehave)
+            )
+            bar = Progress(
+                len(cfg.work()),
+                f"step {step}",
+                enabled=not args.quiet,
+                inflight=lambda: oal_ray.gather_inflight(workers, timeout_s=2.0),
+                live_every_s=args.live_every,
+            )
+            timing_raw: dict[str, float] = {}
+            t0 = time.perf_counter()
+            with ctx.step(step):
+                with trainer_phase("gen", timing_raw):
+                    failed, rewards = _rollout(ray, workers, step_cfg, step, bar)
+                run_trainer_phases(timing_raw, cfg.time_scale)
+                step_s = time.perf_counter() - t0
+                bar.close()
+                finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
+                metrics = oal_ray.add_verdicts(
+                    oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished]
+                )
+                capture: ValidationCapture | None = None
+                val_rewards: list[float] = []
+                if args.val_every and step % args.val_every == 0:
+                    with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
+                        _, val_rewards = _rollout(
+                            ray, workers, validation_config(cfg), step, None, args.val_generations
+                        )
+                    capture = ValidationCapture(args.val_generations, seed=cfg.seed)
+                    for state, offered in ray.get([w.finish_validation.remote(step) for w in workers], timeout=120):
+                        capture.merge(state, offered)
+                trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
+                alerts = monitor.observe(step, trainer)
+            spans: dict[tuple[int, int], list[SpanRecord]] = {}
+            for _, worker_spans, _, _ in finished:
+                spans.update(worker_spans)
+            report_step(
+                args,
+                results,
+                StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans),
+                where=f" over {n} workers",
+            )
+        worker_stats = ray.get([w.shutdown.remote(args.flush_timeout) for w in workers], timeout=120)
+    finally:
+        ray.shutdown()
+        flushed = handle.force_flush(args.flush_timeout)
+        stats = handle.stats
+        handle.shutdown(args.flush_timeout)
+    for ws in worker_stats:
+        for key in ("exported", "dropped", "failed"):
+            stats[key] += ws[key]
+    return finish(args, results, monitor, stats, flushed, handle.description)

@@ -1,0 +1,63 @@
+"""The embedded default exporter: OTLP-JSON lines in a file."""
+
+from __future__ import annotations
+
+import os
+import threading
+from collections.abc import Sequence
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from ..core._guard import after_fork_in_child, internal_error
+from ._otlp_json import encode_spans
+from ._processor import suppressed
+
+
+class OTLPJsonFileExporter(SpanExporter):
+    """Appends one ``{"resourceSpans": [...]}`` line per export to ``path``.
+
+    The layout is the one the Collector's file exporter writes; the Jaeger UI loads such a file, and
+    ``otel-agentloop report --file`` reads it. Each line goes out in one ``write`` on an ``O_APPEND``
+    descriptor, so several processes (Ray workers) can share one file without interleaving lines. A failed
+    write returns FAILURE (counted by the export processor), never raises.
+    """
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self._lock = threading.Lock()
+        self._fd: int | None = None
+        self._closed = False
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # the descriptor is shared with the parent: O_APPEND keeps lines whole
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._closed:
+            return SpanExportResult.FAILURE
+        try:
+            data = (encode_spans(spans) + "\n").encode("utf-8")
+            with suppressed(), self._lock:  # no span for the write, whatever file I/O instrumentation is on
+                if self._fd is None:
+                    directory = os.path.dirname(self.path)
+                    if directory:
+                        os.makedirs(directory, exist_ok=True)
+                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+                view = memoryview(data)
+                while view:  # a regular file takes it in one write; loop only on a short write
+                    view = view[os.write(self._fd, view) :]
+            return SpanExportResult.SUCCESS
+        except Exception:
+            internal_error("OTLPJsonFileExporter.export")
+            return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            if self._fd is not None:
+                os.close(self._fd)
+                self._fd = None
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True

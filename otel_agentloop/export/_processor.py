@@ -1,0 +1,268 @@
+"""A bounded, non-blocking export processor (the SDK's batch processor, minus its traps).
+
+``on_end`` appends to a bounded deque and returns: when the queue is full the span is dropped and counted,
+with one warning per minute at most (the SDK's ``BatchSpanProcessor`` logs every dropped span, which slows
+the caller by 50-75% when the endpoint is down). A single daemon thread exports batches. ``force_flush`` and
+``shutdown`` honour their timeouts: they wait for the worker, never for the network. Fork-safe: a forked
+child starts with an empty queue and a fresh worker. Every call into the exporter runs under the context's
+suppress-instrumentation key (as the SDK's processors do): with urllib/requests/grpc instrumentation on, an
+export must not make a span that is exported in turn.
+"""
+
+from __future__ import annotations
+
+import collections
+import logging
+import threading
+import time
+from collections.abc import Callable, Generator
+from contextlib import contextmanager
+
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
+from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from ..config._settings import MAX_QUEUE, check_int, check_seconds
+from ..core._guard import after_fork_in_child, internal_error
+
+logger = logging.getLogger("otel_agentloop")
+
+SpanFilter = Callable[[ReadableSpan], bool]
+FAST_EXPORT_S = 0.25
+"""An export slower than this makes the path unhealthy for :meth:`ExportProcessor.request_flush`."""
+
+
+@contextmanager
+def suppressed() -> Generator[None, None, None]:
+    """Run the block with instrumentation suppressed in this thread's context (the key every contrib
+    instrumentation checks): the network calls of an export make no spans."""
+    token = attach(set_value(_SUPPRESS_INSTRUMENTATION_KEY, True))
+    try:
+        yield
+    finally:
+        detach(token)
+
+
+class ExportProcessor(SpanProcessor):
+    """Queue sampled spans and export them in batches on a background thread.
+
+    Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full or after shutdown),
+    ``failed`` (spans in batches the exporter reported as failed or raised on).
+    """
+
+    _shutdown: bool
+    _closing: bool
+
+    def __init__(
+        self,
+        exporter: SpanExporter,
+        *,
+        max_queue_size: int = 2048,
+        max_export_batch_size: int = 512,
+        schedule_delay_s: float = 1.0,
+        export_timeout_s: float = 30.0,
+        shutdown_timeout_s: float = 5.0,
+        name: str = "otel_agentloop.export",
+    ) -> None:
+        self.max_queue_size = check_int("max_queue_size", max_queue_size, 1, MAX_QUEUE)
+        self.max_export_batch_size = min(
+            check_int("max_export_batch_size", max_export_batch_size, 1, MAX_QUEUE), self.max_queue_size
+        )
+        self.schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
+        self.export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
+        self.shutdown_timeout_s = check_seconds("shutdown_timeout_s", shutdown_timeout_s, inclusive=True)
+        self.exporter = exporter
+        self.name = name
+        self._init_state()
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        """A forked child starts empty, with fresh locks and its own worker (none if shut down here)."""
+        closed = self._shutdown or self._closing
+        self._init_state(start=not closed)
+        self._shutdown = self._closing = closed
+
+    def _init_state(self, start: bool = True) -> None:
+        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._wake = threading.Event()
+        self._idle = threading.Condition(threading.Lock())
+        self._in_flight = 0
+        self._flush_requested = False
+        self._stopping = False
+        self._shutdown = False
+        self._closing = False
+        self._queued = self._exported = self._dropped = self._failed = 0
+        self._healthy = False  # the last export succeeded quickly and no flush wait timed out since
+        self._last_export_s = 0.0
+        self._abandoned = False  # shutdown gave up on a stuck export: its batch was counted as dropped
+        self._last_drop_log = 0.0
+        self._worker = threading.Thread(target=self._run, name=self.name, daemon=True)
+        if start:
+            self._worker.start()
+
+    # -- hot path ---------------------------------------------------------------------------------
+    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
+        return None
+
+    def on_end(self, span: ReadableSpan) -> None:
+        ctx = span.context
+        if ctx is None or not ctx.trace_flags.sampled:
+            return  # recorded for metrics only (sampler's RECORD_ONLY)
+        self.enqueue(span)
+
+    def enqueue(self, span: ReadableSpan) -> None:
+        """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
+        queue = self._queue
+        if self._shutdown or len(queue) >= self.max_queue_size:
+            self._dropped += 1
+            now = time.monotonic()
+            if now - self._last_drop_log > 60.0:
+                self._last_drop_log = now
+                if self._shutdown:
+                    logger.warning(
+                        "otel_agentloop: span ended after its exporter was shut down; dropped (%d so far)",
+                        self._dropped,
+                    )
+                else:
+                    logger.warning(
+                        "otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is "
+                        "the OTLP endpoint reachable?",
+                        self.max_queue_size,
+                        self._dropped,
+                    )
+            return
+        queue.append(span)
+        self._queued += 1
+        if len(queue) >= self.max_export_batch_size:
+            self._wake.set()
+
+    # -- worker -----------------------------------------------------------------------------------
+    def _run(self) -> None:
+        delay = min(self.schedule_delay_s, threading.TIMEOUT_MAX)
+        while True:
+            try:
+                self._wake.wait(delay)
+                self._wake.clear()
+                self._drain(stop_early=True)
+            except Exception:  # never let the export thread die silently
+                internal_error("ExportProcessor.run")
+                time.sleep(delay)
+            with self._idle:
+                self._flush_requested = False
+                self._idle.notify_all()
+                if self._stopping and not self._queue:
+                    return
+
+    def _drain(self, stop_early: bool) -> None:
+        while self._queue:
+            batch: list[ReadableSpan] = []
+            queue = self._queue
+            while queue and len(batch) < self.max_export_batch_size:
+                batch.append(queue.popleft())
+            with self._idle:
+                self._in_flight = len(batch)
+            t0 = time.monotonic()
+            try:
+                with suppressed():
+                    result = self.exporter.export(batch)
+                ok = result is SpanExportResult.SUCCESS
+            except Exception:
+                ok = False
+                internal_error(f"{type(self.exporter).__name__}.export")
+            self._last_export_s = took = time.monotonic() - t0
+            self._healthy = ok and took < FAST_EXPORT_S
+            if self._abandoned:  # shutdown already counted this batch as dropped
+                return
+            if ok:
+                self._exported += len(batch)
+            else:
+                self._failed += len(batch)
+            with self._idle:
+                self._in_flight = 0
+            if (
+                stop_early
+                and len(self._queue) < self.max_export_batch_size
+                and not (self._flush_requested or self._stopping)
+            ):
+                return
+
+    # -- control ----------------------------------------------------------------------------------
+    def _wait_idle(self, timeout_s: float) -> bool:
+        deadline = time.monotonic() + max(timeout_s, 0.0)
+        with self._idle:
+            self._flush_requested = True
+            self._wake.set()
+            while self._queue or self._in_flight:
+                remaining = deadline - time.monotonic()
+                if remaining <= 0 or not self._worker.is_alive():
+                    return not (self._queue or self._in_flight)
+                self._idle.wait(min(remaining, 0.05))
+                self._wake.set()
+        return True
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Wait up to ``timeout_millis`` for queued spans to be exported; ``False`` if time ran out."""
+        if self._shutdown:
+            return not self._queue
+        done = self._wait_idle(timeout_millis / 1000.0)
+        if not done:
+            self._healthy = False
+        return done
+
+    @property
+    def healthy(self) -> bool:
+        """The last export succeeded within ``FAST_EXPORT_S`` and no flush wait timed out since."""
+        return self._healthy
+
+    def request_flush(self, wait_s: float = 0.0) -> bool:
+        """Export what is queued now, on the worker. Wait for it only while :attr:`healthy`, and then at most
+        ``min(wait_s, 4 x the last export's duration + 100 ms)``: with a backend that is dead, hung, slow or not
+        yet heard from, the caller never waits; one that turns bad costs one short wait, then none until an
+        export succeeds quickly again. Returns whether the queue is known to be empty."""
+        if self._shutdown:
+            return not self._queue
+        if wait_s > 0 and self._healthy:
+            return self.force_flush(int(min(wait_s, 4 * self._last_export_s + 0.1) * 1000))
+        with self._idle:
+            self._flush_requested = True
+        self._wake.set()
+        return not (self._queue or self._in_flight)
+
+    def shutdown(self, timeout_millis: int | None = None) -> None:
+        """Export what is queued within ``timeout_millis`` (default ``shutdown_timeout_s``: the SDK's exit hook
+        passes none, and a stuck endpoint must not hold the process at exit), then stop; what is left is
+        counted as dropped."""
+        if self._shutdown or self._closing:
+            return
+        self._closing = True
+        timeout_s = self.shutdown_timeout_s if timeout_millis is None else timeout_millis / 1000.0
+        deadline = time.monotonic() + timeout_s
+        self._wait_idle(timeout_s)
+        self._shutdown = True
+        with self._idle:
+            self._stopping = True
+        self._wake.set()
+        try:
+            with suppressed():
+                self.exporter.shutdown()  # also aborts an OTLP exporter's retry back-off
+        except Exception:
+            internal_error(f"{type(self.exporter).__name__}.shutdown")
+        self._worker.join(max(deadline - time.monotonic(), 0.0) + 0.05)
+        with self._idle:
+            left = len(self._queue)
+            self._queue.clear()
+            if self._worker.is_alive() and self._in_flight:  # stuck in export past the timeout
+                self._abandoned = True
+                left += self._in_flight
+                self._in_flight = 0
+            self._dropped += left
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {
+            "queued": self._queued,
+            "exported": self._exported,
+            "dropped": self._dropped,
+            "failed": self._failed,
+            "pending": len(self._queue) + self._in_flight,
+        }

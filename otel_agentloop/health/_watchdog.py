@@ -1,0 +1,429 @@
+"""The watchdog: a background thread that notices phases running too long, while they run.
+
+Every ``interval_s`` the thread (one per process, ``otel_agentloop.live``) drains the ended spans the
+:class:`~._inflight.InflightRegistry` queued (recording the library's metrics and learning phase durations)
+and visits the open phase spans oldest first. A phase running longer than its threshold gets, once per
+sample: one WARNING naming the sample, phase, tool, age and trace id, and a *snapshot span* exported at once
+(see :data:`semconv.SNAPSHOT_SUFFIX`) so the still-running sample is visible in Jaeger before it ends.
+
+Thresholds, first match wins: an explicit ``tool:NAME`` threshold, an explicit phase threshold, the learned
+threshold of the tool, of the phase (``p99_multiple`` x the p99 of that key's recent durations, at least
+``min_s``; learned when a step is collected, from at least ``min_observations`` ended spans), else ``default_s``.
+
+When a step is collected, the samples reported during it are classified: *slow* (they finished) or *hung*
+(still running), as ``agent_loop/watchdog/{slow,hung}`` with their trace ids on the :class:`StepMetrics`.
+Bounded (warnings per check, steps and samples remembered), fork-safe (the thread restarts in a forked
+child), stopped by the provider's shutdown.
+"""
+
+from __future__ import annotations
+
+import os
+import threading
+import time
+import weakref
+from collections.abc import Callable, Mapping, Sequence
+from dataclasses import dataclass, field
+from typing import TYPE_CHECKING, Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+
+from .. import semconv as sc
+from ..config._settings import Settings, ThresholdKey, parse_thresholds, resolve
+from ..core import _tracer
+from ..core._guard import internal_error, logger
+from ..core._inflight import InflightRegistry, OpenPhase, _Sample
+from ..metrics._table import OverdueSample
+
+if TYPE_CHECKING:
+    from ..metrics._otel import LibraryMetrics
+
+_MAX_STEPS = 16
+
+
+@dataclass(frozen=True)
+class WatchdogSettings:
+    """How the watchdog decides a phase runs too long (see the module docstring). Seconds throughout.
+
+    From the environment (:meth:`from_env`): ``OTEL_AGENTLOOP_WATCHDOG`` (true/false),
+    ``OTEL_AGENTLOOP_WATCHDOG_INTERVAL``, ``OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS`` (``tool_calls=60,tool:python=300``),
+    ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``,
+    ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``_settings.Settings``).
+    """
+
+    enabled: bool = True
+    interval_s: float = 1.0
+    thresholds_s: Mapping[str, float] | str | None = None
+    p99_multiple: float = 3.0
+    min_s: float = 10.0
+    default_s: float = 300.0
+    min_observations: int = 20
+    window: int = 2048
+    max_warnings_per_check: int = 20
+    parsed: dict[ThresholdKey, float] = field(init=False, repr=False, compare=False)
+
+    def __post_init__(self) -> None:
+        for name in ("interval_s", "p99_multiple", "min_s", "default_s"):
+            value = getattr(self, name)
+            if not isinstance(value, (int, float)) or not value > 0:
+                raise ValueError(f"watchdog {name} must be > 0, not {value!r}")
+        for name in ("min_observations", "window", "max_warnings_per_check"):
+            if int(getattr(self, name)) < 1:
+                raise ValueError(f"watchdog {name} must be >= 1, not {getattr(self, name)!r}")
+        object.__setattr__(self, "parsed", parse_thresholds(self.thresholds_s))
+
+    @classmethod
+    def from_env(cls, **overrides: Any) -> WatchdogSettings:
+        """Settings from ``OTEL_AGENTLOOP_WATCHDOG*``, then ``overrides`` (a bad variable warns, keeps the default)."""
+        arguments = {"watchdog_" + name: value for name, value in overrides.items()}
+        return cls.from_settings(resolve(arguments, only=["watchdog_" + name for name in WATCHDOG_FIELDS]))
+
+    @classmethod
+    def from_settings(cls, settings: Settings) -> WatchdogSettings:
+        """The watchdog part (``watchdog_*`` fields) of resolved :class:`~._settings.Settings`."""
+        return cls(**{name: getattr(settings, "watchdog_" + name) for name in WATCHDOG_FIELDS})
+
+    def arguments(self) -> dict[str, Any]:
+        """These settings as ``Settings`` arguments (``watchdog_*`` field name -> value)."""
+        return {"watchdog_" + name: getattr(self, name) for name in WATCHDOG_FIELDS}
+
+    def worker_env(self) -> dict[str, str]:
+        """Environment that gives another process's ``configure()`` these settings."""
+        return resolve(self.arguments(), environ={}).worker_env()
+
+
+WATCHDOG_FIELDS = (
+    "enabled",
+    "interval_s",
+    "thresholds_s",
+    "p99_multiple",
+    "min_s",
+    "default_s",
+    "min_observations",
+    "window",
+    "max_warnings_per_check",
+)
+
+
+@dataclass(frozen=True)
+class Verdict:
+    """One step's reported samples: ``slow`` finished before collection, ``hung`` did not."""
+
+    slow: tuple[OverdueSample, ...] = ()
+    hung: tuple[OverdueSample, ...] = ()
+
+
+def apply_verdicts(metrics: dict[str, float], verdicts: Sequence[Verdict]) -> None:
+    """Add ``agent_loop/watchdog/{slow,hung}`` and ``slow_trace_ids``/``hung_trace_ids`` to ``metrics``
+    (a :class:`StepMetrics`), merging the verdicts of several processes (Ray workers); nothing when no sample
+    was reported."""
+    slow = tuple(s for v in verdicts for s in v.slow)
+    hung = tuple(s for v in verdicts for s in v.hung)
+    if not (slow or hung):  # like slowest/prompt_length: only when there is something to say
+        return
+    metrics[f"{sc.METRIC_PREFIX}/{sc.WATCHDOG_SLOW}"] = float(len(slow))
+    metrics[f"{sc.METRIC_PREFIX}/{sc.WATCHDOG_HUNG}"] = float(len(hung))
+    metrics.slow_trace_ids = tuple(s.trace_id for s in slow)  # type: ignore[attr-defined]
+    metrics.hung_trace_ids = tuple(s.trace_id for s in hung)  # type: ignore[attr-defined]
+    metrics.slow_samples = slow  # type: ignore[attr-defined]
+    metrics.hung_samples = hung  # type: ignore[attr-defined]
+
+
+def learned_thresholds(
+    durations: Mapping[ThresholdKey, Any], multiple: float, floor: float, min_obs: int
+) -> dict[ThresholdKey, float]:
+    """``max(floor, multiple x p99)`` in seconds per (phase, tool) window of ns durations with at least
+    ``min_obs`` values, and per (phase, None) over all of that phase's windows."""
+    import numpy as np
+
+    keys: dict[ThresholdKey, list[int]] = {}
+    for (phase, tool), window in list(durations.items()):
+        values = list(window)  # one C-level copy: safe while on_end appends
+        keys.setdefault((phase, None), []).extend(values)
+        if tool is not None:
+            keys[(phase, tool)] = values
+    return {
+        key: max(floor, multiple * float(np.percentile(np.asarray(values, float), 99)) / 1e9)
+        for key, values in keys.items()
+        if len(values) >= min_obs
+    }
+
+
+class LiveMonitor:
+    """The background thread and what it maintains: learned thresholds, reports, step verdicts.
+
+    ``export`` are the span processors snapshot spans are handed to (the handle's export processors: a
+    snapshot is exported whether or not its sample is, and skips budget buffering). ``metrics`` is a
+    :class:`~._otel_metrics.LibraryMetrics` or ``None``.
+    """
+
+    def __init__(
+        self,
+        registry: InflightRegistry,
+        settings: WatchdogSettings,
+        *,
+        provider: TracerProvider,
+        export: Sequence[SpanProcessor] = (),
+        metrics: LibraryMetrics | None = None,
+    ) -> None:
+        self.registry = registry
+        self.settings = settings
+        self.metrics = metrics
+        self._snapshots: Any = None
+        if export:
+            limits = SpanLimits(
+                max_attributes=32,
+                max_events=0,
+                max_links=1,
+                max_span_attributes=32,
+                max_event_attributes=0,
+                max_link_attributes=0,
+                max_attribute_length=256,
+                max_span_attribute_length=256,
+            )  # all given: no OTEL_*_LIMIT read
+            snap = TracerProvider(
+                resource=provider.resource, sampler=ALWAYS_ON, span_limits=limits, shutdown_on_exit=False
+            )
+            for proc in export:
+                snap.add_span_processor(proc)
+            self._snapshots = snap.get_tracer("otel_agentloop.watchdog")
+        self._explicit = settings.parsed
+        self._thresholds: dict[ThresholdKey, float] = {}
+        self._rebuild({})
+        self._tripped: dict[tuple[int | None, bool], list[tuple[_Sample, OpenPhase]]] = {}
+        self._verdicts: dict[tuple[int | None, bool], Verdict] = {}
+        self.reports = 0
+        self.snapshots_exported = 0
+        self.cpu_s = 0.0
+        self.checks = 0
+        self._closed = False
+        self._init_thread()
+        ref = weakref.ref(self)
+
+        def after_fork() -> None:
+            monitor = ref()
+            if monitor is not None and not monitor._closed:
+                monitor._tripped, monitor._verdicts = {}, {}
+                monitor._init_thread()
+
+        os.register_at_fork(after_in_child=after_fork)
+
+    # -- thread -----------------------------------------------------------------------------------
+    def _init_thread(self) -> None:
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="otel_agentloop.live", daemon=True)
+        self._thread.start()
+
+    def _run(self) -> None:
+        while not self._stop.wait(self.settings.interval_s):
+            self.check()
+
+    def check(self, now_ns: int | None = None) -> None:
+        """One pass: drain ended spans (metrics, learning), then report newly overdue phases. Never raises."""
+        t0 = time.thread_time()
+        try:
+            with self._lock:
+                self._drain()
+                if self.settings.enabled:
+                    now = time.time_ns() if now_ns is None else now_ns
+                    found = self.registry.overdue(now, self._threshold_ns, self._min_ns)
+                    for n, (rec, age) in enumerate(found):
+                        self._report(rec, age, now, log=n < self.settings.max_warnings_per_check)
+                    if len(found) > self.settings.max_warnings_per_check:
+                        logger.warning(
+                            "otel_agentloop: watchdog: %d more samples over their threshold (not listed)",
+                            len(found) - self.settings.max_warnings_per_check,
+                        )
+        except Exception:
+            internal_error("LiveMonitor.check")
+        self.checks += 1
+        self.cpu_s += time.thread_time() - t0
+
+    def _drain(self) -> None:
+        metrics = self.metrics
+        for rec, span in self.registry.drain():
+            if metrics is not None:
+                metrics.record(rec[1] if type(rec) is tuple else None, span)
+
+    # -- thresholds -------------------------------------------------------------------------------
+    def _rebuild(self, learned: Mapping[ThresholdKey, float]) -> None:
+        table = dict(learned)
+        for phase, tool in self._explicit:
+            if tool is None:  # an explicit phase threshold beats anything learned for that phase's tools
+                for key in [k for k in table if k[0] == phase]:
+                    del table[key]
+        table.update(self._explicit)
+        self._thresholds = {k: v for k, v in table.items()}
+        self._ns = {k: int(v * 1e9) for k, v in table.items()}
+        self._default_ns = int(self.settings.default_s * 1e9)
+        self._min_ns = min([self._default_ns, *self._ns.values()])
+
+    def _threshold_ns(self, phase: str, tool: str | None) -> int:
+        ns = self._ns
+        return ns.get((phase, tool)) or ns.get((phase, None)) or self._default_ns
+
+    def threshold_s(self, phase: str, tool: str | None = None) -> float:
+        """The threshold in force for ``phase`` (and ``tool``), in seconds."""
+        return self._threshold_ns(phase, tool) / 1e9
+
+    # -- reports ----------------------------------------------------------------------------------
+    def _report(self, rec: OpenPhase, age_ns: int, now_ns: int, *, log: bool) -> None:
+        sample = rec.sample
+        trace_id = format(sample.trace_id, "032x")
+        self.reports += 1
+        if log:
+            rollout = "" if sample.rollout is None else f"/{sample.rollout}"
+            logger.warning(
+                "otel_agentloop: watchdog: sample %s%s (step %s%s) has been in %s%s for %.1fs (threshold %.1fs); "
+                "trace %s",
+                sample.index,
+                rollout,
+                sample.step,
+                ", validation" if sample.validate else "",
+                rec.phase,
+                f" (tool {rec.tool})" if rec.tool else "",
+                age_ns / 1e9,
+                self.threshold_s(rec.phase, rec.tool),
+                trace_id,
+            )
+        key = (sample.step, sample.validate)
+        tripped = self._tripped.get(key)
+        if tripped is None:
+            while len(self._tripped) >= _MAX_STEPS:
+                self._tripped.pop(next(iter(self._tripped)))
+            tripped = self._tripped[key] = []
+        if len(tripped) < self.registry.max_samples:
+            tripped.append((sample, rec))
+        self._snapshot(sample, rec, now_ns)
+
+    def _snapshot(self, sample: _Sample, rec: OpenPhase | None, now_ns: int) -> None:
+        if self._snapshots is None:
+            return
+        try:
+            ctx = SpanContext(
+                sample.trace_id, sample.span_id, is_remote=False, trace_flags=TraceFlags(sample.trace_flags)
+            )
+            attrs: dict[str, Any] = {
+                sc.RL_SNAPSHOT: True,
+                sc.RL_VALIDATE: sample.validate,
+                sc.RL_PHASE: rec.phase if rec is not None else "other",
+            }
+            for key, value in (
+                (sc.RL_STEP, sample.step),
+                (sc.RL_SAMPLE_INDEX, sample.index),
+                (sc.RL_ROLLOUT_N, sample.rollout),
+                (sc.RL_WORKER, sample.worker),
+            ):
+                if value is not None:
+                    attrs[key] = value
+            if rec is not None:
+                attrs[sc.RL_SNAPSHOT_PHASE_AGE] = (now_ns - rec.start_ns) / 1e9
+                if rec.tool:
+                    attrs[sc.GEN_AI_TOOL_NAME] = rec.tool
+            span = self._snapshots.start_span(
+                sample.name + sc.SNAPSHOT_SUFFIX,
+                context=trace.set_span_in_context(NonRecordingSpan(ctx)),
+                links=[Link(ctx)],
+                attributes=attrs,
+                start_time=sample.start_ns,
+            )
+            span.end(end_time=max(now_ns, sample.start_ns))
+            self.snapshots_exported += 1
+        except Exception:
+            internal_error("LiveMonitor.snapshot")
+
+    # -- steps ------------------------------------------------------------------------------------
+    def on_release(self, step: int | None, validate: bool) -> None:
+        """A step was collected: classify its reported samples, learn thresholds from what ended so far."""
+        try:
+            with self._lock:
+                self._drain()
+                if self.settings.enabled:
+                    s = self.settings
+                    self._rebuild(
+                        learned_thresholds(self.registry.durations, s.p99_multiple, s.min_s, s.min_observations)
+                    )
+                slow: list[OverdueSample] = []
+                hung: list[OverdueSample] = []
+                for sample, rec in self._tripped.pop((step, validate), ()):
+                    item = OverdueSample(
+                        sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase, rec.tool
+                    )
+                    (slow if sample.ended else hung).append(item)
+                while len(self._verdicts) >= _MAX_STEPS:
+                    self._verdicts.pop(next(iter(self._verdicts)))
+                self._verdicts[(step, validate)] = Verdict(tuple(slow), tuple(hung))
+        except Exception:
+            internal_error("LiveMonitor.on_release")
+
+    def verdict(self, step: int | None, validate: bool = False) -> Verdict:
+        """The classification made when ``step`` was collected (forgotten once read)."""
+        with self._lock:
+            return self._verdicts.pop((step, validate), Verdict())
+
+    def add_to_metrics(self, step: int | None, validate: bool, metrics: dict[str, float]) -> None:
+        """The step's verdict into ``metrics``: keys only when the watchdog reported a sample in that step."""
+        if self.settings.enabled:
+            apply_verdicts(metrics, [self.verdict(step, validate)])
+
+    # -- lifecycle --------------------------------------------------------------------------------
+    def force_flush(self, timeout_s: float = 5.0) -> bool:
+        self.check()
+        if self.metrics is None:
+            return True
+        try:
+            return self.metrics.force_flush(timeout_s)
+        except Exception:  # the SDK raises when a reader times out
+            return False
+
+    def shutdown(self, timeout_s: float = 5.0) -> None:
+        if self._closed:
+            return
+        self._closed = True
+        self._stop.set()
+        if self._thread is not threading.current_thread():
+            self._thread.join(timeout_s)
+        self.check()
+        if self.metrics is not None:
+            try:
+                self.metrics.shutdown(timeout_s)
+            except Exception:
+                internal_error("LiveMonitor.shutdown")
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {**self.registry.stats, "watchdog_reports": self.reports, "watchdog_snapshots": self.snapshots_exported}
+
+
+def install(
+    provider: TracerProvider,
+    metrics_processor: Any,
+    export: Sequence[SpanProcessor],
+    *,
+    settings: WatchdogSettings,
+    max_inflight: int,
+    readers: Sequence[Any],
+    on_step_metrics: Callable[[Callable[..., None]], None] | None = None,
+) -> LiveMonitor:
+    """Create the registry (fed by the spans the library starts through ``provider``) and the monitor; hook
+    the provider's shutdown and flush, step release and collect."""
+    from ..metrics._otel import LibraryMetrics
+
+    registry = InflightRegistry(
+        max_samples=max_inflight, keep_ended=bool(readers), learn=settings.enabled, window=settings.window
+    )
+    lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
+    monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
+    # provider.shutdown() stops the thread, provider.force_flush() drains: through the metrics processor, which
+    # runs on every span anyway (a processor of the registry's own would add three calls to every span)
+    metrics_processor.add_lifecycle_listener(shutdown=monitor.shutdown, flush=monitor.force_flush)
+    _tracer.set_live(provider, registry)  # fed by the library's span lifecycle (sample(), the phase wrappers)
+    metrics_processor.add_release_listener(monitor.on_release)
+    metrics_processor.add_counter_source(lambda: {k: v for k, v in registry.stats.items() if k != "inflight_samples"})
+    if on_step_metrics is not None:
+        on_step_metrics(monitor.add_to_metrics)
+    return monitor

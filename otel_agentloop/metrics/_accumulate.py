@@ -1,0 +1,213 @@
+"""Per-step, per-sample accumulation of phase time: exact union of intervals, updated span by span.
+
+A phase's time for one sample is the wall time covered by that sample's spans of that phase: parallel
+tool calls overlap and count once (what verl's timer around ``asyncio.gather`` measures), sequential turns
+add up. Each (sample, phase) keeps its disjoint blocks sorted; the common cases (a span after the last
+block, or overlapping only it) are O(1), the rest a short scan. Totals are integer nanoseconds.
+
+Columns are ``array.array`` so :meth:`StepRows.to_table` hands them to numpy without copying element by
+element; :meth:`StepRows.add` is one flat method because Python calls dominate the cost of ``on_end``.
+"""
+
+from __future__ import annotations
+
+from array import array
+from collections.abc import Mapping
+from typing import Any
+
+import numpy as np
+import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
+
+from .. import semconv as sc
+from ._table import PhaseTable
+
+# numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
+# while another thread runs that first import would leave the child blocked on its import lock forever.
+PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
+_UNSET = -(1 << 62)
+_MASK64 = (1 << 64) - 1
+_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute outside int64 is ignored, never stored
+_NPRE = sc.RL_NUM_PREEMPTED
+_PLEN = sc.RL_PROMPT_LENGTH
+_RLEN = sc.RL_RESPONSE_LENGTH
+
+
+def add_interval(blocks: list[int], start: int, end: int) -> int:
+    """Merge ``[start, end]`` into ``blocks`` (flat ``[s0, e0, s1, e1, ...]``, sorted, disjoint).
+
+    Returns how much the covered length grew.
+    """
+    if not blocks or start > blocks[-1]:
+        blocks += (start, end)
+        return end - start
+    if start >= blocks[-2]:  # overlaps the last block only
+        if end > blocks[-1]:
+            grown = end - blocks[-1]
+            blocks[-1] = end
+            return grown
+        return 0
+    # General case: find the blocks that touch [start, end] and fuse them.
+    n = len(blocks) // 2
+    lo = 0
+    while lo < n and blocks[2 * lo + 1] < start:
+        lo += 1
+    hi = lo
+    covered = 0
+    new_start, new_end = start, end
+    while hi < n and blocks[2 * hi] <= end:
+        covered += blocks[2 * hi + 1] - blocks[2 * hi]
+        new_start = min(new_start, blocks[2 * hi])
+        new_end = max(new_end, blocks[2 * hi + 1])
+        hi += 1
+    blocks[2 * lo : 2 * hi] = (new_start, new_end)
+    return (new_end - new_start) - covered
+
+
+class StepRows:
+    """Accumulated facts of one step: one row per sample, created on the sample's first span. Not locked:
+    the caller serialises access."""
+
+    __slots__ = (
+        "blocks",
+        "dropped",
+        "error",
+        "in_order",
+        "index",
+        "max_rows",
+        "npre_final",
+        "npre_first",
+        "npre_first_missing",
+        "npre_sum",
+        "prompt_len",
+        "response_len",
+        "rollout",
+        "rows",
+        "tid_hi",
+        "tid_lo",
+        "total",
+    )
+
+    def __init__(self, max_rows: int) -> None:
+        self.max_rows = max_rows
+        self.rows: dict[tuple[int, int], int] = {}
+        self.index = array("q")
+        self.rollout = array("q")
+        self.total = (array("q"), array("q"), array("q"))
+        self.blocks: tuple[list[list[int] | None], ...] = ([], [], [])
+        self.npre_sum = array("q")
+        self.npre_first = array("q")  # start of the earliest generation span; -1 when none yet
+        self.npre_first_missing = array("b")
+        self.npre_final = array("q")  # set from the root span; _UNSET when not
+        self.prompt_len = array("q")
+        self.response_len = array("q")
+        self.error = array("b")
+        self.tid_hi = array("Q")
+        self.tid_lo = array("Q")
+        self.dropped = 0
+        self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
+
+    def __len__(self) -> int:
+        return len(self.index)
+
+    def _new_row(self, key: tuple[int, int]) -> int:
+        r = len(self.index)
+        if r >= self.max_rows:
+            self.dropped += 1
+            return -1
+        index, rollout = key
+        if r and self.in_order and (index, rollout) < (self.index[-1], self.rollout[-1]):
+            self.in_order = False
+        self.rows[key] = r
+        self.index.append(index)
+        self.rollout.append(rollout)
+        for p in (0, 1, 2):
+            self.total[p].append(0)
+            self.blocks[p].append(None)
+        self.npre_sum.append(0)
+        self.npre_first.append(-1)
+        self.npre_first_missing.append(0)
+        self.npre_final.append(_UNSET)
+        self.prompt_len.append(-1)
+        self.response_len.append(-1)
+        self.error.append(0)
+        self.tid_hi.append(0)
+        self.tid_lo.append(0)
+        return r
+
+    def add(
+        self, key: tuple[int, int], p: int, start: int, end: int, attrs: Mapping[str, Any], trace_id: int, error: bool
+    ) -> None:
+        """Account one span of sample ``key``: phase ``p`` (0..2), or ``p = -1`` for the sample's root span."""
+        r = self.rows.get(key)
+        if r is None:
+            r = self._new_row(key)
+            if r < 0:
+                return
+            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # the sample's first span names its trace ...
+            self.tid_lo[r] = trace_id & _MASK64
+        if p >= 0:
+            blocks = self.blocks[p]
+            b = blocks[r]
+            if b is None:
+                blocks[r] = [start, end]
+                self.total[p][r] += end - start
+            elif start > b[-1]:
+                b += (start, end)
+                self.total[p][r] += end - start
+            else:
+                self.total[p][r] += add_interval(b, start, end)
+            if p == 0:
+                # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0).
+                value = attrs.get(_NPRE)
+                known = type(value) is int and -(1 << 40) < value < (1 << 40)
+                if known:
+                    self.npre_sum[r] += value  # type: ignore[operator]
+                first = self.npre_first[r]
+                if first < 0 or start < first:
+                    self.npre_first[r] = start
+                    self.npre_first_missing[r] = not known
+        else:
+            value = attrs.get(_NPRE)
+            if type(value) is int and _I64_MIN < value <= _I64_MAX:
+                self.npre_final[r] = value
+            value = attrs.get(_PLEN)
+            if type(value) is int and _I64_MIN <= value <= _I64_MAX:
+                self.prompt_len[r] = value
+            value = attrs.get(_RLEN)
+            if type(value) is int and _I64_MIN <= value <= _I64_MAX:
+                self.response_len[r] = value
+            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
+            self.tid_lo[r] = trace_id & _MASK64
+        if error:
+            self.error[r] = 1
+
+    def to_table(self, exclude: Mapping[tuple[int, int], object] | None = None) -> PhaseTable:
+        """The accumulated rows as a table, without the samples in ``exclude`` (those still running)."""
+        keep: np.ndarray | None = None
+        if exclude:
+            rows = [self.rows[key] for key in exclude if key in self.rows]
+            if rows:
+                keep = np.ones(len(self.index), dtype=np.bool_)
+                keep[rows] = False
+
+        def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]
+            out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
+            return out if keep is None else out[keep]
+
+        final = col(self.npre_final, np.int64)
+        summed = col(self.npre_sum, np.int64) - col(self.npre_first_missing, np.int8)
+        summed[col(self.npre_first, np.int64) < 0] = -1  # no generation span: unknown, like verl
+        return PhaseTable(
+            sample_index=col(self.index, np.int64),
+            rollout_n=col(self.rollout, np.int64),
+            generate_sequences=col(self.total[0], np.int64) / 1e9,
+            tool_calls=col(self.total[1], np.int64) / 1e9,
+            compute_score=col(self.total[2], np.int64) / 1e9,
+            num_preempted=np.where(final != _UNSET, final, summed),
+            prompt_length=col(self.prompt_len, np.int64),
+            response_length=col(self.response_len, np.int64),
+            error=col(self.error, np.int8).astype(np.bool_),
+            trace_id_hi=col(self.tid_hi, np.uint64),
+            trace_id_lo=col(self.tid_lo, np.uint64),
+            ordered=self.in_order,
+        )

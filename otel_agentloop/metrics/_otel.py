@@ -1,0 +1,201 @@
+"""OpenTelemetry metrics straight from the library: phase-duration histograms with exemplars, in-flight gauges.
+
+Histograms (seconds, explicit buckets from 5 ms to 30 min): ``gen_ai.client.operation.duration`` (generation
+turns), ``gen_ai.execute_tool.duration`` (tool calls), ``rl.reward.duration`` and ``rl.sample.duration``.
+Their attributes are the low-cardinality ones only (:data:`semconv.LOW_CARDINALITY` plus the model and
+provider): never a sample index or a trace id. Each measurement is recorded with the ended span's context, so
+the SDK's default trace-based exemplar filter attaches the trace and span id of sampled spans as exemplars.
+Gauges: ``rl.samples.in_flight`` by ``rl.phase`` and ``rl.samples.in_flight.oldest_age``.
+
+Recording happens on the background thread (:mod:`._watchdog`), never in the span's ``on_end``.
+Export: ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``none``; default ``otlp`` when an OTLP endpoint is
+configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORTER_OTLP_METRICS_*`` /
+``OTEL_EXPORTER_OTLP_*``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (SDK default 60000).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Mapping, Sequence
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.metrics import CallbackOptions, Observation
+from opentelemetry.sdk.metrics import MeterProvider
+from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+
+from .. import semconv as sc
+from .._version import __version__
+from ..config._settings import env_str
+from ..core._guard import internal_error, logger
+from ..core._inflight import InflightRegistry
+
+DURATION_BUCKETS_S: Sequence[float] = (
+    0.005,
+    0.01,
+    0.025,
+    0.05,
+    0.1,
+    0.25,
+    0.5,
+    1,
+    2.5,
+    5,
+    10,
+    20,
+    40,
+    60,
+    120,
+    300,
+    600,
+    1200,
+    1800,
+)
+"""Bucket boundaries for LLM work: a 5 ms tool call to a 30 min generation."""
+
+_PHASE_ATTRS: tuple[str, ...] = (
+    sc.GEN_AI_OPERATION_NAME,
+    sc.GEN_AI_REQUEST_MODEL,
+    sc.GEN_AI_PROVIDER_NAME,
+    sc.GEN_AI_TOOL_NAME,
+    sc.RL_VALIDATE,
+    sc.ERROR_TYPE,
+)
+_SAMPLE_ATTRS: tuple[str, ...] = (sc.RL_VALIDATE, sc.ERROR_TYPE)
+
+
+def exporter_choice(endpoint: str | None) -> str:
+    """``OTEL_METRICS_EXPORTER`` (first supported entry), default ``otlp`` with an OTLP endpoint, else ``none``."""
+    raw = env_str("OTEL_METRICS_EXPORTER")
+    if raw is None:
+        configured = (
+            endpoint or env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
+        )
+        return "otlp" if configured else "none"
+    for item in raw.lower().split(","):
+        if item.strip() in ("otlp", "console", "none"):
+            return item.strip()
+    logger.warning("otel_agentloop: OTEL_METRICS_EXPORTER=%r is not supported (otlp, console, none); using none", raw)
+    return "none"
+
+
+def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
+    proto = (
+        protocol or env_str("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env_str("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
+    ).lower()
+    if proto == "grpc":
+        from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
+
+        insecure = True if endpoint is not None and endpoint.startswith("http://") else None
+        return Grpc(endpoint=endpoint, insecure=insecure)
+    from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
+
+    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
+        endpoint = endpoint.rstrip("/") + "/v1/metrics"
+    return Http(endpoint=endpoint)  # http/json has no SDK metric exporter: protobuf over the same port
+
+
+def build_readers(endpoint: str | None, protocol: str | None) -> list[MetricReader]:
+    """The metric readers the environment asks for (see the module docstring)."""
+    choice = exporter_choice(endpoint)
+    if choice == "none":
+        return []
+    if choice == "console":
+        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
+
+        return [PeriodicExportingMetricReader(ConsoleMetricExporter())]
+    explicit = endpoint if not env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
+    return [PeriodicExportingMetricReader(_otlp_metric_exporter(explicit, protocol))]
+
+
+class LibraryMetrics:
+    """The library's instruments on their own ``MeterProvider`` (never the global one)."""
+
+    def __init__(self, resource: Resource, readers: Iterable[MetricReader], registry: InflightRegistry) -> None:
+        self.provider = MeterProvider(resource=resource, metric_readers=list(readers), shutdown_on_exit=False)
+        meter = self.provider.get_meter("otel_agentloop", __version__)
+        self._registry = registry
+
+        def histogram(name: str, description: str) -> Any:
+            return meter.create_histogram(
+                name, unit="s", description=description, explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
+            )
+
+        self.by_phase = {
+            sc.GENERATE: histogram(sc.GEN_AI_CLIENT_OPERATION_DURATION, "GenAI operation duration (generation turn)"),
+            sc.TOOL_CALLS: histogram(sc.GEN_AI_EXECUTE_TOOL_DURATION, "Tool execution duration"),
+            sc.COMPUTE_SCORE: histogram(sc.RL_REWARD_DURATION, "Reward computation duration"),
+        }
+        self.sample = histogram(sc.RL_SAMPLE_DURATION, "Whole-sample duration (rl.sample span)")
+        meter.create_observable_gauge(
+            sc.RL_INFLIGHT_SAMPLES,
+            callbacks=[self._inflight],
+            unit="{sample}",
+            description="Running samples by current phase",
+        )
+        meter.create_observable_gauge(
+            sc.RL_INFLIGHT_OLDEST_AGE,
+            callbacks=[self._oldest],
+            unit="s",
+            description="Age of the oldest running sample",
+        )
+        self._last_counts: tuple[dict[str, int], float] = ({}, 0.0)
+
+    def record(self, phase: str | None, span: Any) -> None:
+        """Record one ended span: a phase span (``phase`` set) or an ``rl.sample`` root span (``None``)."""
+        try:
+            try:
+                attrs, ctx, start, end = span._attributes._dict, span._context, span._start_time, span._end_time
+            except AttributeError:
+                attrs, ctx, start, end = span.attributes or {}, span.context, span.start_time, span.end_time
+            if phase is None:
+                instrument, keys = self.sample, _SAMPLE_ATTRS
+            else:
+                instrument = self.by_phase.get(phase)
+                keys = _PHASE_ATTRS
+                if instrument is None:
+                    return
+            point: dict[str, Any] = {k: attrs[k] for k in keys if k in attrs}
+            if phase is not None:
+                point[sc.RL_PHASE] = phase
+            context = trace.set_span_in_context(
+                NonRecordingSpan(
+                    SpanContext(ctx.trace_id, ctx.span_id, is_remote=False, trace_flags=TraceFlags(ctx.trace_flags))
+                )
+            )
+            instrument.record(max(0, (end or 0) - (start or 0)) / 1e9, attributes=point, context=context)
+        except Exception:
+            internal_error("LibraryMetrics.record")
+
+    def _inflight(self, options: CallbackOptions) -> Iterable[Observation]:
+        counts, oldest = self._registry.counts()
+        self._last_counts = (counts, oldest)
+        phases: Mapping[str, int] = {p: 0 for p in sc.PHASES} | counts
+        return [Observation(n, {sc.RL_PHASE: p}) for p, n in phases.items()]
+
+    def _oldest(self, options: CallbackOptions) -> Iterable[Observation]:
+        _, oldest = self._registry.counts()
+        return [Observation(oldest)]
+
+    def force_flush(self, timeout_s: float) -> bool:
+        return bool(self.provider.force_flush(int(timeout_s * 1000)))
+
+    def shutdown(self, timeout_s: float) -> None:
+        self.provider.shutdown(int(timeout_s * 1000))
+
+
+def worker_env(endpoint: str | None) -> dict[str, str]:
+    """The metric variables another process's ``configure()`` needs to export metrics like this one."""
+    keys = (
+        "OTEL_METRICS_EXPORTER",
+        "OTEL_METRIC_EXPORT_INTERVAL",
+        "OTEL_METRICS_EXEMPLAR_FILTER",
+        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
+        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
+        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
+    )
+    env = {key: value for key in keys if (value := env_str(key)) is not None}
+    if endpoint and "OTEL_METRICS_EXPORTER" not in env:
+        env["OTEL_METRICS_EXPORTER"] = exporter_choice(endpoint)
+    return env

@@ -1,0 +1,188 @@
+"""Per-sample phase tables and verl's agent-loop metric formula, in one place.
+
+Every path that produces metrics goes through :func:`compute_metrics`: the live processor's ``collect``, the
+merge of tables from several Ray workers, and the ``report`` command rebuilding a step from stored spans.
+Rows are put in a canonical order (sample index, rollout n) first, so the result does not depend on how
+samples were split across workers or in which order spans arrived.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable, Sequence
+from dataclasses import dataclass
+from typing import Any, NamedTuple
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import semconv as sc
+
+_PREFIX = sc.METRIC_PREFIX
+PERCENTILES = (50, 90, 99)
+
+
+class OverdueSample(NamedTuple):
+    """A sample the watchdog reported, as classified when its step was collected (``StepMetrics.slow_samples``,
+    ``hung_samples``)."""
+
+    sample_index: int | None
+    rollout_n: int | None
+    trace_id: str
+    phase: str
+    tool: str | None
+
+
+@dataclass(frozen=True)
+class PhaseTable:
+    """Per-sample facts of one step: compact numpy columns, picklable, cheap to ship across processes.
+
+    Times are seconds (float64), phase time = wall time covered by the sample's spans of that phase.
+    ``num_preempted`` is -1 when unknown; ``prompt_length``/``response_length`` are -1 when unknown.
+    ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit trace id (0 when unknown).
+    ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when unsure.
+    """
+
+    sample_index: npt.NDArray[np.int64]
+    rollout_n: npt.NDArray[np.int64]
+    generate_sequences: npt.NDArray[np.float64]
+    tool_calls: npt.NDArray[np.float64]
+    compute_score: npt.NDArray[np.float64]
+    num_preempted: npt.NDArray[np.int64]
+    prompt_length: npt.NDArray[np.int64]
+    response_length: npt.NDArray[np.int64]
+    error: npt.NDArray[np.bool_]
+    trace_id_hi: npt.NDArray[np.uint64]
+    trace_id_lo: npt.NDArray[np.uint64]
+    ordered: bool = False
+
+    def __len__(self) -> int:
+        return int(self.sample_index.shape[0])
+
+    @property
+    def total(self) -> npt.NDArray[np.float64]:
+        """generate_sequences + tool_calls + compute_score: verl's measure of a sample's cost."""
+        return self.generate_sequences + self.tool_calls + self.compute_score
+
+    @classmethod
+    def empty(cls) -> PhaseTable:
+        return cls.concat(())
+
+    @classmethod
+    def concat(cls, tables: Iterable[PhaseTable]) -> PhaseTable:
+        """One table holding the rows of all ``tables`` (e.g. one per Ray worker)."""
+        parts = list(tables)
+        cols: dict[str, Any] = {}  # column name -> array, for the dataclass constructor
+        for name, dtype in _COLUMNS:
+            arrays = [getattr(t, name) for t in parts]
+            cols[name] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
+        return cls(**cols)
+
+    def trace_id_hex(self, i: int) -> str | None:
+        """Row ``i``'s trace id as 32 hex digits, or ``None`` when unknown."""
+        value = (int(self.trace_id_hi[i]) << 64) | int(self.trace_id_lo[i])
+        return format(value, "032x") if value else None
+
+    def canonical(self) -> PhaseTable:
+        """Rows sorted by (sample_index, rollout_n): the order every metric is computed in."""
+        if self.ordered:
+            return self
+        order = np.lexsort((self.rollout_n, self.sample_index))
+        cols = {name: getattr(self, name)[order] for name, _ in _COLUMNS}
+        return PhaseTable(**cols, ordered=True)
+
+    def slowest(self, n: int = 5) -> list[dict[str, object]]:
+        """The ``n`` samples with the largest total, slowest first (canonical order breaks ties)."""
+        t = self.canonical()
+        order = np.argsort(-t.total, kind="stable")[: max(0, n)]
+        rows: list[dict[str, object]] = []
+        for i in order:
+            rows.append(
+                {
+                    "sample_index": int(t.sample_index[i]),
+                    "rollout_n": int(t.rollout_n[i]),
+                    "total": float(t.total[i]),
+                    sc.GENERATE: float(t.generate_sequences[i]),
+                    sc.TOOL_CALLS: float(t.tool_calls[i]),
+                    sc.COMPUTE_SCORE: float(t.compute_score[i]),
+                    "error": bool(t.error[i]),
+                    "trace_id": t.trace_id_hex(int(i)),
+                }
+            )
+        return rows
+
+
+_COLUMNS: Sequence[tuple[str, type]] = (
+    ("sample_index", np.int64),
+    ("rollout_n", np.int64),
+    ("generate_sequences", np.float64),
+    ("tool_calls", np.float64),
+    ("compute_score", np.float64),
+    ("num_preempted", np.int64),
+    ("prompt_length", np.int64),
+    ("response_length", np.int64),
+    ("error", np.bool_),
+    ("trace_id_hi", np.uint64),
+    ("trace_id_lo", np.uint64),
+)
+
+
+class StepMetrics(dict[str, float]):
+    """verl's metric dict (``agent_loop/...`` -> float), plus non-float facts as attributes.
+
+    ``slowest_trace_id``: hex trace id of the slowest sample's root span (``None`` if it was not traced).
+    """
+
+    slowest_trace_id: str | None = None
+    slowest_sample: tuple[int, int] | None = None
+    slow_trace_ids: tuple[str, ...] = ()
+    """Trace ids of samples the watchdog reported that finished before collection (``agent_loop/watchdog/slow``)."""
+    hung_trace_ids: tuple[str, ...] = ()
+    """Trace ids of samples the watchdog reported still running at collection (``agent_loop/watchdog/hung``)."""
+    slow_samples: tuple[OverdueSample, ...] = ()
+    hung_samples: tuple[OverdueSample, ...] = ()
+    """(sample_index, rollout_n, trace_id, phase, tool) of each, as ``OverdueSample``."""
+
+
+def compute_metrics(table: PhaseTable) -> StepMetrics:
+    """verl's ``AgentLoopManager._performance_metrics`` on ``table``, plus our keys under ``agent_loop/``.
+
+    verl's keys: ``{num_preempted,generate_sequences,tool_calls,compute_score}/{min,max,mean}`` and
+    ``slowest/{generate_sequences,tool_calls,compute_score,num_preempted}`` where slowest is the argmax of
+    generate_sequences + tool_calls + compute_score; ``slowest/{prompt_length,response_length}`` only when
+    known. Ours: ``{phase}/p50|p90|p99`` (linear interpolation), ``slowest/sample_index``,
+    ``slowest/rollout_n``, ``num_samples``. An empty table gives only ``num_samples`` = 0.
+    """
+    out = StepMetrics()
+    n = len(table)
+    if n == 0:
+        out[f"{_PREFIX}/num_samples"] = 0.0
+        return out
+    t = table.canonical()
+    columns = (
+        ("num_preempted", t.num_preempted),
+        (sc.GENERATE, t.generate_sequences),
+        (sc.TOOL_CALLS, t.tool_calls),
+        (sc.COMPUTE_SCORE, t.compute_score),
+    )
+    for name, col in columns:
+        out[f"{_PREFIX}/{name}/min"] = float(col.min())
+        out[f"{_PREFIX}/{name}/max"] = float(col.max())
+        out[f"{_PREFIX}/{name}/mean"] = float(col.mean())
+    for name, col in columns[1:]:
+        for q, value in zip(PERCENTILES, np.percentile(col, PERCENTILES), strict=True):
+            out[f"{_PREFIX}/{name}/p{q}"] = float(value)
+    i = int(np.argmax(t.total))
+    out[f"{_PREFIX}/slowest/{sc.GENERATE}"] = float(t.generate_sequences[i])
+    out[f"{_PREFIX}/slowest/{sc.TOOL_CALLS}"] = float(t.tool_calls[i])
+    out[f"{_PREFIX}/slowest/{sc.COMPUTE_SCORE}"] = float(t.compute_score[i])
+    out[f"{_PREFIX}/slowest/num_preempted"] = float(t.num_preempted[i])
+    if t.prompt_length[i] >= 0:
+        out[f"{_PREFIX}/slowest/prompt_length"] = float(t.prompt_length[i])
+    if t.response_length[i] >= 0:
+        out[f"{_PREFIX}/slowest/response_length"] = float(t.response_length[i])
+    out[f"{_PREFIX}/slowest/sample_index"] = float(t.sample_index[i])
+    out[f"{_PREFIX}/slowest/rollout_n"] = float(t.rollout_n[i])
+    out[f"{_PREFIX}/num_samples"] = float(n)
+    out.slowest_trace_id = t.trace_id_hex(i)
+    out.slowest_sample = (int(t.sample_index[i]), int(t.rollout_n[i]))
+    return out
