@@ -129,6 +129,13 @@ class InflightRegistry:
     ``keep_ended``: queue ended phase/sample spans (``(record, span)`` pairs) for :meth:`drain` (the library's
     metrics need the spans). ``learn``: keep the durations (ns) of the last ``window`` ended phase spans per
     (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in :meth:`phase_ended`.
+
+    Hot path: a decorated phase (``_phase._wrap``'s ``begin`` and ``SpanScope.exit``) does the work of
+    :meth:`phase_started` and :meth:`phase_ended` inline, because the two calls alone cost about 0.7 % of a
+    decorated phase here (``bench/inflight.py``). Keep them in step: ``_phases[scope] = (sample, phase, tool,
+    start_ns, window)`` while fewer than ``max_phases`` are open (else count ``phases_untracked``), with
+    ``window = durations[(phase, tool)]`` (:meth:`window_for`) when ``learn``; at the end pop it, append the
+    duration to its window and, when ``keep_ended``, :meth:`queue_ended` it.
     """
 
     def __init__(
@@ -209,7 +216,7 @@ class InflightRegistry:
                 self._samples.pop(sample.span_id, None)
                 sample.ended = True
                 if self.keep_ended:
-                    self._queue(sample, span)
+                    self.queue_ended(sample, span)
         except Exception:
             internal_error("InflightRegistry.sample_ended")
 
@@ -225,11 +232,7 @@ class InflightRegistry:
             if len(phases) >= self.max_phases:
                 self.phases_untracked += 1
                 return None
-            window = None
-            if self.learn:
-                window = self.durations.get((phase, tool))
-                if window is None:
-                    window = self.durations.setdefault((phase, tool), deque(maxlen=self.window))
+            window = self.window_for((phase, tool)) if self.learn else None
             phases[key] = (sample, phase, tool, span._start_time, window)
             return self
         except AttributeError:  # not the SDK's span (no start time): not tracked
@@ -247,11 +250,18 @@ class InflightRegistry:
             if rec[4] is not None:
                 rec[4].append(span._end_time - rec[3])
             if self.keep_ended:
-                self._queue(rec, span)
+                self.queue_ended(rec, span)
         except Exception:
             internal_error("InflightRegistry.phase_ended")
 
-    def _queue(self, rec: Any, span: Any) -> None:
+    def window_for(self, key: tuple[str, str | None]) -> deque[int]:
+        """The duration window of ``key`` (phase, tool), made on first use."""
+        window = self.durations.get(key)
+        if window is None:
+            window = self.durations.setdefault(key, deque(maxlen=self.window))
+        return window
+
+    def queue_ended(self, rec: Any, span: Any) -> None:
         """Hand an ended span to :meth:`drain`, bounded."""
         if len(self._ended) < self.max_ended:
             self._ended.append((rec, span))

@@ -182,8 +182,17 @@ class SpanScope(Scope):
             span.end()
         except Exception:
             internal_error("span.end")
-        if self.live is not None:
-            self.live.phase_ended(self, span)
+        live = self.live
+        if live is not None:  # InflightRegistry.phase_ended, inlined (see InflightRegistry)
+            try:
+                rec = live._phases.pop(self, None)  # atomic under the GIL: no lock
+                if rec is not None:
+                    if rec[4] is not None:
+                        rec[4].append(span._end_time - rec[3])  # type: ignore[attr-defined]  # the SDK span
+                    if live.keep_ended:
+                        live.queue_ended(rec, span)
+            except Exception:
+                internal_error("span.live")
 
     def end_at(self, end_time: int | None) -> None:
         """Leave, then end the span at ``end_time`` (ns since the epoch; now when ``None``): for a duration
@@ -482,6 +491,7 @@ def instrument(fn: F, begin: Begin) -> F:
 
 def _wrap(fn: F, spec: PhaseSpec) -> F:
     name, attrs, phase_name, tool = spec.name, spec.attributes, spec.phase, spec.tool
+    key = (phase_name, tool)  # the in-flight registry's duration window
 
     def begin(kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
         tracer = current_tracer()
@@ -498,8 +508,22 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
             span = tracer.start_span(name, attributes=started)
             scope = SpanScope(span, started, True)
             live = sample.live  # the in-flight registry's record of the sample: fed here, not by a processor
-            if live is not None:
-                scope.live = live.registry.phase_started(scope, live, phase_name, tool, span)
+            if live is not None and live.tracked:  # InflightRegistry.phase_started, inlined (see InflightRegistry)
+                try:
+                    registry = live.registry
+                    phases = registry._phases
+                    if len(phases) < registry.max_phases:
+                        window = registry.durations.get(key) if registry.learn else None
+                        if window is None and registry.learn:
+                            window = registry.window_for(key)
+                        phases[scope] = (live, phase_name, tool, span._start_time, window)  # type: ignore[attr-defined]
+                        scope.live = registry
+                    else:
+                        registry.phases_untracked += 1
+                except AttributeError:  # not the SDK's span (no start time): not tracked
+                    pass
+                except Exception:
+                    internal_error("phase.live")
             return scope
         except Exception:
             internal_error("phase.start")
