@@ -19,6 +19,7 @@ import pytest
 import otel_agentloop as oal
 
 from .otlp_receiver import Receiver, start_http
+from .ray_local import local_ray
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 
@@ -57,19 +58,8 @@ def _slow_receiver():
 
 @pytest.fixture(scope="module")
 def ray_cluster():
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
-    ray.init(
-        num_cpus=2,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": ROOT}},
-    )
-    try:
+    with local_ray(num_cpus=2):
         yield
-    finally:
-        ray.shutdown()
-        os.environ.update(saved)
 
 
 def _run(endpoint: str, protocol: str, label: str, settle_s: float = 0.0) -> dict[str, float]:

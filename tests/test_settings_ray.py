@@ -21,8 +21,6 @@ import otel_agentloop as oal
 from otel_agentloop.config._settings import SPECS, Settings, resolve
 from otel_agentloop.health._watchdog import WATCHDOG_FIELDS, WatchdogSettings
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-
 # -- the declaration itself (no Ray) -------------------------------------------------------------------
 
 
@@ -111,6 +109,8 @@ SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
 
+from .ray_local import local_ray  # noqa: E402
+
 WORKER_IDENTITY = {"process.pid", "ray.node.id", "ray.job.id", "ray.actor.id", "rl.worker"}
 """Resource attributes a worker adds to the driver's (its own identity, see ``setup_worker``)."""
 
@@ -140,19 +140,8 @@ class SettingsProbe:
 
 @pytest.fixture(scope="module")
 def ray_cluster() -> Iterator[None]:
-    saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
-    ray.init(
-        num_cpus=1,
-        include_dashboard=False,
-        log_to_driver=False,
-        configure_logging=False,
-        runtime_env={"env_vars": {"PYTHONPATH": ROOT}},
-    )
-    try:
+    with local_ray(num_cpus=1):
         yield
-    finally:
-        ray.shutdown()
-        os.environ.update(saved)
 
 
 def driver_arguments(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, str]]:
