@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 import logging
 import math
 import os
@@ -104,6 +105,50 @@ def test_fork_while_threads_trace_never_hangs_the_child(tmp_path) -> None:
         timeout=150,
     )
     assert out.returncode == 0, out.stdout + out.stderr[-2000:]
+
+
+_FORK_KEYS_SCRIPT = textwrap.dedent("""
+    import json, os, sys
+    import otel_agentloop as oal
+
+    handle = oal.configure("fork-keys", file=sys.argv[1], set_global=False, max_exported_samples_per_step=1)
+
+    @oal.trace_generate(model="m")
+    def gen():
+        return None
+
+    def one_step(step):
+        with oal.step(step), oal.sample(0):
+            gen()
+        return sorted(handle.metrics.collect(step))
+
+    parent = one_step(1)
+    read, write = os.pipe()
+    pid = os.fork()
+    if pid == 0:
+        os.write(write, json.dumps(one_step(2)).encode())
+        os._exit(0)
+    os.close(write)
+    child = json.loads(os.read(read, 1 << 20))
+    os.waitpid(pid, 0)
+    print(json.dumps({"parent": parent, "child": child}))
+""")
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_collects_the_same_metric_keys_as_its_parent(tmp_path) -> None:
+    """The child starts with no accumulated spans, but keeps what the handle hooked into the metrics (the
+    watchdog's hung/slow keys, the keeper's and registry's counters)."""
+    out = subprocess.run(
+        [sys.executable, "-c", _FORK_KEYS_SCRIPT, str(tmp_path / "keys.jsonl")],
+        capture_output=True,
+        text=True,
+        timeout=60,
+    )
+    assert out.returncode == 0, out.stderr[-2000:]
+    keys = json.loads(out.stdout.strip().splitlines()[-1])
+    assert "agent_loop/telemetry/inflight_samples_evicted" in keys["parent"]  # a counter the registry adds
+    assert keys["child"] == keys["parent"]
 
 
 # -- shutdown (class 2) ------------------------------------------------------------------------------

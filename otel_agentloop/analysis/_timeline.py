@@ -8,7 +8,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from .. import semconv as sc
-from ..core._guard import internal_error
+from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._records import SpanRecord
 
 SampleKey = tuple[int, int]
@@ -27,6 +27,10 @@ class TimelineRecorder(SpanProcessor):
         self._counts: dict[StepKey, int] = {}
         self._lock = threading.Lock()
         self.dropped = 0
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()  # a lock held by another thread at fork is never inherited held
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None

@@ -52,9 +52,12 @@ class PhaseMetricsProcessor(SpanProcessor):
             raise ValueError(f"max_samples_per_step must be >= 1, not {max_samples_per_step}")
         self.max_steps = max_steps
         self.max_samples_per_step = max_samples_per_step
+        # hooks of the handle's other parts (watchdog, keeper, registry): kept across fork, where those parts
+        # carry on (each resets its own state in the child)
         self._release_listeners: list[Callable[[int | None, bool], None]] = []
         self._counter_sources: list[Callable[[], Mapping[str, int]]] = []
-        self._on_shutdown: list[Callable[[], None]] = []  # kept across fork: the watchdog restarts in a child
+        self._step_sources: list[Callable[[int | None, bool, StepMetrics], None]] = []
+        self._on_shutdown: list[Callable[[], None]] = []
         self._on_flush: list[Callable[[float], bool]] = []
         self._init_state()
         after_fork_in_child(self, "_init_state")
@@ -68,9 +71,6 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._outside = 0
         self._evicted = 0
         self._dropped_closed = 0
-        self._release_listeners = []
-        self._counter_sources = []
-        self._step_sources: list[Callable[[int | None, bool, StepMetrics], None]] = []
         self._late = 0
         self._in_flight_total = 0
         self._last_in_flight = 0
