@@ -17,13 +17,12 @@ import math
 import operator
 import os
 from collections.abc import Callable, Collection, Mapping
-from typing import Any, TypeVar
+from typing import Any
 from urllib.parse import quote, unquote
 
 from .. import semconv as sc
 
 logger = logging.getLogger("otel_agentloop")
-N = TypeVar("N", int, float)
 
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 DEFAULT_FILE = "otel-agentloop-traces.jsonl"
@@ -72,61 +71,6 @@ def env_str(name: str, environ: Mapping[str, str] | None = None) -> str | None:
     value = (os.environ if environ is None else environ).get(name)
     value = value.strip() if value is not None else None
     return value or None
-
-
-def env_bool(name: str, default: bool, environ: Mapping[str, str] | None = None) -> bool:
-    raw = env_str(name, environ)
-    if raw is None:
-        return default
-    lowered = raw.lower()
-    if lowered in ("true", "1", "yes", "on"):
-        return True
-    if lowered in ("false", "0", "no", "off"):
-        return False
-    logger.warning("otel_agentloop: %s=%r is not a boolean; using %s", name, raw, str(default).lower())
-    return default
-
-
-def env_number(
-    name: str,
-    default: N,
-    kind: type[N],
-    *,
-    minimum: float = 0,
-    maximum: float = MAX_COUNT,
-    environ: Mapping[str, str] | None = None,
-) -> N:
-    """A finite number from ``name`` in ``[minimum, maximum]``; anything else warns, naming the variable, and
-    gives ``default``."""
-    raw = env_str(name, environ)
-    if raw is None:
-        return default
-    try:
-        as_float = float(raw)
-        if not math.isfinite(as_float):
-            raise ValueError(raw)
-        value = kind(as_float) if kind is int else kind(raw)
-    except (ValueError, OverflowError):
-        logger.warning("otel_agentloop: %s=%r is not a finite number; using %s", name, raw, default)
-        return default
-    if not minimum <= value <= maximum:
-        logger.warning(
-            "otel_agentloop: %s=%r must be between %s and %s; using %s", name, raw, minimum, maximum, default
-        )
-        return default
-    return value
-
-
-def env_choice(
-    name: str, choices: tuple[str, ...], default: str | None, environ: Mapping[str, str] | None = None
-) -> str | None:
-    raw = env_str(name, environ)
-    if raw is None:
-        return default
-    if raw.lower() in choices:
-        return raw.lower()
-    logger.warning("otel_agentloop: %s=%r is not one of %s; using %s", name, raw, ", ".join(choices), default)
-    return default
 
 
 # -- watchdog thresholds ----------------------------------------------------------------------------
