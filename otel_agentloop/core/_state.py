@@ -40,6 +40,13 @@ class TracerState:
     def after_fork(self) -> None:
         self.lock = threading.Lock()
 
+    def install(self, provider: TracerProvider | None) -> TracerProvider | None:
+        """Make ``provider`` the configured one (``None``: the global one) and forget the resolved tracer; return
+        the previous."""
+        with self.lock:
+            previous, self.configured, self.key = self.configured, provider, None
+        return previous
+
 
 class Defaults:
     """What a step or sample takes when its caller says nothing: set by ``configure()``."""
@@ -86,11 +93,8 @@ class ProcessState:
         )
 
     def restore(self, saved: Saved) -> None:
-        tracer = self.tracer
-        with tracer.lock:
-            tracer.configured = saved.configured
-            tracer.key = None
-        tracer.disabled = saved.disabled
+        self.tracer.install(saved.configured)
+        self.tracer.disabled = saved.disabled
         self.content.enabled, self.content.max_chars, self.content.redact = saved.content
         self.defaults.trace_per = saved.trace_per
         self.defaults.worker = saved.worker

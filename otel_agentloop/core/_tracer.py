@@ -62,11 +62,7 @@ def set_live(provider: TracerProvider, registry: Any) -> None:
 
 def install(provider: TracerProvider | None) -> TracerProvider | None:
     """Make ``provider`` the one the decorators use (``None``: fall back to the global one); return the previous."""
-    with _state.lock:
-        previous = _state.configured
-        _state.configured = provider
-        _state.key = None
-    return previous
+    return _state.install(provider)
 
 
 def retire(provider: TracerProvider) -> None:
