@@ -15,6 +15,8 @@ import time
 from dataclasses import replace
 from typing import Any
 
+import otel_agentloop
+
 from .._configure import configure, current_handle
 from ..analysis._display import info_stream as _info
 from ..analysis._progress import Progress
@@ -141,7 +143,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         f"traces -> {handle.description}",
         file=_info(args),
     )
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__)))  # holds otel_agentloop/
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
     ray.init(num_cpus=max(2, n), include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
     results: list[dict[str, Any]] = []
