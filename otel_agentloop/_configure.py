@@ -316,7 +316,7 @@ def configure(
 
     Settings: every argument except the objects (``exporters``, ``processors``, ``sampler``, ``redact``,
     ``metric_readers``) and this process's ``worker`` name is a setting declared once in
-    :class:`~._settings.Settings`, with its variable (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
+    :class:`~.config._settings.Settings`, with its variable (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
     ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``, ``OTEL_BSP_*``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096
     here), ``OTEL_SDK_DISABLED``, ``OTEL_AGENTLOOP_*``, ...) and default. An argument left ``None`` comes from
     its variable, else the default; ``export_timeout_s`` also bounds one OTLP export call (else
@@ -334,7 +334,7 @@ def configure(
     ``OTEL_AGENTLOOP_CAPTURE_CONTENT=true``), passed through ``redact`` and truncated to ``max_content_chars``
     (truncations counted in ``agent_loop/telemetry/content_truncated``).
 
-    Live view (see ``_inflight``, ``_watchdog``, ``_otel_metrics``): every running sample is tracked
+    Live view (see ``core._inflight``, ``health._watchdog``, ``metrics._otel``): every running sample is tracked
     (``handle.inflight()``, at most ``max_inflight_samples``); ``watchdog`` (a :class:`WatchdogSettings`,
     ``False`` to turn it off, default from ``OTEL_AGENTLOOP_WATCHDOG*``) reports phases running too long; the
     library's duration histograms and in-flight gauges go to ``metric_readers`` and to the reader
@@ -342,7 +342,7 @@ def configure(
 
     Raises ``ValueError`` naming the parameter for an invalid argument: counts must be ints in range, durations
     finite seconds in (0, 3600]. An invalid environment value (not a finite number, out of range) only warns,
-    naming the variable, and its default is used (see ``_settings``).
+    naming the variable, and its default is used (see ``config._settings``).
 
     The returned handle's :meth:`Handle.shutdown` turns tracing off again and restores what this call replaced
     (the installed provider, content policy, trace mode, worker name, disabled state, ``current_handle()``).

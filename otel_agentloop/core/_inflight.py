@@ -12,7 +12,7 @@ for spans it does not track, and spans started straight through an OpenTelemetry
 
 Bounded: at most ``max_samples`` samples (the oldest is evicted, counted) and ``4 * max_samples`` open phase
 spans (more are not tracked, counted). Ended phase and sample spans are queued (bounded, drops counted) for
-the background thread (:mod:`._watchdog`) that turns them into metrics off the hot path.
+the background thread (:mod:`~otel_agentloop.health._watchdog`) that turns them into metrics off the hot path.
 After ``fork`` the child starts empty with a fresh lock (a forked child runs none of its parent's spans).
 """
 

@@ -1,10 +1,10 @@
 """The watchdog: a background thread that notices phases running too long, while they run.
 
 Every ``interval_s`` the thread (one per process, ``otel_agentloop.live``) drains the ended spans the
-:class:`~._inflight.InflightRegistry` queued (recording the library's metrics and learning phase durations)
-and visits the open phase spans oldest first. A phase running longer than its threshold gets, once per
-sample: one WARNING naming the sample, phase, tool, age and trace id, and a *snapshot span* exported at once
-(see :data:`semconv.SNAPSHOT_SUFFIX`) so the still-running sample is visible in Jaeger before it ends.
+:class:`~otel_agentloop.core._inflight.InflightRegistry` queued (recording the library's metrics) and visits
+the open phase spans oldest first. A phase running longer than its threshold gets, once per sample: one
+WARNING naming the sample, phase, tool, age and trace id, and a *snapshot span* exported at once (see
+:data:`semconv.SNAPSHOT_SUFFIX`) so the still-running sample is visible in Jaeger before it ends.
 
 Thresholds, first match wins: an explicit ``tool:NAME`` threshold, an explicit phase threshold, the learned
 threshold of the tool, of the phase (``p99_multiple`` x the p99 of that key's recent durations, at least
@@ -51,7 +51,7 @@ class WatchdogSettings:
     From the environment (:meth:`from_env`): ``OTEL_AGENTLOOP_WATCHDOG`` (true/false),
     ``OTEL_AGENTLOOP_WATCHDOG_INTERVAL``, ``OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS`` (``tool_calls=60,tool:python=300``),
     ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``,
-    ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``_settings.Settings``).
+    ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``config._settings.Settings``).
     """
 
     enabled: bool = True
@@ -83,7 +83,7 @@ class WatchdogSettings:
 
     @classmethod
     def from_settings(cls, settings: Settings) -> WatchdogSettings:
-        """The watchdog part (``watchdog_*`` fields) of resolved :class:`~._settings.Settings`."""
+        """The watchdog part (``watchdog_*`` fields) of resolved :class:`~otel_agentloop.config._settings.Settings`."""
         return cls(**{name: getattr(settings, "watchdog_" + name) for name in WATCHDOG_FIELDS})
 
     def arguments(self) -> dict[str, Any]:
@@ -157,7 +157,7 @@ class LiveMonitor:
 
     ``export`` are the span processors snapshot spans are handed to (the handle's export processors: a
     snapshot is exported whether or not its sample is, and skips budget buffering). ``metrics`` is a
-    :class:`~._otel_metrics.LibraryMetrics` or ``None``.
+    :class:`~otel_agentloop.metrics._otel.LibraryMetrics` or ``None``.
     """
 
     def __init__(
@@ -223,7 +223,7 @@ class LiveMonitor:
             self.check()
 
     def check(self, now_ns: int | None = None) -> None:
-        """One pass: drain ended spans (metrics, learning), then report newly overdue phases. Never raises."""
+        """One pass: drain ended spans (metrics), then report newly overdue phases. Never raises."""
         t0 = time.thread_time()
         try:
             with self._lock:

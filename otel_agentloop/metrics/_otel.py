@@ -7,7 +7,7 @@ provider): never a sample index or a trace id. Each measurement is recorded with
 the SDK's default trace-based exemplar filter attaches the trace and span id of sampled spans as exemplars.
 Gauges: ``rl.samples.in_flight`` by ``rl.phase`` and ``rl.samples.in_flight.oldest_age``.
 
-Recording happens on the background thread (:mod:`._watchdog`), never in the span's ``on_end``.
+Recording happens on the background thread (:mod:`~otel_agentloop.health._watchdog`), never in the span's ``on_end``.
 Export: ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``none``; default ``otlp`` when an OTLP endpoint is
 configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORTER_OTLP_METRICS_*`` /
 ``OTEL_EXPORTER_OTLP_*``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (SDK default 60000).
