@@ -73,10 +73,6 @@ def retire(provider: TracerProvider) -> None:
         _state.key = None
 
 
-def is_disabled() -> bool:
-    return _state.disabled
-
-
 def set_disabled(disabled: bool) -> None:
     """Switch all instrumentation off (or back on) in this process."""
     _state.disabled = disabled
