@@ -5,7 +5,7 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
-from ..config._settings import check_int
+from ..config._settings import Settings, check_int
 from ._guard import after_fork_in_child, warn_once
 
 Redactor = Callable[[str], str]
@@ -16,7 +16,7 @@ class ContentPolicy:
     """Whether text is captured, how it is cleaned, and how long it may be: one per process (``state.content``),
     set by configure()."""
 
-    DEFAULT_MAX_CHARS = 2048
+    DEFAULT_MAX_CHARS = Settings.max_content_chars  # the declaration's default
 
     def __init__(self) -> None:
         self.enabled = False

@@ -54,15 +54,16 @@ class WatchdogSettings:
     ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``config._settings.Settings``).
     """
 
-    enabled: bool = True
-    interval_s: float = 1.0
-    thresholds_s: Mapping[str, float] | str | None = None
-    p99_multiple: float = 3.0
-    min_s: float = 10.0
-    default_s: float = 300.0
-    min_observations: int = 20
-    window: int = 2048
-    max_warnings_per_check: int = 20
+    # defaults: the declaration's (config._settings.Settings.watchdog_*), not a second list
+    enabled: bool = Settings.watchdog_enabled
+    interval_s: float = Settings.watchdog_interval_s
+    thresholds_s: Mapping[str, float] | str | None = Settings.watchdog_thresholds_s
+    p99_multiple: float = Settings.watchdog_p99_multiple
+    min_s: float = Settings.watchdog_min_s
+    default_s: float = Settings.watchdog_default_s
+    min_observations: int = Settings.watchdog_min_observations
+    window: int = Settings.watchdog_window
+    max_warnings_per_check: int = Settings.watchdog_max_warnings_per_check
     parsed: dict[ThresholdKey, float] = field(init=False, repr=False, compare=False)
 
     def __post_init__(self) -> None:
