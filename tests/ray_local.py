@@ -16,6 +16,7 @@ def local_ray(num_cpus: int) -> Iterator[None]:
 
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
     ray.init(
+        address="local",  # a new cluster, never one another process (a `ray start`, a test's Cluster) left behind
         num_cpus=num_cpus,
         include_dashboard=False,
         log_to_driver=False,

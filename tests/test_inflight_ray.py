@@ -80,7 +80,14 @@ def cluster():
         watchdog=WatchdogSettings(interval_s=0.1, thresholds_s={"tool:hang": HANG_S}),
     )
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": ROOT, "OTEL_BSP_SCHEDULE_DELAY": "50"}})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=env,
+        configure_logging=False,
+    )
     actor = ray.remote(num_cpus=0)(LiveWorker)
     workers = [actor.remote(), actor.remote()]
     try:

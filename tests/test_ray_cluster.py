@@ -32,7 +32,14 @@ def cluster():
     saved = {k: os.environ.pop(k) for k in list(os.environ) if k.startswith("OTEL_")}
     handle = oal.configure("ray-test", endpoint=endpoint, protocol="grpc", trace_per="step", schedule_delay_s=0.05)
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": ROOT}})
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=env,
+        configure_logging=False,
+    )
     from .ray_actors import Worker
 
     actor = ray.remote(num_cpus=0)(Worker)

@@ -145,7 +145,14 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     )
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__)))  # holds otel_agentloop/
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
-    ray.init(num_cpus=max(2, n), include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=max(2, n),
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=env,
+        configure_logging=False,
+    )
     results: list[dict[str, Any]] = []
     worker_stats: list[dict[str, int]] = []
     try:

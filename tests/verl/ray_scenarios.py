@@ -48,7 +48,14 @@ def cluster(setup_hook: str | None) -> Iterator[tuple[Any, Receiver]]:
     env = oal_ray.runtime_env(handle, base=base)
     if setup_hook is not None:
         env["worker_process_setup_hook"] = setup_hook
-    ray.init(num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env, configure_logging=False)
+    ray.init(
+        address="local",
+        num_cpus=2,
+        include_dashboard=False,
+        log_to_driver=False,
+        runtime_env=env,
+        configure_logging=False,
+    )
     try:
         tq.init(OmegaConf.create({"backend": {"SimpleStorage": {"num_data_storage_units": 1}}}))
         yield handle, receiver
