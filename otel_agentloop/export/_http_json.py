@@ -192,7 +192,6 @@ class OTLPJsonHttpExporter(SpanExporter):
             with self._lock:
                 if self._session is None:
                     session = requests.Session()
-                    session.max_redirects = 0  # never followed anyway (allow_redirects=False per request)
                     session.headers.update(self.headers)
                     self._session = session
                 session = self._session
