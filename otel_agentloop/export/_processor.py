@@ -310,7 +310,11 @@ class ExportProcessor(SpanProcessor):
                 internal_error(f"{type(exporter).__name__}.shutdown")
 
         helper = threading.Thread(target=run, name=f"{self.name}.shutdown", daemon=True)
-        helper.start()
+        try:
+            helper.start()
+        except RuntimeError:  # no new thread at interpreter shutdown (3.12+): run it here, unbounded
+            run()
+            return
         helper.join(wait_s)
         if helper.is_alive():
             warn_once(
