@@ -428,6 +428,41 @@ def test_shutdown_returns_within_its_timeout_when_the_exporter_shutdown_blocks()
     assert stuck.exported == stats["exported"] == 5 and stats["dropped"] == stats["pending"] == 0, stats
 
 
+class _StuckEverywhere(_StuckShutdown):
+    """Its ``export()`` and its ``shutdown()`` both block: a backend that hangs mid-export."""
+
+    def __init__(self, block_s: float) -> None:
+        super().__init__(block_s)
+        self.entered = threading.Event()
+
+    def export(self, spans: Any) -> SpanExportResult:
+        self.entered.set()
+        self.release.wait(self.block_s)
+        return SpanExportResult.FAILURE
+
+
+def test_shutdown_counts_what_a_stuck_exporter_still_holds_as_dropped() -> None:
+    stuck = _StuckEverywhere(block_s=10)
+    handle = oal.configure("stuck", exporters=[stuck], set_global=False, schedule_delay_s=0.05)
+    try:
+        with oal.sample(0, step=1):
+            pass
+        assert stuck.entered.wait(5)  # the worker is inside export() with the first span now
+        for i in range(1, 10):
+            with oal.sample(i, step=1):
+                pass
+        t0 = time.monotonic()
+        handle.shutdown(0.5)
+        took = time.monotonic() - t0
+        stats = handle.stats
+    finally:
+        stuck.release.set()
+    print(f"\nshutdown(0.5) with export() and shutdown() both stuck: {took:.2f} s; {stats}")
+    assert took < 1.5, took
+    assert stats["exported"] == stats["failed"] == stats["pending"] == 0, stats
+    assert stats["dropped"] == stats["queued"] == 10, stats  # the stuck batch and the queue: all counted
+
+
 @pytest.mark.parametrize("timeout", [math.inf, 1e12, math.nan, -1.0, pytest.param(10**400, id="int-beyond-float")])
 def test_flush_and_shutdown_take_any_timeout_and_still_export(tmp_path, timeout: float) -> None:
     path = tmp_path / "t.jsonl"
