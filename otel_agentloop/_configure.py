@@ -23,6 +23,7 @@ from .core._state import Saved, TracePer, state
 from .export._file import OTLPJsonFileExporter
 from .export._keep import SampleKeeper
 from .export._processor import ExportProcessor
+from .export._processor import timeout_s as _timeout_s
 from .export._sampling import BudgetSampler
 from .health import _watchdog
 from .health._watchdog import WatchdogSettings
@@ -79,10 +80,13 @@ class Handle:
         return self._closed
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Export what is queued, waiting at most ``timeout_s`` in total; ``False`` if time ran out."""
+        """Export what is queued, waiting at most ``timeout_s`` in total; ``False`` if time ran out. Never
+        raises: NaN (or not a number) means the default, a negative timeout 0, an infinite or huge one
+        ``MAX_SECONDS`` (one hour)."""
         if not self.enabled:
             return True
-        return _bounded(lambda: self.provider.force_flush(int(timeout_s * 1000)), timeout_s)  # type: ignore[union-attr]
+        wait_s = _timeout_s(timeout_s, 5.0)
+        return _bounded(lambda: self.provider.force_flush(int(wait_s * 1000)), wait_s)  # type: ignore[union-attr]
 
     def request_flush(self, wait_s: float = 0.0) -> bool:
         """Ask the export processors to export what is queued now; wait (at most ``wait_s`` in total) only
@@ -103,12 +107,14 @@ class Handle:
         spans still queued or stuck in an export when it runs out are counted as dropped. Afterwards the
         decorators make no spans through this handle's provider, even where it stays the global provider.
         Handles nest: shutting down the current handle restores the newest older handle still open (or the
-        state before any), never a shut-down one.
+        state before any), never a shut-down one. Returns within ``timeout_s`` (plus ~0.2 s) even when an
+        exporter's own ``shutdown()`` blocks, and never raises: ``timeout_s`` is bounded as in
+        :meth:`force_flush`.
         """
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + max(timeout_s, 0.0)
+        deadline = time.monotonic() + _timeout_s(timeout_s, 5.0)
         if state.handle is self:
             target = self
             while target._parent is not None and target._parent._closed:

@@ -6,6 +6,7 @@ import asyncio
 import time
 
 import pytest
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
@@ -140,17 +141,29 @@ def test_file_export_round_trips(tmp_path, monkeypatch) -> None:
     check_structure(records, metrics)
 
 
+class _CountEnded(SpanProcessor):
+    """Counts every span that ends: what the export counters must account for, one by one."""
+
+    def __init__(self) -> None:
+        self.ended = 0
+
+    def on_end(self, span: ReadableSpan) -> None:
+        self.ended += 1
+
+
 def test_endpoint_down_never_blocks_and_counts_drops() -> None:
     receiver = Receiver()
     receiver.fail = True
     server, endpoint = start_http(receiver)
+    counter = _CountEnded()
     handle = oal.configure(
         "down",
         endpoint=endpoint,
         protocol="http/protobuf",
         set_global=False,
-        max_queue_size=64,
-        max_export_batch_size=16,
+        processors=[counter],
+        max_queue_size=16,
+        max_export_batch_size=4,
         schedule_delay_s=0.05,
     )
     try:
@@ -164,8 +177,17 @@ def test_endpoint_down_never_blocks_and_counts_drops() -> None:
         handle.shutdown(1.0)
         shutdown_s = time.perf_counter() - t1
         server.shutdown()
+    after = handle.stats
+    created = counter.ended
     assert not flushed
     assert elapsed < 10
     assert shutdown_s < 2.5
+    # the queue (16) was overfilled: the spans that did not fit are dropped and counted, one by one
+    assert created > 2 * 16
     assert stats["exported"] == 0
-    assert stats["queued"] + stats["dropped"] > 0
+    assert stats["dropped"] > 0
+    assert stats["queued"] + stats["dropped"] == created, (created, stats)
+    assert stats["queued"] == stats["exported"] + stats["failed"] + stats["pending"], stats
+    # after shutdown nothing is pending: every span created is exported, failed or dropped
+    assert after["pending"] == 0 and after["exported"] == 0
+    assert after["exported"] + after["failed"] + after["dropped"] == created, (created, after)

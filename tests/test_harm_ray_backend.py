@@ -3,8 +3,9 @@
 Real local Ray cluster; the workers export over OTLP to a closed port on 127.0.0.1 (dead), to a TCP listener
 that accepts and never answers (hung), or to a real OTLP/HTTP receiver that answers after 2 s (slow). Each call
 makes 20 sample + 20 generation spans. Figures (median call latency, spans queued / exported / dropped /
-failed / pending in the worker) are printed for the closing note; the assertions are behavioural: a call never
-waits out the flush timeout once the backend is known bad, and every span is accounted for.
+failed / pending in the worker) are printed for the closing note. The README promises that a dead, hung or slow
+backend adds about 4 ms to a call (instead of the 5 s flush timeout): the median sync call and the median async
+call are each bounded by ``MEDIAN_CALL_S`` (0.25 s), and every span is accounted for.
 """
 
 from __future__ import annotations
@@ -24,8 +25,13 @@ from .ray_local import local_ray
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-FLUSH_TIMEOUT_S = 5.0  # traced_remote's default
 CALLS = 12
+MEDIAN_CALL_S = 0.25
+"""Bound on the median actor call (41 spans made and queued, plus Ray's round trip). The README's figure is
+~4 ms added per call; measured here on the shared 2-core machine at load average 16, a whole call's median was
+7-9 ms with a dead, hung or slow backend (19 ms with a live one). 0.25 s leaves ~25x room for a loaded
+machine, and still fails on any regression to a real wait per call: the smallest one, a healthy-backend flush
+wait (4 x the last export + 100 ms), is >= 0.1 s; the flush timeout is 5 s (the old bound accepted 2.5 s)."""
 
 
 def _closed_port() -> str:
@@ -102,14 +108,16 @@ def _run(endpoint: str, protocol: str, label: str, settle_s: float = 0.0) -> dic
     finally:
         ray.kill(actor)
     out = {
-        "median_s": statistics.median(latencies),
+        # the slower of the sync and async calls' medians: a wait that only one kind makes cannot hide
+        "median_s": max(statistics.median(latencies[0::2]), statistics.median(latencies[1::2])),
         "max_s": max(latencies),
         "first_s": latencies[0],
         **{k: stats[k] for k in ("queued", "exported", "dropped", "failed", "pending")},
     }
     print(
-        f"\n{label}: call latency median {out['median_s'] * 1e3:.1f} ms, first {out['first_s'] * 1e3:.1f} ms, "
-        f"max {out['max_s'] * 1e3:.1f} ms over {CALLS} calls; spans queued {stats['queued']}, exported "
+        f"\n{label}: call latency median (slower kind) {out['median_s'] * 1e3:.1f} ms, "
+        f"first {out['first_s'] * 1e3:.1f} ms, max {out['max_s'] * 1e3:.1f} ms over {CALLS} calls; "
+        f"spans queued {stats['queued']}, exported "
         f"{stats['exported']}, dropped {stats['dropped']}, failed {stats['failed']}, pending {stats['pending']}"
     )
     return out
@@ -125,7 +133,7 @@ def _accounted(out: dict[str, float]) -> None:
 @pytest.mark.parametrize("protocol", ["grpc", "http/json"])
 def test_dead_backend_adds_no_flush_timeout_to_actor_calls(ray_cluster, protocol) -> None:
     out = _run(_closed_port(), protocol, f"dead {protocol}")
-    assert out["median_s"] < FLUSH_TIMEOUT_S / 2, out
+    assert out["median_s"] < MEDIAN_CALL_S, out
     assert out["exported"] == 0
     _accounted(out)
 
@@ -138,7 +146,7 @@ def test_hung_backend_adds_no_flush_timeout_to_actor_calls(ray_cluster) -> None:
         out = _run(f"http://127.0.0.1:{listener.getsockname()[1]}", "http/json", "hung http/json")
     finally:
         listener.close()
-    assert out["median_s"] < FLUSH_TIMEOUT_S / 2, out
+    assert out["median_s"] < MEDIAN_CALL_S, out
     _accounted(out)
 
 
@@ -148,7 +156,7 @@ def test_slow_backend_still_receives_spans_without_slowing_calls(ray_cluster) ->
         out = _run(endpoint, "http/json", "slow (2 s) http/json", settle_s=20)
     finally:
         server.shutdown()
-    assert out["median_s"] < FLUSH_TIMEOUT_S / 2, out
+    assert out["median_s"] < MEDIAN_CALL_S, out
     assert out["exported"] > 0 and len(receiver.records) == out["exported"]
     _accounted(out)
 

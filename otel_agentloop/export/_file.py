@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..core._guard import after_fork_in_child, internal_error
-from ._otlp_json import encode_spans
+from ._otlp_json import encode_request
 from ._processor import suppressed
 
 
@@ -20,7 +20,9 @@ class OTLPJsonFileExporter(SpanExporter):
     The layout is the one the Collector's file exporter writes; the Jaeger UI loads such a file, and
     ``otel-agentloop report --file`` reads it. Each line goes out in one ``write`` on an ``O_APPEND``
     descriptor, so several processes (Ray workers) can share one file without interleaving lines. A failed
-    write returns FAILURE (counted by the export processor), never raises.
+    write returns FAILURE (counted by the export processor), never raises. Text that UTF-8 cannot encode
+    (lone surrogates) is written as U+FFFD; a span that cannot be encoded at all is left out and counted in
+    ``spans_unencodable`` (the export processor reports it as dropped).
     """
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
@@ -28,6 +30,7 @@ class OTLPJsonFileExporter(SpanExporter):
         self._lock = threading.Lock()
         self._fd: int | None = None
         self._closed = False
+        self.spans_unencodable = 0
         after_fork_in_child(self, "_after_fork")
 
     def _after_fork(self) -> None:
@@ -37,7 +40,11 @@ class OTLPJsonFileExporter(SpanExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         try:
-            data = (encode_spans(spans) + "\n").encode("utf-8")
+            data, skipped = encode_request(spans, "\n")
+            if skipped:
+                self.spans_unencodable += skipped
+                if skipped == len(spans):
+                    return SpanExportResult.SUCCESS  # nothing left to write
             with suppressed(), self._lock:  # no span for the write, whatever file I/O instrumentation is on
                 if self._fd is None:
                     directory = os.path.dirname(self.path)

@@ -9,14 +9,25 @@ the generic one; an argument wins over both):
   ``deflate`` or ``none``.
 - ``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE`` does not apply: as for the OTel HTTP exporter, the endpoint's
   scheme decides (``https://`` is TLS, ``http://`` is plain).
+
+The session is hardened against a hostile or misconfigured endpoint: redirects are never followed (a 3xx is a
+failed export, warned once with its ``Location``: following one would re-send credential headers to another
+origin, or turn the POST into a GET that "succeeds" without delivering anything); at most
+``MAX_ANSWER_BYTES`` of an answer are read, undecoded, within the export's deadline (a longer answer closes
+its connection); ``Retry-After`` is bounded (see :func:`retry_after_s`); a header that HTTP cannot carry (a
+control character such as CR/LF in its value, a name that is not a token, a value outside Latin-1) is
+skipped with a warning naming it, as malformed header items are.
 """
 
 from __future__ import annotations
 
+import contextlib
 import email.utils
 import gzip
+import math
 import os
 import random
+import re
 import threading
 import time
 import zlib
@@ -27,11 +38,21 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..core._guard import after_fork_in_child, internal_error, warn_once
-from ._otlp_json import encode_spans
+from ._otlp_json import encode_request
 from ._processor import suppressed
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
 COMPRESSIONS = ("gzip", "deflate", "none")
+MAX_ANSWER_BYTES = 64 << 10
+"""At most this much of an answer is read (OTLP answers are a few bytes; the rest is never downloaded)."""
+MAX_RETRY_AFTER_S = 3600.0
+"""A longer ``Retry-After`` is read as this (past any export deadline: the export fails at once)."""
+MIN_RETRY_WAIT_S = 0.1
+"""A ``Retry-After`` shorter than this (``0``) waits this long: a server saying "now" again and again is not
+hammered."""
+DEFAULT_TIMEOUT_S = 10.0
+_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
+_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # all C0 controls but TAB, and DEL
 
 
 def _env(name: str) -> str | None:
@@ -43,20 +64,55 @@ def _env(name: str) -> str | None:
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
-    """Seconds to wait from a ``Retry-After`` header (delay-seconds or an HTTP date); ``None`` if absent or
-    unreadable."""
+    """Seconds to wait from a ``Retry-After`` header (delay-seconds or an HTTP date), in
+    ``[0, MAX_RETRY_AFTER_S]``; ``None`` if absent or unreadable (not a number, NaN, infinite, negative, or a
+    date that does not parse): the caller then backs off as without the header. A date in the past is 0."""
     if not value:
         return None
     value = value.strip()
     try:
-        return max(float(value), 0.0)
+        seconds = float(value)
     except ValueError:
-        pass
-    try:
-        when = email.utils.parsedate_to_datetime(value)
-    except (TypeError, ValueError, IndexError):
+        try:
+            when = email.utils.parsedate_to_datetime(value)
+            seconds = max(when.timestamp() - (time.time() if now is None else now), 0.0)
+        except Exception:  # TypeError, ValueError, IndexError, OverflowError... from garbage dates
+            return None
+    if not math.isfinite(seconds) or seconds < 0:
         return None
-    return max(when.timestamp() - (time.time() if now is None else now), 0.0)
+    return min(seconds, MAX_RETRY_AFTER_S)
+
+
+def checked_headers(headers: Mapping[str, object] | None) -> dict[str, str]:
+    """``headers`` without the items HTTP cannot carry, each skipped with a warning naming it (never its value:
+    it may be a credential). Without this, one bad item fails every export."""
+    out: dict[str, str] = {}
+    for name, value in (headers or {}).items():
+        text = value if isinstance(value, str) else str(value)
+        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
+            problem = "its name is not an HTTP token"
+        elif _CONTROL.search(text):
+            problem = "its value holds a control character (CR, LF, ...)"
+        elif not text.isascii() and not _latin1(text):
+            problem = "its value is not Latin-1 text"
+        else:
+            out[name] = text.strip(" \t")
+            continue
+        warn_once(
+            f"http-json-header:{name!r}",
+            "otel_agentloop: ignoring OTLP header %r: %s",
+            name,
+            problem,
+        )
+    return out
+
+
+def _latin1(text: str) -> bool:
+    try:
+        text.encode("latin-1")
+    except UnicodeEncodeError:
+        return False
+    return True
 
 
 class OTLPJsonHttpExporter(SpanExporter):
@@ -69,7 +125,8 @@ class OTLPJsonHttpExporter(SpanExporter):
     to 2 s); a dropped pooled connection is retried at once, other connection errors after the back-off.
     When the next try would start past the deadline, or on any other answer, the export reports FAILURE
     (counted by the export processor). :meth:`shutdown` aborts a back-off wait. The network calls run with
-    instrumentation suppressed. A forked child opens its own connections.
+    instrumentation suppressed. A forked child opens its own connections. A 3xx answer is a failure (not
+    followed, not retried). Spans that cannot be encoded are left out and counted in ``spans_unencodable``.
     """
 
     def __init__(
@@ -94,10 +151,19 @@ class OTLPJsonHttpExporter(SpanExporter):
             )
             chosen = "gzip"
         self.compression = chosen
-        self.headers = {"Content-Type": "application/json", **(headers or {})}
+        self.headers = {"Content-Type": "application/json", **checked_headers(headers)}
         if chosen != "none":
             self.headers["Content-Encoding"] = chosen
-        self.timeout_s = timeout_s
+        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
+            warn_once(
+                "http-json-timeout",
+                "otel_agentloop: OTLP http/json timeout %r is not a positive finite number of seconds; using %g",
+                timeout_s,
+                DEFAULT_TIMEOUT_S,
+            )
+            timeout_s = DEFAULT_TIMEOUT_S
+        self.timeout_s = float(timeout_s)
+        self.spans_unencodable = 0
         self.verify: bool | str = certificate_file or _env("CERTIFICATE") or True
         client_cert = client_certificate_file or _env("CLIENT_CERTIFICATE")
         client_key = client_key_file or _env("CLIENT_KEY")
@@ -131,8 +197,13 @@ class OTLPJsonHttpExporter(SpanExporter):
                 session = self._session
         return session
 
-    def _body(self, spans: Sequence[ReadableSpan]) -> bytes:
-        data = encode_spans(spans).encode("utf-8")
+    def _body(self, spans: Sequence[ReadableSpan]) -> bytes | None:
+        """The compressed request; ``None`` when no span of the batch could be encoded."""
+        data, skipped = encode_request(spans)
+        if skipped:
+            self.spans_unencodable += skipped
+            if skipped == len(spans):
+                return None
         if self.compression == "gzip":
             return gzip.compress(data, compresslevel=1)
         if self.compression == "deflate":
@@ -155,6 +226,8 @@ class OTLPJsonHttpExporter(SpanExporter):
 
         deadline = time.monotonic() + self.timeout_s
         body = self._body(spans)
+        if body is None:
+            return SpanExportResult.SUCCESS  # nothing left to send (the spans are counted as unencodable)
         session = self._get_session()
         backoff = 0.25
         reconnected = False
@@ -164,15 +237,34 @@ class OTLPJsonHttpExporter(SpanExporter):
             try:
                 # verify and cert per request: on the session alone, REQUESTS_CA_BUNDLE would override them
                 response = session.post(
-                    self.endpoint, data=body, timeout=max(remaining, 0.01), verify=self.verify, cert=self.cert
+                    self.endpoint,
+                    data=body,
+                    timeout=max(remaining, 0.01),
+                    verify=self.verify,
+                    cert=self.cert,
+                    allow_redirects=False,
+                    stream=True,
                 )
-                response.content  # noqa: B018 -- read the body: the connection goes back to the pool
-                if response.ok:
+                _discard_answer(response, deadline)
+                status = response.status_code
+                if 200 <= status < 300:
                     return SpanExportResult.SUCCESS
-                retry = response.status_code in _RETRYABLE
-                reason = f"HTTP {response.status_code}"
+                if 300 <= status < 400:
+                    warn_once(
+                        "http-json-redirect",
+                        "otel_agentloop: OTLP http/json endpoint %s answered HTTP %d (Location: %r); redirects "
+                        "are not followed, so spans are counted as failed: set the endpoint to the final URL",
+                        self.endpoint,
+                        status,
+                        response.headers.get("Location"),
+                    )
+                    return SpanExportResult.FAILURE
+                retry = status in _RETRYABLE
+                reason = f"HTTP {status}"
                 if retry:
                     wait = retry_after_s(response.headers.get("Retry-After"))
+                    if wait is not None:
+                        wait = max(wait, MIN_RETRY_WAIT_S)
             except requests.exceptions.SSLError as exc:
                 retry, reason = False, f"TLS: {exc}"
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
@@ -198,6 +290,7 @@ class OTLPJsonHttpExporter(SpanExporter):
                 return SpanExportResult.FAILURE
 
     def shutdown(self) -> None:
+        """Stop: abort a back-off wait and close the connections; never blocks on the network."""
         self._shutdown = True
         self._stop.set()
         session, self._session = self._session, None
@@ -209,3 +302,17 @@ class OTLPJsonHttpExporter(SpanExporter):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
+
+
+def _discard_answer(response: Any, deadline: float) -> None:
+    """Read and discard the answer, at most ``MAX_ANSWER_BYTES`` of it, undecoded (no decompression bomb),
+    and only until ``deadline``. An answer read to its end returns the connection to the pool; a longer,
+    slower or broken one is cut, closing its connection (the status line already decided the result)."""
+    raw = response.raw
+    left = MAX_ANSWER_BYTES
+    with contextlib.suppress(Exception), contextlib.closing(response):
+        while left > 0 and time.monotonic() < deadline:
+            chunk = raw.read(min(left, 16384), decode_content=False)
+            if not chunk:
+                return  # read to the end: urllib3 has put the connection back in the pool
+            left -= len(chunk)

@@ -13,6 +13,7 @@ from __future__ import annotations
 
 import heapq
 import itertools
+import math
 import threading
 import time
 from collections import OrderedDict
@@ -25,7 +26,7 @@ from opentelemetry.trace import StatusCode
 from .. import semconv as sc
 from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._accumulate import PHASE_INDEX, add_interval
-from ._processor import ExportProcessor
+from ._processor import ExportProcessor, timeout_s
 
 _BASE_BYTES = 256  # rough fixed cost of a span, on top of its string attributes
 
@@ -195,22 +196,24 @@ class SampleKeeper(SpanProcessor):
         if release:
             self._forward(release)
 
-    def shutdown(self, timeout_millis: int | None = None) -> None:
+    def shutdown(self, timeout_millis: float | None = None) -> None:
         """Export every kept sample still waiting for its step to close, then shut the exporters down within
-        ``timeout_millis`` in total (default: each exporter's own ``shutdown_timeout_s``)."""
+        ``timeout_millis`` in total (default, or NaN: each exporter's own ``shutdown_timeout_s``; bounded as
+        :func:`~._processor.timeout_s` bounds it)."""
         with self._lock:
             release = [span for key in list(self._heaps) for span in self._close_locked(key)]
         self._forward(release)
-        deadline = None if timeout_millis is None else time.monotonic() + timeout_millis / 1000.0
+        wait_s = timeout_s(timeout_millis, math.nan, 1e-3)
+        deadline = None if math.isnan(wait_s) else time.monotonic() + wait_s
         for exporter in self.exporters:
             if deadline is None:
                 exporter.shutdown()
             else:
                 exporter.shutdown(max(int((deadline - time.monotonic()) * 1000), 0))
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
+    def force_flush(self, timeout_millis: float = 30000) -> bool:
         """Flush the exporters (kept samples of open steps wait for their step to close)."""
-        deadline = time.monotonic() + timeout_millis / 1000.0
+        deadline = time.monotonic() + timeout_s(timeout_millis, 30.0, 1e-3)
         ok = True
         for exporter in self.exporters:
             remaining_ms = max(int((deadline - time.monotonic()) * 1000), 0)

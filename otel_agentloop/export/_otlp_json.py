@@ -17,6 +17,9 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
+from ..core._guard import internal_error
+from ._clean import clean_text
+
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _quote: Callable[[str], str] = encode_basestring  # C-accelerated JSON string quoting
 _key_cache: dict[str, str] = {}
@@ -186,22 +189,54 @@ def _span_json(
     return out + "}"
 
 
-def encode_spans(spans: Sequence[ReadableSpan]) -> str:
-    """One OTLP ``ExportTraceServiceRequest`` as a single line of OTLP-JSON, grouped by resource and scope."""
+def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
+    """The request as text, and how many spans were left out because they could not be encoded at all (each
+    span is encoded on its own: one broken span never costs the batch)."""
     by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]] = {}
+    skipped = 0
     for s in spans:
-        entry = by_resource.get(id(s.resource))
-        if entry is None:
-            entry = by_resource[id(s.resource)] = (s.resource, {})
-        scope = s.instrumentation_scope
-        key = (scope.name, scope.version or "") if scope is not None else ("", "")
-        entry[1].setdefault(key, []).append(_span(s))
+        try:
+            span_json = _span(s)
+            resource = s.resource
+            entry = by_resource.get(id(resource))
+            if entry is None:
+                entry = by_resource[id(resource)] = (resource, {})
+            scope = s.instrumentation_scope
+            key = (str(scope.name), str(scope.version or "")) if scope is not None else ("", "")
+        except Exception:
+            skipped += 1
+            internal_error("otlp_json.encode (the span is dropped and counted)")
+            continue
+        entry[1].setdefault(key, []).append(span_json)
     resources = []
     for resource, scopes in by_resource.values():
         scope_json = ",".join(
             f'{{"scope":{{"name":{_quote(name)},"version":{_quote(version)}}},"spans":[{",".join(spans_json)}]}}'
             for (name, version), spans_json in scopes.items()
         )
-        resource_attrs = _attrs(_raw(resource.attributes) if resource is not None else None)
+        try:
+            resource_attrs = _attrs(_raw(resource.attributes) if resource is not None else None)
+        except Exception:
+            internal_error("otlp_json.encode resource")
+            resource_attrs = "[]"
         resources.append(f'{{"resource":{{"attributes":{resource_attrs}}},"scopeSpans":[{scope_json}]}}')
-    return '{"resourceSpans":[' + ",".join(resources) + "]}"
+    return '{"resourceSpans":[' + ",".join(resources) + "]}", skipped
+
+
+def encode_spans(spans: Sequence[ReadableSpan]) -> str:
+    """One OTLP ``ExportTraceServiceRequest`` as a single line of OTLP-JSON, grouped by resource and scope;
+    spans that cannot be encoded are left out (see :func:`encode_request`)."""
+    return _encode(spans)[0]
+
+
+def encode_request(spans: Sequence[ReadableSpan], end: str = "") -> tuple[bytes, int]:
+    """The request as UTF-8 (``end`` appended), and the number of spans left out because they could not be
+    encoded. Never raises on user text: a lone surrogate anywhere (span or event name, attribute key or value,
+    nested ones too, status message, resource, scope) becomes U+FFFD; the repair runs only when the plain
+    encode fails."""
+    text, skipped = _encode(spans)
+    text += end
+    try:
+        return text.encode("utf-8"), skipped
+    except UnicodeEncodeError:
+        return clean_text(text).encode("utf-8"), skipped

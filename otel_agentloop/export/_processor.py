@@ -7,29 +7,58 @@ the caller by 50-75% when the endpoint is down). A single daemon thread exports 
 child starts with an empty queue and a fresh worker. Every call into the exporter runs under the context's
 suppress-instrumentation key (as the SDK's processors do): with urllib/requests/grpc instrumentation on, an
 export must not make a span that is exported in turn.
+
+Every wait is bounded, whatever it is given: a timeout that is NaN gets the default, one that is infinite or
+huge waits at most ``MAX_SECONDS`` (:func:`timeout_s`), and the exporter's own ``shutdown()`` runs on a helper
+thread for the time left (an exporter whose ``shutdown()`` blocks is left behind, and what it held is
+counted as dropped). Text no encoder can take (lone surrogates) never costs a batch: our OTLP-JSON exporters
+repair it themselves and count a span they cannot encode at all in ``spans_unencodable``; any other exporter
+(the SDK's OTLP protobuf ones, the console) gets repaired copies of the spans that need it (U+FFFD, see
+``_clean``). Spans that cannot be encoded either way are counted as dropped.
 """
 
 from __future__ import annotations
 
 import collections
 import logging
+import math
 import threading
 import time
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
-from ..config._settings import MAX_QUEUE, check_int, check_seconds
-from ..core._guard import after_fork_in_child, internal_error
+from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
+from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ._clean import repaired
 
 logger = logging.getLogger("otel_agentloop")
 
 SpanFilter = Callable[[ReadableSpan], bool]
 FAST_EXPORT_S = 0.25
 """An export slower than this makes the path unhealthy for :meth:`ExportProcessor.request_flush`."""
+
+
+def timeout_s(value: object, default: float, scale: float = 1.0) -> float:
+    """``value * scale`` seconds as a wait that cannot raise or run forever: NaN, ``None`` or not a number is
+    ``default``; negative is 0; infinite or past ``MAX_SECONDS`` is ``MAX_SECONDS``."""
+    if isinstance(value, bool) or not isinstance(value, (int, float)):
+        return default
+    try:
+        seconds = float(value) * scale
+    except OverflowError:  # an int too large for a float
+        return MAX_SECONDS if value > 0 else 0.0
+    if math.isnan(seconds):
+        return default
+    return min(max(seconds, 0.0), MAX_SECONDS)
+
+
+def _unencodable(exporter: SpanExporter) -> int:
+    count = getattr(exporter, "spans_unencodable", 0)
+    return count if type(count) is int else 0
 
 
 @contextmanager
@@ -46,8 +75,9 @@ def suppressed() -> Generator[None, None, None]:
 class ExportProcessor(SpanProcessor):
     """Queue sampled spans and export them in batches on a background thread.
 
-    Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full or after shutdown),
-    ``failed`` (spans in batches the exporter reported as failed or raised on).
+    Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full, after shutdown, left when a
+    shutdown timed out, or not encodable), ``failed`` (spans in batches the exporter reported as failed or
+    raised on). Every queued span ends in exactly one of ``exported``, ``failed``, ``dropped`` or ``pending``.
     """
 
     _shutdown: bool
@@ -162,21 +192,17 @@ class ExportProcessor(SpanProcessor):
             with self._idle:
                 self._in_flight = len(batch)
             t0 = time.monotonic()
-            try:
-                with suppressed():
-                    result = self.exporter.export(batch)
-                ok = result is SpanExportResult.SUCCESS
-            except Exception:
-                ok = False
-                internal_error(f"{type(self.exporter).__name__}.export")
+            ok, lost = self._export(batch)
             self._last_export_s = took = time.monotonic() - t0
             self._healthy = ok and took < FAST_EXPORT_S
             if self._abandoned:  # shutdown already counted this batch as dropped
                 return
+            lost = min(lost, len(batch))
+            self._dropped += lost
             if ok:
-                self._exported += len(batch)
+                self._exported += len(batch) - lost
             else:
-                self._failed += len(batch)
+                self._failed += len(batch) - lost
             with self._idle:
                 self._in_flight = 0
             if (
@@ -185,6 +211,22 @@ class ExportProcessor(SpanProcessor):
                 and not (self._flush_requested or self._stopping)
             ):
                 return
+
+    def _export(self, batch: Sequence[ReadableSpan]) -> tuple[bool, int]:
+        """Export ``batch``: whether it succeeded, and how many of its spans were dropped as not encodable."""
+        exporter = self.exporter
+        before = _unencodable(exporter)
+        lost = 0
+        try:
+            if not hasattr(exporter, "spans_unencodable"):  # not one of ours: repair its text here
+                batch, lost = repaired(batch)
+            with suppressed():
+                result = exporter.export(batch) if batch else SpanExportResult.SUCCESS
+            ok = result is SpanExportResult.SUCCESS
+        except Exception:
+            ok = False
+            internal_error(f"{type(exporter).__name__}.export")
+        return ok, lost + max(_unencodable(exporter) - before, 0)
 
     # -- control ----------------------------------------------------------------------------------
     def _wait_idle(self, timeout_s: float) -> bool:
@@ -201,10 +243,11 @@ class ExportProcessor(SpanProcessor):
         return True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Wait up to ``timeout_millis`` for queued spans to be exported; ``False`` if time ran out."""
+        """Wait up to ``timeout_millis`` (bounded, see :func:`timeout_s`) for queued spans to be exported;
+        ``False`` if time ran out."""
         if self._shutdown:
             return not self._queue
-        done = self._wait_idle(timeout_millis / 1000.0)
+        done = self._wait_idle(timeout_s(timeout_millis, 30.0, 1e-3))
         if not done:
             self._healthy = False
         return done
@@ -228,25 +271,22 @@ class ExportProcessor(SpanProcessor):
         self._wake.set()
         return not (self._queue or self._in_flight)
 
-    def shutdown(self, timeout_millis: int | None = None) -> None:
+    def shutdown(self, timeout_millis: float | None = None) -> None:
         """Export what is queued within ``timeout_millis`` (default ``shutdown_timeout_s``: the SDK's exit hook
-        passes none, and a stuck endpoint must not hold the process at exit), then stop; what is left is
-        counted as dropped."""
+        passes none, and a stuck endpoint must not hold the process at exit; bounded, see :func:`timeout_s`),
+        then stop, shutting the exporter down in the time left; what is left is counted as dropped. Returns
+        within the timeout (plus ~0.1 s), whatever the exporter does."""
         if self._shutdown or self._closing:
             return
         self._closing = True
-        timeout_s = self.shutdown_timeout_s if timeout_millis is None else timeout_millis / 1000.0
-        deadline = time.monotonic() + timeout_s
-        self._wait_idle(timeout_s)
+        wait_s = timeout_s(timeout_millis, self.shutdown_timeout_s, 1e-3)
+        deadline = time.monotonic() + wait_s
+        self._wait_idle(wait_s)
         self._shutdown = True
         with self._idle:
             self._stopping = True
         self._wake.set()
-        try:
-            with suppressed():
-                self.exporter.shutdown()  # also aborts an OTLP exporter's retry back-off
-        except Exception:
-            internal_error(f"{type(self.exporter).__name__}.shutdown")
+        self._shutdown_exporter(max(deadline - time.monotonic(), 0.0) + 0.05)  # also aborts a retry back-off
         self._worker.join(max(deadline - time.monotonic(), 0.0) + 0.05)
         with self._idle:
             left = len(self._queue)
@@ -256,6 +296,33 @@ class ExportProcessor(SpanProcessor):
                 left += self._in_flight
                 self._in_flight = 0
             self._dropped += left
+
+    def _shutdown_exporter(self, wait_s: float) -> None:
+        """``exporter.shutdown()`` on a helper thread, waited for at most ``wait_s``: an exporter may block
+        (the SDK's OTLP exporters wait for an export in flight, up to their own timeout)."""
+        exporter = self.exporter
+
+        def run() -> None:
+            try:
+                with suppressed():
+                    exporter.shutdown()
+            except Exception:
+                internal_error(f"{type(exporter).__name__}.shutdown")
+
+        helper = threading.Thread(target=run, name=f"{self.name}.shutdown", daemon=True)
+        try:
+            helper.start()
+        except RuntimeError:  # no new thread at interpreter shutdown (3.12+): run it here, unbounded
+            run()
+            return
+        helper.join(wait_s)
+        if helper.is_alive():
+            warn_once(
+                "exporter-shutdown-timeout:" + type(exporter).__name__,
+                "otel_agentloop: %s.shutdown() did not return within the shutdown timeout; left running in "
+                "the background (spans it still held are counted as dropped)",
+                type(exporter).__name__,
+            )
 
     @property
     def stats(self) -> dict[str, int]:
