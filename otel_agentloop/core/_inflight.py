@@ -130,7 +130,7 @@ class InflightRegistry:
     metrics need the spans). ``learn``: keep the durations (ns) of the last ``window`` ended phase spans per
     (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in :meth:`phase_ended`.
 
-    Hot path: a decorated phase (``_phase._wrap``'s ``begin`` and ``SpanScope.exit``) does the work of
+    Hot path: a decorated phase (``_phase.PhaseBegin.begin`` and ``SpanScope.exit``) does the work of
     :meth:`phase_started` and :meth:`phase_ended` inline, because the two calls alone cost about 0.7 % of a
     decorated phase here (``bench/inflight.py``). Keep them in step: ``_phases[scope] = (sample, phase, tool,
     start_ns, window)`` while fewer than ``max_phases`` are open (else count ``phases_untracked``), with

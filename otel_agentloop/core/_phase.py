@@ -362,6 +362,11 @@ def instrument(fn: F, begin: Begin) -> F:
     wrapper, with the scope current only while the generator runs (never in the consumer). A sync callable
     that returns an awaitable is timed until the awaitable completes. The user's exception is recorded and
     re-raised unchanged; cancellation and ``GeneratorExit`` are not errors.
+
+    The wrapper holds ``fn`` and ``begin`` in its closure, so it pickles by value (what Ray's cloudpickle
+    does with a function of the user's ``__main__``) exactly when ``begin`` does: make it a bound method of
+    an importable class (:class:`PhaseBegin`) or a closure over plain values, never over a ContextVar, lock
+    or SDK object.
     """
     if _is_asyncgen_callable(fn):
 
@@ -489,11 +494,27 @@ def instrument(fn: F, begin: Begin) -> F:
     return sync_wrapper  # type: ignore[return-value]
 
 
-def _wrap(fn: F, spec: PhaseSpec) -> F:
-    name, attrs, phase_name, tool = spec.name, spec.attributes, spec.phase, spec.tool
-    key = (phase_name, tool)  # the in-flight registry's duration window
+class PhaseBegin:
+    """``begin`` of :func:`instrument` for ``phase``/``trace_*``: opens one call's phase span of ``spec``.
 
-    def begin(kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
+    The per-decoration state lives in this slotted object of an importable class, not in a closure: Ray's
+    cloudpickle pickles a function decorated in the user's ``__main__`` by value, with its closure and the
+    globals its code names, and a ContextVar, lock or SDK object there cannot be pickled. This pickles as
+    the class (by reference) and the spec; everything per process (tracer, current sample) is looked up
+    per call.
+    """
+
+    __slots__ = ("attrs", "key", "name", "phase", "spec", "tool")
+
+    def __init__(self, spec: PhaseSpec) -> None:
+        self.spec = spec
+        self.name, self.attrs, self.phase, self.tool = spec.name, spec.attributes, spec.phase, spec.tool
+        self.key = (spec.phase, spec.tool)  # the in-flight registry's duration window
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PhaseBegin, (self.spec,))
+
+    def begin(self, kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
         tracer = current_tracer()
         if tracer is None:  # the whole cost when tracing is off: this call and begin's
             return None
@@ -501,11 +522,12 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
         try:
             sample = _SAMPLE.get()
             if sample is None:
-                return SpanScope(tracer.start_span(name, attributes=attrs), attrs, True)
+                return SpanScope(tracer.start_span(self.name, attributes=self.attrs), self.attrs, True)
+            spec = self.spec
             started = sample.merged.get(spec)
             if started is None:
-                started = sample.merged[spec] = {**attrs, **sample.phase_attributes}
-            span = tracer.start_span(name, attributes=started)
+                started = sample.merged[spec] = {**self.attrs, **sample.phase_attributes}
+            span = tracer.start_span(self.name, attributes=started)
             scope = SpanScope(span, started, True)
             live = sample.live  # the in-flight registry's record of the sample: fed here, not by a processor
             if live is not None and live.tracked:  # InflightRegistry.phase_started, inlined (see InflightRegistry)
@@ -513,10 +535,11 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
                     registry = live.registry
                     phases = registry._phases
                     if len(phases) < registry.max_phases:
+                        key = self.key
                         window = registry.durations.get(key) if registry.learn else None
                         if window is None and registry.learn:
                             window = registry.window_for(key)
-                        phases[scope] = (live, phase_name, tool, span._start_time, window)  # type: ignore[attr-defined]
+                        phases[scope] = (live, self.phase, self.tool, span._start_time, window)  # type: ignore[attr-defined]
                         scope.live = registry
                     else:
                         registry.phases_untracked += 1
@@ -529,7 +552,9 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
             internal_error("phase.start")
             return None
 
-    return instrument(fn, begin)
+
+def _wrap(fn: F, spec: PhaseSpec) -> F:
+    return instrument(fn, PhaseBegin(spec).begin)  # a bound method: pickles as (PhaseBegin, spec), never a closure
 
 
 def phase(

@@ -1,0 +1,127 @@
+"""Never harm the user's program, core: decorated ``__main__`` code pickles by value, ``bind`` runs any kind of
+callable inside its context, one ``sample()`` object entered by several threads, phase durations that a
+wall-clock step cannot bend."""
+
+from __future__ import annotations
+
+import asyncio
+import inspect
+import textwrap
+import types
+from typing import Any
+
+from ray import cloudpickle  # what Ray pickles a driver script's functions and classes with
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+
+from .conftest import Traced
+
+# A user's driver script: run as ``__main__``, so cloudpickle ships every function and class of it by value
+# (with its closure and the globals its code names), never by reference.
+USER_SCRIPT = textwrap.dedent('''
+    import asyncio
+    import otel_agentloop as oal
+
+    @oal.trace_tool("search")
+    def search(q):
+        return q.upper()
+
+    @oal.trace_generate(model="m")
+    async def generate(prompt):
+        await asyncio.sleep(0)
+        return prompt + "!"
+
+    @oal.trace_reward
+    def reward(text):
+        return float(len(text))
+
+    @oal.phase("tool_calls", tool="stream", attributes={"user.key": "v"})
+    def stream(n):
+        for i in range(n):
+            yield i
+
+    @oal.trace_generate
+    async def tokens(n):
+        for i in range(n):
+            await asyncio.sleep(0)
+            yield i
+
+    @oal.trainer_phase("update_actor")
+    def update():
+        return "updated"
+
+    class Agent:
+        """An actor-like class: decorated methods, and methods that call decorated functions."""
+
+        @oal.trace_tool("method_tool")
+        def tool(self, x):
+            return x * 2
+
+        @oal.trace_generate(model="agent")
+        async def think(self, x):
+            await asyncio.sleep(0)
+            return x
+
+        async def episode(self, i):
+            async with oal.sample(i, step=7):
+                text = await generate(search("q"))
+                streamed = list(stream(2))
+                got = [t async for t in tokens(2)]
+                return reward(text), self.tool(len(streamed)), await self.think(len(got))
+''')
+
+
+def _user_module() -> types.ModuleType:
+    """``USER_SCRIPT`` compiled as ``__main__`` into a module no import can find."""
+    module = types.ModuleType("__main__")
+    exec(compile(USER_SCRIPT, "<driver script>", "exec"), module.__dict__)
+    return module
+
+
+def test_decorated_main_functions_and_classes_pickle_by_value_and_work_once_loaded(traced: Traced) -> None:
+    user = _user_module()
+    names = ("search", "generate", "reward", "stream", "tokens", "update", "Agent")
+    payload = cloudpickle.dumps([getattr(user, name) for name in names])
+    loaded = dict(zip(names, cloudpickle.loads(payload), strict=True))
+    for name in names[:-1]:  # by value: new functions (cloudpickle keeps one copy of a class per process)
+        assert loaded[name] is not getattr(user, name)
+    del user
+    search, agent = loaded["search"], loaded["Agent"]()
+    assert search.__wrapped__("a") == "A" and str(inspect.signature(search)) == "(q)"
+    assert inspect.iscoroutinefunction(loaded["generate"]) and inspect.isasyncgenfunction(loaded["tokens"])
+    assert inspect.isgeneratorfunction(loaded["stream"])
+
+    assert asyncio.run(agent.episode(3)) == (2.0, 4, 2)
+    with oal.sample(4, step=7):
+        assert loaded["update"]() == "updated"
+
+    spans = traced.spans()
+    by_name: dict[str, list[Any]] = {}
+    for span in spans:
+        by_name.setdefault(span.name, []).append(span)
+    (root,) = [s for s in by_name[sc.SAMPLE_SPAN] if s.attributes[sc.RL_SAMPLE_INDEX] == 3]
+    expected = {
+        "execute_tool search": sc.TOOL_CALLS,
+        "execute_tool stream": sc.TOOL_CALLS,
+        "execute_tool method_tool": sc.TOOL_CALLS,
+        "text_completion m": sc.GENERATE,
+        "text_completion": sc.GENERATE,
+        "text_completion agent": sc.GENERATE,
+        sc.REWARD_SPAN: sc.COMPUTE_SCORE,
+    }
+    for name, phase in expected.items():
+        (span,) = by_name[name]
+        assert span.attributes[sc.RL_PHASE] == phase
+        assert span.attributes[sc.RL_SAMPLE_INDEX] == 3 and span.attributes[sc.RL_STEP] == 7
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+    assert by_name["execute_tool stream"][0].attributes["user.key"] == "v"
+    (train,) = by_name[sc.TRAINER_PHASE_SPAN_PREFIX + "update_actor"]
+    assert train.attributes[sc.RL_PHASE_TRAIN] == "update_actor"
+
+
+def test_pickled_copies_run_untraced_when_tracing_is_off() -> None:
+    user = _user_module()
+    search, stream, agent_cls = cloudpickle.loads(cloudpickle.dumps([user.search, user.stream, user.Agent]))
+    assert search("x") == "X" and list(stream(3)) == [0, 1, 2]
+    assert asyncio.run(agent_cls().episode(0)) == (2.0, 4, 2)
