@@ -7,9 +7,11 @@ from __future__ import annotations
 import asyncio
 import inspect
 import textwrap
+import threading
 import types
 from typing import Any
 
+from opentelemetry import trace
 from ray import cloudpickle  # what Ray pickles a driver script's functions and classes with
 
 import otel_agentloop as oal
@@ -125,3 +127,74 @@ def test_pickled_copies_run_untraced_when_tracing_is_off() -> None:
     search, stream, agent_cls = cloudpickle.loads(cloudpickle.dumps([user.search, user.stream, user.Agent]))
     assert search("x") == "X" and list(stream(3)) == [0, 1, 2]
     assert asyncio.run(agent_cls().episode(0)) == (2.0, 4, 2)
+
+
+def test_one_sample_object_entered_by_two_threads_at_once(traced: Traced, caplog) -> None:
+    """Each thread sees its own sample only while inside it; leaving restores each thread's context, in
+    whatever order the threads leave."""
+    shared = oal.sample(5, step=1)
+    both_in, first_left = threading.Barrier(2, timeout=10), threading.Event()
+    seen: dict[str, Any] = {}
+
+    @oal.trace_tool("probe")
+    def probe() -> None:
+        return None
+
+    def run(name: str) -> None:
+        try:
+            with shared as handle:
+                both_in.wait()  # both threads inside the same object at once
+                seen[name + ".inside"] = oal.current_sample() is handle
+                probe()
+                if name == "second":
+                    assert first_left.wait(10)  # the first thread leaves while this one is still inside
+                    seen["second.after_first_left"] = oal.current_sample() is handle
+                    probe()
+            seen[name + ".after"] = (oal.current_sample(), trace.get_current_span().get_span_context().is_valid)
+            seen[name + ".handle"] = handle
+            if name == "first":
+                first_left.set()
+        except BaseException as exc:  # pragma: no cover - reported by the asserts below
+            seen[name + ".error"] = exc
+            first_left.set()
+
+    threads = [threading.Thread(target=run, args=(name,)) for name in ("first", "second")]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert not any(key.endswith(".error") for key in seen), seen
+    assert seen["first.inside"] and seen["second.inside"] and seen["second.after_first_left"]
+    assert seen["first.after"] == (None, False) and seen["second.after"] == (None, False)
+    assert seen["first.handle"] is not seen["second.handle"]
+    assert "internal error" not in caplog.text
+
+    roots = traced.by_name(sc.SAMPLE_SPAN)
+    assert len(roots) == 2 and all(r.end_time is not None and r.attributes[sc.RL_SAMPLE_INDEX] == 5 for r in roots)
+    root_ids = {r.context.span_id for r in roots}
+    probes = traced.by_name("execute_tool probe")
+    assert len(probes) == 3 and all(p.parent is not None and p.parent.span_id in root_ids for p in probes)
+    for handle in (seen["first.handle"], seen["second.handle"]):  # each thread's probes below its own sample
+        own = handle.span.get_span_context().span_id
+        assert any(p.parent.span_id == own for p in probes)
+
+
+def test_one_step_object_entered_by_two_threads_at_once(traced: Traced) -> None:
+    shared = oal.step(3)
+    both_in = threading.Barrier(2, timeout=10)
+    after: list[Any] = []
+
+    def run() -> None:
+        with shared as state:
+            both_in.wait()
+            assert oal.current_step() is state
+            both_in.wait()
+        after.append(oal.current_step())
+
+    threads = [threading.Thread(target=run) for _ in range(2)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join(20)
+    assert after == [None, None]
+    assert len(traced.by_name(sc.STEP_SPAN)) == 2

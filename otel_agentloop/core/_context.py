@@ -317,42 +317,76 @@ def mark_error(span: Span, exc: BaseException) -> None:
         internal_error("mark_error")
 
 
+class _Entry:
+    """One entry of a :class:`step` or :class:`sample` block: what leaving it undoes. Kept per entry, never on
+    the block object, which two threads or tasks may enter at once."""
+
+    __slots__ = ("identity", "otel_token", "span", "value", "var_token")
+
+    def __init__(self, value: Any, span: Span | None, identity: Mapping[str, object]) -> None:
+        self.value = value  # what entering set the context variable to
+        self.span = span
+        self.identity = identity  # the attributes the span started with: restored at the end if evicted
+        self.otel_token: object = None
+        self.var_token: contextvars.Token[Any] | None = None
+
+
 class _Scope:
-    """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``."""
+    """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``.
 
-    _span: Span | None = None
-    _otel_token: object = None
+    Each entry sets :attr:`_var` to a new value (a :class:`StepState` or :class:`SampleHandle`) and keeps its
+    :class:`_Entry` under that value, so leaving finds the entry of the context it runs in: the one whose
+    value is current there (the innermost block). One object may be entered by several threads or tasks at
+    once, each seeing only its own entry."""
 
-    def _start(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    _var: contextvars.ContextVar[Any]
 
-    def _reset(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def __init__(self) -> None:
+        self._entries: dict[object, _Entry] = {}
 
-    _identity: Mapping[str, object] = {}
+    def _enter(self, value: object, span: Span | None, identity: Mapping[str, object]) -> None:
+        entry = _Entry(value, span, identity)
+        if span is not None:
+            try:
+                entry.otel_token = otel_context.attach(trace.set_span_in_context(span))
+            except Exception:
+                internal_error(type(self).__name__ + ".attach")
+        entry.var_token = self._var.set(value)
+        self._entries[value] = entry  # one dict operation: atomic under the GIL
 
-    def _enter_span(self, span: Span, identity: Mapping[str, object]) -> None:
-        self._span = span
-        self._identity = identity
-        self._otel_token = otel_context.attach(trace.set_span_in_context(span))
-
-    def _exit(self, exc: BaseException | None) -> None:
-        span, self._span = self._span, None
-        token, self._otel_token = self._otel_token, None
+    def _leave(self) -> _Entry | None:
+        """Pop this context's entry and undo what entering did; ``None`` when there is none (never entered)."""
+        entry = self._entries.pop(self._var.get(), None)
+        if entry is None:  # a block left out of order (an inner one never left): the latest entry, as before
+            try:
+                entry = self._entries.popitem()[1]
+            except KeyError:
+                return None
         try:
-            if token is not None:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            self._reset()
+            if entry.otel_token is not None:
+                otel_context.detach(entry.otel_token)  # type: ignore[arg-type]
+            if entry.var_token is not None:
+                self._var.reset(entry.var_token)
         except Exception:
             internal_error(type(self).__name__ + ".exit")
+        return entry
+
+    def _end(self, entry: _Entry, exc: BaseException | None) -> None:
+        """End the entry's span, recording ``exc``. Never raises."""
+        span = entry.span
         if span is not None:
             try:
                 if exc is not None:
                     mark_error(span, exc)
-                restore_identity(span, self._identity)
+                restore_identity(span, entry.identity)
                 span.end()
             except Exception:
                 internal_error(type(self).__name__ + ".end")
+
+    def _exit(self, exc: BaseException | None) -> None:
+        entry = self._leave()
+        if entry is not None:
+            self._end(entry, exc)
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._exit(exc)
@@ -370,6 +404,8 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
     linked to the step span; ``"step"`` makes samples children of the step span (one trace per step).
     """
 
+    _var = _STEP
+
     def __init__(
         self,
         step: int,
@@ -380,14 +416,15 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
     ) -> None:
         if trace_per not in (None, "sample", "step"):
             raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
+        super().__init__()
         self.step = int(step)
         self.validate = bool(validate)
         self.trace_per: TracePer = trace_per or defaults.trace_per
         self.attributes = dict(attributes or {})
-        self._token: contextvars.Token[StepState | None] | None = None
 
     def __enter__(self) -> StepState:
         span = None
+        attrs: dict[str, AttributeValue] = {}
         try:
             tracer = current_tracer()
             if tracer is not None:
@@ -395,28 +432,25 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
                 attrs[sc.RL_STEP] = self.step
                 attrs[sc.RL_VALIDATE] = self.validate
                 span = tracer.start_span(sc.STEP_SPAN, attributes=attrs)
-                self._enter_span(span, attrs)
         except Exception:
             internal_error("step.enter")
         state = StepState(self.step, self.validate, self.trace_per, span)
-        self._token = _STEP.set(state)
+        self._enter(state, span, attrs)
         return state
 
     async def __aenter__(self) -> StepState:
         return self.__enter__()
-
-    def _reset(self) -> None:
-        if self._token is not None:
-            _STEP.reset(self._token)
-            self._token = None
 
 
 class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
     """Context of one sample: a ``rl.sample`` root span whose identity every phase span below it carries.
 
     ``step``/``validate`` default to the enclosing :class:`step`. An exception leaving the block marks the root
-    span ERROR (cancellation does not) and propagates unchanged.
+    span ERROR (cancellation does not) and propagates unchanged. One object may be entered several times, at
+    once too (threads, tasks): each entry is its own sample span, seen only inside that entry.
     """
+
+    _var = _SAMPLE
 
     def __init__(
         self,
@@ -428,20 +462,20 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         worker: str | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
+        super().__init__()
         self.index = int(index)
         self.rollout_n = None if rollout_n is None else int(rollout_n)
         self._step = None if step is None else int(step)
         self._validate = validate
         self.worker = worker
         self.attributes = attributes
-        self._token: contextvars.Token[SampleHandle | None] | None = None
-        self._handle: SampleHandle | None = None
 
     def __enter__(self) -> SampleHandle:
         outer = _STEP.get()
         step_no = self._step if self._step is not None else (outer.step if outer is not None else None)
         validate = bool(self._validate) if self._validate is not None else (outer.validate if outer else False)
         handle = SampleHandle(self.index, self.rollout_n, step_no, validate, None)
+        attrs: dict[str, AttributeValue] = {}
         try:
             tracer = current_tracer()
             if tracer is not None:
@@ -462,27 +496,23 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
                 registry = current_live()
                 if registry is not None:
                     handle.live = registry.sample_started(span, attrs)
-                self._enter_span(span, attrs)
         except Exception:
             internal_error("sample.enter")
-        self._handle = handle
-        self._token = _SAMPLE.set(handle)
+        self._enter(handle, handle.span, attrs)
         return handle
 
     async def __aenter__(self) -> SampleHandle:
         return self.__enter__()
 
-    def _reset(self) -> None:
-        if self._token is not None:
-            _SAMPLE.reset(self._token)
-            self._token = None
-
     def _exit(self, exc: BaseException | None) -> None:
-        span, handle, self._handle = self._span, self._handle, None
-        super()._exit(exc)
-        live = handle.live if handle is not None else None
-        if live is not None and span is not None:
-            live.registry.sample_ended(live, span)  # after end: the registry queues the ended span
+        entry = self._leave()
+        if entry is None:
+            return
+        self._end(entry, exc)
+        handle: SampleHandle = entry.value
+        live = handle.live
+        if live is not None and handle.span is not None:
+            live.registry.sample_ended(live, handle.span)  # after end: the registry queues the ended span
 
 
 def bind(fn: Callable[..., T]) -> Callable[..., T]:
