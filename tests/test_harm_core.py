@@ -5,12 +5,14 @@ wall-clock step cannot bend."""
 from __future__ import annotations
 
 import asyncio
+import contextvars
 import inspect
 import textwrap
 import threading
 import types
 from typing import Any
 
+import pytest
 from opentelemetry import trace
 from ray import cloudpickle  # what Ray pickles a driver script's functions and classes with
 
@@ -198,3 +200,125 @@ def test_one_step_object_entered_by_two_threads_at_once(traced: Traced) -> None:
         t.join(20)
     assert after == [None, None]
     assert len(traced.by_name(sc.STEP_SPAN)) == 2
+
+
+_PROBE: contextvars.ContextVar[str] = contextvars.ContextVar("probe", default="outside")
+
+
+def test_bind_runs_async_generator_and_async_generator_bodies_in_the_bound_context(traced: Traced) -> None:
+    """``bind`` captured inside a sample: called outside it, every step of the body still runs inside."""
+    seen: list[tuple[str, Any, str]] = []
+
+    @oal.trace_tool("inner")
+    def inner() -> None:
+        return None
+
+    def look(where: str) -> None:
+        seen.append((where, oal.current_sample(), _PROBE.get()))
+
+    async def coro(x: int) -> int:
+        look("async.start")
+        await asyncio.sleep(0)
+        look("async.resumed")
+        inner()
+        _PROBE.set("changed by the body")
+        return x + 1
+
+    def gen(n: int):
+        look("gen.start")
+        total = 0
+        for i in range(n):
+            try:
+                total += yield i
+            except KeyError:
+                look("gen.thrown")
+                total += 100
+        look("gen.end")
+        inner()
+        return total
+
+    async def agen(n: int):
+        try:
+            for i in range(n):
+                await asyncio.sleep(0)
+                look("agen.step")
+                got = yield i
+                if got is not None:
+                    look("agen.sent")
+        finally:
+            look("agen.finally")
+            inner()
+
+    def returns_coro(x: int) -> Any:
+        return coro(x)
+
+    token = _PROBE.set("bound")
+    with oal.sample(9, step=2) as handle:
+        b_coro, b_gen, b_agen, b_returns = oal.bind(coro), oal.bind(gen), oal.bind(agen), oal.bind(returns_coro)
+    _PROBE.reset(token)
+
+    async def consume() -> tuple[int, int, list[int]]:
+        a = await b_coro(1)
+        c = await b_returns(2)
+        items = []
+        stream = b_agen(5)
+        items.append(await stream.__anext__())
+        items.append(await stream.asend("x"))
+        await stream.aclose()  # closed early: its finally runs in the bound context too
+        return a, c, items
+
+    assert asyncio.run(consume()) == (2, 3, [0, 1])
+    g = b_gen(3)
+    assert next(g) == 0 and g.send(5) == 1 and g.throw(KeyError("k")) == 2
+    with pytest.raises(StopIteration) as stop:
+        g.send(1)
+    assert stop.value.value == 106
+    assert _PROBE.get() == "outside" and oal.current_sample() is None
+
+    wheres = [w for w, _, _ in seen]
+    assert wheres.count("async.start") == 2 and "gen.thrown" in wheres and "agen.finally" in wheres
+    assert "agen.sent" in wheres
+    for where, sample, probe in seen:
+        assert sample is handle and probe == "bound", where
+    root = traced.by_name(sc.SAMPLE_SPAN)[0]
+    spans = traced.by_name("execute_tool inner")
+    assert len(spans) == 4
+    assert all(s.parent is not None and s.parent.span_id == root.context.span_id for s in spans)
+    assert all(s.attributes[sc.RL_SAMPLE_INDEX] == 9 for s in spans)
+    assert inspect.iscoroutinefunction(b_coro)  # the kind is kept and inspect.isasyncgenfunction(b_agen)
+    assert inspect.isgeneratorfunction(b_gen) and b_coro.__wrapped__ is coro
+
+
+def test_bind_keeps_generator_close_and_async_cancellation() -> None:
+    closed: list[str] = []
+
+    def gen():
+        try:
+            yield 1
+            yield 2
+        finally:
+            closed.append(_PROBE.get())
+
+    async def slow() -> None:
+        try:
+            await asyncio.sleep(10)
+        except asyncio.CancelledError:
+            closed.append("cancelled:" + _PROBE.get())
+            raise
+
+    token = _PROBE.set("bound")
+    b_gen, b_slow = oal.bind(gen), oal.bind(slow)
+    _PROBE.reset(token)
+    g = b_gen()
+    assert next(g) == 1
+    g.close()
+
+    async def main() -> None:
+        task = asyncio.ensure_future(b_slow())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+
+    asyncio.run(main())
+    assert closed == ["bound", "cancelled:bound"]

@@ -28,6 +28,7 @@ from opentelemetry.util.types import AttributeValue
 from .. import semconv as sc
 from ._context import _SAMPLE, clean_attributes, mark_error, restore_identity
 from ._guard import internal_error
+from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._tracer import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -320,27 +321,6 @@ def _timed_result(result: Any, scope: Scope) -> Any:
     return result
 
 
-def _is_async_callable(fn: Any) -> bool:
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with ``async def __call__``
-    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
-
-
-def _is_asyncgen_callable(fn: Any) -> bool:
-    if inspect.isasyncgenfunction(fn):
-        return True
-    call = getattr(type(fn), "__call__", None)  # noqa: B004
-    return call is not None and not inspect.isfunction(fn) and inspect.isasyncgenfunction(call)
-
-
-def _is_gen_callable(fn: Any) -> bool:
-    if inspect.isgeneratorfunction(fn):
-        return True
-    call = getattr(type(fn), "__call__", None)  # noqa: B004
-    return call is not None and not inspect.isfunction(fn) and inspect.isgeneratorfunction(call)
-
-
 def _wraps(fn: Any) -> Callable[[F], F]:
     def apply(wrapper: F) -> F:
         try:
@@ -368,7 +348,7 @@ def instrument(fn: F, begin: Begin) -> F:
     an importable class (:class:`PhaseBegin`) or a closure over plain values, never over a ContextVar, lock
     or SDK object.
     """
-    if _is_asyncgen_callable(fn):
+    if is_asyncgen_callable(fn):
 
         @_wraps(fn)
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
@@ -412,7 +392,7 @@ def instrument(fn: F, begin: Begin) -> F:
 
         return agen_wrapper  # type: ignore[return-value]
 
-    if _is_async_callable(fn):
+    if is_async_callable(fn):
 
         @_wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -429,7 +409,7 @@ def instrument(fn: F, begin: Begin) -> F:
 
         return async_wrapper  # type: ignore[return-value]
 
-    if _is_gen_callable(fn):
+    if is_gen_callable(fn):
 
         @_wraps(fn)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
