@@ -9,14 +9,17 @@ import contextvars
 import inspect
 import textwrap
 import threading
+import time
 import types
 from typing import Any
 
 import pytest
 from opentelemetry import trace
+from opentelemetry.sdk import trace as sdk_trace
 from ray import cloudpickle  # what Ray pickles a driver script's functions and classes with
 
 import otel_agentloop as oal
+from otel_agentloop import WatchdogSettings, testing
 from otel_agentloop import semconv as sc
 
 from .conftest import Traced
@@ -322,3 +325,88 @@ def test_bind_keeps_generator_close_and_async_cancellation() -> None:
 
     asyncio.run(main())
     assert closed == ["bound", "cancelled:bound"]
+
+
+class SteppedWallClock:
+    """The wall clock as the SDK (``opentelemetry.sdk.trace.time_ns``) and ``time`` read it, stepped by hand
+    like an NTP step or an operator's ``date -s``; the monotonic clock runs on untouched."""
+
+    def __init__(self, monkeypatch: pytest.MonkeyPatch) -> None:
+        self.offset_ns = 0
+        self._real = time.time_ns
+        monkeypatch.setattr(sdk_trace, "time_ns", self.time_ns)
+        monkeypatch.setattr(time, "time_ns", self.time_ns)
+        monkeypatch.setattr(time, "time", lambda: self.time_ns() / 1e9)
+
+    def time_ns(self) -> int:
+        return self._real() + self.offset_ns
+
+    def step(self, seconds: float) -> None:
+        self.offset_ns += int(seconds * 1e9)
+
+
+@pytest.mark.parametrize("step_s", [-10.0, 3600.0])
+def test_phase_durations_ignore_a_wall_clock_step_and_timestamps_stay_wall_clock(monkeypatch, step_s) -> None:
+    clock = SteppedWallClock(monkeypatch)
+    clock.step(-step_s / 2)  # timestamps are the (stepped) wall clock, not a monotonic reading
+    with testing.capture(watchdog=False) as captured:
+
+        @oal.trace_tool("sleepy")
+        def sleepy() -> None:
+            clock.step(step_s)  # mid-phase
+            time.sleep(0.1)
+
+        @oal.trace_generate
+        async def generate() -> None:
+            await asyncio.sleep(0.05)
+
+        wall_before = clock.time_ns()
+        t0 = time.perf_counter()
+        with oal.step(1), oal.sample(0):
+            asyncio.run(generate())
+            t1 = time.perf_counter()
+            sleepy()
+            t2 = time.perf_counter()
+        wall_after = clock.time_ns()
+        metrics = captured.handle.metrics.collect(1)
+        spans = {s.name: s for s in captured.spans()}
+
+    tool_s, generate_s = metrics["agent_loop/tool_calls/max"], metrics["agent_loop/generate_sequences/max"]
+    assert 0.1 <= tool_s <= t2 - t1, tool_s  # the real duration: between the sleep and the caller's bracket
+    assert 0.05 <= generate_s <= t1 - t0, generate_s
+    tool, root = spans["execute_tool sleepy"], spans[sc.SAMPLE_SPAN]
+    assert 0.1e9 <= tool.end_time - tool.start_time <= (t2 - t1) * 1e9
+    assert 0.15e9 <= root.end_time - root.start_time <= (t2 - t0) * 1e9
+    assert wall_before <= root.start_time <= wall_before + (t1 - t0) * 1e9  # started on the wall clock
+    assert root.start_time <= tool.start_time and tool.end_time <= root.end_time  # one timeline per sample
+    assert abs((wall_after - wall_before) / 1e9 - (t2 - t0) - step_s) < 1.0
+
+
+def test_a_wall_clock_step_forward_reports_no_hung_phase(monkeypatch) -> None:
+    """+3600 s on the wall clock while a tool runs: ages come from the monotonic clock, so the watchdog (a
+    5 s threshold, checking every 20 ms) stays quiet and the live view shows the real age."""
+    clock = SteppedWallClock(monkeypatch)
+    settings = WatchdogSettings(interval_s=0.02, default_s=5.0, min_s=5.0)
+    with testing.capture(watchdog=settings) as captured:
+        handle = captured.handle
+        ages: list[tuple[float, float]] = []
+
+        @oal.trace_tool("sleepy")
+        def sleepy() -> None:
+            checks = handle.live.checks
+            clock.step(3600)
+            deadline = time.monotonic() + 5
+            while handle.live.checks < checks + 5 and time.monotonic() < deadline:  # the watchdog ran meanwhile
+                time.sleep(0.02)
+            assert handle.live.checks >= checks + 5
+            (running,) = handle.inflight()
+            ages.append((running.phase_age_s, running.sample_age_s))
+
+        with oal.step(1), oal.sample(0):
+            sleepy()
+        metrics = handle.metrics.collect(1)
+        assert handle.live.reports == 0
+        assert "agent_loop/watchdog/slow" not in metrics and "agent_loop/watchdog/hung" not in metrics
+        assert not captured.by_name(sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX)
+    ((phase_age, sample_age),) = ages
+    assert 0 <= phase_age <= sample_age < 5

@@ -26,6 +26,7 @@ from opentelemetry.trace import Link, Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
+from ._clock import clock_offset, monotonic_ns
 from ._guard import internal_error, safe_str, warn_once
 from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._state import TracePer, state
@@ -53,7 +54,7 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = ("clock_offset", "index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -71,6 +72,9 @@ class SampleHandle:
         """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
         self.live: Any = None
         """The in-flight registry's record of this sample (``_inflight``), ``None`` when not tracked."""
+        self.clock_offset: int | None = None
+        """The root span's wall-clock start minus its monotonic start (``_clock``): the timeline its phase
+        spans share; ``None`` when the sample is not traced."""
 
     @property
     def trace_id(self) -> str | None:
@@ -324,12 +328,15 @@ class _Entry:
     """One entry of a :class:`step` or :class:`sample` block: what leaving it undoes. Kept per entry, never on
     the block object, which two threads or tasks may enter at once."""
 
-    __slots__ = ("identity", "otel_token", "span", "value", "var_token")
+    __slots__ = ("identity", "offset", "otel_token", "span", "value", "var_token")
 
-    def __init__(self, value: Any, span: Span | None, identity: Mapping[str, object]) -> None:
+    def __init__(
+        self, value: Any, span: Span | None, identity: Mapping[str, object], offset: int | None = None
+    ) -> None:
         self.value = value  # what entering set the context variable to
         self.span = span
         self.identity = identity  # the attributes the span started with: restored at the end if evicted
+        self.offset = offset  # the span ends at monotonic_ns() + offset (see _clock); None: on the SDK's clock
         self.otel_token: object = None
         self.var_token: contextvars.Token[Any] | None = None
 
@@ -347,8 +354,10 @@ class _Scope:
     def __init__(self) -> None:
         self._entries: dict[object, _Entry] = {}
 
-    def _enter(self, value: object, span: Span | None, identity: Mapping[str, object]) -> None:
-        entry = _Entry(value, span, identity)
+    def _enter(
+        self, value: object, span: Span | None, identity: Mapping[str, object], offset: int | None = None
+    ) -> None:
+        entry = _Entry(value, span, identity, offset)
         if span is not None:
             try:
                 entry.otel_token = otel_context.attach(trace.set_span_in_context(span))
@@ -382,7 +391,7 @@ class _Scope:
                 if exc is not None:
                     mark_error(span, exc)
                 restore_identity(span, entry.identity)
-                span.end()
+                span.end(None if entry.offset is None else monotonic_ns() + entry.offset)
             except Exception:
                 internal_error(type(self).__name__ + ".end")
 
@@ -426,7 +435,7 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
         self.attributes = dict(attributes or {})
 
     def __enter__(self) -> StepState:
-        span = None
+        span = offset = None
         attrs: dict[str, AttributeValue] = {}
         try:
             tracer = current_tracer()
@@ -434,11 +443,13 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
                 attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
                 attrs[sc.RL_STEP] = self.step
                 attrs[sc.RL_VALIDATE] = self.validate
+                mono = monotonic_ns()
                 span = tracer.start_span(sc.STEP_SPAN, attributes=attrs)
+                offset = clock_offset(span, mono)
         except Exception:
             internal_error("step.enter")
         state = StepState(self.step, self.validate, self.trace_per, span)
-        self._enter(state, span, attrs)
+        self._enter(state, span, attrs, offset)
         return state
 
     async def __aenter__(self) -> StepState:
@@ -494,14 +505,16 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
                     ctx = step_span.get_span_context() if step_span is not None else None
                     if ctx is not None and ctx.is_valid:
                         links = [Link(ctx)]  # ... linked to the step
+                mono = monotonic_ns()
                 span = tracer.start_span(sc.SAMPLE_SPAN, context=parent, attributes=attrs, links=links)
                 handle.span = span
+                handle.clock_offset = clock_offset(span, mono)
                 registry = current_live()
                 if registry is not None:
-                    handle.live = registry.sample_started(span, attrs)
+                    handle.live = registry.sample_started(span, attrs, mono)
         except Exception:
             internal_error("sample.enter")
-        self._enter(handle, handle.span, attrs)
+        self._enter(handle, handle.span, attrs, handle.clock_offset)
         return handle
 
     async def __aenter__(self) -> SampleHandle:
