@@ -29,6 +29,7 @@ from .conftest import Traced
 USER_SCRIPT = textwrap.dedent('''
     import asyncio
     import otel_agentloop as oal
+    from otel_agentloop.integrations.ray import traced_remote
 
     @oal.trace_tool("search")
     def search(q):
@@ -57,6 +58,19 @@ USER_SCRIPT = textwrap.dedent('''
     @oal.trainer_phase("update_actor")
     def update():
         return "updated"
+
+    class Worker:
+        """An actor class with the Ray integration's methods."""
+
+        @traced_remote
+        def run(self, i):
+            with oal.sample(i, step=7):
+                return search("w")
+
+        @traced_remote
+        async def run_async(self, i):
+            async with oal.sample(i, step=7):
+                return await generate("w")
 
     class Agent:
         """An actor-like class: decorated methods, and methods that call decorated functions."""
@@ -88,10 +102,10 @@ def _user_module() -> types.ModuleType:
 
 def test_decorated_main_functions_and_classes_pickle_by_value_and_work_once_loaded(traced: Traced) -> None:
     user = _user_module()
-    names = ("search", "generate", "reward", "stream", "tokens", "update", "Agent")
+    names = ("search", "generate", "reward", "stream", "tokens", "update", "Worker", "Agent")
     payload = cloudpickle.dumps([getattr(user, name) for name in names])
     loaded = dict(zip(names, cloudpickle.loads(payload), strict=True))
-    for name in names[:-1]:  # by value: new functions (cloudpickle keeps one copy of a class per process)
+    for name in names[:-2]:  # by value: new functions (cloudpickle keeps one copy of a class per process)
         assert loaded[name] is not getattr(user, name)
     del user
     search, agent = loaded["search"], loaded["Agent"]()
@@ -102,6 +116,8 @@ def test_decorated_main_functions_and_classes_pickle_by_value_and_work_once_load
     assert asyncio.run(agent.episode(3)) == (2.0, 4, 2)
     with oal.sample(4, step=7):
         assert loaded["update"]() == "updated"
+    worker = loaded["Worker"]()
+    assert worker.run(5, otel_carrier=None) == "W" and asyncio.run(worker.run_async(6, otel_carrier=None)) == "w!"
 
     spans = traced.spans()
     by_name: dict[str, list[Any]] = {}
@@ -118,11 +134,13 @@ def test_decorated_main_functions_and_classes_pickle_by_value_and_work_once_load
         sc.REWARD_SPAN: sc.COMPUTE_SCORE,
     }
     for name, phase in expected.items():
-        (span,) = by_name[name]
-        assert span.attributes[sc.RL_PHASE] == phase
-        assert span.attributes[sc.RL_SAMPLE_INDEX] == 3 and span.attributes[sc.RL_STEP] == 7
+        (span,) = [s for s in by_name[name] if s.attributes[sc.RL_SAMPLE_INDEX] == 3]
+        assert span.attributes[sc.RL_PHASE] == phase and span.attributes[sc.RL_STEP] == 7
         assert span.parent is not None and span.parent.span_id == root.context.span_id
     assert by_name["execute_tool stream"][0].attributes["user.key"] == "v"
+    for index, name in ((5, "execute_tool search"), (6, "text_completion m")):  # through traced_remote
+        (span,) = [s for s in spans if s.attributes.get(sc.RL_SAMPLE_INDEX) == index and s.name == name]
+        assert span.attributes[sc.RL_STEP] == 7
     (train,) = by_name[sc.TRAINER_PHASE_SPAN_PREFIX + "update_actor"]
     assert train.attributes[sc.RL_PHASE_TRAIN] == "update_actor"
 
