@@ -6,6 +6,7 @@ import asyncio
 import inspect
 import logging
 import pickle
+import sys
 
 import pytest
 from opentelemetry.sdk.trace import SpanProcessor
@@ -141,6 +142,38 @@ def test_signature_name_and_pickling_are_preserved() -> None:
     assert inspect.isasyncgenfunction(agen_tokens)
     assert pickle.loads(pickle.dumps(lookup)) is lookup
     assert pickle.loads(pickle.dumps(Agent())).__class__ is Agent
+
+
+def test_decorated_functions_and_classes_pickle_by_value(traced) -> None:
+    """What Ray does with a driver script's code (``__main__``): cloudpickle ships it by value, closures and
+    the globals it names included; the copies trace like the originals."""
+    from ray import cloudpickle
+
+    module = sys.modules[__name__]
+    cloudpickle.register_pickle_by_value(module)
+    try:
+        payload = cloudpickle.dumps((lookup, agen_tokens, gen_items, Agent))
+    finally:
+        cloudpickle.unregister_pickle_by_value(module)
+    copies = cloudpickle.loads(payload)
+    assert all(
+        copy is not original for copy, original in zip(copies[:3], (lookup, agen_tokens, gen_items), strict=True)
+    )
+    lookup_copy, agen_copy, gen_copy, agent_copy = copies
+
+    async def main() -> tuple[int, list[int], list[int], float]:
+        async with oal.sample(2, 1):
+            return (
+                lookup_copy("ab"),
+                [i async for i in agen_copy(2)],
+                list(gen_copy(2)),
+                await agent_copy().score(1.5),
+            )
+
+    assert asyncio.run(main()) == (2, [0, 1], [0, 1], 3.0)
+    names = sorted(s.name for s in traced.spans())
+    assert names == ["execute_tool gen", "execute_tool lookup", "rl.reward", "rl.sample", "text_completion"]
+    assert all(s.attributes[sc.RL_SAMPLE_INDEX] == 2 for s in traced.spans())
 
 
 @pytest.mark.parametrize("how", ["env", "argument", "no-provider"])

@@ -279,11 +279,11 @@ def test_watchdog_boundary_is_exact_with_an_injected_clock(live) -> None:
     assert started.wait(5)
     rec = OpenPhase(*next(iter(monitor.registry._phases.values()))[:4])
     threshold_ns = int(HANG_S * 1e9)
-    monitor.check(now_ns=rec.start_ns + threshold_ns - 1)
+    monitor.check(now_ns=rec.start_mono_ns + threshold_ns - 1)
     assert monitor.reports == 0
-    monitor.check(now_ns=rec.start_ns + threshold_ns)
+    monitor.check(now_ns=rec.start_mono_ns + threshold_ns)
     assert monitor.reports == 1
-    monitor.check(now_ns=rec.start_ns + 10 * threshold_ns)
+    monitor.check(now_ns=rec.start_mono_ns + 10 * threshold_ns)
     assert monitor.reports == 1
     release.set()
     worker.join(5)

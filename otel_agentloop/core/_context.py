@@ -12,10 +12,12 @@ import asyncio
 import contextlib
 import contextvars
 import functools
+import inspect
 import traceback
-from collections.abc import Callable, Mapping
+import types
+from collections.abc import AsyncGenerator, Callable, Generator, Mapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import Any, TypeVar, cast
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -24,7 +26,9 @@ from opentelemetry.trace import Link, Span, Status, StatusCode
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
+from ._clock import clock_offset, monotonic_ns
 from ._guard import internal_error, safe_str, warn_once
+from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._state import TracePer, state
 from ._tracer import current_live, current_tracer
 
@@ -50,7 +54,7 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = ("clock_offset", "index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -68,6 +72,9 @@ class SampleHandle:
         """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
         self.live: Any = None
         """The in-flight registry's record of this sample (``_inflight``), ``None`` when not tracked."""
+        self.clock_offset: int | None = None
+        """The root span's wall-clock start minus its monotonic start (``_clock``): the timeline its phase
+        spans share; ``None`` when the sample is not traced."""
 
     @property
     def trace_id(self) -> str | None:
@@ -317,42 +324,81 @@ def mark_error(span: Span, exc: BaseException) -> None:
         internal_error("mark_error")
 
 
+class _Entry:
+    """One entry of a :class:`step` or :class:`sample` block: what leaving it undoes. Kept per entry, never on
+    the block object, which two threads or tasks may enter at once."""
+
+    __slots__ = ("identity", "offset", "otel_token", "span", "value", "var_token")
+
+    def __init__(
+        self, value: Any, span: Span | None, identity: Mapping[str, object], offset: int | None = None
+    ) -> None:
+        self.value = value  # what entering set the context variable to
+        self.span = span
+        self.identity = identity  # the attributes the span started with: restored at the end if evicted
+        self.offset = offset  # the span ends at monotonic_ns() + offset (see _clock); None: on the SDK's clock
+        self.otel_token: object = None
+        self.var_token: contextvars.Token[Any] | None = None
+
+
 class _Scope:
-    """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``."""
+    """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``.
 
-    _span: Span | None = None
-    _otel_token: object = None
+    Each entry sets :attr:`_var` to a new value (a :class:`StepState` or :class:`SampleHandle`) and keeps its
+    :class:`_Entry` under that value, so leaving finds the entry of the context it runs in: the one whose
+    value is current there (the innermost block). One object may be entered by several threads or tasks at
+    once, each seeing only its own entry."""
 
-    def _start(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    _var: contextvars.ContextVar[Any]
 
-    def _reset(self) -> None:  # pragma: no cover - abstract
-        raise NotImplementedError
+    def __init__(self) -> None:
+        self._entries: dict[object, _Entry] = {}
 
-    _identity: Mapping[str, object] = {}
+    def _enter(
+        self, value: object, span: Span | None, identity: Mapping[str, object], offset: int | None = None
+    ) -> None:
+        entry = _Entry(value, span, identity, offset)
+        if span is not None:
+            try:
+                entry.otel_token = otel_context.attach(trace.set_span_in_context(span))
+            except Exception:
+                internal_error(type(self).__name__ + ".attach")
+        entry.var_token = self._var.set(value)
+        self._entries[value] = entry  # one dict operation: atomic under the GIL
 
-    def _enter_span(self, span: Span, identity: Mapping[str, object]) -> None:
-        self._span = span
-        self._identity = identity
-        self._otel_token = otel_context.attach(trace.set_span_in_context(span))
-
-    def _exit(self, exc: BaseException | None) -> None:
-        span, self._span = self._span, None
-        token, self._otel_token = self._otel_token, None
+    def _leave(self) -> _Entry | None:
+        """Pop this context's entry and undo what entering did; ``None`` when there is none (never entered)."""
+        entry = self._entries.pop(self._var.get(), None)
+        if entry is None:  # a block left out of order (an inner one never left): the latest entry, as before
+            try:
+                entry = self._entries.popitem()[1]
+            except KeyError:
+                return None
         try:
-            if token is not None:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            self._reset()
+            if entry.otel_token is not None:
+                otel_context.detach(entry.otel_token)  # type: ignore[arg-type]
+            if entry.var_token is not None:
+                self._var.reset(entry.var_token)
         except Exception:
             internal_error(type(self).__name__ + ".exit")
+        return entry
+
+    def _end(self, entry: _Entry, exc: BaseException | None) -> None:
+        """End the entry's span, recording ``exc``. Never raises."""
+        span = entry.span
         if span is not None:
             try:
                 if exc is not None:
                     mark_error(span, exc)
-                restore_identity(span, self._identity)
-                span.end()
+                restore_identity(span, entry.identity)
+                span.end(None if entry.offset is None else monotonic_ns() + entry.offset)
             except Exception:
                 internal_error(type(self).__name__ + ".end")
+
+    def _exit(self, exc: BaseException | None) -> None:
+        entry = self._leave()
+        if entry is not None:
+            self._end(entry, exc)
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._exit(exc)
@@ -370,6 +416,8 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
     linked to the step span; ``"step"`` makes samples children of the step span (one trace per step).
     """
 
+    _var = _STEP
+
     def __init__(
         self,
         step: int,
@@ -380,43 +428,43 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
     ) -> None:
         if trace_per not in (None, "sample", "step"):
             raise ValueError(f"trace_per must be 'sample' or 'step', not {trace_per!r}")
+        super().__init__()
         self.step = int(step)
         self.validate = bool(validate)
         self.trace_per: TracePer = trace_per or defaults.trace_per
         self.attributes = dict(attributes or {})
-        self._token: contextvars.Token[StepState | None] | None = None
 
     def __enter__(self) -> StepState:
-        span = None
+        span = offset = None
+        attrs: dict[str, AttributeValue] = {}
         try:
             tracer = current_tracer()
             if tracer is not None:
                 attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
                 attrs[sc.RL_STEP] = self.step
                 attrs[sc.RL_VALIDATE] = self.validate
+                mono = monotonic_ns()
                 span = tracer.start_span(sc.STEP_SPAN, attributes=attrs)
-                self._enter_span(span, attrs)
+                offset = clock_offset(span, mono)
         except Exception:
             internal_error("step.enter")
         state = StepState(self.step, self.validate, self.trace_per, span)
-        self._token = _STEP.set(state)
+        self._enter(state, span, attrs, offset)
         return state
 
     async def __aenter__(self) -> StepState:
         return self.__enter__()
-
-    def _reset(self) -> None:
-        if self._token is not None:
-            _STEP.reset(self._token)
-            self._token = None
 
 
 class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
     """Context of one sample: a ``rl.sample`` root span whose identity every phase span below it carries.
 
     ``step``/``validate`` default to the enclosing :class:`step`. An exception leaving the block marks the root
-    span ERROR (cancellation does not) and propagates unchanged.
+    span ERROR (cancellation does not) and propagates unchanged. One object may be entered several times, at
+    once too (threads, tasks): each entry is its own sample span, seen only inside that entry.
     """
+
+    _var = _SAMPLE
 
     def __init__(
         self,
@@ -428,20 +476,20 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         worker: str | None = None,
         attributes: Mapping[str, AttributeValue] | None = None,
     ) -> None:
+        super().__init__()
         self.index = int(index)
         self.rollout_n = None if rollout_n is None else int(rollout_n)
         self._step = None if step is None else int(step)
         self._validate = validate
         self.worker = worker
         self.attributes = attributes
-        self._token: contextvars.Token[SampleHandle | None] | None = None
-        self._handle: SampleHandle | None = None
 
     def __enter__(self) -> SampleHandle:
         outer = _STEP.get()
         step_no = self._step if self._step is not None else (outer.step if outer is not None else None)
         validate = bool(self._validate) if self._validate is not None else (outer.validate if outer else False)
         handle = SampleHandle(self.index, self.rollout_n, step_no, validate, None)
+        attrs: dict[str, AttributeValue] = {}
         try:
             tracer = current_tracer()
             if tracer is not None:
@@ -457,32 +505,30 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
                     ctx = step_span.get_span_context() if step_span is not None else None
                     if ctx is not None and ctx.is_valid:
                         links = [Link(ctx)]  # ... linked to the step
+                mono = monotonic_ns()
                 span = tracer.start_span(sc.SAMPLE_SPAN, context=parent, attributes=attrs, links=links)
                 handle.span = span
+                handle.clock_offset = clock_offset(span, mono)
                 registry = current_live()
                 if registry is not None:
-                    handle.live = registry.sample_started(span, attrs)
-                self._enter_span(span, attrs)
+                    handle.live = registry.sample_started(span, attrs, mono)
         except Exception:
             internal_error("sample.enter")
-        self._handle = handle
-        self._token = _SAMPLE.set(handle)
+        self._enter(handle, handle.span, attrs, handle.clock_offset)
         return handle
 
     async def __aenter__(self) -> SampleHandle:
         return self.__enter__()
 
-    def _reset(self) -> None:
-        if self._token is not None:
-            _SAMPLE.reset(self._token)
-            self._token = None
-
     def _exit(self, exc: BaseException | None) -> None:
-        span, handle, self._handle = self._span, self._handle, None
-        super()._exit(exc)
-        live = handle.live if handle is not None else None
-        if live is not None and span is not None:
-            live.registry.sample_ended(live, span)  # after end: the registry queues the ended span
+        entry = self._leave()
+        if entry is None:
+            return
+        self._end(entry, exc)
+        handle: SampleHandle = entry.value
+        live = handle.live
+        if live is not None and handle.span is not None:
+            live.registry.sample_ended(live, handle.span)  # after end: the registry queues the ended span
 
 
 def bind(fn: Callable[..., T]) -> Callable[..., T]:
@@ -490,12 +536,85 @@ def bind(fn: Callable[..., T]) -> Callable[..., T]:
 
     The context is captured once, here; each call runs in its own copy of it, so one bound callable may run
     in many threads at once (``executor.map(bind(fn), items)``) and calls never see each other's changes.
+    The whole body runs in that copy, whatever ``fn`` is: an ``async def`` (each step of the coroutine), a
+    generator or an async generator (each resume, ``send``/``throw``/``close`` passed through unchanged), or a
+    sync callable that returns a coroutine (which then runs in the copy too).
     """
     ctx = contextvars.copy_context()
+    bound: Callable[..., Any]
+    if is_asyncgen_callable(fn):
 
-    def bound(*args: Any, **kwargs: Any) -> T:
-        return ctx.copy().run(fn, *args, **kwargs)
+        async def bound_agen(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            run = ctx.copy()
+            agen: Any = run.run(fn, *args, **kwargs)
+            step = agen.__anext__()
+            while True:
+                try:
+                    value = await _run_in(run, step)
+                except StopAsyncIteration:
+                    return
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    await _run_in(run, agen.aclose())
+                    raise
+                except BaseException as exc:
+                    step = agen.athrow(exc)
+                else:
+                    step = agen.asend(sent)
 
+        bound = bound_agen
+    elif is_async_callable(fn):
+
+        async def bound_async(*args: Any, **kwargs: Any) -> Any:
+            run = ctx.copy()
+            return await _run_in(run, run.run(fn, *args, **kwargs))
+
+        bound = bound_async
+    elif is_gen_callable(fn):
+
+        def bound_gen(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            run = ctx.copy()
+            driven = cast(Generator[Any, Any, Any], _run_in(run, run.run(fn, *args, **kwargs)))
+            return (yield from driven)
+
+        bound = bound_gen
+    else:
+
+        def bound_sync(*args: Any, **kwargs: Any) -> Any:
+            run = ctx.copy()
+            result = run.run(fn, *args, **kwargs)
+            if inspect.iscoroutine(result):  # e.g. a lambda around an ``async def``: its body runs later
+                return _finish_in(run, result)
+            return result
+
+        bound = bound_sync
     with contextlib.suppress(Exception):  # a callable without __name__ & co. (a partial, an instance)
         functools.update_wrapper(bound, fn)
-    return bound
+    return bound  # type: ignore[return-value]  # the same kind of callable as fn, with the same result
+
+
+@types.coroutine
+def _run_in(ctx: contextvars.Context, it: Any) -> Generator[Any, Any, Any]:
+    """Drive ``it`` (a coroutine, a generator, an async generator's ``asend``/``athrow`` awaitable) to its end,
+    every step of it inside ``ctx``; what is sent, thrown or closed into this frame reaches ``it`` unchanged.
+    Awaitable (``await _run_in(...)``) and delegable (``yield from _run_in(...)``)."""
+    value: Any = None
+    error: BaseException | None = None
+    while True:
+        try:
+            yielded = ctx.run(it.send, value) if error is None else ctx.run(it.throw, error)
+        except StopIteration as stop:
+            return stop.value
+        value = error = None
+        try:
+            value = yield yielded
+        except GeneratorExit:
+            ctx.run(it.close)
+            raise
+        except BaseException as exc:
+            error = exc
+
+
+async def _finish_in(ctx: contextvars.Context, coro: Any) -> Any:
+    return await _run_in(ctx, coro)

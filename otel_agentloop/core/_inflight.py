@@ -47,6 +47,7 @@ class _Sample:
         "registry",
         "rollout",
         "span_id",
+        "start_mono_ns",
         "start_ns",
         "step",
         "trace_flags",
@@ -66,6 +67,7 @@ class _Sample:
         span_id: int,
         trace_flags: int,
         start_ns: int,
+        start_mono_ns: int,
     ) -> None:
         self.registry = registry
         get = attrs.get
@@ -78,7 +80,8 @@ class _Sample:
         self.trace_id = trace_id
         self.span_id = span_id
         self.trace_flags = trace_flags
-        self.start_ns = start_ns
+        self.start_ns = start_ns  # the root span's start: wall clock, ns since the epoch
+        self.start_mono_ns = start_mono_ns  # the same instant on the monotonic clock: ages are measured from it
         self.tripped = False
         self.ended = False
         self.tracked = True
@@ -86,20 +89,21 @@ class _Sample:
 
 class OpenPhase(NamedTuple):
     """An open phase span of a tracked sample. The hot path stores plain tuples of these four fields (and the
-    duration window of its (phase, tool))."""
+    duration window of its (phase, tool)). ``start_mono_ns``: its start on the monotonic clock
+    (``time.monotonic_ns``), never the wall clock, so its age is right whatever the wall clock does."""
 
     sample: _Sample
     phase: str
     tool: str | None
-    start_ns: int
+    start_mono_ns: int
 
 
 class InflightSample(NamedTuple):
     """One running sample as seen at snapshot time (picklable: it crosses Ray).
 
     ``phase`` is the phase of the most recently started open phase span (``"other"`` when none is open) and
-    ``tool`` its ``gen_ai.tool.name``; ages are seconds up to the snapshot. ``overdue``: the watchdog has
-    reported this sample.
+    ``tool`` its ``gen_ai.tool.name``; ages are seconds up to the snapshot, on the monotonic clock.
+    ``overdue``: the watchdog has reported this sample.
     """
 
     step: int | None
@@ -130,10 +134,10 @@ class InflightRegistry:
     metrics need the spans). ``learn``: keep the durations (ns) of the last ``window`` ended phase spans per
     (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in :meth:`phase_ended`.
 
-    Hot path: a decorated phase (``_phase._wrap``'s ``begin`` and ``SpanScope.exit``) does the work of
+    Hot path: a decorated phase (``_phase.PhaseBegin.begin`` and ``SpanScope.exit``) does the work of
     :meth:`phase_started` and :meth:`phase_ended` inline, because the two calls alone cost about 0.7 % of a
     decorated phase here (``bench/inflight.py``). Keep them in step: ``_phases[scope] = (sample, phase, tool,
-    start_ns, window)`` while fewer than ``max_phases`` are open (else count ``phases_untracked``), with
+    start_mono_ns, window)`` while fewer than ``max_phases`` are open (else count ``phases_untracked``), with
     ``window = durations[(phase, tool)]`` (:meth:`window_for`) when ``learn``; at the end pop it, append the
     duration to its window and, when ``keep_ended``, :meth:`queue_ended` it.
     """
@@ -181,9 +185,10 @@ class InflightRegistry:
         self.ended_dropped = 0
 
     # -- fed by the span lifecycle (_context.sample, _phase) --------------------------------------
-    def sample_started(self, span: Any, attrs: Mapping[str, Any]) -> _Sample | None:
-        """Track the ``rl.sample`` root ``span`` that started with ``attrs``; the record to hand to
-        :meth:`phase_started` and :meth:`sample_ended`, or ``None`` when the span is not recorded. Never raises."""
+    def sample_started(self, span: Any, attrs: Mapping[str, Any], start_mono_ns: int) -> _Sample | None:
+        """Track the ``rl.sample`` root ``span`` that started with ``attrs`` at ``start_mono_ns``
+        (``time.monotonic_ns``); the record to hand to :meth:`phase_started` and :meth:`sample_ended`, or
+        ``None`` when the span is not recorded. Never raises."""
         try:
             if not span.is_recording():
                 return None
@@ -192,7 +197,9 @@ class InflightRegistry:
                 start = span._start_time
             except AttributeError:
                 start = getattr(span, "start_time", None)
-            sample = _Sample(self, attrs, span.name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), start or 0)
+            sample = _Sample(
+                self, attrs, span.name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), start or 0, start_mono_ns
+            )
             with self._lock:
                 samples = self._samples
                 while len(samples) >= self.max_samples:
@@ -220,11 +227,13 @@ class InflightRegistry:
         except Exception:
             internal_error("InflightRegistry.sample_ended")
 
-    def phase_started(self, key: object, sample: _Sample, phase: str, tool: str | None, span: Any) -> Any:
-        """Track ``span``, a phase span of ``sample``, under ``key`` (its scope); ``self`` when tracked (pass it
-        :meth:`phase_ended` later), ``None`` when not: the sample is no longer tracked here (ended, evicted, or
-        tracked before a ``fork``), the span is not an SDK span, or the bound is reached (counted). Lock-free,
-        O(1), never raises."""
+    def phase_started(
+        self, key: object, sample: _Sample, phase: str, tool: str | None, span: Any, start_mono_ns: int
+    ) -> Any:
+        """Track ``span``, a phase span of ``sample`` started at ``start_mono_ns`` (``time.monotonic_ns``), under
+        ``key`` (its scope); ``self`` when tracked (pass it :meth:`phase_ended` later), ``None`` when not: the
+        sample is no longer tracked here (ended, evicted, or tracked before a ``fork``), the span is not an SDK
+        span, or the bound is reached (counted). Lock-free, O(1), never raises."""
         try:
             if not sample.tracked:
                 return None
@@ -232,8 +241,9 @@ class InflightRegistry:
             if len(phases) >= self.max_phases:
                 self.phases_untracked += 1
                 return None
+            span._start_time  # noqa: B018 - the SDK's span, or AttributeError: not tracked
             window = self.window_for((phase, tool)) if self.learn else None
-            phases[key] = (sample, phase, tool, span._start_time, window)
+            phases[key] = (sample, phase, tool, start_mono_ns, window)
             return self
         except AttributeError:  # not the SDK's span (no start time): not tracked
             return None
@@ -242,13 +252,14 @@ class InflightRegistry:
             return None
 
     def phase_ended(self, key: object, span: Any) -> None:
-        """The phase span tracked under ``key`` has ended: forget it, learn its duration. Never raises."""
+        """The phase span tracked under ``key`` has ended: forget it, learn its duration (its end - start: the
+        library ends its spans on the monotonic clock, or at a duration measured elsewhere). Never raises."""
         try:
             rec = self._phases.pop(key, None)  # atomic under the GIL: no lock on the hot path
             if rec is None:
                 return  # evicted with its sample, or tracked before a fork
             if rec[4] is not None:
-                rec[4].append(span._end_time - rec[3])
+                rec[4].append(span._end_time - span._start_time)
             if self.keep_ended:
                 self.queue_ended(rec, span)
         except Exception:
@@ -286,8 +297,8 @@ class InflightRegistry:
         return len(self._samples)
 
     def snapshot(self, limit: int | None = None, now_ns: int | None = None) -> list[InflightSample]:
-        """Running samples, oldest first (at most ``limit``)."""
-        now = time.time_ns() if now_ns is None else now_ns
+        """Running samples, oldest first (at most ``limit``), aged up to ``now_ns`` (``time.monotonic_ns()``)."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
         samples = list(self._samples.values())
         if limit is not None:
             samples = samples[:limit]
@@ -302,8 +313,8 @@ class InflightRegistry:
             rollout_n=s.rollout,
             phase=cur[1] if cur is not None else NO_PHASE,
             tool=cur[2] if cur is not None else None,
-            phase_age_s=(now - (cur[3] if cur is not None else s.start_ns)) / 1e9,
-            sample_age_s=(now - s.start_ns) / 1e9,
+            phase_age_s=(now - (cur[3] if cur is not None else s.start_mono_ns)) / 1e9,
+            sample_age_s=(now - s.start_mono_ns) / 1e9,
             trace_id=format(s.trace_id, "032x"),
             span_id=format(s.span_id, "016x"),
             overdue=s.tripped,
@@ -312,8 +323,9 @@ class InflightRegistry:
         )
 
     def counts(self, now_ns: int | None = None) -> tuple[dict[str, int], float]:
-        """(running samples by current phase, age in seconds of the oldest running sample, 0 when none)."""
-        now = time.time_ns() if now_ns is None else now_ns
+        """(running samples by current phase, age in seconds of the oldest running sample, 0 when none), up to
+        ``now_ns`` (``time.monotonic_ns()``)."""
+        now = time.monotonic_ns() if now_ns is None else now_ns
         samples = list(self._samples.values())
         current = self._current()
         by_phase: dict[str, int] = {}
@@ -321,12 +333,13 @@ class InflightRegistry:
             cur = current.get(sample.span_id)
             key = cur[1] if cur is not None else NO_PHASE
             by_phase[key] = by_phase.get(key, 0) + 1
-        return by_phase, ((now - samples[0].start_ns) / 1e9 if samples else 0.0)
+        return by_phase, ((now - samples[0].start_mono_ns) / 1e9 if samples else 0.0)
 
     def overdue(self, now_ns: int, thresholds: Any, min_threshold_ns: int) -> list[tuple[OpenPhase, int]]:
-        """Open phase spans whose age reached ``thresholds(phase, tool)`` (ns), of samples not reported before;
-        their samples are marked reported. Phases are visited oldest first and the scan stops at the first
-        younger than ``min_threshold_ns``: O(candidates), not O(in-flight)."""
+        """Open phase spans whose age at ``now_ns`` (``time.monotonic_ns()``) reached ``thresholds(phase, tool)``
+        (ns), of samples not reported before; their samples are marked reported. Phases are visited oldest
+        first and the scan stops at the first younger than ``min_threshold_ns``: O(candidates), not
+        O(in-flight)."""
         found: list[tuple[OpenPhase, int]] = []
         for rec in list(self._phases.values()):
             sample, phase, tool, start, _ = rec

@@ -26,8 +26,10 @@ from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
+from ._clock import clock_offset, monotonic_ns
 from ._context import _SAMPLE, clean_attributes, mark_error, restore_identity
 from ._guard import internal_error
+from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._tracer import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -127,13 +129,22 @@ _NOOP = Scope()
 class SpanScope(Scope):
     """A started span: current while entered, ended by ``close`` with the user's exception recorded.
 
+    ``offset``: the span's clock offset (:func:`~otel_agentloop.core._clock.clock_offset`): it ends at
+    ``monotonic_ns() + offset``, so its duration is monotonic; ``None``: it ends on the SDK's wall clock.
     ``live``: the in-flight registry tracking this span under this scope (told once the span has ended)."""
 
-    __slots__ = ("identity", "live", "span", "token")
+    __slots__ = ("identity", "live", "offset", "span", "token")
 
-    def __init__(self, span: Span, identity: Mapping[str, object] | None = None, enter: bool = False) -> None:
+    def __init__(
+        self,
+        span: Span,
+        identity: Mapping[str, object] | None = None,
+        enter: bool = False,
+        offset: int | None = None,
+    ) -> None:
         self.span = span
         self.identity = identity  # the attributes it started with: identity is restored from them at the end
+        self.offset = offset
         self.token: object = None
         self.live: Any = None
         if enter:
@@ -157,7 +168,8 @@ class SpanScope(Scope):
                 internal_error("span.detach")
 
     def close(self, exc: BaseException | None) -> None:
-        end_span(self.span, exc, self.identity)
+        offset = self.offset
+        end_span(self.span, exc, self.identity, None if offset is None else monotonic_ns() + offset)
         if self.live is not None:
             self.live.phase_ended(self, self.span)
 
@@ -169,6 +181,8 @@ class SpanScope(Scope):
             except Exception:
                 internal_error("span.detach")
         span = self.span
+        offset = self.offset
+        now = monotonic_ns()
         try:
             if exc is not None:
                 mark_error(span, exc)
@@ -179,7 +193,7 @@ class SpanScope(Scope):
                     dropped = 0
                 if dropped:
                     restore_identity(span, self.identity)
-            span.end()
+            span.end(None if offset is None else now + offset)
         except Exception:
             internal_error("span.end")
         live = self.live
@@ -188,7 +202,7 @@ class SpanScope(Scope):
                 rec = live._phases.pop(self, None)  # atomic under the GIL: no lock
                 if rec is not None:
                     if rec[4] is not None:
-                        rec[4].append(span._end_time - rec[3])  # type: ignore[attr-defined]  # the SDK span
+                        rec[4].append(now - rec[3])  # monotonic: the span's end - start when anchored
                     if live.keep_ended:
                         live.queue_ended(rec, span)
             except Exception:
@@ -199,6 +213,8 @@ class SpanScope(Scope):
         measured elsewhere (verl's timers). The in-flight registry is told, as by ``exit``. Never raises."""
         self.leave()
         try:
+            if end_time is None and self.offset is not None:
+                end_time = monotonic_ns() + self.offset
             self.span.end(end_time=end_time)
         except Exception:
             internal_error("span.end")
@@ -214,15 +230,17 @@ def end_span(
     span: Span,
     exc: BaseException | None = None,
     identity: Mapping[str, object] | None = None,
+    end_time: int | None = None,
 ) -> None:
-    """End ``span``, recording ``exc`` if given and restoring the ``identity`` attributes it started with if a
-    count limit evicted them. Never raises."""
+    """End ``span`` at ``end_time`` (ns since the epoch; the SDK's clock when ``None``), recording ``exc`` if
+    given and restoring the ``identity`` attributes it started with if a count limit evicted them. Never
+    raises."""
     try:
         if exc is not None:
             mark_error(span, exc)
         if identity is not None:
             restore_identity(span, identity)
-        span.end()
+        span.end(end_time)
     except Exception:
         internal_error("span.end")
 
@@ -249,10 +267,17 @@ def _start(tracer: Tracer, spec: PhaseSpec, extra: Mapping[str, AttributeValue] 
         attrs = spec.attributes if sample is None else {**spec.attributes, **sample.phase_attributes}
         if extra:
             attrs = {**clean_attributes(extra), **attrs}
-        scope = SpanScope(tracer.start_span(spec.name, attributes=attrs), attrs)
+        mono = monotonic_ns()
+        offset = sample.clock_offset if sample is not None else None
+        if offset is None:  # no sample (or one entered while tracing was off): this span's own anchor
+            span = tracer.start_span(spec.name, attributes=attrs)
+            offset = clock_offset(span, mono)
+        else:  # on the sample's timeline (see _clock)
+            span = tracer.start_span(spec.name, attributes=attrs, start_time=mono + offset)
+        scope = SpanScope(span, attrs, False, offset)
         live = sample.live if sample is not None else None
         if live is not None:
-            scope.live = live.registry.phase_started(scope, live, spec.phase, spec.tool, scope.span)
+            scope.live = live.registry.phase_started(scope, live, spec.phase, spec.tool, span, mono)
         return scope
     except Exception:
         internal_error("phase.start")
@@ -320,27 +345,6 @@ def _timed_result(result: Any, scope: Scope) -> Any:
     return result
 
 
-def _is_async_callable(fn: Any) -> bool:
-    if inspect.iscoroutinefunction(fn):
-        return True
-    call = getattr(type(fn), "__call__", None)  # noqa: B004 - an object with ``async def __call__``
-    return call is not None and not inspect.isfunction(fn) and inspect.iscoroutinefunction(call)
-
-
-def _is_asyncgen_callable(fn: Any) -> bool:
-    if inspect.isasyncgenfunction(fn):
-        return True
-    call = getattr(type(fn), "__call__", None)  # noqa: B004
-    return call is not None and not inspect.isfunction(fn) and inspect.isasyncgenfunction(call)
-
-
-def _is_gen_callable(fn: Any) -> bool:
-    if inspect.isgeneratorfunction(fn):
-        return True
-    call = getattr(type(fn), "__call__", None)  # noqa: B004
-    return call is not None and not inspect.isfunction(fn) and inspect.isgeneratorfunction(call)
-
-
 def _wraps(fn: Any) -> Callable[[F], F]:
     def apply(wrapper: F) -> F:
         try:
@@ -362,8 +366,13 @@ def instrument(fn: F, begin: Begin) -> F:
     wrapper, with the scope current only while the generator runs (never in the consumer). A sync callable
     that returns an awaitable is timed until the awaitable completes. The user's exception is recorded and
     re-raised unchanged; cancellation and ``GeneratorExit`` are not errors.
+
+    The wrapper holds ``fn`` and ``begin`` in its closure, so it pickles by value (what Ray's cloudpickle
+    does with a function of the user's ``__main__``) exactly when ``begin`` does: make it a bound method of
+    an importable class (:class:`PhaseBegin`) or a closure over plain values, never over a ContextVar, lock
+    or SDK object.
     """
-    if _is_asyncgen_callable(fn):
+    if is_asyncgen_callable(fn):
 
         @_wraps(fn)
         async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
@@ -407,7 +416,7 @@ def instrument(fn: F, begin: Begin) -> F:
 
         return agen_wrapper  # type: ignore[return-value]
 
-    if _is_async_callable(fn):
+    if is_async_callable(fn):
 
         @_wraps(fn)
         async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -424,7 +433,7 @@ def instrument(fn: F, begin: Begin) -> F:
 
         return async_wrapper  # type: ignore[return-value]
 
-    if _is_gen_callable(fn):
+    if is_gen_callable(fn):
 
         @_wraps(fn)
         def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
@@ -489,34 +498,60 @@ def instrument(fn: F, begin: Begin) -> F:
     return sync_wrapper  # type: ignore[return-value]
 
 
-def _wrap(fn: F, spec: PhaseSpec) -> F:
-    name, attrs, phase_name, tool = spec.name, spec.attributes, spec.phase, spec.tool
-    key = (phase_name, tool)  # the in-flight registry's duration window
+class PhaseBegin:
+    """``begin`` of :func:`instrument` for ``phase``/``trace_*``: opens one call's phase span of ``spec``.
 
-    def begin(kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
+    The per-decoration state lives in this slotted object of an importable class, not in a closure: Ray's
+    cloudpickle pickles a function decorated in the user's ``__main__`` by value, with its closure and the
+    globals its code names, and a ContextVar, lock or SDK object there cannot be pickled. This pickles as
+    the class (by reference) and the spec; everything per process (tracer, current sample) is looked up
+    per call.
+    """
+
+    __slots__ = ("attrs", "key", "name", "phase", "spec", "tool")
+
+    def __init__(self, spec: PhaseSpec) -> None:
+        self.spec = spec
+        self.name, self.attrs, self.phase, self.tool = spec.name, spec.attributes, spec.phase, spec.tool
+        self.key = (spec.phase, spec.tool)  # the in-flight registry's duration window
+
+    def __reduce__(self) -> tuple[Any, ...]:
+        return (PhaseBegin, (self.spec,))
+
+    def begin(self, kwargs: dict[str, Any]) -> Scope | None:  # _start() inlined: this is the hot path
         tracer = current_tracer()
         if tracer is None:  # the whole cost when tracing is off: this call and begin's
             return None
         started: dict[str, AttributeValue] | None  # an annotation only: no runtime work
         try:
             sample = _SAMPLE.get()
+            mono = monotonic_ns()
             if sample is None:
-                return SpanScope(tracer.start_span(name, attributes=attrs), attrs, True)
+                span = tracer.start_span(self.name, attributes=self.attrs)
+                return SpanScope(span, self.attrs, True, clock_offset(span, mono))
+            spec = self.spec
             started = sample.merged.get(spec)
             if started is None:
-                started = sample.merged[spec] = {**attrs, **sample.phase_attributes}
-            span = tracer.start_span(name, attributes=started)
-            scope = SpanScope(span, started, True)
+                started = sample.merged[spec] = {**self.attrs, **sample.phase_attributes}
+            offset = sample.clock_offset
+            if offset is None:  # a sample entered while tracing was off: this span's own anchor
+                span = tracer.start_span(self.name, attributes=started)
+                offset = clock_offset(span, mono)
+            else:  # on the sample's timeline (see _clock): one monotonic reading, no wall-clock one
+                span = tracer.start_span(self.name, attributes=started, start_time=mono + offset)
+            scope = SpanScope(span, started, True, offset)
             live = sample.live  # the in-flight registry's record of the sample: fed here, not by a processor
             if live is not None and live.tracked:  # InflightRegistry.phase_started, inlined (see InflightRegistry)
                 try:
                     registry = live.registry
                     phases = registry._phases
                     if len(phases) < registry.max_phases:
+                        key = self.key
                         window = registry.durations.get(key) if registry.learn else None
                         if window is None and registry.learn:
                             window = registry.window_for(key)
-                        phases[scope] = (live, phase_name, tool, span._start_time, window)  # type: ignore[attr-defined]
+                        span._start_time  # type: ignore[attr-defined]  # noqa: B018 - the SDK's span, or not tracked
+                        phases[scope] = (live, self.phase, self.tool, mono, window)
                         scope.live = registry
                     else:
                         registry.phases_untracked += 1
@@ -529,7 +564,9 @@ def _wrap(fn: F, spec: PhaseSpec) -> F:
             internal_error("phase.start")
             return None
 
-    return instrument(fn, begin)
+
+def _wrap(fn: F, spec: PhaseSpec) -> F:
+    return instrument(fn, PhaseBegin(spec).begin)  # a bound method: pickles as (PhaseBegin, spec), never a closure
 
 
 def phase(

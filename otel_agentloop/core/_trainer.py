@@ -17,6 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from .. import semconv as sc
+from ._clock import clock_offset, monotonic_ns
 from ._context import current_step
 from ._guard import internal_error
 from ._phase import Scope, SpanScope, instrument
@@ -59,7 +60,9 @@ class _TrainerScope(Scope):
             if step is not None:
                 attrs[sc.RL_STEP] = step.step
                 attrs[sc.RL_VALIDATE] = step.validate
-            self.inner = SpanScope(tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs))
+            mono = monotonic_ns()
+            span = tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs)
+            self.inner = SpanScope(span, offset=clock_offset(span, mono))  # a monotonic duration (see _clock)
         except Exception:
             internal_error("trainer_phase.enter")
 

@@ -224,13 +224,14 @@ class LiveMonitor:
             self.check()
 
     def check(self, now_ns: int | None = None) -> None:
-        """One pass: drain ended spans (metrics), then report newly overdue phases. Never raises."""
+        """One pass: drain ended spans (metrics), then report newly overdue phases, aged up to ``now_ns``
+        (``time.monotonic_ns()``). Never raises."""
         t0 = time.thread_time()
         try:
             with self._lock:
                 self._drain()
                 if self.settings.enabled:
-                    now = time.time_ns() if now_ns is None else now_ns
+                    now = time.monotonic_ns() if now_ns is None else now_ns  # ages: never the wall clock
                     found = self.registry.overdue(now, self._threshold_ns, self._min_ns)
                     for n, (rec, age) in enumerate(found):
                         self._report(rec, age, now, log=n < self.settings.max_warnings_per_check)
@@ -322,7 +323,7 @@ class LiveMonitor:
                 if value is not None:
                     attrs[key] = value
             if rec is not None:
-                attrs[sc.RL_SNAPSHOT_PHASE_AGE] = (now_ns - rec.start_ns) / 1e9
+                attrs[sc.RL_SNAPSHOT_PHASE_AGE] = (now_ns - rec.start_mono_ns) / 1e9
                 if rec.tool:
                     attrs[sc.GEN_AI_TOOL_NAME] = rec.tool
             span = self._snapshots.start_span(
@@ -332,7 +333,7 @@ class LiveMonitor:
                 attributes=attrs,
                 start_time=sample.start_ns,
             )
-            span.end(end_time=max(now_ns, sample.start_ns))
+            span.end(end_time=sample.start_ns + max(now_ns - sample.start_mono_ns, 0))  # on the sample's timeline
             self.snapshots_exported += 1
         except Exception:
             internal_error("LiveMonitor.snapshot")
