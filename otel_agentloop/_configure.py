@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
-from .config._environment import compression, sanitize_environment
+from .config._environment import sanitize_environment
 from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
 from .core import _tracer
 from .core._guard import internal_error, logger
@@ -237,7 +237,7 @@ def _otlp_exporter(
             insecure=insecure,
             headers=dict(headers) if headers else None,
             timeout=timeout_s,
-            compression=grpc_compression("TRACES"),
+            compression=_otel_metrics.grpc_compression("TRACES"),
         )
     if protocol == "http/json":
         from .export._http_json import OTLPJsonHttpExporter
@@ -260,14 +260,6 @@ RESERVED_ATTRIBUTES = 16
 """Room this library adds to the span attribute count limit for its own identity attributes (``rl.*``,
 ``gen_ai.*``, ``error.type``): ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT=4`` still gives 4 attributes to the user's
 own, and identity is written last so the SDK (which evicts the oldest) evicts the user's first."""
-
-
-def grpc_compression(signal: str) -> Any:
-    """The ``grpc.Compression`` for ``signal`` (see ``config._environment.compression``)."""
-    from grpc import Compression
-
-    names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate, "none": Compression.NoCompression}
-    return names[compression(signal)]
 
 
 def _span_limits(length: int) -> SpanLimits:

@@ -26,7 +26,7 @@ from importlib import metadata
 from ._settings import (
     PROTOCOLS,
     SPECS,
-    Adjusted,
+    AdjustedError,
     env_str,
     logger,
     parse_endpoint,
@@ -35,7 +35,7 @@ from ._settings import (
 )
 
 Parse = Callable[[str], str]
-"""Environment text -> the text the SDK may read (``ValueError`` with the reason, :class:`Adjusted` with the
+"""Environment text -> the text the SDK may read (``ValueError`` with the reason, :class:`AdjustedError` with the
 text used instead)."""
 
 
@@ -75,7 +75,7 @@ def _duration(unit: str, maximum: float) -> Parse:
         if not math.isfinite(value) or value <= 0:
             raise ValueError(f"must be a finite number of {unit} > 0")
         if value > maximum:
-            raise Adjusted(f"must be at most {maximum:g} {unit}", str(int(maximum)))
+            raise AdjustedError(f"must be at most {maximum:g} {unit}", str(int(maximum)))
         return raw
 
     return parse
@@ -86,10 +86,10 @@ def _url(raw: str) -> str:
 
 
 def _headers(raw: str) -> str:
-    pairs, malformed = split_pairs(raw)
+    _, malformed = split_pairs(raw)
     if malformed:
         kept = ",".join(item for item in raw.split(",") if item.strip() and item.strip() not in malformed)
-        raise Adjusted(f"has items that are not key=value: {', '.join(map(repr, malformed))}", kept or None)
+        raise AdjustedError(f"has items that are not key=value: {', '.join(map(repr, malformed))}", kept or None)
     return raw
 
 
@@ -135,11 +135,12 @@ def _plugins(group: str, *builtin: str, many: bool = False) -> Parse:
         unknown = [n for n in names if n not in known]
         if not unknown:
             return raw
-        hint = f"unknown {'names' if len(unknown) > 1 else 'name'} {', '.join(map(repr, unknown))} (entry points {group})"
+        listed = ", ".join(map(repr, unknown))
+        hint = f"names {listed}, not registered (entry points {group})"
         kept = [n for n in names if n not in unknown]
         if many and kept:
-            raise Adjusted(hint, ",".join(kept))
-        raise ValueError(f"is an {hint}")
+            raise AdjustedError(hint, ",".join(kept))
+        raise ValueError(f"{hint}")
 
     return parse
 
@@ -256,9 +257,7 @@ def _other_variables() -> Iterable[SdkVariable]:
         "OTEL_METRICS_EXPORTER", _plugins("opentelemetry_metrics_exporter", "none", many=True), "see metrics._otel"
     )
     yield SdkVariable("OTEL_LOGS_EXPORTER", _plugins("opentelemetry_logs_exporter", "none", many=True), "otlp")
-    yield SdkVariable(
-        "OTEL_METRICS_EXEMPLAR_FILTER", _choice("trace_based", "always_on", "always_off"), "trace_based"
-    )
+    yield SdkVariable("OTEL_METRICS_EXEMPLAR_FILTER", _choice("trace_based", "always_on", "always_off"), "trace_based")
     yield SdkVariable("OTEL_PYTHON_SDK_INTERNAL_METRICS_ENABLED", _boolean, "false")
     yield SdkVariable("OTEL_BLRP_MAX_QUEUE_SIZE", _count(1), "2048")
     yield SdkVariable("OTEL_BLRP_MAX_EXPORT_BATCH_SIZE", _count(1), "512")
@@ -335,7 +334,7 @@ def _sanitize() -> None:
                 continue
             try:
                 spec.parse(raw)
-            except Adjusted as exc:
+            except AdjustedError as exc:
                 new = None if exc.value is None else spec.show(exc.value)
                 _replace(var, raw, exc, spec.describe(exc.value), new)
             except ValueError as exc:
@@ -347,7 +346,7 @@ def _sanitize() -> None:
             continue
         try:
             variable.parse(raw)
-        except Adjusted as exc:
+        except AdjustedError as exc:
             _replace(variable.name, raw, exc, str(exc.value or variable.default), exc.value)
         except ValueError as exc:
             fallback = variable.fallback if variable.fallback and env_str(variable.fallback) else None
@@ -358,7 +357,6 @@ def _sanitize() -> None:
             close = difflib.get_close_matches(name, sorted(known), n=1, cutoff=0.6)
             hint = f"; did you mean {close[0]}?" if close else ""
             warn_once(f"unknown:{name}", "otel_agentloop: %s is not a variable otel_agentloop reads%s", name, hint)
-
 
 
 def compression(signal: str) -> str:

@@ -41,7 +41,7 @@ MIN_WATCHDOG_INTERVAL = 0.05
 """Lower bound of the watchdog's check interval: below it the thread costs CPU without seeing more."""
 
 
-class Adjusted(ValueError):
+class AdjustedError(ValueError):
     """An environment value out of its declared range: ``value`` (the nearest bound) is used instead."""
 
     def __init__(self, reason: str, value: Any) -> None:
@@ -241,9 +241,9 @@ def _seconds(
         if not number > 0:
             raise ValueError("must be > 0")
         if number > maximum:
-            raise Adjusted(f"must be at most {_number_text(maximum * scale)}", maximum)
+            raise AdjustedError(f"must be at most {_number_text(maximum * scale)}", maximum)
         if number < minimum:
-            raise Adjusted(f"must be at least {_number_text(minimum * scale)}", minimum)
+            raise AdjustedError(f"must be at least {_number_text(minimum * scale)}", minimum)
         return number
 
     def check(name: str, value: object) -> float:
@@ -364,7 +364,7 @@ def _pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
     def parse(raw: str) -> dict[str, str] | None:
         pairs, malformed = split_pairs(raw, lower=headers)
         if malformed:
-            raise Adjusted(f"has items that are not key=value: {', '.join(map(repr, malformed))}", pairs or None)
+            raise AdjustedError(f"has items that are not key=value: {', '.join(map(repr, malformed))}", pairs or None)
         return pairs or None
 
     def check(name: str, value: object) -> dict[str, Any]:
@@ -414,7 +414,7 @@ def _insecure_from_env() -> bool | None:
 def parse_endpoint(raw: str) -> str:
     """An OTLP endpoint URL (``http://`` or ``https://``, a host, a valid port), else ``ValueError``.
 
-    Without a scheme (``127.0.0.1:4317``) it raises :class:`Adjusted` with the URL used instead: ``http://``
+    Without a scheme (``127.0.0.1:4317``) it raises :class:`AdjustedError` with the URL used instead: ``http://``
     for a loopback host, else as ``OTEL_EXPORTER_OTLP_(TRACES_)INSECURE`` says (``https://`` unless it is
     true), so a plaintext Collector on this node never gets a TLS handshake and a remote one is never sent
     headers in plaintext unless asked."""
@@ -424,7 +424,7 @@ def parse_endpoint(raw: str) -> str:
         insecure = _insecure_from_env()
         scheme = "http" if (insecure if insecure is not None else _is_loopback(host)) else "https"
         url = parse_endpoint(f"{scheme}://{text}")
-        raise Adjusted("has no scheme (write http:// for plaintext, https:// for TLS)", url)
+        raise AdjustedError("has no scheme (write http:// for plaintext, https:// for TLS)", url)
     try:
         parts = urlsplit(text)
         parts.port  # noqa: B018  (raises ValueError for a port out of range or not a number)
@@ -454,7 +454,7 @@ def _endpoint(example: str) -> dict[str, Any]:
         text = _check_text(name, value)
         try:
             return parse_endpoint(text)
-        except Adjusted as exc:
+        except AdjustedError as exc:
             logger.warning("otel_agentloop: %s=%r %s; using %s", name, text, exc, exc.value)
             return str(exc.value)
         except ValueError as exc:
@@ -499,9 +499,15 @@ class Settings:
         "grpc", _OTLP + "PROTOCOL", read=(_OTLP + "TRACES_PROTOCOL",), **_choice("http/json", PROTOCOLS)
     )
     headers: Mapping[str, str] | None = _setting(
-        None, _OTLP + "HEADERS", read=(_OTLP + "TRACES_HEADERS",), unset="no headers", **_pairs({"x-team": "rl a"}, headers=True)
+        None,
+        _OTLP + "HEADERS",
+        read=(_OTLP + "TRACES_HEADERS",),
+        unset="no headers",
+        **_pairs({"x-team": "rl a"}, headers=True),
     )
-    file: str | None = _setting(None, _AL + "FILE", unset=f"./{DEFAULT_FILE}", **_path("/tmp/otel-agentloop-example.jsonl"))
+    file: str | None = _setting(
+        None, _AL + "FILE", unset=f"./{DEFAULT_FILE}", **_path("/tmp/otel-agentloop-example.jsonl")
+    )
     """The OTLP-JSON-lines file (absolute); used when there is no OTLP endpoint, or with ``also_file``."""
     also_file: bool = _setting(False, _AL + "ALSO_FILE", **_bool(True))
     """Write ``file`` even when exporting over OTLP (implied by a ``file`` argument)."""
@@ -607,7 +613,7 @@ def resolve(
                 continue
             try:
                 value = spec.parse(raw)
-            except Adjusted as exc:
+            except AdjustedError as exc:
                 value = exc.value
                 logger.warning("otel_agentloop: %s=%r %s; using %s", var, raw, exc, spec.describe(value))
             except ValueError as exc:

@@ -82,6 +82,15 @@ def exporter_choice(endpoint: str | None) -> str:
     return "none"
 
 
+def grpc_compression(signal: str) -> Any:
+    """The ``grpc.Compression`` for ``signal`` (``"TRACES"``, ``"METRICS"``; see ``config._environment.compression``):
+    passed explicitly, as the SDK's gRPC exporters raise on ``deflate`` and ``none``."""
+    from grpc import Compression  # type: ignore[import-untyped]
+
+    names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate, "none": Compression.NoCompression}
+    return names[compression(signal)]
+
+
 def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
     proto = (
         protocol or env_str("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env_str("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
@@ -89,11 +98,8 @@ def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
-        from grpc import Compression
-
         insecure = True if endpoint is not None and endpoint.startswith("http://") else None
-        codes = {"gzip": Compression.Gzip, "deflate": Compression.Deflate, "none": Compression.NoCompression}
-        return Grpc(endpoint=endpoint, insecure=insecure, compression=codes[compression("METRICS")])
+        return Grpc(endpoint=endpoint, insecure=insecure, compression=grpc_compression("METRICS"))
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
     if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
