@@ -248,6 +248,8 @@ def _other_variables() -> Iterable[SdkVariable]:
     yield SdkVariable("OTEL_PYTHON_ID_GENERATOR", _plugins("opentelemetry_id_generator"), "random")
     yield SdkVariable("OTEL_PYTHON_TRACER_PROVIDER", _plugins("opentelemetry_tracer_provider"), "the API's default")
     yield SdkVariable("OTEL_PYTHON_METER_PROVIDER", _plugins("opentelemetry_meter_provider"), "the API's default")
+    yield SdkVariable("OTEL_PYTHON_LOGGER_PROVIDER", _plugins("opentelemetry_logger_provider"), "the API's default")
+    yield SdkVariable("OTEL_PYTHON_LOGGING_AUTO_INSTRUMENTATION_ENABLED", _boolean, "false")
     yield SdkVariable(
         "OTEL_EXPERIMENTAL_RESOURCE_DETECTORS",
         _plugins("opentelemetry_resource_detector", many=True),
