@@ -295,40 +295,43 @@ def test_fallback_warnings_name_the_default_used(var, value, used, monkeypatch, 
 
 
 # -- concurrency -------------------------------------------------------------------------------------
+def _configure_8_then_shut_down_7(keep: int, step: int) -> None:
+    exporters = [InMemorySpanExporter() for _ in range(8)]
+    handles: list = [None] * 8
+    start = threading.Barrier(8)
+
+    def configure(i: int) -> None:
+        start.wait()
+        handles[i] = oal.configure(f"c{i}", exporters=[exporters[i]], set_global=False, watchdog=False)
+
+    threads = [threading.Thread(target=configure, args=(i,)) for i in range(8)]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    close = threading.Barrier(7)
+
+    def shutdown(i: int) -> None:
+        close.wait()
+        handles[i].shutdown(1)
+
+    threads = [threading.Thread(target=shutdown, args=(i,)) for i in range(8) if i != keep]
+    for t in threads:
+        t.start()
+    for t in threads:
+        t.join()
+    assert oal.current_handle() is handles[keep]
+    assert _trace_one(handles[keep], step=step) == 1, step
+    assert handles[keep].force_flush(5)
+    assert [s.name for s in exporters[keep].get_finished_spans()] == ["execute_tool t", "rl.sample"]
+    handles[keep].shutdown(1)
+    assert oal.current_handle() is None
+
+
 def test_concurrent_configure_and_shutdown_leave_the_open_handle_tracing() -> None:
     """8 threads configure at once, 7 handles are shut down at once: the one left is current and traces."""
     for trial in range(6):
-        exporters = [InMemorySpanExporter() for _ in range(8)]
-        handles: list = [None] * 8
-        start = threading.Barrier(8)
-
-        def configure(i: int) -> None:
-            start.wait()
-            handles[i] = oal.configure(f"c{i}", exporters=[exporters[i]], set_global=False, watchdog=False)
-
-        threads = [threading.Thread(target=configure, args=(i,)) for i in range(8)]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        keep = trial % 8
-        close = threading.Barrier(7)
-
-        def shutdown(i: int) -> None:
-            close.wait()
-            handles[i].shutdown(1)
-
-        threads = [threading.Thread(target=shutdown, args=(i,)) for i in range(8) if i != keep]
-        for t in threads:
-            t.start()
-        for t in threads:
-            t.join()
-        assert oal.current_handle() is handles[keep]
-        assert _trace_one(handles[keep], step=trial) == 1, trial
-        assert handles[keep].force_flush(5)
-        assert [s.name for s in exporters[keep].get_finished_spans()] == ["execute_tool t", "rl.sample"]
-        handles[keep].shutdown(1)
-        assert oal.current_handle() is None
+        _configure_8_then_shut_down_7(keep=(3 * trial) % 8, step=trial)
 
 
 # -- an endpoint without a scheme (issue 18, item 6) ----------------------------------------------------------
