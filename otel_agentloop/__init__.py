@@ -22,13 +22,26 @@ Typical use::
     metrics = handle.metrics.collect(step)                    # verl's agent_loop/... dict
 """
 
-from . import semconv as semconv  # a public sub-module: `oal.semconv.RL_SAMPLE_INDEX`
-from ._configure import Handle, configure, current_handle
-from ._version import __version__
-from .core._context import bind, current_sample, current_step, record_generation, record_sample, sample, step
-from .core._phase import phase, span, trace_generate, trace_reward, trace_tool
-from .core._trainer import trainer_phase
-from .health._watchdog import WatchdogSettings
+from .config._environment import sanitize_environment
+
+# Before the SDK is imported: it parses some OTEL_* variables at import and raises on a bad value.
+sanitize_environment()
+
+from . import semconv as semconv  # noqa: E402  (a public sub-module: `oal.semconv.RL_SAMPLE_INDEX`)
+from ._configure import Handle, configure, current_handle  # noqa: E402
+from ._version import __version__  # noqa: E402
+from .core._context import (  # noqa: E402
+    bind,
+    current_sample,
+    current_step,
+    record_generation,
+    record_sample,
+    sample,
+    step,
+)
+from .core._phase import phase, span, trace_generate, trace_reward, trace_tool  # noqa: E402
+from .core._trainer import trainer_phase  # noqa: E402
+from .health._watchdog import WatchdogSettings  # noqa: E402
 
 __all__ = [
     "Handle",

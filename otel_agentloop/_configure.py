@@ -16,6 +16,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
+from .config._environment import sanitize_environment
 from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
 from .core import _tracer
 from .core._guard import internal_error, logger
@@ -115,15 +116,7 @@ class Handle:
             return
         self._closed = True
         deadline = time.monotonic() + _timeout_s(timeout_s, 5.0)
-        if state.handle is self:
-            target = self
-            while target._parent is not None and target._parent._closed:
-                target = target._parent
-            if target._saved is not None:
-                state.restore(target._saved)
-            state.handle = target._parent
-        elif state.tracer.configured is self.provider:  # not current, yet installed: uninstall it
-            _tracer.install(self._previous)
+        _release(self)
         if self.provider is None:
             return
         provider = self.provider
@@ -179,6 +172,21 @@ class Handle:
         return f"<otel_agentloop.Handle {self.description}>"
 
 
+def _release(handle: Handle) -> None:
+    """Undo what ``handle``'s :func:`configure` installed, atomically with other configure/shutdown calls: if it
+    is current, restore the newest older handle still open (or the state before any)."""
+    with state.lock:
+        if state.handle is handle:
+            target = handle
+            while target._parent is not None and target._parent._closed:
+                target = target._parent
+            if target._saved is not None:
+                state.restore(target._saved)
+            state.handle = target._parent
+        elif state.tracer.configured is handle.provider:  # not current, yet installed: uninstall it
+            _tracer.install(handle._previous)
+
+
 def current_handle() -> Handle | None:
     """The handle of the last :func:`configure` call in this process (``None`` before any)."""
     return state.handle  # type: ignore[no-any-return]
@@ -231,7 +239,11 @@ def _otlp_exporter(
         if endpoint is not None and endpoint.startswith("http://"):
             insecure = True
         return GrpcExporter(
-            endpoint=endpoint, insecure=insecure, headers=dict(headers) if headers else None, timeout=timeout_s
+            endpoint=endpoint,
+            insecure=insecure,
+            headers=dict(headers) if headers else None,
+            timeout=timeout_s,
+            compression=_otel_metrics.grpc_compression("TRACES"),
         )
     if protocol == "http/json":
         from .export._http_json import OTLPJsonHttpExporter
@@ -257,25 +269,14 @@ own, and identity is written last so the SDK (which evicts the oldest) evicts th
 
 
 def _span_limits(length: int) -> SpanLimits:
-    try:
-        count = SpanLimits().max_span_attributes  # as the SDK reads OTEL_(SPAN_)ATTRIBUTE_COUNT_LIMIT
-        return SpanLimits(
-            max_attribute_length=length,
-            max_span_attribute_length=length,
-            max_span_attributes=None if count is None else count + RESERVED_ATTRIBUTES,
-        )
-    except ValueError as exc:  # another OTEL_*_LIMIT variable is malformed
-        logger.warning("otel_agentloop: %s; using default span limits", exc)
-        return SpanLimits(
-            max_attribute_length=length,
-            max_span_attribute_length=length,
-            max_events=128,
-            max_links=128,
-            max_attributes=128,
-            max_span_attributes=128 + RESERVED_ATTRIBUTES,
-            max_event_attributes=128,
-            max_link_attributes=128,
-        )
+    """The SDK's limits from the (checked, see ``config._environment``) environment, with our attribute length
+    and room for our own attributes."""
+    count = SpanLimits().max_span_attributes  # as the SDK reads OTEL_(SPAN_)ATTRIBUTE_COUNT_LIMIT
+    return SpanLimits(
+        max_attribute_length=length,
+        max_span_attribute_length=length,
+        max_span_attributes=None if count is None else count + RESERVED_ATTRIBUTES,
+    )
 
 
 def configure(
@@ -355,6 +356,7 @@ def configure(
     """
     if redact is not None and not callable(redact):
         raise ValueError(f"redact must be callable, not {type(redact).__name__}")
+    sanitize_environment()  # variables set since import: before the SDK objects below read them
     if isinstance(watchdog, WatchdogSettings):
         watchdog_arguments = watchdog.arguments()
     else:
@@ -410,7 +412,30 @@ def _build(
     redact: Callable[[str], str] | None,
     metric_readers: Sequence[Any],
 ) -> Handle:
-    """Install what resolved settings ``s`` describe (see :func:`configure`)."""
+    """Install what resolved settings ``s`` describe (see :func:`configure`): one configure or shutdown at a
+    time, so that concurrent calls nest as if made one after the other."""
+    with state.lock:
+        return _build_locked(
+            s,
+            exporters=exporters,
+            processors=processors,
+            sampler=sampler,
+            worker=worker,
+            redact=redact,
+            metric_readers=metric_readers,
+        )
+
+
+def _build_locked(
+    s: Settings,
+    *,
+    exporters: Sequence[SpanExporter],
+    processors: Sequence[SpanProcessor],
+    sampler: Sampler | None,
+    worker: str | None,
+    redact: Callable[[str], str] | None,
+    metric_readers: Sequence[Any],
+) -> Handle:
     saved = state.save()
     metrics = PhaseMetricsProcessor(max_steps=s.max_steps, max_samples_per_step=s.max_samples_per_step)
     state.content.set(s.capture_content, s.max_content_chars, redact)
@@ -518,7 +543,12 @@ def _build(
         max_inflight=s.max_inflight_samples,
         readers=[
             *metric_readers,
-            *_otel_metrics.build_readers(s.endpoint if endpoint_argument else None, protocol_argument),
+            *_otel_metrics.build_readers(
+                s.endpoint if endpoint_argument else None,
+                protocol_argument,
+                interval_s=s.metric_export_interval_s,
+                timeout_s=s.metric_export_timeout_s,
+            ),
         ],
         on_step_metrics=metrics.add_step_source,
     )

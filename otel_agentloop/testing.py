@@ -25,6 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ._configure import Handle, configure
+from .config._settings import forget_warnings
 from .core._guard import reset_warnings
 from .core._state import state
 
@@ -76,6 +77,7 @@ def isolated() -> Generator[None, None, None]:
     saved = state.save()
     handle, worker_handle = state.handle, state.worker_handle
     reset_warnings()
+    forget_warnings()
     try:
         yield
     finally:

@@ -337,10 +337,12 @@ def test_http_json_forked_child_opens_its_own_connection(http_receiver) -> None:
 
 
 def test_worker_env_carries_the_exporters_tls_and_compression_settings(monkeypatch, tmp_path) -> None:
+    for name in ("ca.pem", "client.pem", "client.key"):  # files that exist: a missing one is dropped, with a warning
+        (tmp_path / name).write_text("not checked here\n")
     settings = {
-        "OTEL_EXPORTER_OTLP_CERTIFICATE": "/etc/otlp/ca.pem",
-        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": "/etc/otlp/client.pem",
-        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": "/etc/otlp/client.key",
+        "OTEL_EXPORTER_OTLP_CERTIFICATE": str(tmp_path / "ca.pem"),
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_CERTIFICATE": str(tmp_path / "client.pem"),
+        "OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY": str(tmp_path / "client.key"),
         "OTEL_EXPORTER_OTLP_COMPRESSION": "deflate",
     }
     for key, value in settings.items():

@@ -35,11 +35,7 @@ def test_bad_env_values_warn_and_fall_back(monkeypatch, caplog, tmp_path) -> Non
         assert handle.enabled  # "maybe" is not true
         text = caplog.text
         for key in BAD_ENV:
-            if key in ("OTEL_TRACES_SAMPLER", "OTEL_SPAN_EVENT_COUNT_LIMIT"):
-                continue  # reported by the SDK / our span-limit fallback, checked below
             assert key in text, key
-        assert "Couldn't recognize sampler sometimes" in text
-        assert "OTEL_SPAN_EVENT_COUNT_LIMIT" in text
         (proc,) = handle.export_processors
         assert (proc.max_queue_size, proc.max_export_batch_size) == (2048, 512)
         assert (proc.schedule_delay_s, proc.export_timeout_s) == (1.0, 30.0)

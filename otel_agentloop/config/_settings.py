@@ -12,13 +12,16 @@ the default used instead. Bad *arguments* to ``configure()`` raise ``ValueError`
 from __future__ import annotations
 
 import dataclasses
+import ipaddress
 import logging
 import math
 import operator
 import os
+import re
+import threading
 from collections.abc import Callable, Collection, Mapping
 from typing import Any
-from urllib.parse import quote, unquote
+from urllib.parse import quote, unquote, urlsplit
 
 from .. import semconv as sc
 
@@ -31,6 +34,19 @@ MAX_SECONDS = 3600.0
 ``threading`` timeouts or stall export for good."""
 MAX_QUEUE = 1 << 24
 MAX_COUNT = 1 << 40
+MAX_WATCHDOG_SECONDS = 7 * 86400.0
+"""Upper bound of every watchdog duration (thresholds, learned floor, default): a week. Larger values overflow
+the nanosecond arithmetic and mean "never" anyway."""
+MIN_WATCHDOG_INTERVAL = 0.05
+"""Lower bound of the watchdog's check interval: below it the thread costs CPU without seeing more."""
+
+
+class AdjustedError(ValueError):
+    """An environment value out of its declared range: ``value`` (the nearest bound) is used instead."""
+
+    def __init__(self, reason: str, value: Any) -> None:
+        super().__init__(reason)
+        self.value = value
 
 
 def check_int(name: str, value: object, minimum: int = 0, maximum: int = MAX_COUNT) -> int:
@@ -111,6 +127,10 @@ def parse_thresholds(spec: Mapping[str, float] | str | None) -> dict[ThresholdKe
             raise ValueError(f"watchdog threshold for {key!r} must be a number of seconds, not {value!r}") from None
         if not seconds > 0 or math.isinf(seconds):
             raise ValueError(f"watchdog threshold for {key!r} must be > 0 seconds, not {value!r}")
+        if seconds > MAX_WATCHDOG_SECONDS:
+            raise ValueError(
+                f"watchdog threshold for {key!r} must be at most {MAX_WATCHDOG_SECONDS:g} seconds, not {value!r}"
+            )
         if key.startswith("tool:") and key[5:]:
             out[(sc.TOOL_CALLS, key[5:])] = seconds
         elif key in _ALIASES:
@@ -145,6 +165,12 @@ class Spec:
     read: tuple[str, ...] = ()
     merge: bool = False
     """A mapping whose argument is merged over the environment's (resource attributes), not instead of it."""
+    unset: str = "none"
+    """What a ``None`` default means, in words (for warnings: "using no OTLP endpoint ...")."""
+
+    def describe(self, value: Any) -> str:
+        """``value`` as a warning names it: its text, or :attr:`unset` for ``None``."""
+        return self.unset if value is None else self.show(value)
 
 
 def _number_text(value: float) -> str:
@@ -159,7 +185,7 @@ def _parse_int(minimum: int, maximum: int) -> Callable[[str], int]:
             raise ValueError("is not a finite number") from None
         if not math.isfinite(as_float):
             raise ValueError("is not a finite number")
-        if not minimum <= as_float <= maximum:
+        if not minimum <= as_float <= maximum:  # a count out of range: the default, never a huge bound
             raise ValueError(f"must be between {minimum} and {maximum}")
         return int(as_float)
 
@@ -197,8 +223,12 @@ def _budget(example: int) -> dict[str, Any]:
     }
 
 
-def _seconds(example: float, *, millis: bool = False, maximum: float = MAX_SECONDS) -> dict[str, Any]:
-    """Seconds > 0 (at most ``maximum``); ``millis``: the variable holds milliseconds (``OTEL_BSP_*``)."""
+def _seconds(
+    example: float, *, millis: bool = False, minimum: float = 0.0, maximum: float = MAX_SECONDS
+) -> dict[str, Any]:
+    """Seconds > 0, in ``[minimum, maximum]``; ``millis``: the variable holds milliseconds (``OTEL_BSP_*``).
+    From the environment, 0, a negative or a non-finite value gives the default; a positive value out of
+    range gives the nearest bound (both with a warning)."""
     scale = 1000.0 if millis else 1.0
 
     def parse(raw: str) -> float:
@@ -208,12 +238,19 @@ def _seconds(example: float, *, millis: bool = False, maximum: float = MAX_SECON
             raise ValueError("is not a finite number") from None
         if not math.isfinite(number):
             raise ValueError("is not a finite number")
-        if not 0 < number <= maximum:
-            raise ValueError(f"must be > 0 and at most {maximum * scale:g}")
+        if not number > 0:
+            raise ValueError("must be > 0")
+        if number > maximum:
+            raise AdjustedError(f"must be at most {_number_text(maximum * scale)}", maximum)
+        if number < minimum:
+            raise AdjustedError(f"must be at least {_number_text(minimum * scale)}", minimum)
         return number
 
     def check(name: str, value: object) -> float:
-        return check_seconds(name, value, maximum=maximum)
+        number = check_seconds(name, value, maximum=maximum)
+        if number < minimum:
+            raise ValueError(f"{name} must be >= {minimum:g} seconds, not {number:g}")
+        return number
 
     def show(value: float) -> str:
         return _number_text(value * scale)
@@ -291,18 +328,27 @@ def _path(example: str) -> dict[str, Any]:
     return {"parse": os.path.abspath, "check": _check_path, "show": str, "example": example}
 
 
-def parse_pairs(raw: str | None, source: str, *, lower: bool = True) -> dict[str, str]:
-    """W3C-baggage-style ``k=v,k2=v2`` (percent-decoded); malformed items are skipped with a warning."""
+def split_pairs(raw: str | None, *, lower: bool = True) -> tuple[dict[str, str], list[str]]:
+    """W3C-baggage-style ``k=v,k2=v2`` (percent-decoded) -> (the pairs, the malformed items)."""
     pairs: dict[str, str] = {}
+    malformed: list[str] = []
     for item in (raw or "").split(","):
         if not item.strip():
             continue
         key, sep, value = item.partition("=")
         if not sep or not key.strip():
-            logger.warning("otel_agentloop: ignoring malformed item %r in %s", item.strip(), source)
+            malformed.append(item.strip())
             continue
         key = unquote(key.strip())
         pairs[key.lower() if lower else key] = unquote(value.strip())
+    return pairs, malformed
+
+
+def parse_pairs(raw: str | None, source: str, *, lower: bool = True) -> dict[str, str]:
+    """W3C-baggage-style ``k=v,k2=v2`` (percent-decoded); malformed items are skipped with a warning."""
+    pairs, malformed = split_pairs(raw, lower=lower)
+    for item in malformed:
+        logger.warning("otel_agentloop: ignoring malformed item %r in %s", item, source)
     return pairs
 
 
@@ -316,7 +362,10 @@ def _pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
     values that are not strings reach other processes as their ``str()``."""
 
     def parse(raw: str) -> dict[str, str] | None:
-        return parse_pairs(raw, "headers" if headers else "resource attributes", lower=headers) or None
+        pairs, malformed = split_pairs(raw, lower=headers)
+        if malformed:
+            raise AdjustedError(f"has items that are not key=value: {', '.join(map(repr, malformed))}", pairs or None)
+        return pairs or None
 
     def check(name: str, value: object) -> dict[str, Any]:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
@@ -345,8 +394,80 @@ def _thresholds(example: str) -> dict[str, Any]:
     return {"parse": canonical, "check": check, "show": str, "example": example}
 
 
-def _setting(default: Any, env: str, *, read: tuple[str, ...] = (), merge: bool = False, **kind: Any) -> Any:
-    return dataclasses.field(default=default, metadata={"spec": Spec(env=env, read=read, merge=merge, **kind)})
+def _is_loopback(host: str) -> bool:
+    if host.lower() == "localhost":
+        return True
+    try:
+        return ipaddress.ip_address(host.strip("[]")).is_loopback
+    except ValueError:
+        return False
+
+
+def _insecure_from_env() -> bool | None:
+    for var in (_OTLP + "TRACES_INSECURE", _OTLP + "INSECURE"):
+        raw = env_str(var)
+        if raw is not None and raw.lower() in _TRUE + _FALSE:
+            return raw.lower() in _TRUE
+    return None
+
+
+def parse_endpoint(raw: str) -> str:
+    """An OTLP endpoint URL (``http://`` or ``https://``, a host, a valid port), else ``ValueError``.
+
+    Without a scheme (``127.0.0.1:4317``) it raises :class:`AdjustedError` with the URL used instead: ``http://``
+    for a loopback host, else as ``OTEL_EXPORTER_OTLP_(TRACES_)INSECURE`` says (``https://`` unless it is
+    true), so a plaintext Collector on this node never gets a TLS handshake and a remote one is never sent
+    headers in plaintext unless asked."""
+    text = raw.strip()
+    if "://" not in text:
+        host = urlsplit("//" + text).hostname or ""
+        insecure = _insecure_from_env()
+        scheme = "http" if (insecure if insecure is not None else _is_loopback(host)) else "https"
+        url = parse_endpoint(f"{scheme}://{text}")
+        raise AdjustedError("has no scheme (write http:// for plaintext, https:// for TLS)", url)
+    try:
+        parts = urlsplit(text)
+        parts.port  # noqa: B018  (raises ValueError for a port out of range or not a number)
+    except ValueError as exc:
+        raise ValueError(f"is not a valid URL ({exc})") from None
+    if parts.scheme.lower() not in ("http", "https"):
+        raise ValueError("must start with http:// or https://")
+    host = parts.hostname or ""
+    if not (_HOST.fullmatch(host) or (":" in host and _is_ip(host))):
+        raise ValueError("has no valid host")
+    return text
+
+
+_HOST = re.compile(r"[A-Za-z0-9_](?:[A-Za-z0-9_.-]*[A-Za-z0-9_])?")
+
+
+def _is_ip(host: str) -> bool:
+    try:
+        ipaddress.ip_address(host)
+    except ValueError:
+        return False
+    return True
+
+
+def _endpoint(example: str) -> dict[str, Any]:
+    def check(name: str, value: object) -> str:
+        text = _check_text(name, value)
+        try:
+            return parse_endpoint(text)
+        except AdjustedError as exc:
+            logger.warning("otel_agentloop: %s=%r %s; using %s", name, text, exc, exc.value)
+            return str(exc.value)
+        except ValueError as exc:
+            raise ValueError(f"{name} {text!r} {exc}") from None
+
+    return {"parse": parse_endpoint, "check": check, "show": str, "example": example}
+
+
+def _setting(
+    default: Any, env: str, *, read: tuple[str, ...] = (), merge: bool = False, unset: str = "none", **kind: Any
+) -> Any:
+    spec = Spec(env=env, read=read, merge=merge, unset=unset, **kind)
+    return dataclasses.field(default=default, metadata={"spec": spec})
 
 
 _OTLP = "OTEL_EXPORTER_OTLP_"
@@ -367,16 +488,26 @@ class Settings:
     # exporting
     service_name: str | None = _setting(None, "OTEL_SERVICE_NAME", **_text("svc"))
     endpoint: str | None = _setting(
-        None, _OTLP + "ENDPOINT", read=(_OTLP + "TRACES_ENDPOINT",), **_text("http://127.0.0.1:9")
+        None,
+        _OTLP + "ENDPOINT",
+        read=(_OTLP + "TRACES_ENDPOINT",),
+        unset=f"no OTLP endpoint (spans go to ./{DEFAULT_FILE})",
+        **_endpoint("http://127.0.0.1:9"),
     )
     """OTLP endpoint; ``None``: no OTLP export."""
     protocol: str = _setting(
         "grpc", _OTLP + "PROTOCOL", read=(_OTLP + "TRACES_PROTOCOL",), **_choice("http/json", PROTOCOLS)
     )
     headers: Mapping[str, str] | None = _setting(
-        None, _OTLP + "HEADERS", read=(_OTLP + "TRACES_HEADERS",), **_pairs({"x-team": "rl a"}, headers=True)
+        None,
+        _OTLP + "HEADERS",
+        read=(_OTLP + "TRACES_HEADERS",),
+        unset="no headers",
+        **_pairs({"x-team": "rl a"}, headers=True),
     )
-    file: str | None = _setting(None, _AL + "FILE", **_path("/tmp/otel-agentloop-example.jsonl"))
+    file: str | None = _setting(
+        None, _AL + "FILE", unset=f"./{DEFAULT_FILE}", **_path("/tmp/otel-agentloop-example.jsonl")
+    )
     """The OTLP-JSON-lines file (absolute); used when there is no OTLP endpoint, or with ``also_file``."""
     also_file: bool = _setting(False, _AL + "ALSO_FILE", **_bool(True))
     """Write ``file`` even when exporting over OTLP (implied by a ``file`` argument)."""
@@ -394,12 +525,14 @@ class Settings:
     max_export_batch_size: int = _setting(512, "OTEL_BSP_MAX_EXPORT_BATCH_SIZE", **_int(100, 1, MAX_QUEUE))
     schedule_delay_s: float = _setting(1.0, "OTEL_BSP_SCHEDULE_DELAY", **_seconds(0.25, millis=True))
     export_timeout_s: float = _setting(30.0, "OTEL_BSP_EXPORT_TIMEOUT", **_seconds(7.0, millis=True))
-    otlp_timeout_s: float = _setting(10.0, _OTLP + "TIMEOUT", **_seconds(3.0))
+    otlp_timeout_s: float = _setting(10.0, _OTLP + "TIMEOUT", read=(_OTLP + "TRACES_TIMEOUT",), **_seconds(3.0))
     """One OTLP export call's deadline, retries included (``configure(export_timeout_s=)`` sets it too)."""
     # metrics table and budget
     max_steps: int = _setting(16, _AL + "MAX_STEPS", **_int(8, 1))
     max_samples_per_step: int = _setting(1 << 20, _AL + "MAX_RECORDED_SAMPLES_PER_STEP", **_int(1000, 1))
-    max_exported_samples_per_step: int | None = _setting(None, _AL + "MAX_SAMPLES_PER_STEP", **_budget(4))
+    max_exported_samples_per_step: int | None = _setting(
+        None, _AL + "MAX_SAMPLES_PER_STEP", unset="no limit", **_budget(4)
+    )
     keep_slowest: int = _setting(5, _AL + "KEEP_SLOWEST", **_int(2))
     keep_errors: bool = _setting(True, _AL + "KEEP_ERRORS", **_bool(False))
     max_buffered_spans: int = _setting(50_000, _AL + "MAX_BUFFERED_SPANS", **_int(1000))
@@ -410,14 +543,25 @@ class Settings:
     # live view and watchdog (``configure(watchdog=WatchdogSettings(...))`` sets the watchdog_* fields)
     max_inflight_samples: int = _setting(65_536, _AL + "MAX_INFLIGHT_SAMPLES", **_int(1000, 1))
     watchdog_enabled: bool = _setting(True, _AL + "WATCHDOG", **_bool(False))
-    watchdog_interval_s: float = _setting(1.0, _AL + "WATCHDOG_INTERVAL", **_seconds(0.5, maximum=math.inf))
-    watchdog_thresholds_s: str | None = _setting(None, _AL + "WATCHDOG_THRESHOLDS", **_thresholds("tool:python=30.0"))
-    watchdog_p99_multiple: float = _setting(3.0, _AL + "WATCHDOG_P99_MULTIPLE", **_seconds(4.0, maximum=math.inf))
-    watchdog_min_s: float = _setting(10.0, _AL + "WATCHDOG_MIN", **_seconds(5.0, maximum=math.inf))
-    watchdog_default_s: float = _setting(300.0, _AL + "WATCHDOG_DEFAULT", **_seconds(60.0, maximum=math.inf))
-    watchdog_min_observations: int = _setting(20, _AL + "WATCHDOG_MIN_OBSERVATIONS", **_int(10, 1))
-    watchdog_window: int = _setting(2048, _AL + "WATCHDOG_WINDOW", **_int(512, 1))
-    watchdog_max_warnings_per_check: int = _setting(20, _AL + "WATCHDOG_MAX_WARNINGS", **_int(5, 1))
+    watchdog_interval_s: float = _setting(
+        1.0, _AL + "WATCHDOG_INTERVAL", **_seconds(0.5, minimum=MIN_WATCHDOG_INTERVAL, maximum=MAX_SECONDS)
+    )
+    watchdog_thresholds_s: str | None = _setting(
+        None, _AL + "WATCHDOG_THRESHOLDS", unset="learned thresholds only", **_thresholds("tool:python=30.0")
+    )
+    watchdog_p99_multiple: float = _setting(3.0, _AL + "WATCHDOG_P99_MULTIPLE", **_seconds(4.0, maximum=1000.0))
+    watchdog_min_s: float = _setting(10.0, _AL + "WATCHDOG_MIN", **_seconds(5.0, maximum=MAX_WATCHDOG_SECONDS))
+    watchdog_default_s: float = _setting(
+        300.0, _AL + "WATCHDOG_DEFAULT", **_seconds(60.0, maximum=MAX_WATCHDOG_SECONDS)
+    )
+    watchdog_min_observations: int = _setting(20, _AL + "WATCHDOG_MIN_OBSERVATIONS", **_int(10, 1, 1 << 20))
+    watchdog_window: int = _setting(2048, _AL + "WATCHDOG_WINDOW", **_int(512, 1, 1 << 20))
+    watchdog_max_warnings_per_check: int = _setting(20, _AL + "WATCHDOG_MAX_WARNINGS", **_int(5, 1, 10_000))
+    # the library's own metrics (metrics._otel)
+    metric_export_interval_s: float = _setting(
+        60.0, "OTEL_METRIC_EXPORT_INTERVAL", **_seconds(5.0, millis=True, minimum=0.1)
+    )
+    metric_export_timeout_s: float = _setting(30.0, "OTEL_METRIC_EXPORT_TIMEOUT", **_seconds(5.0, millis=True))
 
     sources: Mapping[str, str] = dataclasses.field(default_factory=dict, compare=False, repr=False)
 
@@ -469,11 +613,37 @@ def resolve(
                 continue
             try:
                 value = spec.parse(raw)
-                if name in values:  # merged: the arguments win
-                    values[name] = {**(value or {}), **values[name]}
-                else:
-                    values[name], sources[name] = value, var
-                break
+            except AdjustedError as exc:
+                value = exc.value
+                logger.warning("otel_agentloop: %s=%r %s; using %s", var, raw, exc, spec.describe(value))
             except ValueError as exc:
-                logger.warning("otel_agentloop: %s=%r %s; using %s", var, raw, exc, default)
+                chain = (*spec.read, spec.env)
+                later = [v for v in chain[chain.index(var) + 1 :] if env_str(v, environ) is not None]
+                used = later[0] if later else spec.describe(default)
+                logger.warning("otel_agentloop: %s=%r %s; using %s", var, raw, exc, used)
+                continue
+            if name in values:  # merged: the arguments win
+                values[name] = {**(value or {}), **values[name]}
+            else:
+                values[name], sources[name] = value, var
+            break
     return Settings(**values, sources=sources)
+
+
+_warned: set[str] = set()
+_warned_lock = threading.Lock()
+
+
+def warn_once(key: str, message: str, *args: object) -> None:
+    """Log ``message % args`` as a warning once per ``key`` in this process (see :func:`forget_warnings`)."""
+    with _warned_lock:
+        if key in _warned:
+            return
+        _warned.add(key)
+    logger.warning(message, *args)
+
+
+def forget_warnings() -> None:
+    """Warn again about what :func:`warn_once` already reported (``testing.isolated`` calls it)."""
+    with _warned_lock:
+        _warned.clear()

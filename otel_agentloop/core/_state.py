@@ -72,7 +72,7 @@ class ProcessState:
     """The per-process state (one instance, :data:`state`). Its parts are never replaced, only changed in
     place, so modules may keep a reference to a part (the hot path reads ``state.tracer`` through one)."""
 
-    __slots__ = ("content", "defaults", "handle", "tracer", "worker_handle")
+    __slots__ = ("__weakref__", "content", "defaults", "handle", "lock", "tracer", "worker_handle")
 
     def __init__(self) -> None:
         self.tracer = TracerState()
@@ -80,7 +80,12 @@ class ProcessState:
         self.defaults = Defaults()
         self.handle: Any = None  # the Handle of the last configure() still in force (core knows no Handle type)
         self.worker_handle: Any = None  # a Ray worker's own handle (integrations.ray)
+        self.lock = threading.RLock()  # one configure()/shutdown() state change at a time
         after_fork_in_child(self.tracer, "after_fork")
+        after_fork_in_child(self, "after_fork")
+
+    def after_fork(self) -> None:
+        self.lock = threading.RLock()
 
     def save(self) -> Saved:
         content = self.content

@@ -10,7 +10,8 @@ Gauges: ``rl.samples.in_flight`` by ``rl.phase`` and ``rl.samples.in_flight.olde
 Recording happens on the background thread (:mod:`~otel_agentloop.health._watchdog`), never in the span's ``on_end``.
 Export: ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``none``; default ``otlp`` when an OTLP endpoint is
 configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORTER_OTLP_METRICS_*`` /
-``OTEL_EXPORTER_OTLP_*``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (SDK default 60000).
+``OTEL_EXPORTER_OTLP_*``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60000, at least 100, at most
+3600000: ``Settings.metric_export_interval_s``; it travels to workers with the other settings).
 """
 
 from __future__ import annotations
@@ -27,6 +28,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from .. import semconv as sc
 from .._version import __version__
+from ..config._environment import compression
 from ..config._settings import env_str
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
@@ -80,6 +82,15 @@ def exporter_choice(endpoint: str | None) -> str:
     return "none"
 
 
+def grpc_compression(signal: str) -> Any:
+    """The ``grpc.Compression`` for ``signal`` (``"TRACES"``, ``"METRICS"``; see ``config._environment.compression``):
+    passed explicitly, as the SDK's gRPC exporters raise on ``deflate`` and ``none``."""
+    from grpc import Compression  # type: ignore[import-untyped]
+
+    names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate, "none": Compression.NoCompression}
+    return names[compression(signal)]
+
+
 def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
     proto = (
         protocol or env_str("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env_str("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
@@ -88,7 +99,7 @@ def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
         insecure = True if endpoint is not None and endpoint.startswith("http://") else None
-        return Grpc(endpoint=endpoint, insecure=insecure)
+        return Grpc(endpoint=endpoint, insecure=insecure, compression=grpc_compression("METRICS"))
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
     if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
@@ -96,17 +107,27 @@ def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
     return Http(endpoint=endpoint)  # http/json has no SDK metric exporter: protobuf over the same port
 
 
-def build_readers(endpoint: str | None, protocol: str | None) -> list[MetricReader]:
-    """The metric readers the environment asks for (see the module docstring)."""
+def build_readers(
+    endpoint: str | None, protocol: str | None, *, interval_s: float = 60.0, timeout_s: float = 30.0
+) -> list[MetricReader]:
+    """The metric readers the environment asks for (see the module docstring), exporting every ``interval_s``
+    within ``timeout_s`` (``OTEL_METRIC_EXPORT_INTERVAL``/``_TIMEOUT`` as ``Settings`` resolved and bounded
+    them: passed explicitly, so the SDK never parses the variables itself)."""
     choice = exporter_choice(endpoint)
     if choice == "none":
         return []
     if choice == "console":
         from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
 
-        return [PeriodicExportingMetricReader(ConsoleMetricExporter())]
-    explicit = endpoint if not env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
-    return [PeriodicExportingMetricReader(_otlp_metric_exporter(explicit, protocol))]
+        exporter: Any = ConsoleMetricExporter()
+    else:
+        explicit = endpoint if not env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
+        exporter = _otlp_metric_exporter(explicit, protocol)
+    return [
+        PeriodicExportingMetricReader(
+            exporter, export_interval_millis=interval_s * 1000, export_timeout_millis=timeout_s * 1000
+        )
+    ]
 
 
 class LibraryMetrics:
@@ -189,7 +210,6 @@ def worker_env(endpoint: str | None) -> dict[str, str]:
     """The metric variables another process's ``configure()`` needs to export metrics like this one."""
     keys = (
         "OTEL_METRICS_EXPORTER",
-        "OTEL_METRIC_EXPORT_INTERVAL",
         "OTEL_METRICS_EXEMPLAR_FILTER",
         "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
         "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
