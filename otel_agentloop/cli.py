@@ -52,11 +52,11 @@ def _load_records(args: argparse.Namespace, skipped: Skipped) -> list[SpanRecord
             return list(read_jsonl(args.file, skipped))
         except OSError as exc:  # missing, a directory, not readable
             raise _fail("cannot read", args.file, exc) from None
-    client = JaegerClient(args.jaeger, timeout_s=args.timeout)
     end = datetime.now(timezone.utc)
     start = end - timedelta(minutes=args.since_minutes)
     attributes = {sc.RL_STEP: str(args.step)} if args.step is not None else None
     try:
+        client = JaegerClient(args.jaeger, timeout_s=args.timeout)
         resource_spans = client.find_traces(
             args.service, start, end, attributes=attributes, search_depth=args.search_depth
         )

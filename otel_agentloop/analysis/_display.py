@@ -183,9 +183,9 @@ class Output:
         self.console = rich_console(self.stream)
 
     def line(self, text: str = "", style: str | None = None) -> None:
-        """``text`` (never wrapped, control characters escaped: :func:`~._terminal.printable`), coloured with the
-        rich ``style`` when colour is on."""
-        text = printable(text, max_chars=None)
+        """``text`` (never wrapped; its lines' control characters escaped: :func:`~._terminal.printable`),
+        coloured with the rich ``style`` when colour is on."""
+        text = "\n".join(printable(part, max_chars=None) for part in text.split("\n"))
         if self.console is None:
             print(text, file=self.stream)
             return

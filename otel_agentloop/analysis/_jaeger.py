@@ -34,6 +34,8 @@ class JaegerClient:
     """``JaegerClient("http://127.0.0.1:16686")``; every call is bounded by ``timeout_s``."""
 
     def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+        if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
+            raise JaegerError(f"{base_url!r} is not an http(s) URL")  # urllib would also open file:// and ftp://
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 
