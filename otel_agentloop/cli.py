@@ -5,6 +5,7 @@ from __future__ import annotations
 import argparse
 import json
 import math
+import os
 import sys
 from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
@@ -190,6 +191,19 @@ def _number(low: float, high: float, *, above: bool = False) -> Callable[[str], 
     return parse
 
 
+def _output_file(text: str) -> str:
+    """An argparse type: a file path that can be written now (its folder exists and is writable, and the path is
+    not a folder), checked up front so that a long run does not fail at its end."""
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: no such folder {folder!r}")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder (give a file path)")
+    if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not writable")
+    return text
+
+
 def _count(low: int, high: int = 1 << 31) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high]."""
 
@@ -224,9 +238,9 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument("--service-name", default="otel-agentloop-sim")
     sim.add_argument("--endpoint", help="OTLP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT, else a file)")
     sim.add_argument("--protocol", choices=PROTOCOLS)
-    sim.add_argument("--file", help="also write OTLP-JSON lines here")
+    sim.add_argument("--file", type=_output_file, help="also write OTLP-JSON lines here")
     sim.add_argument("--trace-per", choices=("sample", "step"))
-    sim.add_argument("--png", help="write the slowest sample's waterfall as a PNG")
+    sim.add_argument("--png", type=_output_file, help="write the slowest sample's waterfall as a PNG")
     sim.add_argument("--json", action="store_true", help="print the metric dicts as JSON")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
     sim.add_argument("--flush-timeout", type=_number(0, 3600), default=10.0, help="seconds")

@@ -249,6 +249,8 @@ def test_a_jaeger_url_that_is_not_http_is_one_line(tmp_path: Path, url: str) -> 
         (["simulate", "--live-every", "0"], "argument --live-every: '0' is out of range"),
         (["simulate", "--steps", "0"], "argument --steps: 0 is out of range (an integer >= 1"),
         (["simulate", "--prompts", "many"], "argument --prompts: 'many' is not an integer"),
+        (["simulate", "--png", "no/such/w.png"], "argument --png: 'no/such/w.png': no such folder 'no/such'"),
+        (["simulate", "--file", "."], "argument --file: '.' is a folder"),
         (["report", "--since-minutes", "1e300", "--jaeger", "http://127.0.0.1:1"], "argument --since-minutes"),
         (["report", "--timeout", "-1", "--jaeger", "http://127.0.0.1:1"], "argument --timeout"),
     ],
