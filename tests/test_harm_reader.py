@@ -319,11 +319,12 @@ def _chain_file(path: Path, depth: int, *, extra: Sequence[dict[str, Any]] = ())
 
 def test_a_parent_chain_1500_deep_is_drawn_whole(tmp_path: Path) -> None:
     _chain_file(tmp_path / "t.jsonl", 1500)
-    proc = run_cli(["report", "--file", "t.jsonl", "--sample", "0", "--html", "page.html"], tmp_path)
+    proc = run_cli(["report", "--file", "t.jsonl", "--sample", "0", "--html", "page.html", "--png", "w.png"], tmp_path)
     assert proc.returncode == 0 and "Traceback" not in proc.stderr, proc.stderr[-2000:]
     drawn = [line for line in proc.stdout.splitlines() if "|" in line]
     assert len(drawn) == 1501  # every span once
     assert "page.html" in proc.stdout and (tmp_path / "page.html").stat().st_size > 0
+    assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"  # the first MAX_PNG_ROWS spans
 
 
 def test_a_span_that_is_its_own_parent_and_a_cycle_are_each_drawn_once(tmp_path: Path) -> None:

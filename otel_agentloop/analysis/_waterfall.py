@@ -106,8 +106,12 @@ def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | N
     return "\n".join(lines)
 
 
+MAX_PNG_ROWS = 400
+
+
 def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> str:
-    """Write the waterfall as a PNG (needs the ``plot`` extra: matplotlib). Returns ``path``."""
+    """Write the waterfall as a PNG (needs the ``plot`` extra: matplotlib): its first :data:`MAX_PNG_ROWS` spans
+    in tree order, all text drawn as written. Returns ``path``."""
     try:
         import matplotlib
 
@@ -117,6 +121,9 @@ def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> st
         raise ImportError("--png needs matplotlib: pip install 'otel-agentloop[plot]'") from exc
     with matplotlib.rc_context(LITERAL_TEXT):  # span names are drawn as written, never as mathtext or TeX
         rows = order_spans(spans)
+        if len(rows) > MAX_PNG_ROWS:  # past this the image is taller than matplotlib draws (2**16 pixels)
+            title = f"{title or 'sample waterfall'} (first {MAX_PNG_ROWS} of {len(rows)} spans)"
+            rows = rows[:MAX_PNG_ROWS]
         t0 = min(s.start_ns for s in spans)
         palette = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
         fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.3))
@@ -129,7 +136,7 @@ def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> st
         ax.set_yticklabels(["   " * d + printable(s.name) for d, s in rows], fontsize=9, family="monospace")
         ax.invert_yaxis()
         ax.set_xlabel("seconds since the sample started")
-        ax.set_title(title or "sample waterfall", fontsize=10)
+        ax.set_title(printable(title or "sample waterfall", max_chars=None), fontsize=10)
         ax.grid(axis="x", alpha=0.3)
         fig.tight_layout()
         try:
