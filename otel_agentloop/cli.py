@@ -39,7 +39,7 @@ def _simulate(args: argparse.Namespace) -> int:
 
 
 class CliError(Exception):
-    """A failure the user can act on: printed as one line on stderr (``otel-agentloop <command>: ...``), exit 1."""
+    """A failure the user can act on: printed as one line on stderr (``report: ...``), exit 1."""
 
 
 def _fail(what: str, path: str, exc: OSError) -> CliError:
@@ -77,7 +77,7 @@ def _report(args: argparse.Namespace) -> int:
     try:
         return _report_or_fail(args)
     except CliError as exc:
-        print(f"otel-agentloop report: {exc}", file=sys.stderr)
+        print(f"report: {exc}", file=sys.stderr)
         return 1
 
 
