@@ -4,15 +4,20 @@ from __future__ import annotations
 
 import argparse
 import json
+import math
+import os
 import sys
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from datetime import datetime, timedelta, timezone
+from typing import NoReturn
 
 from . import semconv as sc
-from .analysis._decode import decode_resource_spans, read_jsonl
+from .analysis._decode import Skipped, decode_resource_spans, read_jsonl
 from .analysis._display import Output
+from .analysis._jaeger import JaegerClient, JaegerError
 from .analysis._report import build_report, steps_in
 from .analysis._step_view import HUNG, build_step_view, is_snapshot
+from .analysis._terminal import printable
 from .analysis._timeline_html import jaeger_ui_base, write_html
 from .analysis._timeline_png import render_timeline_png
 from .analysis._waterfall import render_png
@@ -33,31 +38,65 @@ def _simulate(args: argparse.Namespace) -> int:
     return simulate_in_process(args)
 
 
-def _load_records(args: argparse.Namespace) -> list[SpanRecord]:
-    if args.file:
-        return list(read_jsonl(args.file))
-    from .analysis._jaeger import JaegerClient  # stdlib-only client
+class CliError(Exception):
+    """A failure the user can act on: printed as one line on stderr (``report: ...``), exit 1."""
 
-    client = JaegerClient(args.jaeger, timeout_s=args.timeout)
+
+def _fail(what: str, path: str, exc: OSError) -> CliError:
+    reason = exc.strerror or type(exc).__name__
+    return CliError(f"{what} {printable(path)}: {printable(reason)}")
+
+
+def _load_records(args: argparse.Namespace, skipped: Skipped) -> list[SpanRecord]:
+    if args.file:
+        try:
+            return list(read_jsonl(args.file, skipped))
+        except OSError as exc:  # missing, a directory, not readable
+            raise _fail("cannot read", args.file, exc) from None
     end = datetime.now(timezone.utc)
     start = end - timedelta(minutes=args.since_minutes)
     attributes = {sc.RL_STEP: str(args.step)} if args.step is not None else None
-    resource_spans = client.find_traces(args.service, start, end, attributes=attributes, search_depth=args.search_depth)
-    return list(decode_resource_spans(resource_spans))
+    try:
+        client = JaegerClient(args.jaeger, timeout_s=args.timeout)
+        resource_spans = client.find_traces(
+            args.service, start, end, attributes=attributes, search_depth=args.search_depth
+        )
+    except JaegerError as exc:
+        raise CliError(f"cannot query Jaeger: {printable(exc, max_chars=400)}") from None
+    return list(decode_resource_spans(resource_spans, skipped))
+
+
+def _write(what: str, path: str, render: Callable[[], str]) -> str:
+    try:
+        return render()
+    except OSError as exc:  # a missing folder, no permission, a directory
+        raise _fail(f"cannot write {what}", path, exc) from None
 
 
 def _report(args: argparse.Namespace) -> int:
+    try:
+        return _report_or_fail(args)
+    except CliError as exc:
+        print(f"report: {exc}", file=sys.stderr)
+        return 1
+
+
+def _report_or_fail(args: argparse.Namespace) -> int:
     if not (args.file or args.jaeger):
         print("report: give --file PATH or --jaeger URL", file=sys.stderr)
         return 2
-    loaded = _load_records(args)
+    skipped = Skipped()
+    loaded = _load_records(args, skipped)
+    source = printable(args.file or f"{args.jaeger} (service {args.service})", max_chars=None)
+    if skipped.count:
+        print(f"report: {printable(skipped.summary(source), max_chars=400)}", file=sys.stderr)
     records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
     available = sorted(
         set(steps_in(records))
         | {
             (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
             for r in loaded
-            if is_snapshot(r) and isinstance(r.attributes.get(sc.RL_STEP), int)
+            if is_snapshot(r) and type(r.attributes.get(sc.RL_STEP)) is int
         }
     )
     if not available:
@@ -70,7 +109,6 @@ def _report(args: argparse.Namespace) -> int:
     if not len(report.table) and not (view and view.samples):
         print(f"report: no samples for step {step} (found steps: {[s for s, _ in available]})", file=sys.stderr)
         return 1
-    source = args.file or f"{args.jaeger} (service {args.service})"
     written = []
     if view is not None and args.html:
         jaeger_ui = args.jaeger_ui or args.jaeger
@@ -79,9 +117,11 @@ def _report(args: argparse.Namespace) -> int:
                 f"report: --jaeger-ui {jaeger_ui!r} is not an http(s) URL; the page has no Jaeger links",
                 file=sys.stderr,
             )
-        written.append(f"timeline page written to {write_html(view, args.html, source=source, jaeger_ui=jaeger_ui)}")
+        page = _write("--html", args.html, lambda: write_html(view, args.html, source=source, jaeger_ui=jaeger_ui))
+        written.append(f"timeline page written to {page}")
     if view is not None and args.timeline_png:
-        written.append(f"timeline PNG written to {render_timeline_png(view, args.timeline_png)}")
+        png = _write("--timeline-png", args.timeline_png, lambda: render_timeline_png(view, args.timeline_png))
+        written.append(f"timeline PNG written to {png}")
     if args.json:
         print(
             json.dumps(
@@ -106,7 +146,9 @@ def _report(args: argparse.Namespace) -> int:
     show.slowest(report.slowest(args.top))
     if view is not None and view.counts.get(HUNG):
         hung = [
-            f"{s.index}/{s.rollout} ({s.current_phase}, trace {s.trace_id})" for s in view.samples if s.state == HUNG
+            f"{s.index}/{s.rollout} ({printable(s.current_phase)}, trace {s.trace_id})"
+            for s in view.samples
+            if s.state == HUNG
         ]
         show.line()
         show.line(f"hung samples (a snapshot, no end): {', '.join(hung)}", style="bold red")
@@ -121,37 +163,89 @@ def _report(args: argparse.Namespace) -> int:
     show.line()
     show.waterfall(spans, title=title)
     if args.png:
-        show.line(f"waterfall written to {render_png(spans, args.png, title=title)}")
+        png = _write("--png", args.png, lambda: render_png(spans, args.png, title=title))
+        show.line(f"waterfall written to {png}")
     return 0
 
 
+class _Parser(argparse.ArgumentParser):
+    """argparse with a one-line error: ``otel-agentloop simulate: error: argument --time-scale: ...``, exit 2."""
+
+    def error(self, message: str) -> NoReturn:
+        self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+def _number(low: float, high: float, *, above: bool = False) -> Callable[[str], float]:
+    """An argparse type: a finite float in [low, high] (``(low, high]`` with ``above``)."""
+    span = f"{'>' if above else '>='} {low:g} and <= {high:g}"
+
+    def parse(text: str) -> float:
+        try:
+            value = float(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not a number (a finite number {span})") from None
+        if not math.isfinite(value) or value < low or (above and value == low) or value > high:
+            raise argparse.ArgumentTypeError(f"{text!r} is out of range (a finite number {span})")
+        return value
+
+    return parse
+
+
+def _output_file(text: str) -> str:
+    """An argparse type: a file path that can be written now (its folder exists and is writable, and the path is
+    not a folder), checked up front so that a long run does not fail at its end."""
+    folder = os.path.dirname(text) or "."
+    if not os.path.isdir(folder):
+        raise argparse.ArgumentTypeError(f"{text!r}: no such folder {folder!r}")
+    if os.path.isdir(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a folder (give a file path)")
+    if not os.access(folder, os.W_OK) or (os.path.exists(text) and not os.access(text, os.W_OK)):
+        raise argparse.ArgumentTypeError(f"{text!r} is not writable")
+    return text
+
+
+def _count(low: int, high: int = 1 << 31) -> Callable[[str], int]:
+    """An argparse type: an integer in [low, high]."""
+
+    def parse(text: str) -> int:
+        try:
+            value = int(text)
+        except ValueError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not an integer (an integer >= {low})") from None
+        if not low <= value <= high:
+            raise argparse.ArgumentTypeError(f"{value} is out of range (an integer >= {low} and <= {high})")
+        return value
+
+    return parse
+
+
 def build_parser() -> argparse.ArgumentParser:
-    parser = argparse.ArgumentParser(prog="otel-agentloop", description=__doc__)
+    parser = _Parser(prog="otel-agentloop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
     sim = sub.add_parser("simulate", help="run the simulated agent loop and print per-step metrics")
-    sim.add_argument("--steps", type=int, default=3)
-    sim.add_argument("--prompts", type=int, default=16, help="prompts per step")
-    sim.add_argument("--rollout-n", type=int, default=4, help="rollouts per prompt")
+    sim.add_argument("--steps", type=_count(1), default=3)
+    sim.add_argument("--prompts", type=_count(1), default=16, help="prompts per step")
+    sim.add_argument("--rollout-n", type=_count(1), default=4, help="rollouts per prompt")
     sim.add_argument(
         "--workers",
-        type=int,
+        type=_count(0, 1024),
         default=0,
         help="run as a manager plus N Ray actor workers on a local Ray cluster (0: in-process)",
     )
-    sim.add_argument("--max-turns", type=int, default=3)
-    sim.add_argument("--time-scale", type=float, default=1.0, help="multiply every simulated latency")
+    sim.add_argument("--max-turns", type=_count(1), default=3)
+    sim.add_argument("--time-scale", type=_number(0, 1000), default=1.0, help="multiply every simulated latency")
     sim.add_argument("--seed", type=int, default=0)
     sim.add_argument("--service-name", default="otel-agentloop-sim")
     sim.add_argument("--endpoint", help="OTLP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT, else a file)")
     sim.add_argument("--protocol", choices=PROTOCOLS)
-    sim.add_argument("--file", help="also write OTLP-JSON lines here")
+    sim.add_argument("--file", type=_output_file, help="also write OTLP-JSON lines here")
     sim.add_argument("--trace-per", choices=("sample", "step"))
-    sim.add_argument("--png", help="write the slowest sample's waterfall as a PNG")
+    sim.add_argument("--png", type=_output_file, help="write the slowest sample's waterfall as a PNG")
     sim.add_argument("--json", action="store_true", help="print the metric dicts as JSON")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
-    sim.add_argument("--flush-timeout", type=float, default=10.0)
-    sim.add_argument("--val-every", type=int, default=2, help="a validation pass every N steps (0: none)")
-    sim.add_argument("--val-generations", type=int, default=4, help="validation generations to keep")
+    sim.add_argument("--flush-timeout", type=_number(0, 3600), default=10.0, help="seconds")
+    sim.add_argument("--val-every", type=_count(0), default=2, help="a validation pass every N steps (0: none)")
+    sim.add_argument("--val-generations", type=_count(0), default=4, help="validation generations to keep")
     sim.add_argument(
         "--misbehave",
         action="store_true",
@@ -159,7 +253,10 @@ def build_parser() -> argparse.ArgumentParser:
         "slow tool call (reported by the watchdog, classified hung/slow)",
     )
     sim.add_argument(
-        "--live-every", type=float, default=5.0, help="seconds between live-view lines when stderr is not a terminal"
+        "--live-every",
+        type=_number(0.1, 3600),
+        default=5.0,
+        help="seconds between live-view lines when stderr is not a terminal",
     )
     sim.set_defaults(func=_simulate)
 
@@ -168,14 +265,14 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--file", help="OTLP-JSON lines (the embedded exporter's or the Collector's file exporter's)")
     src.add_argument("--jaeger", help="Jaeger query URL, e.g. http://127.0.0.1:16686")
     rep.add_argument("--service", default="otel-agentloop-sim", help="service name to search in Jaeger")
-    rep.add_argument("--since-minutes", type=float, default=60.0, help="Jaeger search window")
-    rep.add_argument("--search-depth", type=int, default=500, help="max traces fetched from Jaeger (< its limit)")
-    rep.add_argument("--timeout", type=float, default=10.0)
+    rep.add_argument("--since-minutes", type=_number(0, 5e6, above=True), default=60.0, help="Jaeger search window")
+    rep.add_argument("--search-depth", type=_count(1), default=500, help="max traces fetched from Jaeger (< its limit)")
+    rep.add_argument("--timeout", type=_number(0, 3600, above=True), default=10.0, help="seconds per Jaeger call")
     rep.add_argument("--step", type=int, help="default: the last step found")
     rep.add_argument("--validate", action="store_true", help="the validation pass of that step")
     rep.add_argument("--sample", type=int, help="draw this sample index (default: the slowest)")
     rep.add_argument("--rollout", type=int, default=0)
-    rep.add_argument("--top", type=int, default=5, help="how many slowest samples to list")
+    rep.add_argument("--top", type=_count(0), default=5, help="how many slowest samples to list")
     rep.add_argument("--png", help="also write the waterfall as a PNG (needs matplotlib: the plot extra)")
     rep.add_argument(
         "--html",

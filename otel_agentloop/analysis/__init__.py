@@ -1,7 +1,7 @@
 """Spans after the fact: reading stored traces (OTLP-JSON files, Jaeger), rebuilding a step's metrics, and
 rendering (terminal tables, waterfalls, the step timeline page and PNG)."""
 
-from ._decode import decode_resource_spans, read_jsonl
+from ._decode import Skipped, decode_resource_spans, read_jsonl
 from ._jaeger import JaegerClient, JaegerError
 from ._report import StepReport, build_report
 from ._step_view import StepView, build_step_view
@@ -13,6 +13,7 @@ from ._waterfall import render_png, render_text
 __all__ = [
     "JaegerClient",
     "JaegerError",
+    "Skipped",
     "StepReport",
     "StepView",
     "TimelineRecorder",

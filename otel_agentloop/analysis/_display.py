@@ -13,7 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import semconv as sc
-from ._terminal import color_enabled, isatty
+from ._terminal import color_enabled, isatty, printable
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
@@ -101,7 +101,7 @@ def slowest_cells(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, ...]]
             (
                 f"{row['sample_index']} / {row['rollout_n']}",
                 *(f"{v:.3f}" if isinstance(v, (int, float)) else "-" for v in secs),
-                str(row["trace_id"]),
+                printable(row["trace_id"]),
                 "ERROR" if row["error"] else "",
             )
         )
@@ -127,9 +127,11 @@ def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
     by_phase: dict[str, int] = {}
     tools: dict[str, int] = {}
     for s in samples:
-        by_phase[s.phase] = by_phase.get(s.phase, 0) + 1
+        phase = printable(s.phase)
+        by_phase[phase] = by_phase.get(phase, 0) + 1
         if s.tool:
-            tools[s.tool] = tools.get(s.tool, 0) + 1
+            tool = printable(s.tool)
+            tools[tool] = tools.get(tool, 0) + 1
     parts = []
     for phase in (*_PHASES, "other"):
         n = by_phase.get(phase, 0)
@@ -139,9 +141,9 @@ def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
             parts.append(f"{phase} {n}")
     lines = [f"in flight: {len(samples):>4}  " + " | ".join(parts)]
     for s in sorted(samples, key=lambda s: -s.sample_age_s)[:top]:
-        where = f"{s.phase}{' ' + s.tool if s.tool else ''} {s.phase_age_s:.1f}s"
+        where = f"{printable(s.phase)}{' ' + printable(s.tool) if s.tool else ''} {s.phase_age_s:.1f}s"
         lines.append(
-            f"  oldest: {s.label():<28} {where:<32} sample {s.sample_age_s:6.1f}s  trace {s.trace_id}"
+            f"  oldest: {printable(s.label()):<28} {where:<32} sample {s.sample_age_s:6.1f}s  trace {s.trace_id}"
             f"{'  OVERDUE' if s.overdue else ''}"
         )
     return lines
@@ -181,7 +183,9 @@ class Output:
         self.console = rich_console(self.stream)
 
     def line(self, text: str = "", style: str | None = None) -> None:
-        """``text`` as is (never wrapped), coloured with the rich ``style`` when colour is on."""
+        """``text`` (never wrapped; its lines' control characters escaped: :func:`~._terminal.printable`),
+        coloured with the rich ``style`` when colour is on."""
+        text = "\n".join(printable(part, max_chars=None) for part in text.split("\n"))
         if self.console is None:
             print(text, file=self.stream)
             return

@@ -8,6 +8,7 @@ returned here as an empty list (poll past it while spans are in flight).
 
 from __future__ import annotations
 
+import http.client
 import json
 import time
 import urllib.error
@@ -19,7 +20,8 @@ from typing import Any
 
 
 class JaegerError(RuntimeError):
-    """Jaeger answered with an error other than 'not found'."""
+    """Jaeger could not be asked (unreachable, timed out) or answered with something other than a trace
+    search result: an HTTP error other than 'not found', an empty or cut answer, or a body that is not JSON."""
 
 
 def _rfc3339(t: datetime) -> str:
@@ -32,6 +34,8 @@ class JaegerClient:
     """``JaegerClient("http://127.0.0.1:16686")``; every call is bounded by ``timeout_s``."""
 
     def __init__(self, base_url: str, timeout_s: float = 10.0) -> None:
+        if urllib.parse.urlsplit(base_url).scheme not in ("http", "https"):
+            raise JaegerError(f"{base_url!r} is not an http(s) URL")  # urllib would also open file:// and ftp://
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 
@@ -39,16 +43,36 @@ class JaegerClient:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
             with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
-                return json.loads(response.read() or b"null")
+                body = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
                 return None
-            raise JaegerError(f"GET {url}: HTTP {exc.code}: {exc.read()[:300]!r}") from exc
+            try:
+                detail = exc.read()[:300]
+            except (OSError, http.client.HTTPException):
+                detail = b""
+            raise JaegerError(f"GET {url}: HTTP {exc.code} {exc.reason}: {detail!r}") from None
+        except urllib.error.URLError as exc:  # refused, unknown host, timed out while connecting
+            raise JaegerError(f"GET {url}: {exc.reason}") from None
+        except (OSError, http.client.HTTPException, ValueError) as exc:  # reset, timed out, no or bad answer
+            raise JaegerError(f"GET {url}: {type(exc).__name__}: {exc}") from None
+        if not body.strip():
+            raise JaegerError(f"GET {url}: an empty answer (is this Jaeger's query port?)")
+        try:
+            answer = json.loads(body)
+        except (ValueError, RecursionError):
+            raise JaegerError(f"GET {url}: the answer is not JSON (is this Jaeger's query port?)") from None
+        if not isinstance(answer, dict):
+            raise JaegerError(f"GET {url}: the answer is not a JSON object")
+        return answer
 
     def services(self) -> list[str]:
         """Service names Jaeger has seen."""
         body = self._get("/api/v3/services") or {}
-        return list(body.get("services") or [])
+        services = body.get("services") or []
+        if not isinstance(services, list):
+            raise JaegerError("/api/v3/services: 'services' is not a list")
+        return [str(s) for s in services]
 
     def find_traces(
         self,
@@ -85,7 +109,10 @@ class JaegerClient:
         if not body:
             return []
         result = body.get("result", body)
-        return list(result.get("resourceSpans") or [])
+        spans = result.get("resourceSpans") if isinstance(result, dict) else None
+        if spans is not None and not isinstance(spans, list):
+            raise JaegerError("the answer's 'resourceSpans' is not a list")
+        return list(spans or [])
 
     def wait_for(
         self,

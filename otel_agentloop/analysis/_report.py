@@ -51,6 +51,6 @@ def steps_in(records: Iterable[SpanRecord]) -> list[tuple[int, bool]]:
     found = {
         (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
         for r in records
-        if r.name == sc.SAMPLE_SPAN and isinstance(r.attributes.get(sc.RL_STEP), int)
+        if r.name == sc.SAMPLE_SPAN and type(r.attributes.get(sc.RL_STEP)) is int
     }
     return sorted(found)

@@ -2,10 +2,13 @@
 
 from __future__ import annotations
 
+from typing import Any
+
 import numpy as np
 
 from .. import semconv as sc
 from ._step_view import FAILED, HUNG, SLOW, StepView
+from ._waterfall import LITERAL_TEXT
 
 PALETTE = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
 ERROR = "#C44E52"
@@ -23,6 +26,17 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
         from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("--timeline-png needs matplotlib: pip install 'otel-agentloop[plot]'") from exc
+    with matplotlib.rc_context(LITERAL_TEXT):  # any text from trace data is drawn as written, never as mathtext
+        fig = _draw(view, title, plt, Patch)
+        try:
+            fig.savefig(path, dpi=110)
+        finally:
+            plt.close(fig)
+    return path
+
+
+def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N803 - matplotlib's class
+    """The timeline figure (matplotlib's ``pyplot`` and ``Patch`` passed in: imported lazily above)."""
     samples = view.samples
     n = max(len(samples), 1)
     height = min(max(0.16 * n + 1.8, 6.0), 40.0)
@@ -127,6 +141,4 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
         hax.set_title(f"{_LABELS.get(phase, 'sample total')} (s per sample)", fontsize=8)
         hax.tick_params(labelsize=7)
     fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.5 / height, bottom=1.3 / height)
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
-    return path
+    return fig

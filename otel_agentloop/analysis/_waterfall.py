@@ -4,39 +4,60 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 from .. import semconv as sc
 from ..metrics._records import SpanRecord
+from ._terminal import printable
 
 _COLORS = {sc.GENERATE: "\033[34m", sc.TOOL_CALLS: "\033[33m", sc.COMPUTE_SCORE: "\033[32m"}
 _RESET = "\033[0m"
 _ERROR = "\033[31m"
+LITERAL_TEXT: dict[Any, Any] = {"text.parse_math": False, "text.usetex": False}
+"""matplotlib settings under which text from trace data is drawn literally: ``$x$`` is not mathtext."""
 
 
 def order_spans(spans: Sequence[SpanRecord]) -> list[tuple[int, SpanRecord]]:
-    """Spans as (depth, span) in tree order (children by start time); orphans hang off the top level."""
+    """Spans as (depth, span) in tree order (children by start time); orphans hang off the top level.
+
+    Iterative and cycle-safe: every span appears exactly once, however deep the tree; a span that is its own
+    parent, or a cycle of parents, is drawn from its earliest span as a top-level one.
+    """
     by_id = {s.span_id: s for s in spans}
     children: dict[int, list[SpanRecord]] = {}
     roots: list[SpanRecord] = []
     for s in spans:
-        if s.parent_id and s.parent_id in by_id:
+        if s.parent_id and s.parent_id in by_id and s.parent_id != s.span_id:
             children.setdefault(s.parent_id, []).append(s)
         else:
             roots.append(s)
+    for kids in children.values():
+        kids.sort(key=lambda c: (c.start_ns, c.name))
     out: list[tuple[int, SpanRecord]] = []
+    seen: set[int] = set()  # id() of the spans placed: duplicate span ids and cycles place each span once
 
-    def visit(span: SpanRecord, depth: int) -> None:
-        out.append((depth, span))
-        for child in sorted(children.get(span.span_id, ()), key=lambda c: (c.start_ns, c.name)):
-            visit(child, depth + 1)
+    def walk(root: SpanRecord) -> None:
+        stack = [(0, root)]
+        while stack:
+            depth, span = stack.pop()
+            if id(span) in seen:
+                continue
+            seen.add(id(span))
+            out.append((depth, span))
+            kids = children.get(span.span_id, ())
+            stack.extend((depth + 1, c) for c in reversed(kids) if id(c) not in seen)
 
     for root in sorted(roots, key=lambda r: (r.name != sc.SAMPLE_SPAN, r.start_ns)):
-        visit(root, 0)
+        walk(root)
+    if len(seen) < len(spans):  # spans only reachable through a cycle of parents
+        for s in sorted(spans, key=lambda r: (r.start_ns, r.name)):
+            if id(s) not in seen:
+                walk(s)
     return out
 
 
 def _label(span: SpanRecord) -> str:
-    return span.name
+    return printable(span.name)
 
 
 WaterfallRow = tuple[str, str, str | None, str]
@@ -59,7 +80,7 @@ def waterfall_rows(spans: Sequence[SpanRecord], *, width: int = 60) -> tuple[str
         b = max(int((s.end_ns - t0) / total * width), a + 1)
         bar = " " * a + "█" * (b - a) + " " * (width - b)
         phase = s.attributes.get(sc.RL_PHASE)
-        mark = " ERROR " + str(s.attributes.get(sc.ERROR_TYPE, "")) if s.error else ""
+        mark = " ERROR " + printable(s.attributes.get(sc.ERROR_TYPE, "")) if s.error else ""
         tint = "error" if s.error else (str(phase) if phase is not None else None)
         out.append((f"{label:<{label_width}} |", bar, tint, f"| {s.duration_s:7.3f}s{mark}"))
     return head, out
@@ -85,8 +106,12 @@ def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | N
     return "\n".join(lines)
 
 
+MAX_PNG_ROWS = 400
+
+
 def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> str:
-    """Write the waterfall as a PNG (needs the ``plot`` extra: matplotlib). Returns ``path``."""
+    """Write the waterfall as a PNG (needs the ``plot`` extra: matplotlib): its first :data:`MAX_PNG_ROWS` spans
+    in tree order, all text drawn as written. Returns ``path``."""
     try:
         import matplotlib
 
@@ -94,22 +119,28 @@ def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> st
         import matplotlib.pyplot as plt
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("--png needs matplotlib: pip install 'otel-agentloop[plot]'") from exc
-    rows = order_spans(spans)
-    t0 = min(s.start_ns for s in spans)
-    palette = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
-    fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.3))
-    for y, (_depth, s) in enumerate(rows):
-        start = (s.start_ns - t0) / 1e9
-        color = "#C44E52" if s.error else palette.get(str(s.attributes.get(sc.RL_PHASE)), "#8C8C8C")
-        ax.barh(y, s.duration_s, left=start, color=color, height=0.6)
-        ax.text(start + s.duration_s, y, f" {s.duration_s * 1000:.0f} ms", va="center", fontsize=8)
-    ax.set_yticks(range(len(rows)))
-    ax.set_yticklabels(["   " * d + s.name for d, s in rows], fontsize=9, family="monospace")
-    ax.invert_yaxis()
-    ax.set_xlabel("seconds since the sample started")
-    ax.set_title(title or "sample waterfall", fontsize=10)
-    ax.grid(axis="x", alpha=0.3)
-    fig.tight_layout()
-    fig.savefig(path, dpi=110)
-    plt.close(fig)
+    with matplotlib.rc_context(LITERAL_TEXT):  # span names are drawn as written, never as mathtext or TeX
+        rows = order_spans(spans)
+        if len(rows) > MAX_PNG_ROWS:  # past this the image is taller than matplotlib draws (2**16 pixels)
+            title = f"{title or 'sample waterfall'} (first {MAX_PNG_ROWS} of {len(rows)} spans)"
+            rows = rows[:MAX_PNG_ROWS]
+        t0 = min(s.start_ns for s in spans)
+        palette = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
+        fig, ax = plt.subplots(figsize=(11, 0.42 * len(rows) + 1.3))
+        for y, (_depth, s) in enumerate(rows):
+            start = (s.start_ns - t0) / 1e9
+            color = "#C44E52" if s.error else palette.get(str(s.attributes.get(sc.RL_PHASE)), "#8C8C8C")
+            ax.barh(y, s.duration_s, left=start, color=color, height=0.6)
+            ax.text(start + s.duration_s, y, f" {s.duration_s * 1000:.0f} ms", va="center", fontsize=8)
+        ax.set_yticks(range(len(rows)))
+        ax.set_yticklabels(["   " * d + printable(s.name) for d, s in rows], fontsize=9, family="monospace")
+        ax.invert_yaxis()
+        ax.set_xlabel("seconds since the sample started")
+        ax.set_title(printable(title or "sample waterfall", max_chars=None), fontsize=10)
+        ax.grid(axis="x", alpha=0.3)
+        fig.tight_layout()
+        try:
+            fig.savefig(path, dpi=110)
+        finally:
+            plt.close(fig)
     return path
