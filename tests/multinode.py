@@ -1,6 +1,6 @@
 """A real two-node Ray cluster on this machine, as ``ray start`` on two hosts gives: a head and a worker node
-(custom resource ``node2``), both started WITHOUT any ``OTEL_*`` variable, in a private temp dir (so no bare
-``ray.init()`` of another process joins it).
+(custom resources ``head`` and ``node2``), both started WITHOUT any ``OTEL_*`` variable, in a private temp
+dir (so no bare ``ray.init()`` of another process joins it).
 
 The nodes are owned by a separate process (``python tests/multinode.py``) that starts them with
 ``ray.cluster_utils.Cluster``, prints the address and node ids as one JSON line, and shuts them down with
@@ -24,8 +24,8 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
-NODE2 = "node2"
-"""The custom resource of the worker node: ``.options(resources={NODE2: 0.01})`` pins a task there."""
+HEAD, NODE2 = "head", "node2"
+"""The custom resources of the head and the worker node: ``.options(resources={NODE2: 0.01})`` pins a task."""
 
 
 @dataclass(frozen=True)
@@ -86,7 +86,7 @@ def _serve(temp_dir: str) -> None:
     ray_dir = os.path.join(temp_dir, "ray")  # where Cluster also writes ray_current_cluster ($RAY_TMPDIR/ray)
     os.makedirs(ray_dir, exist_ok=True)
     common = {"object_store_memory": 80 * 1024 * 1024, "temp_dir": ray_dir, "include_dashboard": False}
-    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, **common})
+    cluster = Cluster(initialize_head=True, head_node_args={"num_cpus": 2, "resources": {HEAD: 1}, **common})
     try:
         worker = cluster.add_node(num_cpus=2, resources={NODE2: 1}, **common)
         print(

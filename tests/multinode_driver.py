@@ -1,6 +1,6 @@
 """A user's Ray driver, run as ``__main__`` (its task is pickled by value): joins the cluster at ``argv[1]`` by
-address and runs samples with phase spans in tasks on both nodes (one pinned to the worker node by its custom
-resource). ``argv[2]`` says how the driver asks for tracing:
+address and runs samples with phase spans in tasks on both nodes (each pinned to its
+node by the node's custom resource). ``argv[2]`` says how the driver asks for tracing:
 
 - ``plain``: nothing (``opentelemetry-instrument`` in front of the command is the switch);
 - ``hook``: only ``worker_process_setup_hook`` in ``ray.init``'s runtime_env (no settings handed over);
@@ -25,7 +25,7 @@ import ray
 import otel_agentloop as oal
 from otel_agentloop.integrations import ray as oal_ray
 
-NODE2 = "node2"
+HEAD, NODE2 = "head", "node2"
 
 
 @ray.remote(num_cpus=0)
@@ -65,13 +65,16 @@ def main() -> None:
     if mode == "plain":
         ray.init(address=address)
     elif mode == "hook":
-        ray.init(address=address, runtime_env={"worker_process_setup_hook": "otel_agentloop.integrations.ray.setup_worker"})
+        ray.init(
+            address=address, runtime_env={"worker_process_setup_hook": "otel_agentloop.integrations.ray.setup_worker"}
+        )
     else:
         ray.init(address=address, runtime_env=oal_ray.runtime_env(oal.configure()))
-    results = ray.get([rollout.remote(0, mode), rollout.options(resources={NODE2: 0.01}).remote(10, mode)])
+    on_head, on_node2 = rollout.options(resources={HEAD: 0.01}), rollout.options(resources={NODE2: 0.01})
+    results = ray.get([on_head.remote(0, mode), on_node2.remote(10, mode)])
     if mode == "watchdog":
         metrics = oal_ray.merge_metrics(r.pop("table") for r in results)
-        oal_ray.add_verdicts(metrics, [r.pop("verdict") for r in results], step=1)
+        oal_ray.add_verdicts(metrics, [r.pop("verdict") for r in results])
         for r in results:
             r["hung_or_slow"] = metrics.get("agent_loop/watchdog/slow", 0) + metrics.get("agent_loop/watchdog/hung", 0)
     print(json.dumps(results), flush=True)

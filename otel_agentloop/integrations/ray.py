@@ -49,7 +49,8 @@ from .. import semconv as sc
 from .._configure import Handle, configure, current_handle
 from ..core import _context
 from ..core._guard import internal_error, logger, warn_once
-from ..core._phase import Scope, end_span, instrument
+from ..core._phase import Scope, end_span
+from ..core._phase import instrument as wrap_callable
 from ..core._state import state
 from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
@@ -181,7 +182,9 @@ def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
                     del os.environ[key]  # the driver left it at its default: so does this worker
             return dict(driver)
         except Exception:
-            warn_once("ray.driver_settings", "otel_agentloop: malformed %s in this Ray worker; ignored", DRIVER_VARIABLE)
+            warn_once(
+                "ray.driver_settings", "otel_agentloop: malformed %s in this Ray worker; ignored", DRIVER_VARIABLE
+            )
     if any(
         os.environ.get(key, "").strip()
         for key in (
@@ -208,7 +211,9 @@ def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
 
 def _check_file_on_remote_node(handle: Handle, driver: Mapping[str, Any], node: tuple[str, str]) -> None:
     path = handle.settings.file
-    if driver.get("host") == socket.gethostname() or not any(p.startswith("file ") for p in handle.description.split(", ")):
+    if driver.get("host") == socket.gethostname() or not any(
+        p.startswith("file ") for p in handle.description.split(", ")
+    ):
         return
     warn_once(
         "ray.remote_file",
@@ -381,7 +386,7 @@ def traced_remote(
         scope.enter()
         return scope
 
-    wrapper: Any = instrument(fn, begin)
+    wrapper: Any = wrap_callable(fn, begin)
     if inspect.iscoroutinefunction(fn) and flush_timeout_s > 0:
         traced = wrapper
 
@@ -506,7 +511,7 @@ def _log_verdict(metrics: StepMetrics, workers: int, step: int | None) -> None:
 
 # -- one switch: ray.init in the driver carries the settings to every node ------------------------------
 class _InitPatch:
-    __slots__ = ("active", "original", "wrapper", "hooked")
+    __slots__ = ("active", "hooked", "original", "wrapper")
 
     def __init__(self) -> None:
         self.active = False
@@ -557,7 +562,7 @@ def uninstrument() -> None:
     """Put ``ray.init`` back (the very same object); idempotent."""
     with _init_lock:
         _init.active = False
-        ray = sys.modules.get("ray")
+        ray: Any = sys.modules.get("ray")
         if ray is not None and _init.wrapper is not None and ray.init is _init.wrapper:
             ray.init = _init.original
         _init.original = _init.wrapper = None
