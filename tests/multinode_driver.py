@@ -4,6 +4,8 @@ node by the node's custom resource). ``argv[2]`` says how the driver asks for tr
 
 - ``plain``: nothing (``opentelemetry-instrument`` in front of the command is the switch);
 - ``hook``: only ``worker_process_setup_hook`` in ``ray.init``'s runtime_env (no settings handed over);
+- ``file``: ``configure(file=argv[3])`` (no endpoint) + ``runtime_env()``, as handed over by a driver on
+  another host, and with a variable the driver did not hand over (what a node's own shell may hold);
 - ``watchdog``: ``configure()`` + ``runtime_env()``; each task holds 2 samples in a tool past the watchdog's
   threshold, with the worker's root logger at ERROR (as some libraries set it); the driver merges the
   verdicts.
@@ -64,6 +66,12 @@ def main() -> None:
     address, mode = sys.argv[1], sys.argv[2]
     if mode == "plain":
         ray.init(address=address)
+    elif mode == "file":
+        env = oal_ray.runtime_env(oal.configure(file=sys.argv[3]))
+        driver = json.loads(env["env_vars"][oal_ray.DRIVER_VARIABLE])
+        env["env_vars"][oal_ray.DRIVER_VARIABLE] = json.dumps({**driver, "host": "driver-host-elsewhere"})
+        env["env_vars"]["OTEL_TRACES_SAMPLER"] = "always_off"  # not handed over by the driver: ignored
+        ray.init(address=address, runtime_env=env)
     elif mode == "hook":
         ray.init(
             address=address, runtime_env={"worker_process_setup_hook": "otel_agentloop.integrations.ray.setup_worker"}

@@ -14,6 +14,7 @@ import sys
 import pytest
 
 from otel_agentloop import semconv as sc
+from otel_agentloop.analysis import read_jsonl
 
 from .multinode import ROOT, clean_env, two_nodes
 from .otlp_receiver import Receiver, start_grpc, wait_for
@@ -33,7 +34,15 @@ def cluster():
     server.stop(0)
 
 
-def _drive(nodes, endpoint: str, mode: str, service: str, prefix: tuple[str, ...] = (), **extra: str):
+def _drive(
+    nodes,
+    endpoint: str,
+    mode: str,
+    service: str,
+    prefix: tuple[str, ...] = (),
+    args: tuple[str, ...] = (),
+    **extra: str,
+):
     env = clean_env()
     env.update(
         OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
@@ -42,10 +51,10 @@ def _drive(nodes, endpoint: str, mode: str, service: str, prefix: tuple[str, ...
         OTEL_RESOURCE_ATTRIBUTES=f"deployment.environment={service}-env",
         OTEL_METRICS_EXPORTER="none",
         OTEL_BSP_SCHEDULE_DELAY="50",
-        **extra,
     )
+    env.update(extra)
     out = subprocess.run(
-        [*prefix, sys.executable, DRIVER, nodes.address, mode],
+        [*prefix, sys.executable, DRIVER, nodes.address, mode, *args],
         env=env,
         cwd=nodes.temp_dir,
         capture_output=True,
@@ -123,3 +132,22 @@ def test_watchdog_warnings_and_verdicts_of_workers_reach_the_drivers_output(clus
     assert "0 hung, 4 slow" in verdict
     for index in (0, 1, 10, 11):
         assert f"sample {index}/0 slow in tool_calls (tool search), trace " in verdict
+
+
+def test_a_driver_writing_a_file_tells_workers_on_other_hosts_where_their_spans_go(cluster, tmp_path) -> None:
+    """The driver (on another host, as its hand-off says) exports to a file: each worker writes the same
+    absolute path on its own disk, and says so once, naming its node; an ``OTEL_*`` variable the driver did not
+    hand over (a sampler that drops everything, as a node's shell might hold) is ignored."""
+    nodes, _, endpoint = cluster
+    path = str(tmp_path / "driver-traces.jsonl")
+    no_endpoint = {"OTEL_EXPORTER_OTLP_ENDPOINT": ""}
+    results, output = _drive(nodes, endpoint, "file", "mn-file", args=(path,), RAY_DEDUP_LOGS="0", **no_endpoint)
+    assert all(r["exports"] == f"file {path}" and r["service"] == "mn-file" for r in results)
+    notes = [line for line in output.splitlines() if "exports to a file, so this worker writes its spans" in line]
+    for r in results:
+        mine = [line for line in notes if f"pid={r['pid']}" in line]
+        assert len(mine) == 1 and f"node id {r['node'][:12]}" in mine[0] and path in mine[0], notes
+        assert "driver-host-elsewhere" in mine[0]
+    samples = [s for s in read_jsonl(path) if s.name == sc.SAMPLE_SPAN]
+    assert sorted(s.attributes[sc.RL_SAMPLE_INDEX] for s in samples) == [0, 1, 10, 11]
+    assert {s.resource["ray.node.id"] for s in samples} == {nodes.head_node_id, nodes.worker_node_id}
