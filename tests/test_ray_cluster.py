@@ -306,6 +306,7 @@ def test_setup_worker_without_a_ray_connection_never_starts_ray(tmp_path) -> Non
     """)
     env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))}
     env["OTEL_TRACES_EXPORTER"] = "none"
+    env["PYTHONPATH"] = ROOT  # this checkout, whatever the venv installed
     out = subprocess.run(
         [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True
     )

@@ -68,8 +68,9 @@ _setup_lock = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    global _setup_lock
+    global _setup_lock, _init_lock
     _setup_lock = threading.Lock()
+    _init_lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -467,17 +468,21 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
     return live.verdict(step, validate)
 
 
-def add_verdicts(metrics: StepMetrics, verdicts: Iterable[Any], *, step: int | None = None) -> StepMetrics:
+def add_verdicts(
+    metrics: StepMetrics, verdicts: Iterable[Any], *, step: int | None = None, log: bool = True
+) -> StepMetrics:
     """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``;
-    when the watchdog reported samples, one warning line in this process (the driver) names them (at most
-    :data:`MAX_LISTED`): Ray folds similar lines from different workers into one
-    (``[repeated Nx across cluster]``), so the merged verdict is said where nothing folds it."""
+    when the watchdog reported samples (and ``log``), one warning line in this process (the driver) names them
+    (at most :data:`MAX_LISTED`): Ray folds similar lines from different workers into one
+    (``[repeated Nx across cluster]``), so the merged verdict is said where nothing folds it. Pass
+    ``log=False`` when the caller prints the verdict itself."""
     from ..health._watchdog import apply_verdicts
 
     verdicts = list(verdicts)
     apply_verdicts(metrics, verdicts)
     try:
-        _log_verdict(metrics, len(verdicts), step)
+        if log:
+            _log_verdict(metrics, len(verdicts), step)
     except Exception:
         internal_error("ray.add_verdicts")
     return metrics
