@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import json
 import os
 import subprocess
 import sys
@@ -292,3 +293,73 @@ def test_main_job_on_ray(tmp_path) -> None:
     assert sum(r.attributes[sc.RL_VALIDATE] for r in roots) == 8  # the validation pass of step 2
     assert "validation generations (4 kept of 8 offered" in out
     assert len({r.resource["process.pid"] for r in records}) == 3  # the driver and two workers share the file
+
+
+def test_setup_worker_without_a_ray_connection_never_starts_ray(tmp_path) -> None:
+    """In a process that imported Ray but never connected (a driver before verl's ``ray.init``), setting up
+    tracing must not start a local Ray instance: ``ray.init`` later would be skipped, losing its runtime_env."""
+    code = textwrap.dedent("""
+        import ray
+        from otel_agentloop.integrations import ray as oal_ray
+        handle = oal_ray.setup_worker()
+        print("initialized:", ray.is_initialized(), "worker:", handle.settings is not None)
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))}
+    env["OTEL_TRACES_EXPORTER"] = "none"
+    env["PYTHONPATH"] = ROOT  # this checkout, whatever the venv installed
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=120, check=True
+    )
+    assert "initialized: False worker: True" in out.stdout, out.stderr[-2000:]
+
+
+def test_runtime_env_hands_over_the_drivers_settings_and_keeps_the_callers() -> None:
+    handle = oal.configure("handoff", endpoint="http://127.0.0.1:9", protocol="grpc", max_content_chars=77)
+    try:
+        env = oal_ray.runtime_env(
+            handle,
+            base={"env_vars": {"OTEL_SERVICE_NAME": "callers", "PLAIN": "1"}, "worker_process_setup_hook": "my.hook"},
+        )
+        assert env["worker_process_setup_hook"] == "my.hook"  # the caller's own hook is kept
+        env_vars = env["env_vars"]
+        assert env_vars["OTEL_SERVICE_NAME"] == "callers" and env_vars["PLAIN"] == "1"
+        assert env_vars["OTEL_AGENTLOOP_MAX_CONTENT_CHARS"] == "77"
+        driver = json.loads(env_vars[oal_ray.DRIVER_VARIABLE])
+        assert driver["pid"] == os.getpid()
+        # every OTEL_* variable handed over is named: a worker drops its node's others
+        assert driver["env"] == sorted(k for k in env_vars if k.startswith("OTEL_") and k != oal_ray.DRIVER_VARIABLE)
+        assert "OTEL_SERVICE_NAME" in driver["env"] and "OTEL_EXPORTER_OTLP_ENDPOINT" in driver["env"]
+        assert (
+            oal_ray.runtime_env(handle)["worker_process_setup_hook"] == "otel_agentloop.integrations.ray.setup_worker"
+        )
+    finally:
+        handle.shutdown(1)
+        testing.reset()
+
+
+def test_ray_instrumentor_wraps_ray_init_once_and_puts_it_back() -> None:
+    from otel_agentloop.integrations.ray import RayInstrumentor
+
+    original = ray.init
+    try:
+        assert oal_ray.instrument() and oal_ray.instrument()
+        wrapped = ray.init
+        assert wrapped is not original and wrapped.__wrapped__ is original and oal_ray.is_instrumented()
+        RayInstrumentor().instrument()  # the entry point's class: the same switch
+        assert ray.init is wrapped
+        handle = oal.configure("instrumented-driver", endpoint="http://127.0.0.1:9", protocol="grpc")
+        try:
+            env = oal_ray.traced_runtime_env({"env_vars": {"X": "1"}, "working_dir": None})
+            assert env["env_vars"]["X"] == "1" and env["working_dir"] is None
+            assert env["env_vars"]["OTEL_SERVICE_NAME"] == "instrumented-driver"
+            assert env["worker_process_setup_hook"] == "otel_agentloop.integrations.ray.setup_worker"
+        finally:
+            handle.shutdown(1)
+        RayInstrumentor().uninstrument()
+        assert ray.init is original and not oal_ray.is_instrumented()
+        oal_ray.uninstrument()  # idempotent
+        assert ray.init is original
+    finally:
+        oal_ray.uninstrument()
+        ray.init = original
+        testing.reset()

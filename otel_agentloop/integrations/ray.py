@@ -17,6 +17,12 @@ itself from the driver's settings (``worker_process_setup_hook``, or lazily on f
 
 The carrier is a plain dict (W3C ``traceparent``/``tracestate`` plus step, validate and trace mode), so it
 can also travel inside a payload instead of as a keyword.
+
+One switch for every node: ``opentelemetry-instrument python driver.py`` loads :class:`RayInstrumentor`
+(entry point ``ray``), which wraps ``ray.init`` in the driver so that its ``runtime_env`` carries the
+driver's settings and the setup hook to every node (:func:`instrument`). Settings travel only through
+``runtime_env``: a worker never relies on its node's shell, and one that got no settings from its driver
+says so once, naming its node, instead of writing a local file nobody reads.
 """
 
 from __future__ import annotations
@@ -26,9 +32,13 @@ import atexit
 import contextlib
 import functools
 import inspect
+import json
+import logging
 import os
+import socket
+import sys
 import threading
-from collections.abc import Callable, Generator, Iterable, Mapping
+from collections.abc import Callable, Collection, Generator, Iterable, Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -38,21 +48,29 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 from .. import semconv as sc
 from .._configure import Handle, configure, current_handle
 from ..core import _context
-from ..core._guard import internal_error
-from ..core._phase import Scope, end_span, instrument
+from ..core._guard import internal_error, logger, warn_once
+from ..core._phase import Scope, end_span
+from ..core._phase import instrument as wrap_callable
 from ..core._state import state
 from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
 
 CARRIER_KEYWORD = "otel_carrier"
+DRIVER_VARIABLE = "OTEL_AGENTLOOP_DRIVER"
+"""Set by :func:`runtime_env` in every worker's environment: JSON ``{"host", "pid", "env"}``, the driver's
+host and pid and the names of the ``OTEL_*`` variables it handed over. Its presence means "these are the
+driver's settings": a worker then ignores ``OTEL_*`` variables of its own node that the driver did not
+hand over (a driver left them at their defaults)."""
+SETUP_HOOK = f"{__name__}.setup_worker"
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
 _propagator = TraceContextTextMapPropagator()
 _setup_lock = threading.Lock()
 
 
 def _reset_after_fork() -> None:
-    global _setup_lock
+    global _setup_lock, _init_lock
     _setup_lock = threading.Lock()
+    _init_lock = threading.RLock()
 
 
 os.register_at_fork(after_in_child=_reset_after_fork)
@@ -66,20 +84,28 @@ def _ray() -> Any:
     return ray
 
 
-def runtime_env(handle: Handle | None = None, base: Mapping[str, Any] | None = None) -> dict[str, Any]:
-    """A Ray ``runtime_env`` that makes every worker process configure tracing like ``handle``'s process:
-    its ``env_vars`` carry every setting of ``handle.settings`` that is not the default (``handle.worker_env``),
-    so the worker's ``handle.settings`` equals the driver's (its resource attributes add its identity).
+def runtime_env(
+    handle: Handle | None = None, base: Mapping[str, Any] | None = None, *, setup_hook: str = SETUP_HOOK
+) -> dict[str, Any]:
+    """A Ray ``runtime_env`` that makes every worker process, on every node, configure tracing like
+    ``handle``'s process: its ``env_vars`` carry every setting of ``handle.settings`` that is not the default
+    (``handle.worker_env``) and :data:`DRIVER_VARIABLE`, so the worker's ``handle.settings`` equals the
+    driver's whatever its node's environment holds (its resource attributes add its identity).
 
-    ``base`` is merged in (its ``env_vars`` too). Pass it to ``ray.init`` (all workers) or to an actor's
+    ``base`` is merged in (its ``env_vars`` win, and its own ``worker_process_setup_hook`` is kept; else
+    ``setup_hook`` runs in every worker). Pass it to ``ray.init`` (all workers) or to an actor's
     ``.options(runtime_env=...)``.
     """
     _ray()
     handle = handle or current_handle()
     env = dict(handle.worker_env if handle is not None else {})
     out: dict[str, Any] = dict(base or {})
-    out["env_vars"] = {**env, **dict(out.get("env_vars") or {})}
-    out.setdefault("worker_process_setup_hook", f"{__name__}.setup_worker")
+    env_vars = {**env, **dict(out.get("env_vars") or {})}
+    env_vars.pop(DRIVER_VARIABLE, None)
+    handed = sorted(k for k in env_vars if k.startswith("OTEL_"))
+    env_vars[DRIVER_VARIABLE] = json.dumps({"host": socket.gethostname(), "pid": os.getpid(), "env": handed})
+    out["env_vars"] = env_vars
+    out.setdefault("worker_process_setup_hook", setup_hook)
     return out
 
 
@@ -90,11 +116,17 @@ def _handle() -> Handle | None:
 
 
 def setup_worker() -> Handle:
-    """Configure tracing in this worker process from the environment (idempotent; safe in the driver too).
+    """Configure tracing in this process from the environment (idempotent; safe in the driver too).
 
-    The worker's identity (node, pid, and the actor and job when Ray knows them) goes into the resource.
-    Spans are flushed, within 5 s, when the process exits normally; ``ray.kill`` skips that, so
-    :func:`traced_remote` also flushes at the end of each call.
+    In a Ray worker, the settings are the driver's when :func:`runtime_env` handed them over
+    (:data:`DRIVER_VARIABLE`). A worker without them and without an OTLP endpoint of its own warns once,
+    naming its node and what is missing, and exports nothing (metrics are still recorded): never a silent
+    local file on a remote node. A worker on another host than its driver, told to write a file, says where.
+    Warnings of this library in a Ray worker go to its stderr, which Ray forwards to the driver.
+
+    The process's identity (node, pid, and the actor and job when Ray knows them) goes into the resource;
+    Ray is never initialised here. Spans are flushed, within 5 s, when the process exits normally;
+    ``ray.kill`` skips that, so :func:`traced_remote` also flushes at the end of each call.
     """
     with _setup_lock:
         own: Handle | None = state.worker_handle
@@ -106,20 +138,109 @@ def setup_worker() -> Handle:
             return existing
         attrs: dict[str, Any] = {"process.pid": os.getpid()}
         worker = f"{os.uname().nodename}:{os.getpid()}"
+        node: tuple[str, str] | None = None
         try:
-            ctx = _ray().get_runtime_context()
-            attrs["ray.node.id"] = ctx.get_node_id()
-            attrs["ray.job.id"] = ctx.get_job_id()
-            actor = ctx.get_actor_id()
-            if actor:
-                attrs["ray.actor.id"] = actor
-                worker = f"{worker}:{actor[:8]}"
+            ray = sys.modules.get("ray")  # a process that never imported Ray is no Ray worker
+            if ray is not None and ray.is_initialized():  # get_runtime_context() would start a local Ray
+                ctx = ray.get_runtime_context()
+                attrs["ray.node.id"] = ctx.get_node_id()
+                attrs["ray.job.id"] = ctx.get_job_id()
+                actor = ctx.get_actor_id()
+                if actor:
+                    attrs["ray.actor.id"] = actor
+                    worker = f"{worker}:{actor[:8]}"
+                if ctx.worker.mode == ray.WORKER_MODE:
+                    node = (str(ray.util.get_node_ip_address()), str(ctx.get_node_id()))
         except Exception:  # identity is best effort, never a reason to fail setup
             pass
+        driver = None
+        if node is not None:
+            route_logs_to_stderr()
+            driver = _take_driver_settings(node)
         attrs[sc.RL_WORKER] = worker
         own = state.worker_handle = configure(resource_attributes=attrs, worker=worker)
+        if node is not None and driver is not None:
+            _check_file_on_remote_node(own, driver, node)
         atexit.register(own.shutdown, 5.0)
         return own
+
+
+def _describe(node: tuple[str, str]) -> str:
+    return f"{node[0]} (node id {node[1][:12]})"
+
+
+def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
+    """In a Ray worker: the driver's hand-off (:data:`DRIVER_VARIABLE`), with this node's own ``OTEL_*``
+    variables that the driver did not hand over removed. Without a hand-off, and without an OTLP endpoint or
+    an explicit exporter choice of its own, this worker exports nothing and warns once, naming its node."""
+    raw = os.environ.get(DRIVER_VARIABLE)
+    if raw:
+        try:
+            driver = json.loads(raw)
+            handed = set(driver["env"])
+            for key in [k for k in os.environ if k.startswith("OTEL_") and k not in handed]:
+                if key != DRIVER_VARIABLE:
+                    del os.environ[key]  # the driver left it at its default: so does this worker
+            return dict(driver)
+        except Exception:
+            warn_once(
+                "ray.driver_settings", "otel_agentloop: malformed %s in this Ray worker; ignored", DRIVER_VARIABLE
+            )
+    if any(
+        os.environ.get(key, "").strip()
+        for key in (
+            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
+            "OTEL_EXPORTER_OTLP_ENDPOINT",
+            "OTEL_AGENTLOOP_FILE",
+            "OTEL_TRACES_EXPORTER",
+        )
+    ):
+        return None  # this node's environment chose where spans go
+    warn_once(
+        "ray.no_driver_settings",
+        "otel_agentloop: Ray worker on node %s (pid %d) got no tracing settings from its driver (no %s in its "
+        "runtime_env) and its node sets no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): its spans are not "
+        "exported (metrics are still recorded). Start the driver with `opentelemetry-instrument`, or pass "
+        "runtime_env=otel_agentloop.integrations.ray.runtime_env() to ray.init.",
+        _describe(node),
+        os.getpid(),
+        DRIVER_VARIABLE,
+    )
+    os.environ["OTEL_TRACES_EXPORTER"] = "none"  # no local file on a node nobody looks at
+    return None
+
+
+def _check_file_on_remote_node(handle: Handle, driver: Mapping[str, Any], node: tuple[str, str]) -> None:
+    path = handle.settings.file
+    if driver.get("host") == socket.gethostname() or not any(
+        p.startswith("file ") for p in handle.description.split(", ")
+    ):
+        return
+    warn_once(
+        "ray.remote_file",
+        "otel_agentloop: Ray worker on node %s: the driver (on host %s) exports to a file, so this worker "
+        "writes its spans to %s on this node; set OTEL_EXPORTER_OTLP_ENDPOINT to an endpoint every node can "
+        "reach to collect them in one place.",
+        _describe(node),
+        driver.get("host"),
+        path,
+    )
+
+
+def route_logs_to_stderr() -> None:
+    """In a Ray worker: this library's warnings go to the process's stderr whatever the logging
+    configuration of the libraries it runs (a root logger at ERROR, no handlers), once per line (not also
+    through the root logger); Ray forwards the worker's stderr to the driver (``log_to_driver``). Idempotent;
+    a handler the user attached to ``otel_agentloop`` is kept and left in charge."""
+    if logger.handlers:
+        return
+    handler = logging.StreamHandler(sys.stderr)  # Ray's stream: it replaced sys.stderr before any hook runs
+    handler.setLevel(logging.WARNING)
+    handler.setFormatter(logging.Formatter("%(message)s"))
+    logger.addHandler(handler)
+    if logger.level == logging.NOTSET:
+        logger.setLevel(logging.WARNING)
+    logger.propagate = False
 
 
 def carrier() -> dict[str, Any]:
@@ -266,7 +387,7 @@ def traced_remote(
         scope.enter()
         return scope
 
-    wrapper: Any = instrument(fn, begin)
+    wrapper: Any = wrap_callable(fn, begin)
     if inspect.iscoroutinefunction(fn) and flush_timeout_s > 0:
         traced = wrapper
 
@@ -347,9 +468,177 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
     return live.verdict(step, validate)
 
 
-def add_verdicts(metrics: StepMetrics, verdicts: Iterable[Any]) -> StepMetrics:
-    """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``."""
+def add_verdicts(
+    metrics: StepMetrics, verdicts: Iterable[Any], *, step: int | None = None, log: bool = True
+) -> StepMetrics:
+    """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``;
+    when the watchdog reported samples (and ``log``), one warning line in this process (the driver) names them
+    (at most :data:`MAX_LISTED`): Ray folds similar lines from different workers into one
+    (``[repeated Nx across cluster]``), so the merged verdict is said where nothing folds it. Pass
+    ``log=False`` when the caller prints the verdict itself."""
     from ..health._watchdog import apply_verdicts
 
-    apply_verdicts(metrics, list(verdicts))
+    verdicts = list(verdicts)
+    apply_verdicts(metrics, verdicts)
+    try:
+        if log:
+            _log_verdict(metrics, len(verdicts), step)
+    except Exception:
+        internal_error("ray.add_verdicts")
     return metrics
+
+
+MAX_LISTED = 20
+"""Samples named in the driver's verdict line (the metrics carry every trace id)."""
+
+
+def _log_verdict(metrics: StepMetrics, workers: int, step: int | None) -> None:
+    slow, hung = metrics.slow_samples, metrics.hung_samples
+    if not (slow or hung):
+        return
+    listed = [(s, "hung") for s in hung] + [(s, "slow") for s in slow]
+    names = "; ".join(
+        f"sample {s.sample_index}{'' if s.rollout_n is None else f'/{s.rollout_n}'} {kind} in {s.phase}"
+        f"{f' (tool {s.tool})' if s.tool else ''}, trace {s.trace_id}"
+        for s, kind in listed[:MAX_LISTED]
+    )
+    more = f"; and {len(listed) - MAX_LISTED} more" if len(listed) > MAX_LISTED else ""
+    logger.warning(
+        "otel_agentloop: watchdog verdict%s over %d workers: %d hung, %d slow: %s%s",
+        "" if step is None else f" for step {step}",
+        workers,
+        len(hung),
+        len(slow),
+        names,
+        more,
+    )
+
+
+# -- one switch: ray.init in the driver carries the settings to every node ------------------------------
+class _InitPatch:
+    __slots__ = ("active", "hooked", "original", "wrapper")
+
+    def __init__(self) -> None:
+        self.active = False
+        self.original: Any = None
+        self.wrapper: Any = None
+        self.hooked = False
+
+
+_init = _InitPatch()
+_init_lock = threading.RLock()
+
+
+def is_instrumented() -> bool:
+    return _init.active
+
+
+def instrument() -> bool:
+    """Wrap ``ray.init`` (idempotent; Ray is not imported for it: the wrap happens when Ray is).
+
+    A ``ray.init`` that starts or joins a cluster then gets, in its ``runtime_env``, this process's tracing
+    settings and the worker setup hook (:func:`runtime_env`; verl's hook when verl is instrumented here, and a
+    hook the caller set is kept), so workers on every node export like this process. Tracing is configured
+    here from the environment at that moment, unless ``configure()`` already was. Returns whether Ray is
+    (or will be, when imported) instrumented; ``False`` when Ray is not installed.
+    """
+    import importlib.util
+
+    with _init_lock:
+        if _init.active:
+            return True
+        if "ray" not in sys.modules and importlib.util.find_spec("ray") is None:
+            return False
+        _init.active = True
+        if "ray" in sys.modules:
+            _wrap_init(sys.modules["ray"])
+        elif not _init.hooked:
+            try:
+                import wrapt  # opentelemetry-instrumentation's own dependency
+
+                wrapt.register_post_import_hook(_wrap_init, "ray")
+                _init.hooked = True
+            except ImportError:
+                _wrap_init(_ray())
+        return True
+
+
+def uninstrument() -> None:
+    """Put ``ray.init`` back (the very same object); idempotent."""
+    with _init_lock:
+        _init.active = False
+        ray: Any = sys.modules.get("ray")
+        if ray is not None and _init.wrapper is not None and ray.init is _init.wrapper:
+            ray.init = _init.original
+        _init.original = _init.wrapper = None
+
+
+def _wrap_init(ray: Any) -> None:
+    with _init_lock:
+        if not _init.active or _init.wrapper is not None:
+            return
+        original = ray.init
+
+        @functools.wraps(original)
+        def init(*args: Any, **kwargs: Any) -> Any:
+            if _init.active and not ray.is_initialized():
+                try:
+                    kwargs["runtime_env"] = traced_runtime_env(kwargs.get("runtime_env"))
+                except Exception:
+                    internal_error("ray.init")
+            return original(*args, **kwargs)
+
+        _init.original, _init.wrapper = original, init
+        ray.init = init
+
+
+def traced_runtime_env(given: Mapping[str, Any] | None) -> dict[str, Any]:
+    """``given`` (a ``ray.init`` runtime_env, or ``None``) plus this process's tracing settings and setup hook
+    (:func:`runtime_env`); tracing is configured here first when it is not yet."""
+    handle = _driver_handle()
+    verl = sys.modules.get("otel_agentloop.integrations.verl")  # verl's hook also instruments each worker
+    verl_on = verl is not None and verl.is_instrumented()
+    hook = "otel_agentloop.integrations.verl.setup_worker" if verl_on else SETUP_HOOK
+    return runtime_env(handle, base=dict(given or {}), setup_hook=hook)
+
+
+def _driver_handle() -> Handle:
+    """The driver's open handle, else one configured now from the environment (shut down at exit)."""
+    with _setup_lock:
+        handle = current_handle()
+        if handle is None or handle.closed:
+            handle = configure()
+            atexit.register(handle.shutdown, 5.0)
+        return handle
+
+
+def _base_instrumentor() -> type:
+    try:
+        from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined,unused-ignore]  # pyright: ignore[reportMissingImports]  # verl extra
+            BaseInstrumentor,
+        )
+    except ImportError:  # pragma: no cover - opentelemetry-instrumentation is optional
+        return object
+    return BaseInstrumentor  # type: ignore[no-any-return,unused-ignore]
+
+
+class RayInstrumentor(_base_instrumentor()):  # type: ignore[misc]
+    """OpenTelemetry instrumentor for Ray (``opentelemetry_instrumentor`` entry point ``ray``), what
+    ``opentelemetry-instrument python driver.py`` loads: :func:`instrument` / :func:`uninstrument`."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return ("ray >= 2.40",)
+
+    def _instrument(self, **kwargs: Any) -> None:
+        instrument()
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        uninstrument()
+
+    if _base_instrumentor() is object:  # without opentelemetry-instrumentation: the same two calls
+
+        def instrument(self, **kwargs: Any) -> None:
+            self._instrument(**kwargs)
+
+        def uninstrument(self, **kwargs: Any) -> None:
+            self._uninstrument(**kwargs)

@@ -57,3 +57,27 @@ def test_legacy_and_v1_actors_traced_through_the_setup_hook(hooked_cluster) -> N
     listed = tq.kv_list(partition_id="train")["train"]
     assert all(listed[k]["otel_agentloop.generate_sequences"] > 0 for k in keys)
     tq.kv_clear(keys=keys + uids, partition_id="train")
+
+
+def test_setup_worker_called_in_a_driver_leaves_ray_init_to_verl(tmp_path) -> None:
+    """``setup_worker()`` in a process with no Ray connection (a driver, before ``run_ppo``) must not start a
+    local Ray instance: ``run_ppo`` would see ``ray.is_initialized()`` and skip its own ``ray.init``, losing
+    the ``runtime_env`` it passes."""
+    import os
+    import subprocess
+    import sys
+    import textwrap
+
+    code = textwrap.dedent("""
+        import ray
+        from otel_agentloop.integrations import verl as oal_verl
+        oal_verl.setup_worker()
+        print("initialized:", ray.is_initialized(), "instrumented:", oal_verl.is_instrumented())
+    """)
+    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS"))}
+    env["OTEL_TRACES_EXPORTER"] = "none"
+    env["PYTHONPATH"] = str(rs.ROOT)
+    out = subprocess.run(
+        [sys.executable, "-c", code], cwd=tmp_path, env=env, capture_output=True, text=True, timeout=300, check=True
+    )
+    assert "initialized: False instrumented: True" in out.stdout, out.stderr[-3000:]

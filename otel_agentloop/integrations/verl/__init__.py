@@ -7,19 +7,24 @@ whatever process creates them (:mod:`._patching`: wrappers travel to Ray actors 
 instrument the actor's process when it unpickles them). Modules not imported yet are patched when
 imported, so ``instrument()`` never imports verl itself.
 
-For a stock run (``python -m verl.trainer.main_ppo ...``), add Ray's per-worker setup hook, which configures
-tracing from the ``OTEL_*`` environment and instruments every Ray worker process::
+For a stock run on any cluster, prefix the command with ``opentelemetry-instrument``: it loads
+:class:`VerlInstrumentor` and the Ray instrumentor (entry points ``verl`` and ``ray``), and the driver's
+``ray.init`` (verl's ``run_ppo``) then carries the driver's settings and this module's :func:`setup_worker`
+hook to every node through its ``runtime_env``::
 
-    python -m verl.trainer.main_ppo ... \\
-        +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker
+    opentelemetry-instrument python -m verl.trainer.main_ppo ...
 
-(``opentelemetry-instrument`` also finds :class:`VerlInstrumentor` through the ``opentelemetry_instrumentor``
-entry point ``verl``.)
+Ray's setup hook alone (``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=
+otel_agentloop.integrations.verl.setup_worker``) runs only in workers, which see their node's environment,
+not the driver's: enough when ``ray.init`` starts the cluster itself (its workers inherit the driver's
+shell) or when every node's environment names the endpoint; otherwise each worker warns once, naming its
+node, and exports nothing.
 """
 
 from __future__ import annotations
 
 import importlib.metadata
+import importlib.util
 from collections.abc import Callable, Collection
 from typing import Any
 
@@ -144,8 +149,10 @@ def _uninstrument() -> None:
 
 
 def setup_worker() -> None:
-    """Ray ``worker_process_setup_hook``: configure tracing from the environment (the ``OTEL_*`` and
-    ``OTEL_AGENTLOOP_*`` variables) and instrument verl in this worker process. Never raises."""
+    """Ray ``worker_process_setup_hook``: configure tracing from the driver's settings handed over in the
+    ``runtime_env`` (else this node's ``OTEL_*`` and ``OTEL_AGENTLOOP_*`` variables; see
+    :func:`otel_agentloop.integrations.ray.setup_worker`) and instrument verl in this worker process.
+    Never raises, and never initialises Ray (called in a driver, it leaves ``ray.init`` to verl)."""
     try:
         from ..ray import setup_worker as configure_worker
 
@@ -180,6 +187,8 @@ class VerlInstrumentor(_base_instrumentor()):  # type: ignore[misc]
         return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
+        if importlib.util.find_spec("verl") is None:  # opentelemetry-instrument loads every entry point
+            return
         instrument(tracer_provider=kwargs.get("tracer_provider"))
 
     def _uninstrument(self, **kwargs: Any) -> None:
