@@ -22,6 +22,7 @@ from .core import _tracer
 from .core._guard import internal_error, logger
 from .core._state import Saved, TracePer, state
 from .export._file import OTLPJsonFileExporter
+from .export._http_json import checked_headers
 from .export._keep import SampleKeeper
 from .export._processor import ExportProcessor
 from .export._processor import timeout_s as _timeout_s
@@ -232,6 +233,8 @@ def _bounded(fn: Callable[[], object], timeout_s: float) -> bool:
 def _otlp_exporter(
     endpoint: str | None, protocol: str, headers: Mapping[str, str] | None, timeout_s: float | None
 ) -> SpanExporter:
+    if headers:  # an item HTTP/2 or HTTP cannot carry (CR/LF, controls) would fail every export: skip it, warned
+        headers = checked_headers(headers)
     if protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 

@@ -8,6 +8,7 @@ that it fails, rather than hangs, on a regression.
 from __future__ import annotations
 
 import contextlib
+import functools
 import json
 import logging
 import math
@@ -391,6 +392,57 @@ def test_http_json_a_header_http_cannot_carry_is_skipped_with_a_warning(monkeypa
     assert receiver.headers and receiver.headers[0].get("x-team") == "rl"
     assert "x-api-key" not in receiver.headers[0] and "injected" not in receiver.headers[0]
     assert "'x-api-key'" in caplog.text and "abc" not in caplog.text  # named, its value never shown
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_configure_headers_http_cannot_carry_are_skipped_for_the_sdk_exporters(caplog, protocol: str) -> None:
+    """Headers given to ``configure()`` reach the SDK's exporters checked: a CR/LF item failed every export."""
+    receiver = Receiver()
+    if protocol == "grpc":
+        server, endpoint = start_grpc(receiver)
+        stop: Callable[[], object] = functools.partial(server.stop, 0)
+    else:
+        http_server, endpoint = start_http(receiver)
+        stop = http_server.shutdown
+    try:
+        with caplog.at_level(logging.WARNING, "otel_agentloop"):
+            handle = oal.configure(
+                "headers",
+                endpoint=endpoint,
+                protocol=protocol,
+                headers={"x-api-key": "abc\ninjected: 1", "x-team": "rl"},
+                set_global=False,
+                schedule_delay_s=0.05,
+            )
+            try:
+                with oal.sample(0, step=1):
+                    pass
+                assert handle.force_flush(10)
+                stats = handle.stats
+            finally:
+                handle.shutdown(2)
+    finally:
+        stop()
+    assert stats["exported"] == 1 and stats["failed"] == 0, stats
+    assert receiver.headers and receiver.headers[0].get("x-team") == "rl"
+    assert "x-api-key" not in receiver.headers[0]
+    assert "'x-api-key'" in caplog.text and "abc" not in caplog.text
+
+
+def test_a_lone_surrogate_in_resource_attributes_does_not_stop_configure(tmp_path) -> None:
+    """``os.fsdecode`` of a non-UTF-8 name as a resource attribute: configure() raised UnicodeEncodeError while
+    writing the settings handed to Ray workers."""
+    path = tmp_path / "t.jsonl"
+    bad = os.fsdecode(b"host-\xe9")
+    handle = oal.configure("surrogate", file=str(path), resource_attributes={"host.name": bad}, set_global=False)
+    try:
+        with oal.sample(0, step=1):
+            pass
+    finally:
+        handle.shutdown(5)
+    spans = list(read_jsonl(str(path)))
+    assert [s.name for s in spans] == ["rl.sample"]
+    assert spans[0].resource.get("host.name") == "host-\ufffd"
 
 
 # -- 3. bounded durations -------------------------------------------------------------------------------------

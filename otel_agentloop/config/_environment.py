@@ -298,10 +298,16 @@ SDK_VARIABLES: tuple[SdkVariable, ...] = (*_limit_variables(), *_otlp_variables(
 TOOL_VARIABLES = ("OTEL_AGENTLOOP_CACHE", "OTEL_AGENTLOOP_DATA", "OTEL_AGENTLOOP_UPDATE_DOCS")
 """``OTEL_AGENTLOOP_*`` variables read by the repository's scripts and tests, not by the library."""
 
+DRIVER_VARIABLE = "OTEL_AGENTLOOP_DRIVER"
+"""Set by ``integrations.ray.runtime_env`` in every Ray worker's environment: JSON ``{"host", "pid", "env"}``,
+the driver's host and pid and the names of the ``OTEL_*`` variables it handed over. Its presence means "these
+are the driver's settings": a worker then ignores ``OTEL_*`` variables of its own node that the driver did not
+hand over (a driver left them at their defaults)."""
+
 
 def known_agentloop_names() -> set[str]:
     """Every ``OTEL_AGENTLOOP_*`` name something reads."""
-    names = {var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | set(TOOL_VARIABLES)
+    names = {var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {*TOOL_VARIABLES, DRIVER_VARIABLE}
     return {n for n in names if n.startswith("OTEL_AGENTLOOP_")}
 
 

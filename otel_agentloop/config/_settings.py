@@ -375,7 +375,11 @@ def _pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
         return dict(value)
 
     def show(value: Mapping[str, Any]) -> str:
-        return ",".join(f"{quote(k, safe='')}={quote(str(v), safe='')}" for k, v in value.items())
+        # errors="replace": a lone surrogate (os.fsdecode of a non-UTF-8 name) must not stop configure()
+        return ",".join(
+            f"{quote(str(k), safe='', errors='replace')}={quote(str(v), safe='', errors='replace')}"
+            for k, v in value.items()
+        )
 
     return {"parse": parse, "check": check, "show": show, "example": dict(example)}
 

@@ -47,6 +47,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .. import semconv as sc
 from .._configure import Handle, configure, current_handle
+from ..config._environment import DRIVER_VARIABLE
 from ..core import _context
 from ..core._guard import internal_error, logger, warn_once
 from ..core._phase import Scope, end_span
@@ -56,11 +57,6 @@ from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
 
 CARRIER_KEYWORD = "otel_carrier"
-DRIVER_VARIABLE = "OTEL_AGENTLOOP_DRIVER"
-"""Set by :func:`runtime_env` in every worker's environment: JSON ``{"host", "pid", "env"}``, the driver's
-host and pid and the names of the ``OTEL_*`` variables it handed over. Its presence means "these are the
-driver's settings": a worker then ignores ``OTEL_*`` variables of its own node that the driver did not
-hand over (a driver left them at their defaults)."""
 SETUP_HOOK = f"{__name__}.setup_worker"
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
 _propagator = TraceContextTextMapPropagator()
