@@ -149,7 +149,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         address="local",
         num_cpus=max(2, n),
         include_dashboard=False,
-        log_to_driver=False,
+        log_to_driver=True,  # worker warnings (the watchdog's) reach this terminal
         runtime_env=env,
         configure_logging=False,
     )
@@ -178,8 +178,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 step_s = time.perf_counter() - t0
                 bar.close()
                 finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-                metrics = oal_ray.add_verdicts(
-                    oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished]
+                metrics = oal_ray.add_verdicts(  # log=False: the step's report below prints the verdict
+                    oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
                 )
                 capture: ValidationCapture | None = None
                 val_rewards: list[float] = []
