@@ -38,8 +38,12 @@ class PhaseMetricsProcessor(SpanProcessor):
 
     ``collect(step)`` while some of the step's samples still run (their ``rl.sample`` span started and has not
     ended): those samples are left out of the result and counted in ``agent_loop/telemetry/samples_in_flight``;
-    their spans that end later are counted in ``spans_after_collect`` and never start a second result, so no
-    sample is counted twice or half. Collect a step after its samples end for complete numbers.
+    what they accumulated so far is kept, their later spans add to it, and the next ``collect(step)`` returns
+    the samples of the step that ended since the previous one, with ``agent_loop/late_samples`` (how many of
+    them were running at an earlier collect). Each sample is counted in exactly one result, whole. A step's
+    late samples count against ``max_steps`` until collected; evicted uncollected, they are counted in
+    ``stats["late_samples_evicted"]``. verl collects each step once, after every sample of it ended: nothing
+    is late there.
 
     Thread-safe and fork-safe (a forked child starts empty). ``on_end`` is O(1) for the usual span orders and
     never raises.
@@ -72,6 +76,7 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._evicted = 0
         self._dropped_closed = 0
         self._late = 0
+        self._late_evicted = 0
         self._in_flight_total = 0
         self._last_in_flight = 0
         # samples whose root span started and has not ended, per step: excluded from collect()
@@ -187,11 +192,6 @@ class PhaseMetricsProcessor(SpanProcessor):
                 late = self._late_samples.get(step_key)
                 if late is not None and sample in late:  # still running when its step was collected
                     self._late += 1
-                    if p < 0:
-                        late.discard(sample)
-                        if not late:
-                            del self._late_samples[step_key]
-                    return
             if step_key == self._last_key:
                 rows = self._last_rows
             else:
@@ -206,12 +206,27 @@ class PhaseMetricsProcessor(SpanProcessor):
         for rec in records:
             self.ingest(rec.name, rec.attributes, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
 
-    def _open(self, key: StepKey) -> StepRows:
+    def _open(self, key: StepKey, rows: StepRows | None = None) -> StepRows:
+        """Make ``rows`` (a new ``StepRows`` when ``None``) the state of ``key``, evicting the oldest open step
+        when ``max_steps`` are open."""
         while len(self._steps) >= self.max_steps:
             oldest = next(iter(self._steps))
-            self._dropped_closed += self._steps.pop(oldest).dropped
+            evicted = self._steps.pop(oldest)
+            self._dropped_closed += evicted.dropped
             self._running.pop(oldest, None)
+            self._late_samples.pop(oldest, None)
             self._last_key = object()
+            if evicted.late:  # the step was collected; these samples ended (or run) after it
+                self._late_evicted += len(evicted)
+                warn_once(
+                    "late-evicted",
+                    "otel_agentloop: more than %d steps open in PhaseMetricsProcessor; forgetting %d samples of "
+                    "step %r that ended after its collect (call collect(step) again to get them)",
+                    self.max_steps,
+                    len(evicted),
+                    oldest,
+                )
+                continue
             self._evicted += 1
             warn_once(
                 "step-evicted",
@@ -220,7 +235,9 @@ class PhaseMetricsProcessor(SpanProcessor):
                 self.max_steps,
                 oldest,
             )
-        rows = StepRows(self.max_samples_per_step)
+        if rows is None:
+            rows = StepRows(self.max_samples_per_step)
+            rows.late = key in self._late_samples  # a collected step: its late samples' later spans
         self._steps[key] = rows
         return rows
 
@@ -229,28 +246,33 @@ class PhaseMetricsProcessor(SpanProcessor):
         """The per-sample table of ``step`` (empty if none); ``release`` frees the step's state.
 
         Samples of the step still running (root span started, not ended) are left out and counted in
-        ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. After a release, their
-        spans that end later are counted in ``spans_after_collect`` and never start a second result, so no
-        sample is counted twice (nor half). Other spans of the same step start a new result, as before.
+        ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. On release, what they
+        accumulated so far is kept as the step's new state, so their later spans add to it: the next release
+        of the step returns them (flagged ``late``), with any other sample of the step that ended since. Each
+        sample is in exactly one released table. The step's release listeners (the watchdog's verdict) run on
+        every release, also when no span of the step has ended.
         """
         with self._lock:
             key: StepKey = (step, validate)
             rows = self._steps.pop(key, None) if release else self._steps.get(key)
             self._last_key = object()
             running = self._running.get(key) or {}
-            if release:
-                self._running.pop(key, None)
+            late = self._late_samples.get(key) or ()
+            table = PhaseTable.empty() if rows is None else rows.to_table(exclude=running, late=late)
+            if release:  # samples still running stay in self._running: their root span ends later
                 self._last_in_flight = len(running)
                 self._in_flight_total += len(running)
+                if rows is not None and rows.dropped:
+                    self._dropped_closed += rows.dropped
+                self._late_samples.pop(key, None)  # the late ones that ended are in this table
                 if running:
-                    self._late_samples.setdefault(key, set()).update(running)
+                    self._late_samples[key] = set(running)
                     while len(self._late_samples) > 4 * self.max_steps:
                         self._late_samples.popitem(last=False)
-            if rows is None:
-                return PhaseTable.empty()
-            if release and rows.dropped:
-                self._dropped_closed += rows.dropped
-            table = rows.to_table(exclude=running)
+                    if rows is not None:
+                        carried = rows.split_off(running)
+                        if len(carried):
+                            self._open(key, carried)
         if release:
             for listener in self._release_listeners:
                 try:
@@ -312,8 +334,8 @@ class PhaseMetricsProcessor(SpanProcessor):
     @property
     def stats(self) -> dict[str, int]:
         """Counters: spans outside any sample, steps evicted uncollected, samples dropped over the bound, samples
-        still running at the last collect (and in all collects), spans that ended after their step was
-        collected."""
+        still running at the last collect (and in all collects), spans of such samples that ended after that
+        collect, and samples of a collected step forgotten before a later collect of the step (evicted)."""
         with self._lock:
             open_dropped = sum(rows.dropped for rows in self._steps.values())
             return {
@@ -323,4 +345,5 @@ class PhaseMetricsProcessor(SpanProcessor):
                 "samples_in_flight": self._last_in_flight,
                 "samples_in_flight_total": self._in_flight_total,
                 "spans_after_collect": self._late,
+                "late_samples_evicted": self._late_evicted,
             }
