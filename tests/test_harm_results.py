@@ -86,7 +86,7 @@ def test_a_partly_running_step_splits_its_samples_between_collects_with_none_cou
     first, second, third = _late_step(traced.handle, running=5, finished=8)
     assert first["agent_loop/num_samples"] == 8 and "agent_loop/late_samples" not in first
     assert first["agent_loop/telemetry/samples_in_flight"] == 5
-    assert first["agent_loop/generate_sequences/max"] < TURN_S  # only the quick samples
+    assert first["agent_loop/slowest/sample_index"] < 8  # only the quick samples
     assert second["agent_loop/num_samples"] == 5 and second["agent_loop/late_samples"] == 5
     assert second["agent_loop/generate_sequences/min"] >= 2 * TURN_S
     assert 100 <= second["agent_loop/slowest/sample_index"] < 105
@@ -244,3 +244,32 @@ def test_a_worker_whose_every_sample_hangs_keeps_its_verdict_on_the_ray_path(liv
 
     metrics = asyncio.run(main())
     assert metrics["agent_loop/watchdog/hung"] == 1 and len(metrics.hung_trace_ids) == 1
+
+
+# -- a sample's root span is matched with its start, whatever attributes it carries --------------------------
+@pytest.mark.parametrize("attrs", [{sc.RL_PHASE: sc.TOOL_CALLS}, {sc.RL_PHASE: "other"}, {sc.RL_SNAPSHOT: True}])
+def test_a_sample_with_a_users_reserved_attribute_is_counted_and_leaves_nothing_running(traced, attrs) -> None:
+    handle = traced.handle
+    for _ in range(2):
+        with oal.step(1), oal.sample(0, attributes=attrs), oal.span(sc.TOOL_CALLS, tool="t"):
+            time.sleep(0.001)
+        metrics = handle.metrics.collect(1)
+        assert metrics["agent_loop/num_samples"] == 1
+        assert metrics["agent_loop/telemetry/samples_in_flight"] == 0
+        assert metrics["agent_loop/tool_calls/max"] >= 0.001
+
+
+def test_identity_set_on_a_running_sample_never_leaves_it_running_forever(traced) -> None:
+    """A root span whose rl.step is rewritten while it runs still ends where it started: the next sample of
+    the same identity is counted, not hidden as 'in flight' forever."""
+    from opentelemetry import trace
+
+    handle = traced.handle
+    with oal.step(1), oal.sample(0):
+        trace.get_current_span().set_attribute(sc.RL_STEP, 99)
+    handle.metrics.collect(99)
+    with oal.step(1), oal.sample(0):
+        pass
+    metrics = handle.metrics.collect(1)
+    assert metrics["agent_loop/num_samples"] == 1
+    assert metrics["agent_loop/telemetry/samples_in_flight"] == 0

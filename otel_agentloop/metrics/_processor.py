@@ -22,6 +22,7 @@ _PHASE, _SAMPLE, _INDEX, _ROLLOUT = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.RL_SAMPLE_IN
 _STEP, _VALIDATE = sc.RL_STEP, sc.RL_VALIDATE
 _SNAPSHOT = sc.RL_SNAPSHOT
 _ERROR = StatusCode.ERROR
+_MAX_RUNNING_ROOTS = 1 << 18
 
 
 class PhaseMetricsProcessor(SpanProcessor):
@@ -81,6 +82,7 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._last_in_flight = 0
         # samples whose root span started and has not ended, per step: excluded from collect()
         self._running: dict[StepKey, dict[tuple[int, int], int]] = {}
+        self._roots: dict[int, tuple[StepKey, tuple[int, int]]] = {}  # running root span id -> its entry above
         # samples still running when their step was collected: their later spans are counted, never
         # accumulated into a second result
         self._late_samples: OrderedDict[StepKey, set[tuple[int, int]]] = OrderedDict()
@@ -99,16 +101,22 @@ class PhaseMetricsProcessor(SpanProcessor):
             rollout = attrs.get(_ROLLOUT, -1)
             key: StepKey = (attrs.get(_STEP), attrs.get(_VALIDATE) is True)  # type: ignore[assignment]
             sample = (index, rollout if type(rollout) is int else -1)
+            ctx = span.get_span_context()
             with self._lock:
                 while len(self._running) > 4 * self.max_steps and key not in self._running:
                     del self._running[next(iter(self._running))]  # bound: steps never collected
                 running = self._running.setdefault(key, {})
                 running[sample] = running.get(sample, 0) + 1
+                # its end is matched by span id: attributes set on it later never leave it running forever
+                roots = self._roots
+                while len(roots) >= _MAX_RUNNING_ROOTS:  # bound: root spans that never end
+                    self._sample_ended(*roots.pop(next(iter(roots))))
+                roots[ctx.span_id] = (key, sample)
         except Exception:
             internal_error("PhaseMetricsProcessor.on_start")
 
     def _sample_ended(self, key: StepKey, sample: tuple[int, int]) -> None:
-        """Called with the lock held when a sample's root span ends."""
+        """Called with the lock held when a sample's root span ends (``key``, ``sample``: as it started)."""
         running = self._running.get(key)
         if running is not None:
             count = running.get(sample, 0) - 1
@@ -132,10 +140,14 @@ class PhaseMetricsProcessor(SpanProcessor):
                 attrs = span.attributes or {}
                 name, ctx, start, end, status = span.name, span.context, span.start_time, span.end_time, span.status
             if not attrs:
+                if name == _SAMPLE and self._roots and ctx is not None:
+                    with self._lock:
+                        started = self._roots.pop(ctx.span_id, None)
+                        if started is not None:
+                            self._sample_ended(*started)
                 return
-            self.ingest(
-                name, attrs, start or 0, end or 0, ctx.trace_id if ctx is not None else 0, status.status_code is _ERROR
-            )
+            trace_id, span_id = (ctx.trace_id, ctx.span_id) if ctx is not None else (0, 0)
+            self._ingest(name, attrs, start or 0, end or 0, trace_id, status.status_code is _ERROR, span_id)
         except Exception:
             internal_error("PhaseMetricsProcessor.on_end")
 
@@ -158,14 +170,20 @@ class PhaseMetricsProcessor(SpanProcessor):
 
     # -- ingestion (shared by live spans and stored spans) ------------------------------------------
     def ingest(self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool) -> None:
-        """Account one finished span. Spans that are neither phase nor sample spans are ignored."""
+        """Account one finished span. Spans that are neither phase nor sample spans are ignored. A span named
+        ``rl.sample`` is a sample's root span, whatever its attributes (a user's ``rl.phase`` among them)."""
+        self._ingest(name, attrs, start, end, trace_id, error, 0)
+
+    def _ingest(
+        self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool, span_id: int
+    ) -> None:
         get = attrs.get
-        phase = get(_PHASE)
-        if phase is None:
-            if name != _SAMPLE:
-                return
+        if name == _SAMPLE:
             p = -1
         else:
+            phase = get(_PHASE)
+            if phase is None:
+                return
             p = PHASE_INDEX.get(phase, -2)
             if p == -2 or get(_SNAPSHOT):  # a watchdog snapshot of a running sample is not phase time
                 return
@@ -173,6 +191,10 @@ class PhaseMetricsProcessor(SpanProcessor):
         if type(index) is not int:
             with self._lock:
                 self._outside += 1
+                if p < 0 and span_id and self._roots:
+                    started = self._roots.pop(span_id, None)
+                    if started is not None:
+                        self._sample_ended(*started)
             if p >= 0:
                 warn_once(
                     "phase-outside-sample",
@@ -186,8 +208,12 @@ class PhaseMetricsProcessor(SpanProcessor):
         sample = (index, rollout if type(rollout) is int else -1)
         self._acquire()  # not `with`: ~0.25 us cheaper per span here
         try:
-            if p < 0 and self._running:
-                self._sample_ended(step_key, sample)
+            if p < 0:
+                started = self._roots.pop(span_id, None) if span_id and self._roots else None
+                if started is not None:
+                    self._sample_ended(*started)
+                elif self._running and not span_id:  # a span that reached on_end only (ingest())
+                    self._sample_ended(step_key, sample)
             if self._late_samples:
                 late = self._late_samples.get(step_key)
                 if late is not None and sample in late:  # still running when its step was collected
