@@ -273,3 +273,52 @@ def test_identity_set_on_a_running_sample_never_leaves_it_running_forever(traced
     metrics = handle.metrics.collect(1)
     assert metrics["agent_loop/num_samples"] == 1
     assert metrics["agent_loop/telemetry/samples_in_flight"] == 0
+
+
+# -- verl identity values: read whatever form they arrive in, never raise (the span never depends on it) -----
+def test_verl_identity_values_are_read_in_every_form_they_arrive_in(caplog) -> None:
+    import numpy as np
+
+    from otel_agentloop.integrations.verl._rows import identity_int, read_identity
+
+    class NonTensorData:  # tensordict's wrapper: the value under .data
+        def __init__(self, data: object) -> None:
+            self.data = data
+
+    class Scalar:  # a 0-d tensor: .item()
+        def item(self) -> int:
+            return 12
+
+    read = {
+        "int64 bytes": np.array([257], dtype=np.int64).tobytes(),  # an int64 column's element in V1's worker
+        "int64 bytes, big": np.array([(1 << 40) + 7], dtype=np.int64).tobytes(),
+        "negative int32 bytes": np.array([-3], dtype=np.int32).tobytes(),
+        "numpy int64": np.int64(5),
+        "0-d array": np.array(6),
+        "one-element array": np.array([9]),
+        "tensor-like": Scalar(),
+        "NonTensorData": NonTensorData(np.int64(4)),
+        "int": 2,
+        "integral float": 3.0,
+        "decimal text": " 11 ",
+    }
+    assert {k: identity_int(v) for k, v in read.items()} == {
+        "int64 bytes": 257,
+        "int64 bytes, big": (1 << 40) + 7,
+        "negative int32 bytes": -3,
+        "numpy int64": 5,
+        "0-d array": 6,
+        "one-element array": 9,
+        "tensor-like": 12,
+        "NonTensorData": 4,
+        "int": 2,
+        "integral float": 3,
+        "decimal text": 11,
+    }
+    for bad in (None, b"7", 3.5, float("nan"), "x", np.array([1, 2]), object(), 1 << 70, NonTensorData(None)):
+        assert identity_int(bad) is None, bad
+    assert read_identity("sample_index", b"xyz") is None and read_identity("sample_index", b"\x00") is None
+    warnings = [r.getMessage() for r in caplog.records if "sample_index" in r.getMessage()]
+    assert warnings == [
+        "otel_agentloop: verl's sample_index (a bytes) cannot be read as an int; sample spans are recorded without it"
+    ]
