@@ -129,6 +129,37 @@ def test_a_sample_running_through_two_collects_is_counted_once_at_the_third(trac
     assert 3 * TURN_S <= third["agent_loop/generate_sequences/max"] < 3 * TURN_S + 1.0  # all three turns
 
 
+def test_a_span_that_outlives_its_counted_sample_never_makes_it_count_twice(traced) -> None:
+    """A generation task that outlives its sample ends after the step's collect: the sample was counted whole
+    in that result already; its straggler span is counted in spans_after_collect, never a second result."""
+    handle = traced.handle
+
+    async def main() -> tuple[StepMetrics, StepMetrics]:
+        release = asyncio.Event()
+
+        async def straggler() -> None:
+            await release.wait()
+            await generate(0.001)
+
+        with oal.step(6):
+            async with oal.sample(0):
+                await generate(TURN_S)
+                task = asyncio.create_task(straggler())  # copies the sample's context, outlives it
+            first = handle.metrics.collect(6)
+            release.set()
+            await task
+            async with oal.sample(1):  # a new sample of the step, after its collect: the next result
+                await generate(0.001)
+        assert handle.force_flush(5)
+        return first, handle.metrics.collect(6)
+
+    first, second = asyncio.run(main())
+    assert first["agent_loop/num_samples"] == 1 and first["agent_loop/telemetry/spans_after_collect"] == 0
+    assert second["agent_loop/num_samples"] == 1 and second["agent_loop/slowest/sample_index"] == 1
+    assert "agent_loop/late_samples" not in second
+    assert second["agent_loop/telemetry/spans_after_collect"] == 1
+
+
 def test_late_samples_are_in_a_later_worker_table_of_the_step_and_merge_like_collect(traced) -> None:
     """The Ray path (worker_table, merge_metrics) carries the late flag like collect()."""
     results: list[object] = []

@@ -86,6 +86,9 @@ class PhaseMetricsProcessor(SpanProcessor):
         # samples still running when their step was collected: their later spans are counted, never
         # accumulated into a second result
         self._late_samples: OrderedDict[StepKey, set[tuple[int, int]]] = OrderedDict()
+        # steps collected (released) at least once: a later span belongs to a next result only if its sample
+        # was running at a collect or started after it, never if the sample was counted already
+        self._released: OrderedDict[StepKey, None] = OrderedDict()
         self._last_key: object = object()  # one-entry cache: most spans belong to the step of the previous one
         self._last_rows: StepRows | None = None
 
@@ -208,24 +211,37 @@ class PhaseMetricsProcessor(SpanProcessor):
         sample = (index, rollout if type(rollout) is int else -1)
         self._acquire()  # not `with`: ~0.25 us cheaper per span here
         try:
-            if p < 0:
-                started = self._roots.pop(span_id, None) if span_id and self._roots else None
-                if started is not None:
-                    self._sample_ended(*started)
-                elif self._running and not span_id:  # a span that reached on_end only (ingest())
-                    self._sample_ended(step_key, sample)
-            if self._late_samples:
-                late = self._late_samples.get(step_key)
-                if late is not None and sample in late:  # still running when its step was collected
-                    self._late += 1
+            started = self._roots.pop(span_id, None) if p < 0 and span_id and self._roots else None
             if step_key == self._last_key:
                 rows = self._last_rows
             else:
-                rows = self._steps.get(step_key) or self._open(step_key)
-                self._last_key, self._last_rows = step_key, rows
-            rows.add(sample, p, start, end, attrs, trace_id, error)  # type: ignore[union-attr]
+                rows = self._steps.get(step_key)
+                if rows is None and step_key not in self._released:
+                    rows = self._open(step_key)
+            if (rows is None or rows.late) and started is None and not self._counts_after_collect(step_key, sample):
+                # a span of a sample already in an earlier result of its step (a task that outlived its sample)
+                self._late += 1
+                return
+            if rows is None:
+                rows = self._open(step_key)
+            self._last_key, self._last_rows = step_key, rows
+            if started is not None:
+                self._sample_ended(*started)
+            elif p < 0 and self._running and not span_id:  # a span that reached on_end only (ingest())
+                self._sample_ended(step_key, sample)
+            rows.add(sample, p, start, end, attrs, trace_id, error)
         finally:
             self._release()
+
+    def _counts_after_collect(self, key: StepKey, sample: tuple[int, int]) -> bool:
+        """With the lock held, for a step already collected: does a span of ``sample`` belong to its next result
+        (the sample was running at a collect, or started after it, or has a row there already)?"""
+        rows = self._steps.get(key)
+        return (
+            (rows is not None and sample in rows.rows)
+            or sample in self._running.get(key, ())
+            or sample in self._late_samples.get(key, ())
+        )
 
     def ingest_records(self, records: Iterable[SpanRecord]) -> None:
         """Account stored spans (from a trace file or Jaeger) exactly as live ones."""
@@ -263,7 +279,7 @@ class PhaseMetricsProcessor(SpanProcessor):
             )
         if rows is None:
             rows = StepRows(self.max_samples_per_step)
-            rows.late = key in self._late_samples  # a collected step: its late samples' later spans
+            rows.late = key in self._released  # a collected step: its late samples' later spans
         self._steps[key] = rows
         return rows
 
@@ -286,6 +302,10 @@ class PhaseMetricsProcessor(SpanProcessor):
             late = self._late_samples.get(key) or ()
             table = PhaseTable.empty() if rows is None else rows.to_table(exclude=running, late=late)
             if release:  # samples still running stay in self._running: their root span ends later
+                self._released[key] = None
+                self._released.move_to_end(key)
+                while len(self._released) > 4 * self.max_steps:
+                    self._released.popitem(last=False)
                 self._last_in_flight = len(running)
                 self._in_flight_total += len(running)
                 if rows is not None and rows.dropped:
@@ -360,8 +380,9 @@ class PhaseMetricsProcessor(SpanProcessor):
     @property
     def stats(self) -> dict[str, int]:
         """Counters: spans outside any sample, steps evicted uncollected, samples dropped over the bound, samples
-        still running at the last collect (and in all collects), spans of such samples that ended after that
-        collect, and samples of a collected step forgotten before a later collect of the step (evicted)."""
+        still running at the last collect (and in all collects), spans of samples already in a result that
+        ended after it (not counted again), and samples of a collected step forgotten before a later collect
+        of the step (evicted)."""
         with self._lock:
             open_dropped = sum(rows.dropped for rows in self._steps.values())
             return {
