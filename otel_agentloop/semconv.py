@@ -70,6 +70,9 @@ LOW_CARDINALITY: Final = (RL_PHASE, GEN_AI_OPERATION_NAME, GEN_AI_TOOL_NAME, RL_
 METRIC_PREFIX: Final = "agent_loop"
 RL_PHASE_TRAIN: Final = "rl.train.phase"
 """The trainer phase a ``rl.train.<name>`` span times (verl's ``marked_timer`` name)."""
+LATE_SAMPLES: Final = "late_samples"
+"""``agent_loop/late_samples``: samples in this result that were still running at an earlier ``collect`` of
+the same step (present only when > 0)."""
 WORKER_SPAN: Final = "rl.worker"
 """One Ray actor call's share of a step (driver step -> worker call -> samples)."""
 

@@ -12,7 +12,9 @@ import numpy as np
 import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
+from opentelemetry import trace
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import StatusCode
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
@@ -67,7 +69,22 @@ scalars = st.one_of(
     st.just(float("nan")),
 )
 values = st.one_of(scalars, st.lists(scalars, max_size=4), st.dictionaries(st.text(max_size=5), scalars, max_size=3))
-attributes = st.dictionaries(st.text(max_size=10), values, max_size=8)
+# the library's own keys too: a user's attribute named like one must not change the sample's identity or timing
+# (not yet rl.sample.rollout_n: sample(i, attributes={"rl.sample.rollout_n": 0}) without rollout_n= gives the
+# root span rollout 0 and its phases rollout -1, two samples in the metrics; identity is core's, reported)
+reserved_keys = st.sampled_from(
+    [
+        sc.RL_PHASE,
+        sc.RL_STEP,
+        sc.RL_VALIDATE,
+        sc.RL_SAMPLE_INDEX,
+        sc.RL_SNAPSHOT,
+        sc.RL_NUM_PREEMPTED,
+        sc.GEN_AI_TOOL_NAME,
+        sc.ERROR_TYPE,
+    ]
+)
+attributes = st.dictionaries(st.one_of(st.text(max_size=10), reserved_keys), values, max_size=8)
 
 
 class UserError(Exception):
@@ -114,11 +131,24 @@ SETTINGS = settings(max_examples=60, deadline=None, suppress_health_check=[Healt
 
 
 def _ended(memory: InMemorySpanExporter, handle: oal.Handle) -> list[Any]:
+    """The spans exported since the last call, once nothing of ours is left open: no running sample or phase in
+    the in-flight registry, no sample or step left current, no span left current (every span the code started
+    has ended, so the exported ones are all there is)."""
     assert handle.force_flush(5)
     spans = list(memory.get_finished_spans())
     memory.clear()
-    assert all(s.end_time is not None for s in spans)
+    assert handle.inflight() == []
+    assert handle.live is None or not handle.live.registry._phases
+    assert oal.current_sample() is None and oal.current_step() is None
+    assert not trace.get_current_span().get_span_context().is_valid
+    for s in spans:
+        assert 0 < s.start_time <= s.end_time, s.name
     return spans
+
+
+def _error_type(exc: BaseException) -> str:
+    kind = type(exc)
+    return kind.__qualname__ if kind.__module__ == "builtins" else f"{kind.__module__}.{kind.__qualname__}"
 
 
 _memory = InMemorySpanExporter()
@@ -150,9 +180,17 @@ def test_decorators_and_scopes_keep_results_whatever_the_attributes(handle, attr
         assert asyncio.run(train()) is result
         with oal.span("tool_calls", attributes=attrs):
             pass
-    names = sorted(s.name for s in _ended(_memory, handle))
-    assert names == ["execute_tool", "rl.sample", "rl.step", "rl.train.update", "text_completion"]
-    assert handle.metrics.collect(1)["agent_loop/num_samples"] == 1
+    spans = _ended(_memory, handle)
+    by_name = {s.name: s for s in spans}
+    assert sorted(by_name) == ["execute_tool", "rl.sample", "rl.step", "rl.train.update", "text_completion"]
+    assert len(spans) == 5
+    sample = by_name["rl.sample"]
+    for name in ("execute_tool", "text_completion", "rl.train.update"):  # each inside the sample, ended in it
+        child = by_name[name]
+        assert child.parent is not None and child.parent.span_id == sample.context.span_id, name
+        assert sample.start_time <= child.start_time <= child.end_time <= sample.end_time, name
+    metrics = handle.metrics.collect(1)
+    assert metrics["agent_loop/num_samples"] == 1 and metrics["agent_loop/telemetry/samples_in_flight"] == 0
 
 
 @SETTINGS
@@ -214,8 +252,26 @@ def test_the_users_exception_is_reraised_unchanged_and_every_span_ends(handle, e
     else:
         assert caught is raised, (where, exc_type, caught)
     spans = _ended(_memory, handle)
-    assert {s.name for s in spans} >= {"rl.sample"}
-    handle.metrics.collect(2)
+    phase_name = "rl.train.t" if where == "trainer" else "execute_tool t"
+    assert sorted(s.name for s in spans) == sorted([phase_name, "rl.sample"])  # each started span, ended once
+    phase, sample = (next(s for s in spans if s.name == n) for n in (phase_name, "rl.sample"))
+    assert phase.parent is not None and phase.parent.span_id == sample.context.span_id
+    assert sample.start_time <= phase.start_time <= phase.end_time <= sample.end_time
+    # recorded as what the caller sees (a StopIteration that PEP 479 turned into a RuntimeError, as such);
+    # cancellation and generator close are no error
+    assert caught is not None
+    for s in (phase, sample):
+        if isinstance(caught, (asyncio.CancelledError, GeneratorExit)):
+            assert s.status.status_code is StatusCode.UNSET and sc.ERROR_TYPE not in s.attributes, s.name
+        else:
+            assert s.status.status_code is StatusCode.ERROR, s.name
+            assert s.attributes[sc.ERROR_TYPE] == _error_type(caught), s.name
+    metrics = handle.metrics.collect(2)
+    assert metrics["agent_loop/num_samples"] == 1 and metrics["agent_loop/telemetry/samples_in_flight"] == 0
+    if where != "trainer":
+        assert metrics["agent_loop/tool_calls/max"] == pytest.approx(
+            (phase.end_time - phase.start_time) / 1e9, abs=2e-3
+        )
 
 
 @SETTINGS

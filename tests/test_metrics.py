@@ -111,6 +111,7 @@ def test_processor_bounds_and_release() -> None:
         "samples_in_flight": 0,
         "samples_in_flight_total": 0,
         "spans_after_collect": 0,
+        "late_samples_evicted": 0,
     }
     assert proc.collect(1)["agent_loop/num_samples"] == 0
     m = proc.collect(2)

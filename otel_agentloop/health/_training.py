@@ -22,10 +22,19 @@ from typing import Any
 
 from opentelemetry import trace
 
-from ..core._guard import warn_once
+from ..core._guard import internal_error, safe_str, warn_once
 
 logger = logging.getLogger("otel_agentloop.health")
 ALERT_EVENT = "rl.health.alert"
+
+
+def _as_step(step: Any) -> int:
+    """``step`` as an int64 (``int(step)`` of an integral value), else -1."""
+    try:
+        number = step if type(step) is int else int(step) if float(step).is_integer() else -1
+    except Exception:
+        return -1
+    return number if -(1 << 63) <= number < (1 << 63) else -1
 
 
 @dataclass(frozen=True)
@@ -45,6 +54,19 @@ class HealthThresholds:
     memory_growth: float = 0.1  # GPU memory grew every step of the window, by this fraction overall
     val_gap: float = 0.2  # validation reward this fraction below training reward
     warmup_steps: int = 3  # steps before the trend rules start
+
+    def __post_init__(self) -> None:
+        for name in ("window", "warmup_steps"):
+            value = getattr(self, name)
+            if type(value) is not int or value < (1 if name == "window" else 0):
+                raise ValueError(f"health {name} must be an int >= {1 if name == 'window' else 0}, not {value!r}")
+        for name, value in asdict(self).items():
+            if name in ("window", "warmup_steps"):
+                continue
+            if not isinstance(value, (int, float)) or not 0 <= value < math.inf:
+                raise ValueError(f"health {name} must be a finite number >= 0, not {value!r}")
+        if self.step_time_swing <= 0:
+            raise ValueError(f"health step_time_swing must be > 0, not {self.step_time_swing!r}")
 
 
 @dataclass(frozen=True)
@@ -125,22 +147,28 @@ class HealthMonitor:
         self._steps = 0
 
     # -- helpers --------------------------------------------------------------------------------
+    @staticmethod
+    def _number(name: str, raw: Any) -> float | None:
+        """``float(raw)``, or ``None`` (warned once per key) when it cannot be converted: any exception of the
+        value's own conversion (a multi-element tensor, a huge int, a broken ``__float__``) is caught. NaN is
+        ``None`` too (silently: verl writes NaN for "no value")."""
+        try:
+            value = float(raw)
+        except Exception:
+            warn_once(
+                "health-bad:" + name,
+                "otel_agentloop.health: %s (a %s) is not a number; skipped",
+                name,
+                safe_str(type(raw).__qualname__),
+            )
+            return None
+        return None if math.isnan(value) else value
+
     def _value(self, metrics: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, float] | None:
         for name in names:
             if name in metrics:
-                try:
-                    value = float(metrics[name])
-                except (TypeError, ValueError):
-                    warn_once(
-                        "health-bad:" + name,
-                        "otel_agentloop.health: %s=%r is not a number; skipped",
-                        name,
-                        metrics[name],
-                    )
-                    return None
-                if math.isnan(value):
-                    return None
-                return name, value
+                value = self._number(name, metrics[name])
+                return None if value is None else (name, value)
         return None
 
     def _val_reward(self, metrics: Mapping[str, Any]) -> tuple[str, float] | None:
@@ -150,13 +178,21 @@ class HealthMonitor:
             for k, v in metrics.items()
             if k.startswith(prefix) and ("/reward/" in k or "/score/" in k) and "/mean@" in k
         ]
-        values = []
-        for _, v in found:
-            try:
-                values.append(float(v))
-            except (TypeError, ValueError):
-                continue
-        return (found[0][0], statistics.fmean(values)) if values else None
+        values = [x for x in (self._number(k, v) for k, v in found) if x is not None]
+        return (found[0][0], sum(values) / len(values)) if values else None  # not fmean: fsum raises on overflow
+
+    @staticmethod
+    def _plain(metrics: Any) -> dict[str, Any]:
+        """The str-keyed items of ``metrics`` as a plain dict; ``{}`` (warned once) when it cannot be read."""
+        try:
+            return {k: v for k, v in metrics.items() if isinstance(k, str)}
+        except Exception:
+            warn_once(
+                "health-bad-metrics",
+                "otel_agentloop.health: observe() got a %s, not a readable mapping; step skipped",
+                safe_str(type(metrics).__qualname__),
+            )
+            return {}
 
     def _past(self, rule: str) -> list[float]:
         return list(self._history.get(rule, ()))
@@ -167,7 +203,17 @@ class HealthMonitor:
 
     # -- rules ----------------------------------------------------------------------------------
     def observe(self, step: int, metrics: Mapping[str, Any]) -> list[Alert]:
-        """Check ``metrics`` of ``step``; returns this step's alerts (also logged and sent as span events)."""
+        """Check ``metrics`` of ``step``; returns this step's alerts (also logged and sent as span events).
+
+        Never raises: keys that are not ``str`` are ignored; a value that does not convert to a float (or is
+        NaN) is skipped, with one warning per key; a ``step`` that is not an int is recorded as -1."""
+        try:
+            return self._observe(_as_step(step), self._plain(metrics))
+        except Exception:  # a bug of ours: never the user's training loop
+            internal_error("HealthMonitor.observe")
+            return []
+
+    def _observe(self, step: int, metrics: dict[str, Any]) -> list[Alert]:
         self._steps += 1
         t = self.t
         alerts: list[Alert] = []
@@ -222,13 +268,14 @@ class HealthMonitor:
             past = self._past("grad_norm")
             if value > t.grad_norm_max:
                 alert("grad_norm_high", key, value, t.grad_norm_max, f"grad norm {value:.4g} above {t.grad_norm_max}")
-            if len(past) >= 2 and value > t.grad_norm_jump * statistics.median(past):
+            med = statistics.median(past) if len(past) >= 2 else 0.0
+            if med > 0 and value > t.grad_norm_jump * med:  # from a median of 0 (no update), no jump to speak of
                 alert(
                     "grad_norm_jump",
                     key,
                     value,
-                    t.grad_norm_jump * statistics.median(past),
-                    f"grad norm jumped to {value:.4g} ({value / statistics.median(past):.1f}x its recent median)",
+                    t.grad_norm_jump * med,
+                    f"grad norm jumped to {value:.4g} ({value / med:.1f}x its recent median)",
                 )
         if (r := got["step_time"]) is not None:
             key, value = r
@@ -284,7 +331,7 @@ class HealthMonitor:
         if len(steps) < 100:
             steps.append(a.step)
         if self.log:
-            logger.warning("step %d: %s: %s", a.step, a.rule, a.message)
+            logger.warning("step %s: %s: %s", a.step, a.rule, a.message)
         if self.emit_events:
             span = trace.get_current_span()
             if span.is_recording():

@@ -12,7 +12,7 @@ element; :meth:`StepRows.add` is one flat method because Python calls dominate t
 from __future__ import annotations
 
 from array import array
-from collections.abc import Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 import numpy as np
@@ -30,6 +30,18 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute outside int64 is 
 _NPRE = sc.RL_NUM_PREEMPTED
 _PLEN = sc.RL_PROMPT_LENGTH
 _RLEN = sc.RL_RESPONSE_LENGTH
+# per-row scalar columns besides the phase totals and blocks (copied by StepRows.split_off)
+_ROW_FIELDS = (
+    "npre_sum",
+    "npre_first",
+    "npre_first_missing",
+    "npre_final",
+    "prompt_len",
+    "response_len",
+    "error",
+    "tid_hi",
+    "tid_lo",
+)
 
 
 def add_interval(blocks: list[int], start: int, end: int) -> int:
@@ -73,6 +85,7 @@ class StepRows:
         "error",
         "in_order",
         "index",
+        "late",
         "max_rows",
         "npre_final",
         "npre_first",
@@ -105,6 +118,7 @@ class StepRows:
         self.tid_lo = array("Q")
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
+        self.late = False  # holds samples carried over from an earlier collect of the step (split_off)
 
     def __len__(self) -> int:
         return len(self.index)
@@ -181,14 +195,39 @@ class StepRows:
         if error:
             self.error[r] = 1
 
-    def to_table(self, exclude: Mapping[tuple[int, int], object] | None = None) -> PhaseTable:
-        """The accumulated rows as a table, without the samples in ``exclude`` (those still running)."""
+    def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
+        """A new ``StepRows`` (``late``) holding copies of the rows of ``keys`` that exist here: what a sample
+        still running at its step's collect had accumulated so far, so its later spans add to it."""
+        out = StepRows(self.max_rows)
+        out.late = True
+        for key in sorted(k for k in keys if k in self.rows):
+            r, o = self.rows[key], out._new_row(key)
+            for p in (0, 1, 2):
+                out.total[p][o] = self.total[p][r]
+                b = self.blocks[p][r]
+                out.blocks[p][o] = None if b is None else list(b)
+            for name in _ROW_FIELDS:
+                getattr(out, name)[o] = getattr(self, name)[r]
+        return out
+
+    def to_table(
+        self,
+        exclude: Mapping[tuple[int, int], object] | None = None,
+        late: Iterable[tuple[int, int]] = (),
+    ) -> PhaseTable:
+        """The accumulated rows as a table, without the samples in ``exclude`` (those still running); rows
+        whose sample is in ``late`` are flagged ``late``."""
         keep: np.ndarray | None = None
         if exclude:
             rows = [self.rows[key] for key in exclude if key in self.rows]
             if rows:
                 keep = np.ones(len(self.index), dtype=np.bool_)
                 keep[rows] = False
+        late_col = np.zeros(len(self.index), dtype=np.bool_)
+        for key in late:
+            r = self.rows.get(key)
+            if r is not None:
+                late_col[r] = True
 
         def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]
             out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
@@ -209,5 +248,6 @@ class StepRows:
             error=col(self.error, np.int8).astype(np.bool_),
             trace_id_hi=col(self.tid_hi, np.uint64),
             trace_id_lo=col(self.tid_lo, np.uint64),
+            late=late_col if keep is None else late_col[keep],
             ordered=self.in_order,
         )

@@ -22,6 +22,7 @@ _PHASE, _SAMPLE, _INDEX, _ROLLOUT = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.RL_SAMPLE_IN
 _STEP, _VALIDATE = sc.RL_STEP, sc.RL_VALIDATE
 _SNAPSHOT = sc.RL_SNAPSHOT
 _ERROR = StatusCode.ERROR
+_MAX_RUNNING_ROOTS = 1 << 18
 
 
 class PhaseMetricsProcessor(SpanProcessor):
@@ -38,8 +39,12 @@ class PhaseMetricsProcessor(SpanProcessor):
 
     ``collect(step)`` while some of the step's samples still run (their ``rl.sample`` span started and has not
     ended): those samples are left out of the result and counted in ``agent_loop/telemetry/samples_in_flight``;
-    their spans that end later are counted in ``spans_after_collect`` and never start a second result, so no
-    sample is counted twice or half. Collect a step after its samples end for complete numbers.
+    what they accumulated so far is kept, their later spans add to it, and the next ``collect(step)`` returns
+    the samples of the step that ended since the previous one, with ``agent_loop/late_samples`` (how many of
+    them were running at an earlier collect). Each sample is counted in exactly one result, whole. A step's
+    late samples count against ``max_steps`` until collected; evicted uncollected, they are counted in
+    ``stats["late_samples_evicted"]``. verl collects each step once, after every sample of it ended: nothing
+    is late there.
 
     Thread-safe and fork-safe (a forked child starts empty). ``on_end`` is O(1) for the usual span orders and
     never raises.
@@ -72,13 +77,18 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._evicted = 0
         self._dropped_closed = 0
         self._late = 0
+        self._late_evicted = 0
         self._in_flight_total = 0
         self._last_in_flight = 0
         # samples whose root span started and has not ended, per step: excluded from collect()
         self._running: dict[StepKey, dict[tuple[int, int], int]] = {}
+        self._roots: dict[int, tuple[StepKey, tuple[int, int]]] = {}  # running root span id -> its entry above
         # samples still running when their step was collected: their later spans are counted, never
         # accumulated into a second result
         self._late_samples: OrderedDict[StepKey, set[tuple[int, int]]] = OrderedDict()
+        # steps collected (released) at least once: a later span belongs to a next result only if its sample
+        # was running at a collect or started after it, never if the sample was counted already
+        self._released: OrderedDict[StepKey, None] = OrderedDict()
         self._last_key: object = object()  # one-entry cache: most spans belong to the step of the previous one
         self._last_rows: StepRows | None = None
 
@@ -94,16 +104,22 @@ class PhaseMetricsProcessor(SpanProcessor):
             rollout = attrs.get(_ROLLOUT, -1)
             key: StepKey = (attrs.get(_STEP), attrs.get(_VALIDATE) is True)  # type: ignore[assignment]
             sample = (index, rollout if type(rollout) is int else -1)
+            ctx = span.get_span_context()
             with self._lock:
                 while len(self._running) > 4 * self.max_steps and key not in self._running:
                     del self._running[next(iter(self._running))]  # bound: steps never collected
                 running = self._running.setdefault(key, {})
                 running[sample] = running.get(sample, 0) + 1
+                # its end is matched by span id: attributes set on it later never leave it running forever
+                roots = self._roots
+                while len(roots) >= _MAX_RUNNING_ROOTS:  # bound: root spans that never end
+                    self._sample_ended(*roots.pop(next(iter(roots))))
+                roots[ctx.span_id] = (key, sample)
         except Exception:
             internal_error("PhaseMetricsProcessor.on_start")
 
     def _sample_ended(self, key: StepKey, sample: tuple[int, int]) -> None:
-        """Called with the lock held when a sample's root span ends."""
+        """Called with the lock held when a sample's root span ends (``key``, ``sample``: as it started)."""
         running = self._running.get(key)
         if running is not None:
             count = running.get(sample, 0) - 1
@@ -127,10 +143,14 @@ class PhaseMetricsProcessor(SpanProcessor):
                 attrs = span.attributes or {}
                 name, ctx, start, end, status = span.name, span.context, span.start_time, span.end_time, span.status
             if not attrs:
+                if name == _SAMPLE and self._roots and ctx is not None:
+                    with self._lock:
+                        started = self._roots.pop(ctx.span_id, None)
+                        if started is not None:
+                            self._sample_ended(*started)
                 return
-            self.ingest(
-                name, attrs, start or 0, end or 0, ctx.trace_id if ctx is not None else 0, status.status_code is _ERROR
-            )
+            trace_id, span_id = (ctx.trace_id, ctx.span_id) if ctx is not None else (0, 0)
+            self._ingest(name, attrs, start or 0, end or 0, trace_id, status.status_code is _ERROR, span_id)
         except Exception:
             internal_error("PhaseMetricsProcessor.on_end")
 
@@ -153,14 +173,20 @@ class PhaseMetricsProcessor(SpanProcessor):
 
     # -- ingestion (shared by live spans and stored spans) ------------------------------------------
     def ingest(self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool) -> None:
-        """Account one finished span. Spans that are neither phase nor sample spans are ignored."""
+        """Account one finished span. Spans that are neither phase nor sample spans are ignored. A span named
+        ``rl.sample`` is a sample's root span, whatever its attributes (a user's ``rl.phase`` among them)."""
+        self._ingest(name, attrs, start, end, trace_id, error, 0)
+
+    def _ingest(
+        self, name: str, attrs: Mapping[str, Any], start: int, end: int, trace_id: int, error: bool, span_id: int
+    ) -> None:
         get = attrs.get
-        phase = get(_PHASE)
-        if phase is None:
-            if name != _SAMPLE:
-                return
+        if name == _SAMPLE:
             p = -1
         else:
+            phase = get(_PHASE)
+            if phase is None:
+                return
             p = PHASE_INDEX.get(phase, -2)
             if p == -2 or get(_SNAPSHOT):  # a watchdog snapshot of a running sample is not phase time
                 return
@@ -168,6 +194,10 @@ class PhaseMetricsProcessor(SpanProcessor):
         if type(index) is not int:
             with self._lock:
                 self._outside += 1
+                if p < 0 and span_id and self._roots:
+                    started = self._roots.pop(span_id, None)
+                    if started is not None:
+                        self._sample_ended(*started)
             if p >= 0:
                 warn_once(
                     "phase-outside-sample",
@@ -181,37 +211,64 @@ class PhaseMetricsProcessor(SpanProcessor):
         sample = (index, rollout if type(rollout) is int else -1)
         self._acquire()  # not `with`: ~0.25 us cheaper per span here
         try:
-            if p < 0 and self._running:
-                self._sample_ended(step_key, sample)
-            if self._late_samples:
-                late = self._late_samples.get(step_key)
-                if late is not None and sample in late:  # still running when its step was collected
-                    self._late += 1
-                    if p < 0:
-                        late.discard(sample)
-                        if not late:
-                            del self._late_samples[step_key]
-                    return
+            started = self._roots.pop(span_id, None) if p < 0 and span_id and self._roots else None
             if step_key == self._last_key:
                 rows = self._last_rows
             else:
-                rows = self._steps.get(step_key) or self._open(step_key)
-                self._last_key, self._last_rows = step_key, rows
-            rows.add(sample, p, start, end, attrs, trace_id, error)  # type: ignore[union-attr]
+                rows = self._steps.get(step_key)
+                if rows is None and step_key not in self._released:
+                    rows = self._open(step_key)
+            if (rows is None or rows.late) and started is None and not self._counts_after_collect(step_key, sample):
+                # a span of a sample already in an earlier result of its step (a task that outlived its sample)
+                self._late += 1
+                return
+            if rows is None:
+                rows = self._open(step_key)
+            self._last_key, self._last_rows = step_key, rows
+            if started is not None:
+                self._sample_ended(*started)
+            elif p < 0 and self._running and not span_id:  # a span that reached on_end only (ingest())
+                self._sample_ended(step_key, sample)
+            rows.add(sample, p, start, end, attrs, trace_id, error)
         finally:
             self._release()
+
+    def _counts_after_collect(self, key: StepKey, sample: tuple[int, int]) -> bool:
+        """With the lock held, for a step already collected: does a span of ``sample`` belong to its next result
+        (the sample was running at a collect, or started after it, or has a row there already)?"""
+        rows = self._steps.get(key)
+        return (
+            (rows is not None and sample in rows.rows)
+            or sample in self._running.get(key, ())
+            or sample in self._late_samples.get(key, ())
+        )
 
     def ingest_records(self, records: Iterable[SpanRecord]) -> None:
         """Account stored spans (from a trace file or Jaeger) exactly as live ones."""
         for rec in records:
             self.ingest(rec.name, rec.attributes, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
 
-    def _open(self, key: StepKey) -> StepRows:
+    def _open(self, key: StepKey, rows: StepRows | None = None) -> StepRows:
+        """Make ``rows`` (a new ``StepRows`` when ``None``) the state of ``key``, evicting the oldest open step
+        when ``max_steps`` are open."""
         while len(self._steps) >= self.max_steps:
             oldest = next(iter(self._steps))
-            self._dropped_closed += self._steps.pop(oldest).dropped
+            evicted = self._steps.pop(oldest)
+            self._dropped_closed += evicted.dropped
             self._running.pop(oldest, None)
+            self._late_samples.pop(oldest, None)
             self._last_key = object()
+            if evicted.late:  # the step was collected; these samples ended (or run) after it
+                self._late_evicted += len(evicted)
+                warn_once(
+                    "late-evicted",
+                    "otel_agentloop: more than %d steps open in PhaseMetricsProcessor; forgetting %d samples of "
+                    "step %r that ended after its collect (call collect(step) again to get them)",
+                    self.max_steps,
+                    len(evicted),
+                    oldest,
+                )
+                continue
             self._evicted += 1
             warn_once(
                 "step-evicted",
@@ -220,7 +277,9 @@ class PhaseMetricsProcessor(SpanProcessor):
                 self.max_steps,
                 oldest,
             )
-        rows = StepRows(self.max_samples_per_step)
+        if rows is None:
+            rows = StepRows(self.max_samples_per_step)
+            rows.late = key in self._released  # a collected step: its late samples' later spans
         self._steps[key] = rows
         return rows
 
@@ -229,28 +288,37 @@ class PhaseMetricsProcessor(SpanProcessor):
         """The per-sample table of ``step`` (empty if none); ``release`` frees the step's state.
 
         Samples of the step still running (root span started, not ended) are left out and counted in
-        ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. After a release, their
-        spans that end later are counted in ``spans_after_collect`` and never start a second result, so no
-        sample is counted twice (nor half). Other spans of the same step start a new result, as before.
+        ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. On release, what they
+        accumulated so far is kept as the step's new state, so their later spans add to it: the next release
+        of the step returns them (flagged ``late``), with any other sample of the step that ended since. Each
+        sample is in exactly one released table. The step's release listeners (the watchdog's verdict) run on
+        every release, also when no span of the step has ended.
         """
         with self._lock:
             key: StepKey = (step, validate)
             rows = self._steps.pop(key, None) if release else self._steps.get(key)
             self._last_key = object()
             running = self._running.get(key) or {}
-            if release:
-                self._running.pop(key, None)
+            late = self._late_samples.get(key) or ()
+            table = PhaseTable.empty() if rows is None else rows.to_table(exclude=running, late=late)
+            if release:  # samples still running stay in self._running: their root span ends later
+                self._released[key] = None
+                self._released.move_to_end(key)
+                while len(self._released) > 4 * self.max_steps:
+                    self._released.popitem(last=False)
                 self._last_in_flight = len(running)
                 self._in_flight_total += len(running)
+                if rows is not None and rows.dropped:
+                    self._dropped_closed += rows.dropped
+                self._late_samples.pop(key, None)  # the late ones that ended are in this table
                 if running:
-                    self._late_samples.setdefault(key, set()).update(running)
+                    self._late_samples[key] = set(running)
                     while len(self._late_samples) > 4 * self.max_steps:
                         self._late_samples.popitem(last=False)
-            if rows is None:
-                return PhaseTable.empty()
-            if release and rows.dropped:
-                self._dropped_closed += rows.dropped
-            table = rows.to_table(exclude=running)
+                    if rows is not None:
+                        carried = rows.split_off(running)
+                        if len(carried):
+                            self._open(key, carried)
         if release:
             for listener in self._release_listeners:
                 try:
@@ -312,8 +380,9 @@ class PhaseMetricsProcessor(SpanProcessor):
     @property
     def stats(self) -> dict[str, int]:
         """Counters: spans outside any sample, steps evicted uncollected, samples dropped over the bound, samples
-        still running at the last collect (and in all collects), spans that ended after their step was
-        collected."""
+        still running at the last collect (and in all collects), spans of samples already in a result that
+        ended after it (not counted again), and samples of a collected step forgotten before a later collect
+        of the step (evicted)."""
         with self._lock:
             open_dropped = sum(rows.dropped for rows in self._steps.values())
             return {
@@ -323,4 +392,5 @@ class PhaseMetricsProcessor(SpanProcessor):
                 "samples_in_flight": self._last_in_flight,
                 "samples_in_flight_total": self._in_flight_total,
                 "spans_after_collect": self._late,
+                "late_samples_evicted": self._late_evicted,
             }

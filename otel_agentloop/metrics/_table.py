@@ -9,7 +9,7 @@ samples were split across workers or in which order spans arrived.
 from __future__ import annotations
 
 from collections.abc import Iterable, Sequence
-from dataclasses import dataclass
+from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
 import numpy as np
@@ -39,7 +39,9 @@ class PhaseTable:
     Times are seconds (float64), phase time = wall time covered by the sample's spans of that phase.
     ``num_preempted`` is -1 when unknown; ``prompt_length``/``response_length`` are -1 when unknown.
     ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit trace id (0 when unknown).
-    ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when unsure.
+    ``late`` flags rows whose sample was still running at an earlier collect of its step (all False when
+    not given). ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when
+    unsure.
     """
 
     sample_index: npt.NDArray[np.int64]
@@ -53,7 +55,15 @@ class PhaseTable:
     error: npt.NDArray[np.bool_]
     trace_id_hi: npt.NDArray[np.uint64]
     trace_id_lo: npt.NDArray[np.uint64]
+    late: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
     ordered: bool = False
+
+    def __post_init__(self) -> None:
+        n = self.sample_index.shape[0]
+        if self.late.shape[0] != n:
+            if self.late.shape[0]:
+                raise ValueError(f"late has {self.late.shape[0]} rows, the table {n}")
+            object.__setattr__(self, "late", np.zeros(n, np.bool_))
 
     def __len__(self) -> int:
         return int(self.sample_index.shape[0])
@@ -123,6 +133,7 @@ _COLUMNS: Sequence[tuple[str, type]] = (
     ("error", np.bool_),
     ("trace_id_hi", np.uint64),
     ("trace_id_lo", np.uint64),
+    ("late", np.bool_),
 )
 
 
@@ -150,7 +161,8 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
     ``slowest/{generate_sequences,tool_calls,compute_score,num_preempted}`` where slowest is the argmax of
     generate_sequences + tool_calls + compute_score; ``slowest/{prompt_length,response_length}`` only when
     known. Ours: ``{phase}/p50|p90|p99`` (linear interpolation), ``slowest/sample_index``,
-    ``slowest/rollout_n``, ``num_samples``. An empty table gives only ``num_samples`` = 0.
+    ``slowest/rollout_n``, ``num_samples``, and ``late_samples`` (rows flagged ``late``) only when > 0. An empty
+    table gives only ``num_samples`` = 0.
     """
     out = StepMetrics()
     n = len(table)
@@ -183,6 +195,9 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
     out[f"{_PREFIX}/slowest/sample_index"] = float(t.sample_index[i])
     out[f"{_PREFIX}/slowest/rollout_n"] = float(t.rollout_n[i])
     out[f"{_PREFIX}/num_samples"] = float(n)
+    late = int(np.count_nonzero(t.late))
+    if late:
+        out[f"{_PREFIX}/{sc.LATE_SAMPLES}"] = float(late)
     out.slowest_trace_id = t.trace_id_hex(i)
     out.slowest_sample = (int(t.sample_index[i]), int(t.rollout_n[i]))
     return out

@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
+import itertools
 from collections.abc import Callable, Generator
 from typing import Any
 
@@ -19,7 +20,7 @@ from ...core._guard import internal_error
 from ...core._phase import PhaseSpec, SpanScope, finish, start
 from ...metrics._table import PhaseTable, compute_metrics
 from . import _patching as patching
-from ._rows import OpenSampleRows
+from ._rows import OpenSampleRows, identity_int, read_identity
 
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
 TOOL_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
@@ -212,37 +213,47 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
     carrier = kwargs.pop(CARRIER_KEY, None)
     position = kwargs.pop(POSITION_KEY, None)
     try:
+        # identity values that cannot be read are left out (warned once), never the span (see read_identity)
         trajectory = args[2] if len(args) > 2 else kwargs["trajectory"]
-        step, validate = as_int(trajectory["step"]), bool(trajectory["validate"])
+        step = read_identity("trajectory step", _field(trajectory, "step"))
+        validate = bool(_field(trajectory, "validate"))
         attrs: dict[str, Any] = {}
         agent = kwargs.get("agent_name")
         if agent:
             attrs["rl.agent.name"] = str(agent)
         v1 = "session_id" in kwargs
         call_rows = None
+        verl_key: tuple[int, int] | None = None
         if v1:
-            rollout = as_int(kwargs["session_id"])
-            dataset_index = as_int(trajectory["sample_index"])
+            rollout = read_identity("session_id", kwargs["session_id"])
+            dataset_index = read_identity("sample_index", _field(trajectory, "sample_index"))
             uid = str(kwargs.get("uid", ""))
-            index = as_int(position) if position is not None else arrival_index(step, validate, uid)
+            index = identity_int(position) if position is not None else None
+            if index is None:
+                index = arrival_index(-1 if step is None else step, validate, uid)
             attrs[sc.RL_SAMPLE_UID] = uid
-            attrs[sc.RL_SAMPLE_DATASET_INDEX] = dataset_index
+            if dataset_index is not None:
+                attrs[sc.RL_SAMPLE_DATASET_INDEX] = dataset_index
         else:
-            index, rollout, uid = as_int(trajectory["sample_index"]), as_int(trajectory["rollout_n"]), ""
+            uid = ""
+            read = read_identity("sample_index", _field(trajectory, "sample_index"))
+            rollout = read_identity("rollout_n", _field(trajectory, "rollout_n"))
+            index = read if read is not None else arrival_index(-1 if step is None else step, validate, _unique())
             call_rows = _CALL_ROWS.get()
             if call_rows is not None:  # fully-async: the dataset index is not unique among in-flight prompts
-                verl_key = (index, rollout)
+                verl_key = (index, rollout) if rollout is not None else None  # how verl's output rows are keyed
                 uid = str(kwargs.get("uid", ""))
                 attrs[sc.RL_SAMPLE_UID] = uid
                 attrs[sc.RL_SAMPLE_DATASET_INDEX] = index
-                index = arrival_index(step, validate, uid)
+                index = arrival_index(-1 if step is None else step, validate, uid)
     except Exception:
         internal_error("verl._run_agent_loop.trajectory")
         return await original(*args, **kwargs)
-    if v1 or call_rows is not None:
-        release_stale(step, validate)
     with _remote(carrier):
         async with _context.sample(index, rollout, step=step, validate=validate, attributes=attrs) as handle:
+            step = handle.step  # the enclosing (dispatching) step's when verl's could not be read
+            if (v1 or call_rows is not None) and step is not None:
+                release_stale(step, validate)
             token = None
             rows = None
             key = (step, validate, index, rollout)
@@ -263,11 +274,8 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
             if output is not None:  # V1 returns None: its facts were recorded at the TransferQueue put
                 try:
                     _record_sample(handle, output)
-                    if call_rows is not None and values is not None:
-                        # verl_key is set whenever call_rows is (pyright cannot see the correlation)
-                        call_rows[verl_key] = _call_row(  # pyright: ignore[reportPossiblyUnboundVariable]
-                            handle, output, values, index, rollout, uid, step
-                        )
+                    if call_rows is not None and values is not None and verl_key is not None and step is not None:
+                        call_rows[verl_key] = _call_row(handle, output, values, index, verl_key[1], uid, step)
                 except Exception:
                     internal_error("verl._run_agent_loop.record")
             return output
@@ -309,11 +317,27 @@ def release_stale(step: int, validate: bool, keep: int = 4) -> None:
 
 
 def as_int(value: Any) -> int:
-    """verl passes identity as ints, 0-d tensors or ``NonTensorData``."""
-    value = getattr(value, "data", value)
-    item = getattr(value, "item", None)
-    number: Any = item() if callable(item) else value  # whatever it is, int() decides
-    return int(number)
+    """verl's identity value as an int (see :func:`._rows.identity_int`); raises ``ValueError`` when it is not one."""
+    number = identity_int(value)
+    if number is None:
+        raise ValueError(f"not an int identity: a {type(value).__qualname__}")
+    return number
+
+
+def _field(trajectory: Any, key: str) -> Any:
+    """``trajectory[key]``, ``None`` when missing."""
+    try:
+        return trajectory[key]
+    except Exception:
+        return None
+
+
+_unique_ids = itertools.count()
+
+
+def _unique() -> str:
+    """A key that :func:`arrival_index` never saw: the sample's own arrival number."""
+    return f"#{next(_unique_ids)}"
 
 
 @contextlib.contextmanager

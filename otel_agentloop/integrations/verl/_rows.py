@@ -9,6 +9,7 @@ that ride with the trajectory, and :func:`table_from_tags` rebuilds the per-samp
 
 from __future__ import annotations
 
+import sys
 import threading
 from collections.abc import Mapping, Sequence
 from typing import Any
@@ -18,7 +19,7 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ... import semconv as sc
-from ...core._guard import internal_error
+from ...core._guard import internal_error, safe_str, warn_once
 from ...metrics._accumulate import PHASE_INDEX, StepRows
 from ...metrics._table import PhaseTable
 
@@ -39,6 +40,64 @@ _FIELDS = (
 
 
 _ROW = (0, 0)  # the one row of an open sample's own StepRows
+_INT_WIDTHS = (4, 8)  # int32, int64 (shorter byte strings are more likely text than a number)
+
+
+def identity_int(value: Any) -> int | None:
+    """An identity value as verl passes it, as an int; ``None`` when it is not one. Never raises.
+
+    Read: ints and bools, integral floats, numpy scalars and one-element arrays, 0-d tensors (``.item()``),
+    ``NonTensorData`` (``.data``), decimal strings, and the raw bytes of one element of an int32/int64 column
+    (4 or 8 bytes, this machine's byte order: what an int64 ``index`` column reaches V1's worker as). Only
+    int64 values: span attributes hold no more.
+    """
+    number = _as_int(value)
+    return number if number is not None and -(1 << 63) <= number < (1 << 63) else None
+
+
+def _as_int(value: Any) -> int | None:
+    try:
+        for _ in range(4):  # unwrap NonTensorData / tensors / numpy: a few levels at most
+            if isinstance(value, (bool, int)):
+                return int(value)
+            if isinstance(value, float):
+                return int(value) if value.is_integer() else None
+            if isinstance(value, (bytes, bytearray, memoryview)):
+                raw = bytes(value)
+                return int.from_bytes(raw, sys.byteorder, signed=True) if len(raw) in _INT_WIDTHS else None
+            if isinstance(value, str):
+                text = value.strip()
+                return int(text) if text.lstrip("+-").isdigit() and len(text) < 32 else None
+            if isinstance(value, (np.generic, np.ndarray)):
+                if value.size != 1 or value.dtype.kind not in "biufSV":
+                    return None
+                value = value.reshape(()).item() if isinstance(value, np.ndarray) else value.item()
+                continue
+            item = getattr(value, "item", None)  # a 0-d tensor
+            if callable(item):
+                try:
+                    value = item()
+                    continue
+                except Exception:
+                    pass
+            value = getattr(value, "data", None)  # NonTensorData
+        return None
+    except Exception:
+        return None
+
+
+def read_identity(name: str, value: Any) -> int | None:
+    """:func:`identity_int`, warning once per ``name`` when a value is there but is not an int (the sample span
+    is recorded without it)."""
+    number = identity_int(value)
+    if number is None and value is not None:
+        warn_once(
+            "verl-identity:" + name,
+            "otel_agentloop: verl's %s (a %s) cannot be read as an int; sample spans are recorded without it",
+            name,
+            safe_str(type(value).__qualname__),
+        )
+    return number
 
 
 class OpenSampleRows(SpanProcessor):

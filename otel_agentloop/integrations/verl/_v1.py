@@ -43,12 +43,11 @@ from ._agent_loop import (
     _compute_score,
     _remote,
     arrival_index,
-    as_int,
     open_rows,
     release_stale,
     run_agent_loop,
 )
-from ._rows import TAG, row_tags, table_from_tags
+from ._rows import TAG, identity_int, read_identity, row_tags, table_from_tags
 
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
 TRAINER_BASE = "verl.trainer.ppo.v1.trainer_base"
@@ -146,23 +145,22 @@ def _value(v: Any) -> Any:
 async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """The group span: a new trace per prompt (linked to the dispatching step), its sessions as children."""
     try:
+        # identity values that cannot be read are left out (warned once), never the span (see read_identity)
         self, prompt = args[0], args[1]
         trajectory = args[3] if len(args) > 3 else kwargs["trajectory"]
         carrier = prompt.get(CARRIER_KEY)
-        step, validate = as_int(trajectory["step"]), bool(trajectory["validate"])
-        position = prompt.get(POSITION_KEY)
+        read_step = read_identity("trajectory step", trajectory.get("step"))
+        validate = bool(trajectory.get("validate"))
+        position = identity_int(prompt.get(POSITION_KEY))
         uid = str(prompt.get("uid", ""))
-        index = as_int(position) if position is not None else arrival_index(step, validate, uid)
+        attrs: dict[str, Any] = {sc.RL_VALIDATE: validate, sc.RL_SAMPLE_UID: uid}
+        dataset_index = read_identity("sample_index", trajectory.get("sample_index"))
+        if dataset_index is not None:
+            attrs[sc.RL_SAMPLE_DATASET_INDEX] = dataset_index
         config = self.config.actor_rollout_ref.rollout
-        n = prompt.get("__rollout_n__", config.n if not validate else config.val_kwargs.n)
-        attrs: dict[str, Any] = {
-            sc.RL_STEP: step,
-            sc.RL_VALIDATE: validate,
-            sc.RL_SAMPLE_INDEX: index,
-            sc.RL_SAMPLE_UID: uid,
-            sc.RL_GROUP_SIZE: int(n),
-            sc.RL_SAMPLE_DATASET_INDEX: as_int(trajectory["sample_index"]),
-        }
+        n = identity_int(prompt.get("__rollout_n__", config.n if not validate else config.val_kwargs.n))
+        if n is not None:
+            attrs[sc.RL_GROUP_SIZE] = n
     except Exception:
         internal_error("verl.v1._run_prompt.identity")
         return await original(*args, **kwargs)
@@ -170,11 +168,14 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
         tracer = current_tracer()
         if tracer is None:
             return await original(*args, **kwargs)
-        release_stale(step, validate)
         span = None
         token = step_token = None
         try:
             outer = _context.current_step()
+            step = read_step if read_step is not None else outer.step if outer is not None else -1  # the dispatch's
+            attrs[sc.RL_STEP] = step
+            attrs[sc.RL_SAMPLE_INDEX] = position if position is not None else arrival_index(step, validate, uid)
+            release_stale(step, validate)
             links = None
             ctx = outer.span.get_span_context() if outer is not None and outer.span is not None else None
             if ctx is not None and ctx.is_valid:
