@@ -353,3 +353,18 @@ def test_verl_identity_values_are_read_in_every_form_they_arrive_in(caplog) -> N
     assert warnings == [
         "otel_agentloop: verl's sample_index (a bytes) cannot be read as an int; sample spans are recorded without it"
     ]
+
+
+def test_identity_keys_in_sample_attributes_never_split_a_sample() -> None:
+    """``attributes={"rl.sample.rollout_n": 0}`` without ``rollout_n=`` put rollout 0 on the root span only: the
+    metrics then saw two samples (the root's, and its phases' with no rollout)."""
+    with testing.capture() as captured:
+        handle = captured.handle
+        with oal.step(5), oal.sample(3, attributes={sc.RL_ROLLOUT_N: 0, sc.RL_STEP: 99, "team": "rl"}):
+            asyncio.run(generate(0.001))
+        assert handle.force_flush(5)
+        metrics = handle.metrics.collect(5)
+        root = captured.by_name(sc.SAMPLE_SPAN)[0]
+    assert sc.RL_ROLLOUT_N not in root.attributes and root.attributes[sc.RL_STEP] == 5
+    assert root.attributes["team"] == "rl"
+    assert metrics["agent_loop/num_samples"] == 1, metrics

@@ -456,6 +456,11 @@ class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.
         return self.__enter__()
 
 
+_IDENTITY_KEYS = (sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, sc.RL_VALIDATE)
+"""A sample's identity, set from ``sample()``'s arguments (and the enclosing step) on its root and every phase
+span; the same keys in ``attributes=`` are ignored (on the root only, they made it a sample of its own)."""
+
+
 class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
     """Context of one sample: a ``rl.sample`` root span whose identity every phase span below it carries.
 
@@ -494,6 +499,8 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
             tracer = current_tracer()
             if tracer is not None:
                 attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
+                for key in _IDENTITY_KEYS:  # identity comes from the arguments alone: root and phases agree
+                    attrs.pop(key, None)
                 attrs[sc.RL_WORKER] = self.worker or defaults.worker
                 attrs.update(handle.phase_attributes)
                 per_sample = (outer.trace_per if outer is not None else defaults.trace_per) == "sample"
