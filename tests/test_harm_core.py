@@ -402,7 +402,8 @@ def test_phase_durations_ignore_a_wall_clock_step_and_timestamps_stay_wall_clock
 
 def test_a_wall_clock_step_forward_reports_no_hung_phase(monkeypatch) -> None:
     """+3600 s on the wall clock while a tool runs: ages come from the monotonic clock, so the watchdog (a
-    5 s threshold, checking every 50 ms, the shortest interval allowed) stays quiet and the live view shows the real age."""
+    5 s threshold, checking every 50 ms, the shortest interval allowed) stays quiet
+    and the live view shows the real age."""
     clock = SteppedWallClock(monkeypatch)
     settings = WatchdogSettings(interval_s=0.05, default_s=5.0, min_s=5.0)
     with testing.capture(watchdog=settings) as captured:
