@@ -304,10 +304,18 @@ the driver's host and pid and the names of the ``OTEL_*`` variables it handed ov
 are the driver's settings": a worker then ignores ``OTEL_*`` variables of its own node that the driver did not
 hand over (a driver left them at their defaults)."""
 
+STARTUP_VARIABLE = "OTEL_AGENTLOOP_STARTUP_HOOK"
+"""``false`` turns off the setup-hook flag as the one switch: ``otel_agentloop_startup.pth`` then leaves
+``ray.init`` alone in a driver whose command line names our setup hook (read by ``otel_agentloop_startup``)."""
+
 
 def known_agentloop_names() -> set[str]:
     """Every ``OTEL_AGENTLOOP_*`` name something reads."""
-    names = {var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {*TOOL_VARIABLES, DRIVER_VARIABLE}
+    names = {var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {
+        *TOOL_VARIABLES,
+        DRIVER_VARIABLE,
+        STARTUP_VARIABLE,
+    }
     return {n for n in names if n.startswith("OTEL_AGENTLOOP_")}
 
 

@@ -20,7 +20,9 @@ can also travel inside a payload instead of as a keyword.
 
 One switch for every node: ``opentelemetry-instrument python driver.py`` loads :class:`RayInstrumentor`
 (entry point ``ray``), which wraps ``ray.init`` in the driver so that its ``runtime_env`` carries the
-driver's settings and the setup hook to every node (:func:`instrument`). Settings travel only through
+driver's settings and the setup hook to every node (:func:`instrument`). A driver whose command line names
+the setup hook (verl's ``...worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker``) gets
+the same wrap from the installed ``otel_agentloop_startup.pth``. Settings travel only through
 ``runtime_env``: a worker never relies on its node's shell, and one that got no settings from its driver
 says so once, naming its node, instead of writing a local file nobody reads.
 """

@@ -14,11 +14,11 @@ hook to every node through its ``runtime_env``::
 
     opentelemetry-instrument python -m verl.trainer.main_ppo ...
 
-Ray's setup hook alone (``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=
-otel_agentloop.integrations.verl.setup_worker``) runs only in workers, which see their node's environment,
-not the driver's: enough when ``ray.init`` starts the cluster itself (its workers inherit the driver's
-shell) or when every node's environment names the endpoint; otherwise each worker warns once, naming its
-node, and exports nothing.
+Ray's setup-hook flag alone (``+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=
+otel_agentloop.integrations.verl.setup_worker``) is the same switch: Ray runs the hook only in workers, but
+the installed ``otel_agentloop_startup.pth`` sees the flag in the driver's ``sys.argv`` and wraps its
+``ray.init`` the same way (``otel_agentloop_startup``; off with ``OTEL_AGENTLOOP_STARTUP_HOOK=false``, then
+each worker on a node without an endpoint warns once, naming its node, and exports nothing).
 """
 
 from __future__ import annotations
