@@ -394,15 +394,16 @@ def configure(
             **watchdog_arguments,
         }
     )
-    return _build(
-        settings,
-        exporters=exporters,
-        processors=processors,
-        sampler=sampler,
-        worker=worker,
-        redact=redact,
-        metric_readers=metric_readers,
-    )
+    with state.lock:  # one configure or shutdown at a time: concurrent calls nest as if made one after the other
+        return _build(
+            settings,
+            exporters=exporters,
+            processors=processors,
+            sampler=sampler,
+            worker=worker,
+            redact=redact,
+            metric_readers=metric_readers,
+        )
 
 
 def _build(
@@ -415,30 +416,7 @@ def _build(
     redact: Callable[[str], str] | None,
     metric_readers: Sequence[Any],
 ) -> Handle:
-    """Install what resolved settings ``s`` describe (see :func:`configure`): one configure or shutdown at a
-    time, so that concurrent calls nest as if made one after the other."""
-    with state.lock:
-        return _build_locked(
-            s,
-            exporters=exporters,
-            processors=processors,
-            sampler=sampler,
-            worker=worker,
-            redact=redact,
-            metric_readers=metric_readers,
-        )
-
-
-def _build_locked(
-    s: Settings,
-    *,
-    exporters: Sequence[SpanExporter],
-    processors: Sequence[SpanProcessor],
-    sampler: Sampler | None,
-    worker: str | None,
-    redact: Callable[[str], str] | None,
-    metric_readers: Sequence[Any],
-) -> Handle:
+    """Install what resolved settings ``s`` describe (see :func:`configure`); the caller holds ``state.lock``."""
     saved = state.save()
     metrics = PhaseMetricsProcessor(max_steps=s.max_steps, max_samples_per_step=s.max_samples_per_step)
     state.content.set(s.capture_content, s.max_content_chars, redact)

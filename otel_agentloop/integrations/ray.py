@@ -57,6 +57,7 @@ from ..core._phase import instrument as wrap_callable
 from ..core._state import state
 from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
+from ._instrumentor import Instrumentor
 
 CARRIER_KEYWORD = "otel_carrier"
 SETUP_HOOK = f"{__name__}.setup_worker"
@@ -610,17 +611,7 @@ def _driver_handle() -> Handle:
         return handle
 
 
-def _base_instrumentor() -> type:
-    try:
-        from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined,unused-ignore]  # pyright: ignore[reportMissingImports]  # verl extra
-            BaseInstrumentor,
-        )
-    except ImportError:  # pragma: no cover - opentelemetry-instrumentation is optional
-        return object
-    return BaseInstrumentor  # type: ignore[no-any-return,unused-ignore]
-
-
-class RayInstrumentor(_base_instrumentor()):  # type: ignore[misc]
+class RayInstrumentor(Instrumentor):
     """OpenTelemetry instrumentor for Ray (``opentelemetry_instrumentor`` entry point ``ray``), what
     ``opentelemetry-instrument python driver.py`` loads: :func:`instrument` / :func:`uninstrument`."""
 
@@ -632,11 +623,3 @@ class RayInstrumentor(_base_instrumentor()):  # type: ignore[misc]
 
     def _uninstrument(self, **kwargs: Any) -> None:
         uninstrument()
-
-    if _base_instrumentor() is object:  # without opentelemetry-instrumentation: the same two calls
-
-        def instrument(self, **kwargs: Any) -> None:
-            self._instrument(**kwargs)
-
-        def uninstrument(self, **kwargs: Any) -> None:
-            self._uninstrument(**kwargs)

@@ -29,6 +29,7 @@ from collections.abc import Callable, Collection
 from typing import Any
 
 from ...core._guard import logger
+from .._instrumentor import Instrumentor
 from . import _patching as patching
 from ._agent_loop import (
     AGENT_LOOP,
@@ -166,17 +167,7 @@ def setup_worker() -> None:
         logger.warning("otel_agentloop: instrumenting verl failed in this Ray worker", exc_info=True)
 
 
-def _base_instrumentor() -> type:
-    try:
-        from opentelemetry.instrumentation.instrumentor import (  # type: ignore[attr-defined,unused-ignore]  # pyright: ignore[reportMissingImports]  # verl extra
-            BaseInstrumentor,
-        )
-    except ImportError:  # pragma: no cover - opentelemetry-instrumentation is in the verl extra
-        return object
-    return BaseInstrumentor  # type: ignore[no-any-return,unused-ignore]
-
-
-class VerlInstrumentor(_base_instrumentor()):  # type: ignore[misc]
+class VerlInstrumentor(Instrumentor):
     """OpenTelemetry instrumentor for verl (``opentelemetry_instrumentor`` entry point ``verl``).
 
     ``VerlInstrumentor().instrument(tracer_provider=...)`` is :func:`instrument`; ``uninstrument()`` is
@@ -193,11 +184,3 @@ class VerlInstrumentor(_base_instrumentor()):  # type: ignore[misc]
 
     def _uninstrument(self, **kwargs: Any) -> None:
         uninstrument()
-
-    if _base_instrumentor() is object:  # without opentelemetry-instrumentation: the same two calls
-
-        def instrument(self, **kwargs: Any) -> None:
-            self._instrument(**kwargs)
-
-        def uninstrument(self, **kwargs: Any) -> None:
-            self._uninstrument(**kwargs)
