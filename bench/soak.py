@@ -56,6 +56,15 @@ def rss_mb(pid: int) -> float:
     return float("nan")
 
 
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
 def disk_bytes(path: Path) -> tuple[int, int]:
     """(allocated bytes on disk, apparent size) of every file below ``path``."""
     used = apparent = 0
@@ -149,10 +158,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             if step % args.report_every == 0:
                 rate = created / (time.monotonic() - t_loop)
                 print(f"step {step}: {created:,} spans made, {rate:,.0f} spans/s; rss {rss.get(step, '')}", flush=True)
+        pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(worker_pids)}}
+        pids.update(stack.pids())
         if steps_done and steps_done not in rss:
-            pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(worker_pids)}}
-            pids.update(stack.pids())
             rss[steps_done] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
+        cpu = {name: round(cpu_s(pid), 1) for name, pid in pids.items()}  # over the whole run, by process
         loop_s = time.monotonic() - t_loop
         worker_stats = ray.get([w.close.remote(60) for w in workers], timeout=180)
         ray.shutdown()
@@ -180,6 +190,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             library=totals,
             collectors=counters(stack),
             rss_mb=rss,
+            cpu_s=cpu,
         )
         client = JaegerClient(stack.jaeger_url, timeout_s=60)
         # a few sample traces back through api_v3: all 5 spans each (search one step's window)
