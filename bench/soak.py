@@ -237,6 +237,57 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     return result
 
 
+def markdown(r: dict[str, Any]) -> str:
+    """The result as a bench/RESULTS.md section."""
+    lib, col = r["library"], r["collectors"]
+    steps = r["steps"]
+    first = min((s for s in r["rss_mb"] if s >= 100), default=min(r["rss_mb"]))
+    last = max(r["rss_mb"])
+    rows = []
+    for name in r["rss_mb"][last]:
+        a, b = r["rss_mb"][first].get(name, float("nan")), r["rss_mb"][last][name]
+        rows.append(f"| {name} | {a:.1f} | {b:.1f} | {b - a:+.1f} | {r['cpu_s'].get(name, float('nan')):.0f} |")
+    disk = r["disk_after_stop"]
+    return "\n".join(
+        [
+            f"Machine: {r['machine']}. Command: `{r['command']}`.",
+            "",
+            f"{steps} steps x {r['workers']} Ray workers x {r['samples_per_worker_step']} samples per worker "
+            f"per step, 5 spans per sample: **{r['created']:,} spans** made in {r['loop_s']:.0f} s "
+            f"({r['spans_per_s']:,} spans/s, median step {r['step_wall_median_s']:.2f} s), then {r['drain_s']:.0f} s "
+            f"until Jaeger had stored everything; whole run {r['wall_s']:.0f} s.",
+            "",
+            "| count | spans |",
+            "|---|---|",
+            f"| made (by construction) | {r['created']:,} |",
+            f"| library: queued / exported / dropped | {lib['queued']:,} / {lib['exported']:,} / {lib['dropped']:,} |",
+            f"| agent: accepted / sent / refused | {col['agent.receiver_accepted_spans']:,.0f} / "
+            f"{col['agent.exporter_sent_spans']:,.0f} / {col['agent.receiver_refused_spans']:,.0f} |",
+            f"| gateway: accepted / sent / refused | {col['gateway.receiver_accepted_spans']:,.0f} / "
+            f"{col['gateway.exporter_sent_spans']:,.0f} / {col['gateway.receiver_refused_spans']:,.0f} |",
+            f"| Jaeger: accepted / written to Badger | {col['jaeger.receiver_accepted_spans']:,.0f} / "
+            f"{col['jaeger.exporter_sent_spans']:,.0f} |",
+            f"| send failures (agent, gateway) | {col['agent.exporter_send_failed_spans']:,.0f}, "
+            f"{col['gateway.exporter_send_failed_spans']:,.0f} |",
+            "",
+            f"| process | RSS MB at step {first} | at step {last} | growth | CPU s (run) |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Disk (Badger, after a clean stop of Jaeger): {disk['bytes'] / 1e6:,.0f} MB = "
+            f"**{disk['bytes_per_span']:.0f} bytes per span**, {disk['bytes_per_step'] / 1e6:.2f} MB per step "
+            f"({r['workers'] * r['samples_per_worker_step']} samples); while Jaeger ran: "
+            f"{r['disk_live']['bytes'] / 1e6:,.0f} MB allocated. Agent and gateway queues after the drain: "
+            f"{r['queue_disk_bytes_end'] / 1e6:.1f} MB.",
+            f"One sample's trace by id at the end: {r.get('fetch_one_trace_warm_s', float('nan')) * 1000:.1f} ms "
+            f"({r.get('fetch_one_trace_spans')} spans); after restarting Jaeger on the same store "
+            f"({r['jaeger_restart_s']:.1f} s to healthy): "
+            f"{r.get('fetch_one_trace_cold_s', float('nan')) * 1000:.1f} ms. "
+            f"A search for 20 traces of the service over the whole run: {r['search_20_traces_s']:.2f} s.",
+        ]
+    )
+
+
 def main() -> int:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--steps", type=int, default=1000)
@@ -250,6 +301,7 @@ def main() -> int:
     args = parser.parse_args()
     result = run(args)
     print(json.dumps(result, indent=2))
+    print(markdown(result))
     lib, col = result["library"], result["collectors"]
     ok = (
         result["created"] == lib["exported"] + lib["dropped"]
