@@ -190,7 +190,9 @@ def test_a_gateway_outage_mid_run_loses_no_span(cluster: stack_mod.Stack) -> Non
         assert _wait(lambda: cluster.counter("jaeger", "otelcol_receiver_accepted_spans") > 0, 20)
         cluster.stop_process("gateway")  # the gateway goes away mid-run ...
         outage_start = cluster.counter("agent", "otelcol_exporter_sent_spans")
+        made_before = made[0]
         time.sleep(20)
+        assert made[0] - made_before >= 50  # the workers kept going all along
         # ... the agent keeps accepting what the workers send and holds it in its queue on disk
         assert cluster.counter("agent", "otelcol_exporter_sent_spans") == outage_start
         assert cluster.counter("agent", "otelcol_exporter_queue_size") > 0
@@ -206,7 +208,7 @@ def test_a_gateway_outage_mid_run_loses_no_span(cluster: stack_mod.Stack) -> Non
     stats = handle.stats
     exported = stats["exported"]
     assert stats["queued"] == exported and stats["dropped"] == 0 and stats["failed"] == 0
-    assert exported >= made[0] * 4 and made[0] >= 300
+    assert exported >= made[0] * 4 and made[0] >= 150
 
     def stored() -> float:
         return cluster.counter("jaeger", "otelcol_receiver_accepted_spans")
