@@ -172,8 +172,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         totals = {k: driver_stats[k] + sum(ws[k] for ws in worker_stats) for k in ("queued", "exported", "dropped")}
         # wait until Jaeger has stored everything the agent took (the queues drain on their own)
         t_drain = time.monotonic()
-        while time.monotonic() - t_drain < args.drain_timeout:
-            if stack.counter("jaeger", "otelcol_exporter_sent_spans") >= totals["exported"]:
+        while time.monotonic() - t_drain < args.drain_timeout:  # both queues empty, all handed on
+            if (
+                stack.counter("gateway", "otelcol_exporter_sent_spans") >= totals["exported"]
+                and stack.counter("agent", "otelcol_exporter_queue_size") == 0
+                and stack.counter("gateway", "otelcol_exporter_queue_size") == 0
+            ):
                 break
             time.sleep(2)
         drain_s = time.monotonic() - t_drain
