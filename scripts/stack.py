@@ -2,12 +2,20 @@
 """A real Jaeger v2 and OpenTelemetry Collector on 127.0.0.1, built from the Go module proxy and cached.
 
     python scripts/stack.py build     # once: ~minutes cold, instant when cached
-    python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger on 16686; background
+    python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger's query API on 16686
     python scripts/stack.py status | down
 
-Binaries are cached in ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/bin, keyed by version. Both processes
-run with the repo's config files (collector/collector.yaml, collector/jaeger.yaml); ports come from the
-environment variables those files substitute. Tests use :func:`start` with free ports instead.
+Binaries are cached in ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/bin, keyed by version (and, for the
+Collector, by collector/manifest.yaml's content). The processes run with the repo's config files
+(collector/*.yaml); ports and directories come from the environment variables those files substitute.
+`up` keeps Jaeger's traces on disk (Badger) in ${JAEGER_BADGER_DIR:-~/.local/share/otel-agentloop/jaeger}
+for ${JAEGER_RETENTION:-168h}: they survive a crash or restart. Tests and benches use :func:`start` (Jaeger and
+one Collector) or :func:`start_cluster` (Jaeger, a gateway and a per-node agent) with free ports and
+temporary directories instead.
+
+The natively built Jaeger serves a placeholder page instead of Jaeger's UI (its web assets are built by
+Jaeger's release process, not by `go build`): read traces with `otel-agentloop report --jaeger URL` (add
+`--html step.html` for the step's timeline page) or through the query API (api_v3).
 
 Jaeger: the module proxy here serves Jaeger's v1.76.0 tag (the commit of v2.13.0; `cmd/jaeger` is the v2
 binary) but not newer commits, and its go.mod has a `replace`, which `go install` refuses: it is built from
@@ -18,13 +26,16 @@ go.sum (committed for Jaeger; written by the builder for the Collector).
 
 from __future__ import annotations
 
+import hashlib
 import json
 import os
+import re
 import shutil
 import signal
 import socket
 import subprocess
 import sys
+import tempfile
 import threading
 import time
 import urllib.request
@@ -37,9 +48,14 @@ JAEGER_VERSION = "v1.76.0"  # == Jaeger v2.13.0
 COLLECTOR_VERSION = "v0.155.0"
 CACHE = Path(os.environ.get("OTEL_AGENTLOOP_CACHE", Path.home() / ".cache" / "otel-agentloop"))
 JAEGER_BIN = CACHE / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
-COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}" / "otelcol-agentloop"
+# The Collector's components come from collector/manifest.yaml: its binary is keyed by the manifest's content
+# too, so a changed manifest (a component added) builds a new binary instead of reusing the old one.
+MANIFEST_KEY = hashlib.sha256((COLLECTOR_DIR / "manifest.yaml").read_bytes()).hexdigest()[:12]
+COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}-{MANIFEST_KEY}" / "otelcol-agentloop"
 BUILDER_BIN = CACHE / "bin" / f"builder-{COLLECTOR_VERSION}" / "builder"
 RUN_DIR = CACHE / "run"
+# Data that must outlive a cache wipe: Jaeger's trace store of `up` (JAEGER_BADGER_DIR overrides it).
+DATA = Path(os.environ.get("OTEL_AGENTLOOP_DATA", Path.home() / ".local" / "share" / "otel-agentloop"))
 JAEGER_COLD, COLLECTOR_COLD = "3-10 min", "1-5 min"  # measured from an empty cache, idle vs busy machine (README)
 DEFAULT_PORTS = {
     "grpc": 4317,
@@ -53,6 +69,10 @@ DEFAULT_PORTS = {
     "jaeger_metrics": 8888,
     "jaeger_otlp_grpc": 14317,
     "jaeger_otlp_http": 14318,
+    "gateway_grpc": 4417,
+    "gateway_http": 4418,
+    "gateway_health": 13135,
+    "gateway_metrics": 8891,
 }
 
 
@@ -98,64 +118,76 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float, progress: str | N
 
 def build(verbose: bool = True) -> dict[str, float]:
     """Build (or find cached) Jaeger and the Collector; returns seconds spent per binary (0 when cached)."""
-    if not (JAEGER_BIN.exists() and COLLECTOR_BIN.exists()) and shutil.which("go") is None:
+    if missing() and shutil.which("go") is None:
         raise StackError(
             "the Go toolchain is not installed (need Go >= 1.24 on PATH to build Jaeger and the "
             "OpenTelemetry Collector); on Debian: apt-get install golang, or see go.dev/doc/install"
         )
-    timings = {"jaeger": 0.0, "collector": 0.0}
-    if not JAEGER_BIN.exists():
-        t0 = time.monotonic()
-        if verbose:
-            print(
-                f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once; usually {JAEGER_COLD} "
-                "on 2 cores, then cached) ...",
-                flush=True,
-            )
-        JAEGER_BIN.parent.mkdir(parents=True, exist_ok=True)
-        _run(
-            ["go", "build", "-trimpath", "-o", str(JAEGER_BIN), "github.com/jaegertracing/jaeger/cmd/jaeger"],
-            COLLECTOR_DIR / "jaeger-build",
-            "building Jaeger",
-            3600,
-            progress=JAEGER_COLD if verbose else None,
-        )
-        timings["jaeger"] = time.monotonic() - t0
-    if not COLLECTOR_BIN.exists():
-        t0 = time.monotonic()
-        if verbose:
-            print(
-                f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once; usually "
-                f"{COLLECTOR_COLD} on 2 cores, then cached) ...",
-                flush=True,
-            )
-        if not BUILDER_BIN.exists():
-            BUILDER_BIN.parent.mkdir(parents=True, exist_ok=True)
-            _run(
-                ["go", "install", f"go.opentelemetry.io/collector/cmd/builder@{COLLECTOR_VERSION}"],
-                ROOT,
-                "installing the Collector builder",
-                1800,
-                progress="1 min" if verbose else None,
-                GOBIN=str(BUILDER_BIN.parent),
-            )
-        out = CACHE / "build" / f"otelcol-{COLLECTOR_VERSION}"
-        out.mkdir(parents=True, exist_ok=True)  # the builder creates only the last path component
-        _run(
-            [str(BUILDER_BIN), "--config", str(COLLECTOR_DIR / "manifest.yaml"), "--output-path", str(out)],
-            ROOT,
-            "building the Collector",
-            3600,
-            progress=COLLECTOR_COLD if verbose else None,
-        )
-        COLLECTOR_BIN.parent.mkdir(parents=True, exist_ok=True)
-        shutil.copy2(out / "otelcol-agentloop", COLLECTOR_BIN)
-        timings["collector"] = time.monotonic() - t0
+    timings = {"jaeger": build_jaeger(verbose), "collector": build_collector(verbose)}
     if verbose and not any(timings.values()):
         print(f"Jaeger and Collector: cached in {CACHE / 'bin'}")
     elif verbose:
         print(f"binaries ready (built: Jaeger {timings['jaeger']:.0f} s, Collector {timings['collector']:.0f} s)")
     return timings
+
+
+def build_jaeger(verbose: bool = True) -> float:
+    """Build Jaeger unless cached; returns the seconds spent."""
+    if JAEGER_BIN.exists():
+        return 0.0
+    t0 = time.monotonic()
+    if verbose:
+        print(
+            f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once; usually {JAEGER_COLD} "
+            "on 2 cores, then cached) ...",
+            flush=True,
+        )
+    JAEGER_BIN.parent.mkdir(parents=True, exist_ok=True)
+    _run(
+        ["go", "build", "-trimpath", "-o", str(JAEGER_BIN), "github.com/jaegertracing/jaeger/cmd/jaeger"],
+        COLLECTOR_DIR / "jaeger-build",
+        "building Jaeger",
+        3600,
+        progress=JAEGER_COLD if verbose else None,
+    )
+    return time.monotonic() - t0
+
+
+def build_collector(verbose: bool = True) -> float:
+    """Build the Collector of collector/manifest.yaml unless cached; returns the seconds spent."""
+    if COLLECTOR_BIN.exists():
+        return 0.0
+    t0 = time.monotonic()
+    if verbose:
+        print(
+            f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once; usually "
+            f"{COLLECTOR_COLD} on 2 cores, then cached) ...",
+            flush=True,
+        )
+    if not BUILDER_BIN.exists():
+        BUILDER_BIN.parent.mkdir(parents=True, exist_ok=True)
+        _run(
+            ["go", "install", f"go.opentelemetry.io/collector/cmd/builder@{COLLECTOR_VERSION}"],
+            ROOT,
+            "installing the Collector builder",
+            1800,
+            progress="1 min" if verbose else None,
+            GOBIN=str(BUILDER_BIN.parent),
+        )
+    out = CACHE / "build" / f"otelcol-{COLLECTOR_VERSION}-{MANIFEST_KEY}"
+    out.mkdir(parents=True, exist_ok=True)  # the builder creates only the last path component
+    _run(
+        [str(BUILDER_BIN), "--config", str(COLLECTOR_DIR / "manifest.yaml"), "--output-path", str(out)],
+        ROOT,
+        "building the Collector",
+        3600,
+        progress=COLLECTOR_COLD if verbose else None,
+    )
+    COLLECTOR_BIN.parent.mkdir(parents=True, exist_ok=True)
+    tmp = COLLECTOR_BIN.with_suffix(".part")  # a concurrent start never sees a half-copied binary
+    shutil.copy2(out / "otelcol-agentloop", tmp)
+    tmp.replace(COLLECTOR_BIN)
+    return time.monotonic() - t0
 
 
 def free_port() -> int:
@@ -164,15 +196,25 @@ def free_port() -> int:
         return int(s.getsockname()[1])
 
 
-def config_env(ports: dict[str, int]) -> dict[str, str]:
-    """The variables collector.yaml and jaeger.yaml substitute, for ``ports`` on 127.0.0.1."""
-    return {
+def config_env(ports: dict[str, int], data_dir: Path | None = None, queue_dir: Path | None = None) -> dict[str, str]:
+    """The variables the config files substitute (collector.yaml, agent.yaml, gateway.yaml, jaeger.yaml), for
+    ``ports`` on 127.0.0.1, Jaeger's Badger store in ``data_dir`` and the Collectors' disk queues below
+    ``queue_dir``. Variables whose directory is not given are left to the caller's environment (or the files'
+    defaults)."""
+    env = {
         "OTELCOL_HOST": "127.0.0.1",
         "OTELCOL_GRPC_PORT": str(ports["grpc"]),
         "OTELCOL_HTTP_PORT": str(ports["http"]),
         "OTELCOL_PROMETHEUS_PORT": str(ports["prometheus"]),
         "OTELCOL_HEALTH_PORT": str(ports["otelcol_health"]),
         "OTELCOL_METRICS_PORT": str(ports["otelcol_metrics"]),
+        "OTELCOL_GATEWAY_ENDPOINT": f"127.0.0.1:{ports['gateway_grpc']}",
+        "GATEWAY_HOST": "127.0.0.1",
+        "GATEWAY_GRPC_PORT": str(ports["gateway_grpc"]),
+        "GATEWAY_HTTP_PORT": str(ports["gateway_http"]),
+        "GATEWAY_HEALTH_PORT": str(ports["gateway_health"]),
+        "GATEWAY_METRICS_PORT": str(ports["gateway_metrics"]),
+        "GATEWAY_PROMETHEUS_PORT": str(ports["prometheus"]),
         "JAEGER_OTLP_ENDPOINT": f"127.0.0.1:{ports['jaeger_otlp_grpc']}",
         "JAEGER_HOST": "127.0.0.1",
         "JAEGER_QUERY_PORT": str(ports["query"]),
@@ -182,6 +224,12 @@ def config_env(ports: dict[str, int]) -> dict[str, str]:
         "JAEGER_OTLP_GRPC_PORT": str(ports["jaeger_otlp_grpc"]),
         "JAEGER_OTLP_HTTP_PORT": str(ports["jaeger_otlp_http"]),
     }
+    if data_dir is not None:
+        env["JAEGER_BADGER_DIR"] = str(data_dir)
+    if queue_dir is not None:
+        env["OTELCOL_QUEUE_DIR"] = str(queue_dir / "agent")
+        env["GATEWAY_QUEUE_DIR"] = str(queue_dir / "gateway")
+    return env
 
 
 def _healthy(url: str) -> bool:
@@ -192,16 +240,42 @@ def _healthy(url: str) -> bool:
         return False
 
 
+def read_counter(url: str, name: str) -> float:
+    """The sum over all series of the Prometheus counter ``name`` (``_total`` suffix optional) at ``url``."""
+    with urllib.request.urlopen(url, timeout=5) as r:
+        text = r.read().decode()
+    return sum(float(m) for m in re.findall(rf"^{name}(?:_total)?(?:{{[^}}]*}})? ([0-9.e+-]+)$", text, re.M))
+
+
+# Each process: its config file, the port of its health endpoint (and the path), the port of its own metrics.
+PROCESSES = {
+    "jaeger": ("jaeger.yaml", "jaeger_health", "/status", "jaeger_metrics"),
+    "collector": ("collector.yaml", "otelcol_health", "/", "otelcol_metrics"),
+    "agent": ("agent.yaml", "otelcol_health", "/", "otelcol_metrics"),
+    "gateway": ("gateway.yaml", "gateway_health", "/", "gateway_metrics"),
+}
+STOP_ORDER = ("agent", "collector", "gateway", "jaeger")  # senders first, so they can hand on what they hold
+
+
 @dataclass
 class Stack:
-    """A running Jaeger + Collector pair. ``stop_collector``/``start_collector`` restart the Collector alone."""
+    """Running processes of the stack: Jaeger with a Collector in front (``collector``), or the cluster
+    topology on one machine (``agent`` -> ``gateway`` -> Jaeger). Each can be stopped, killed and started
+    again with the same ports, store and queues (``stop_process``/``kill``/``start_process``).
+
+    Jaeger's Badger store lives in ``data_dir``, the Collectors' disk queues below ``queue_dir``; a directory
+    the stack made itself (``owned``) is removed by :meth:`stop`."""
 
     ports: dict[str, int]
     log_dir: Path
+    data_dir: Path
+    queue_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
+    owned: list[Path] = field(default_factory=list)
 
     @property
     def otlp_grpc_endpoint(self) -> str:
+        """Where workers send (the Collector, or the agent)."""
         return f"http://127.0.0.1:{self.ports['grpc']}"
 
     @property
@@ -210,17 +284,40 @@ class Stack:
 
     @property
     def jaeger_url(self) -> str:
+        """Jaeger's query API (api_v3); the natively built Jaeger serves no UI there."""
         return f"http://127.0.0.1:{self.ports['query']}"
 
     @property
     def prometheus_url(self) -> str:
         return f"http://127.0.0.1:{self.ports['prometheus']}/metrics"
 
-    def _spawn(self, name: str, cmd: list[str], health: str, timeout: float) -> None:
+    def metrics_url(self, name: str) -> str:
+        """The URL of process ``name``'s own Prometheus metrics (otelcol_receiver_accepted_spans, ...)."""
+        return f"http://127.0.0.1:{self.ports[PROCESSES[name][3]]}/metrics"
+
+    def counter(self, name: str, metric: str) -> float:
+        """Counter ``metric`` of process ``name``, summed over its series."""
+        return read_counter(self.metrics_url(name), metric)
+
+    def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # Jaeger traces itself otherwise
-        env.update(config_env(self.ports))
+        env.update(config_env(self.ports, self.data_dir, self.queue_dir))
+        return env
+
+    def start_process(self, name: str, timeout: float = 60) -> None:
+        """Start ``name`` (see :data:`PROCESSES`) and wait until its health endpoint answers."""
+        config, health_port, health_path, _ = PROCESSES[name]
+        binary = JAEGER_BIN if name == "jaeger" else COLLECTOR_BIN
+        health = f"http://127.0.0.1:{self.ports[health_port]}{health_path}"
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
-        self.procs[name] = subprocess.Popen(cmd, env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+        self.procs[name] = subprocess.Popen(
+            [str(binary), "--config", str(COLLECTOR_DIR / config)],
+            env=self.env(),
+            stdout=log,
+            stderr=subprocess.STDOUT,
+            start_new_session=True,
+        )
+        log.close()
         deadline = time.monotonic() + timeout
         while not _healthy(health):
             if self.procs[name].poll() is not None or time.monotonic() > deadline:
@@ -230,38 +327,43 @@ class Stack:
             time.sleep(0.1)
 
     def start_jaeger(self, timeout: float = 60) -> None:
-        self._spawn(
-            "jaeger",
-            [str(JAEGER_BIN), "--config", str(COLLECTOR_DIR / "jaeger.yaml")],
-            f"http://127.0.0.1:{self.ports['jaeger_health']}/status",
-            timeout,
-        )
+        self.start_process("jaeger", timeout)
 
     def start_collector(self, timeout: float = 60) -> None:
-        self._spawn(
-            "collector",
-            [str(COLLECTOR_BIN), "--config", str(COLLECTOR_DIR / "collector.yaml")],
-            f"http://127.0.0.1:{self.ports['otelcol_health']}/",
-            timeout,
-        )
+        self.start_process("collector", timeout)
 
     def stop_collector(self) -> None:
-        self._stop("collector")
+        self.stop_process("collector")
 
-    def _stop(self, name: str) -> None:
+    def stop_process(self, name: str, timeout: float = 30) -> None:
+        """SIGTERM ``name`` (a Collector hands on what it holds, Jaeger closes its store); SIGKILL after
+        ``timeout`` s."""
         proc = self.procs.pop(name, None)
         if proc is None or proc.poll() is not None:
             return
         proc.send_signal(signal.SIGTERM)
         try:
-            proc.wait(15)
+            proc.wait(timeout)
         except subprocess.TimeoutExpired:
             proc.kill()
             proc.wait(5)
 
+    def kill(self, name: str) -> None:
+        """SIGKILL ``name``, as a crash or the OOM killer would: no shutdown work at all."""
+        proc = self.procs.pop(name, None)
+        if proc is not None and proc.poll() is None:
+            proc.kill()
+            proc.wait(10)
+
+    def pids(self) -> dict[str, int]:
+        return {name: p.pid for name, p in self.procs.items() if p.poll() is None}
+
     def stop(self) -> None:
-        for name in ("collector", "jaeger"):
-            self._stop(name)
+        for name in STOP_ORDER:
+            self.stop_process(name)
+        for path in self.owned:
+            shutil.rmtree(path, ignore_errors=True)
+        self.owned.clear()
 
 
 def missing() -> list[Path]:
@@ -269,9 +371,15 @@ def missing() -> list[Path]:
     return [p for p in (JAEGER_BIN, COLLECTOR_BIN) if not p.exists()]
 
 
-def start(ports: dict[str, int] | None = None, log_dir: Path | None = None) -> Stack:
-    """Start the built Jaeger and Collector (free ports unless given); bounded waits. Never builds: a build takes
-    minutes and belongs before the tests (``make stack-build``), not inside a test's timeout."""
+def prepare(
+    ports: dict[str, int] | None = None,
+    log_dir: Path | None = None,
+    data_dir: Path | None = None,
+    queue_dir: Path | None = None,
+) -> Stack:
+    """A stack with nothing started yet: free ports unless given; Jaeger's store and the queues in fresh
+    temporary directories (removed by :meth:`Stack.stop`) unless given. Never builds: a build takes minutes
+    and belongs before the tests (``make stack-build``), not inside a test's timeout."""
     if missing():
         raise StackError(
             "not built yet: " + ", ".join(map(str, missing())) + " (run `make stack-build`; `make test` does it first)"
@@ -280,9 +388,41 @@ def start(ports: dict[str, int] | None = None, log_dir: Path | None = None) -> S
         ports = {name: free_port() for name in DEFAULT_PORTS}
     log_dir = log_dir or RUN_DIR
     log_dir.mkdir(parents=True, exist_ok=True)
-    stack = Stack(ports, log_dir)
-    stack.start_jaeger()
-    stack.start_collector()
+    owned = []
+    if data_dir is None:
+        data_dir = Path(tempfile.mkdtemp(prefix="oal-jaeger-badger-"))
+        owned.append(data_dir)
+    if queue_dir is None:
+        queue_dir = Path(tempfile.mkdtemp(prefix="oal-otelcol-queue-"))
+        owned.append(queue_dir)
+    return Stack(ports, log_dir, data_dir, queue_dir, owned=owned)
+
+
+def start(
+    ports: dict[str, int] | None = None,
+    log_dir: Path | None = None,
+    data_dir: Path | None = None,
+    queue_dir: Path | None = None,
+) -> Stack:
+    """Start Jaeger (Badger on disk) and one Collector in front of it (collector/collector.yaml); see
+    :func:`prepare` for the arguments; bounded waits."""
+    stack = prepare(ports, log_dir, data_dir, queue_dir)
+    stack.start_process("jaeger")
+    stack.start_process("collector")
+    return stack
+
+
+def start_cluster(
+    ports: dict[str, int] | None = None,
+    log_dir: Path | None = None,
+    data_dir: Path | None = None,
+    queue_dir: Path | None = None,
+) -> Stack:
+    """Start the cluster topology on this machine: Jaeger, the gateway (collector/gateway.yaml) and one agent
+    (collector/agent.yaml) that workers send to (``otlp_grpc_endpoint``); see :func:`prepare`."""
+    stack = prepare(ports, log_dir, data_dir, queue_dir)
+    for name in ("jaeger", "gateway", "agent"):
+        stack.start_process(name)
     return stack
 
 
@@ -300,9 +440,13 @@ def main(argv: list[str]) -> int:
                 print("stack already up (scripts/stack.py down first)")
                 return 0
             build()
-            stack = start(dict(DEFAULT_PORTS))
-            _pid_file().write_text(json.dumps({name: p.pid for name, p in stack.procs.items()}))
-            print(f"Jaeger UI/API: {stack.jaeger_url}   (api_v3: {stack.jaeger_url}/api/v3/services)")
+            data_dir = Path(os.environ.get("JAEGER_BADGER_DIR") or DATA / "jaeger")
+            stack = start(dict(DEFAULT_PORTS), data_dir=data_dir, queue_dir=DATA / "queue")
+            _pid_file().write_text(json.dumps(stack.pids()))
+            retention = os.environ.get("JAEGER_RETENTION") or "168h"
+            print(f"Jaeger: traces on disk in {data_dir} (Badger; kept {retention}: set JAEGER_RETENTION to change)")
+            print(f"Jaeger query API: {stack.jaeger_url}/api/v3/services   (this native build serves no Jaeger UI)")
+            print(f"  pages of a step: otel-agentloop report --jaeger {stack.jaeger_url} --html step.html")
             print(
                 f"OTLP: export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}   "
                 f"(HTTP: {stack.otlp_http_endpoint})"

@@ -1,0 +1,319 @@
+"""Issue 18 (4): a long, time-compressed run through the cluster topology, counted end to end.
+
+A driver and ``--workers`` Ray actor workers (a local Ray cluster, ``address="local"``; the workers configured
+through ``runtime_env`` by ``otel_agentloop.integrations.ray``, as the demo does) run ``--steps`` steps of
+``--samples`` samples per worker. Each sample is a trace of 5 spans (the sample, two generation turns, a tool
+call, a reward), made by decorated functions without sleeping. Spans go to an agent Collector, which forwards
+to a gateway Collector, which writes to Jaeger on disk (Badger): collector/agent.yaml, gateway.yaml,
+jaeger.yaml, started by scripts/stack.py.
+
+Reported: spans created (counted here, by construction) against the library's exported + dropped; what each
+process's own metrics say it accepted and sent (``otelcol_receiver_accepted_spans`` /
+``otelcol_exporter_sent_spans`` of the agent, the gateway and Jaeger); the spans Jaeger returns through api_v3
+for sampled traces; RSS of every process at ``--rss-steps``; the store's bytes on disk per span and per step;
+the time to fetch one sample's trace by id at the end, warm and after a restart of Jaeger.
+
+    .venv/bin/python bench/soak.py --steps 1000 --samples 256 --workers 2 --time-limit 2400 --out /tmp/soak
+
+``--time-limit`` bounds the run: at that many seconds no new step starts, and the report says how many ran.
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+import platform
+import shutil
+import sys
+import time
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import ray
+
+import otel_agentloop as oal
+from otel_agentloop.analysis import decode_resource_spans
+from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.integrations import ray as oal_ray
+
+sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import stack as stack_mod
+from soak_worker import SPANS_PER_SAMPLE, SoakWorker
+
+SERVICE = "soak"
+BENCH = str(Path(__file__).resolve().parent)
+
+
+def rss_mb(pid: int) -> float:
+    try:
+        for line in Path(f"/proc/{pid}/status").read_text().splitlines():
+            if line.startswith("VmRSS:"):
+                return int(line.split()[1]) / 1024
+    except OSError:
+        pass
+    return float("nan")
+
+
+def cpu_s(pid: int) -> float:
+    """User + system CPU seconds of process ``pid`` so far."""
+    try:
+        fields = Path(f"/proc/{pid}/stat").read_text().rsplit(")", 1)[1].split()
+        return (int(fields[11]) + int(fields[12])) / os.sysconf("SC_CLK_TCK")
+    except (OSError, IndexError, ValueError):
+        return float("nan")
+
+
+def disk_bytes(path: Path) -> tuple[int, int]:
+    """(allocated bytes on disk, apparent size) of every file below ``path``."""
+    used = apparent = 0
+    for p in path.rglob("*"):
+        if p.is_file():
+            st = p.stat()
+            used += st.st_blocks * 512
+            apparent += st.st_size
+    return used, apparent
+
+
+def machine() -> str:
+    cpu = "unknown CPU"
+    for line in Path("/proc/cpuinfo").read_text().splitlines():
+        if line.startswith("model name"):
+            cpu = line.split(":", 1)[1].strip()
+            break
+    mem_kb = next(int(x.split()[1]) for x in Path("/proc/meminfo").read_text().splitlines() if x.startswith("MemTotal"))
+    return (
+        f"{cpu}, {os.cpu_count()} cores, {mem_kb / 2**20:.1f} GiB RAM, Python {platform.python_version()}, "
+        f"Ray {ray.__version__}, Linux {platform.release()}"
+    )
+
+
+def counters(stack: stack_mod.Stack) -> dict[str, float]:
+    out = {}
+    for name in ("agent", "gateway", "jaeger"):
+        for metric in ("otelcol_receiver_accepted_spans", "otelcol_exporter_sent_spans"):
+            out[f"{name}.{metric[8:]}"] = stack.counter(name, metric)
+        out[f"{name}.receiver_refused_spans"] = stack.counter(name, "otelcol_receiver_refused_spans")
+    for name in ("agent", "gateway"):
+        out[f"{name}.exporter_send_failed_spans"] = stack.counter(name, "otelcol_exporter_send_failed_spans")
+        out[f"{name}.exporter_enqueue_failed_spans"] = stack.counter(name, "otelcol_exporter_enqueue_failed_spans")
+    return out
+
+
+def run(args: argparse.Namespace) -> dict[str, Any]:
+    out_dir = Path(args.out)
+    if out_dir.exists():
+        shutil.rmtree(out_dir)
+    out_dir.mkdir(parents=True)
+    stack = stack_mod.start_cluster(
+        log_dir=out_dir / "logs", data_dir=out_dir / "jaeger-badger", queue_dir=out_dir / "queues"
+    )
+    result: dict[str, Any] = {"machine": machine(), "command": " ".join([sys.executable, *sys.argv])}
+    t_start = time.monotonic()
+    since = datetime.now(timezone.utc) - timedelta(seconds=5)
+    try:
+        handle = oal.configure(SERVICE, endpoint=stack.otlp_grpc_endpoint, max_queue_size=65536)
+        package_root = str(Path(oal.__file__).resolve().parent.parent)
+        ray.init(
+            address="local",
+            num_cpus=max(2, args.workers),
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            # the workers import the package and bench/soak_worker.py (the worker class pickles by reference)
+            runtime_env=oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": f"{package_root}:{BENCH}"}}),
+        )
+        actor = ray.remote(num_cpus=0)(SoakWorker)
+        workers = [actor.remote() for _ in range(args.workers)]
+        worker_pids: list[int] = []
+        rss: dict[int, dict[str, float]] = {}
+        steps_done = 0
+        created = 0
+        step_walls: list[float] = []
+        t_loop = time.monotonic()
+        for step in range(1, args.steps + 1):
+            if time.monotonic() - t_start > args.time_limit:
+                break
+            t0 = time.monotonic()
+            with oal.step(step):
+                carrier = oal_ray.carrier()
+                refs = [
+                    w.run_step.remote(i * args.samples, args.samples, otel_carrier=carrier)
+                    for i, w in enumerate(workers)
+                ]
+                ray.get(refs, timeout=600)
+            finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
+            metrics = oal_ray.merge_metrics(t for t, _ in finished)
+            worker_pids = [pid for _, pid in finished]
+            if metrics["agent_loop/num_samples"] != args.samples * args.workers:
+                raise RuntimeError(f"step {step}: metrics of {metrics['agent_loop/num_samples']} samples")
+            created += args.workers * (args.samples * SPANS_PER_SAMPLE + 1) + 1  # + each worker span, the step
+            step_walls.append(time.monotonic() - t0)
+            steps_done = step
+            if step in args.rss_steps or step == args.steps:
+                pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(worker_pids)}}
+                pids.update(stack.pids())
+                rss[step] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
+            if step % args.report_every == 0:
+                rate = created / (time.monotonic() - t_loop)
+                print(f"step {step}: {created:,} spans made, {rate:,.0f} spans/s; rss {rss.get(step, '')}", flush=True)
+        pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(worker_pids)}}
+        pids.update(stack.pids())
+        if steps_done and steps_done not in rss:
+            rss[steps_done] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
+        cpu = {name: round(cpu_s(pid), 1) for name, pid in pids.items()}  # over the whole run, by process
+        loop_s = time.monotonic() - t_loop
+        worker_stats = ray.get([w.close.remote(60) for w in workers], timeout=180)
+        ray.shutdown()
+        handle.force_flush(60)
+        driver_stats = dict(handle.stats)
+        handle.shutdown(10)
+        totals = {k: driver_stats[k] + sum(ws[k] for ws in worker_stats) for k in ("queued", "exported", "dropped")}
+        # wait until Jaeger has stored everything the agent took (the queues drain on their own)
+        t_drain = time.monotonic()
+        while time.monotonic() - t_drain < args.drain_timeout:  # both queues empty, all handed on
+            if (
+                stack.counter("gateway", "otelcol_exporter_sent_spans") >= totals["exported"]
+                and stack.counter("agent", "otelcol_exporter_queue_size") == 0
+                and stack.counter("gateway", "otelcol_exporter_queue_size") == 0
+            ):
+                break
+            time.sleep(2)
+        drain_s = time.monotonic() - t_drain
+        time.sleep(3)
+        result.update(
+            steps=steps_done,
+            samples_per_worker_step=args.samples,
+            workers=args.workers,
+            loop_s=round(loop_s, 1),
+            drain_s=round(drain_s, 1),
+            spans_per_s=round(created / loop_s),
+            step_wall_median_s=round(sorted(step_walls)[len(step_walls) // 2], 3),
+            created=created,
+            library=totals,
+            collectors=counters(stack),
+            rss_mb=rss,
+            cpu_s=cpu,
+        )
+        client = JaegerClient(stack.jaeger_url, timeout_s=60)
+        # a few sample traces back through api_v3: all 5 spans each (search one step's window)
+        t0 = time.perf_counter()
+        found = client.find_traces(SERVICE, since, datetime.now(timezone.utc), search_depth=20)
+        result["search_20_traces_s"] = round(time.perf_counter() - t0, 3)
+        records = list(decode_resource_spans(found))
+        trace_ids = sorted({r.trace_id_hex for r in records if r.name == "rl.sample"})
+        result["search_sample_traces_found"] = len(trace_ids)
+        probe = trace_ids[0] if trace_ids else None
+        if probe is not None:
+            t0 = time.perf_counter()
+            spans = list(decode_resource_spans(client.get_trace(probe)))
+            result["fetch_one_trace_warm_s"] = round(time.perf_counter() - t0, 4)
+            result["fetch_one_trace_spans"] = len(spans)
+        used, apparent = disk_bytes(stack.data_dir)
+        result["disk_live"] = {"bytes": used, "apparent_bytes": apparent}
+        # a clean stop (Badger writes its memtables out), then the settled size, then a cold start and fetch
+        stack.stop_process("jaeger", timeout=120)
+        used, apparent = disk_bytes(stack.data_dir)
+        stored = result["collectors"]["jaeger.exporter_sent_spans"]
+        result["disk_after_stop"] = {
+            "bytes": used,
+            "apparent_bytes": apparent,
+            "bytes_per_span": round(used / stored, 1) if stored else None,
+            "bytes_per_step": round(used / steps_done) if steps_done else None,
+        }
+        t0 = time.monotonic()
+        stack.start_process("jaeger", timeout=300)
+        result["jaeger_restart_s"] = round(time.monotonic() - t0, 1)
+        if probe is not None:
+            t0 = time.perf_counter()
+            spans = list(decode_resource_spans(client.get_trace(probe)))
+            result["fetch_one_trace_cold_s"] = round(time.perf_counter() - t0, 4)
+            result["fetch_one_trace_cold_spans"] = len(spans)
+        queue_used, _ = disk_bytes(stack.queue_dir)
+        result["queue_disk_bytes_end"] = queue_used
+        result["wall_s"] = round(time.monotonic() - t_start, 1)
+    finally:
+        if ray.is_initialized():
+            ray.shutdown()
+        stack.stop()
+    (out_dir / "soak.json").write_text(json.dumps(result, indent=2))
+    return result
+
+
+def markdown(r: dict[str, Any]) -> str:
+    """The result as a bench/RESULTS.md section."""
+    lib, col = r["library"], r["collectors"]
+    steps = r["steps"]
+    first = min((s for s in r["rss_mb"] if s >= 100), default=min(r["rss_mb"]))
+    last = max(r["rss_mb"])
+    rows = []
+    for name in r["rss_mb"][last]:
+        a, b = r["rss_mb"][first].get(name, float("nan")), r["rss_mb"][last][name]
+        rows.append(f"| {name} | {a:.1f} | {b:.1f} | {b - a:+.1f} | {r['cpu_s'].get(name, float('nan')):.0f} |")
+    disk = r["disk_after_stop"]
+    return "\n".join(
+        [
+            f"Machine: {r['machine']}. Command: `{r['command']}`.",
+            "",
+            f"{steps} steps x {r['workers']} Ray workers x {r['samples_per_worker_step']} samples per worker "
+            f"per step, 5 spans per sample: **{r['created']:,} spans** made in {r['loop_s']:.0f} s "
+            f"({r['spans_per_s']:,} spans/s, median step {r['step_wall_median_s']:.2f} s), then {r['drain_s']:.0f} s "
+            f"until Jaeger had stored everything; whole run {r['wall_s']:.0f} s.",
+            "",
+            "| count | spans |",
+            "|---|---|",
+            f"| made (by construction) | {r['created']:,} |",
+            f"| library: queued / exported / dropped | {lib['queued']:,} / {lib['exported']:,} / {lib['dropped']:,} |",
+            f"| agent: accepted / sent / refused | {col['agent.receiver_accepted_spans']:,.0f} / "
+            f"{col['agent.exporter_sent_spans']:,.0f} / {col['agent.receiver_refused_spans']:,.0f} |",
+            f"| gateway: accepted / sent / refused | {col['gateway.receiver_accepted_spans']:,.0f} / "
+            f"{col['gateway.exporter_sent_spans']:,.0f} / {col['gateway.receiver_refused_spans']:,.0f} |",
+            f"| Jaeger: accepted / written to Badger | {col['jaeger.receiver_accepted_spans']:,.0f} / "
+            f"{col['jaeger.exporter_sent_spans']:,.0f} |",
+            f"| send failures (agent, gateway) | {col['agent.exporter_send_failed_spans']:,.0f}, "
+            f"{col['gateway.exporter_send_failed_spans']:,.0f} |",
+            "",
+            f"| process | RSS MB at step {first} | at step {last} | growth | CPU s (run) |",
+            "|---|---|---|---|---|",
+            *rows,
+            "",
+            f"Disk (Badger, after a clean stop of Jaeger): {disk['bytes'] / 1e6:,.0f} MB = "
+            f"**{disk['bytes_per_span']:.0f} bytes per span**, {disk['bytes_per_step'] / 1e6:.2f} MB per step "
+            f"({r['workers'] * r['samples_per_worker_step']} samples); while Jaeger ran: "
+            f"{r['disk_live']['bytes'] / 1e6:,.0f} MB allocated. Agent and gateway queues after the drain: "
+            f"{r['queue_disk_bytes_end'] / 1e6:.1f} MB.",
+            f"One sample's trace by id at the end: {r.get('fetch_one_trace_warm_s', float('nan')) * 1000:.1f} ms "
+            f"({r.get('fetch_one_trace_spans')} spans); after restarting Jaeger on the same store "
+            f"({r['jaeger_restart_s']:.1f} s to healthy): "
+            f"{r.get('fetch_one_trace_cold_s', float('nan')) * 1000:.1f} ms. "
+            f"A search for 20 traces of the service over the whole run: {r['search_20_traces_s']:.2f} s.",
+        ]
+    )
+
+
+def main() -> int:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("--steps", type=int, default=1000)
+    parser.add_argument("--samples", type=int, default=256, help="samples per worker per step")
+    parser.add_argument("--workers", type=int, default=2)
+    parser.add_argument("--time-limit", type=float, default=2400, help="no new step after this many seconds")
+    parser.add_argument("--drain-timeout", type=float, default=600)
+    parser.add_argument("--rss-steps", type=lambda s: {int(x) for x in s.split(",")}, default={10, 100, 250, 500, 750})
+    parser.add_argument("--report-every", type=int, default=50)
+    parser.add_argument("--out", default="/tmp/otel-agentloop-soak")
+    args = parser.parse_args()
+    result = run(args)
+    print(json.dumps(result, indent=2))
+    print(markdown(result))
+    lib, col = result["library"], result["collectors"]
+    ok = (
+        result["created"] == lib["exported"] + lib["dropped"]
+        and col["jaeger.exporter_sent_spans"] == lib["exported"] == col["agent.receiver_accepted_spans"]
+    )
+    print("nothing lost" if ok else "COUNTS DIFFER", flush=True)
+    return 0 if ok else 1
+
+
+if __name__ == "__main__":
+    sys.exit(main())
