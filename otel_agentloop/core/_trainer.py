@@ -18,7 +18,7 @@ from opentelemetry.trace import Span
 
 from .. import semconv as sc
 from ._clock import clock_offset, monotonic_ns
-from ._context import current_step
+from ._context import _SAMPLE, current_step
 from ._guard import internal_error
 from ._phase import Scope, SpanScope, instrument
 from ._tracer import current_tracer
@@ -60,9 +60,17 @@ class _TrainerScope(Scope):
             if step is not None:
                 attrs[sc.RL_STEP] = step.step
                 attrs[sc.RL_VALIDATE] = step.validate
+            sample = _SAMPLE.get()  # inside a sample: on the sample's timeline, like its phases (see _clock)
+            offset = sample.clock_offset if sample is not None else None
             mono = monotonic_ns()
-            span = tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs)
-            self.inner = SpanScope(span, offset=clock_offset(span, mono))  # a monotonic duration (see _clock)
+            if offset is None:
+                span = tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs)
+                offset = clock_offset(span, mono)
+            else:
+                span = tracer.start_span(
+                    sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs, start_time=mono + offset
+                )
+            self.inner = SpanScope(span, offset=offset)  # a monotonic duration (see _clock)
         except Exception:
             internal_error("trainer_phase.enter")
 
