@@ -26,7 +26,7 @@ from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
-from ._clock import clock_offset, monotonic_ns
+from ._clock import clock_offset, monotonic_ns, start_anchored
 from ._context import _SAMPLE, clean_attributes, mark_error, restore_identity
 from ._guard import internal_error
 from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
@@ -269,11 +269,7 @@ def _start(tracer: Tracer, spec: PhaseSpec, extra: Mapping[str, AttributeValue] 
             attrs = {**clean_attributes(extra), **attrs}
         mono = monotonic_ns()
         offset = sample.clock_offset if sample is not None else None
-        if offset is None:  # no sample (or one entered while tracing was off): this span's own anchor
-            span = tracer.start_span(spec.name, attributes=attrs)
-            offset = clock_offset(span, mono)
-        else:  # on the sample's timeline (see _clock)
-            span = tracer.start_span(spec.name, attributes=attrs, start_time=mono + offset)
+        span, offset = start_anchored(tracer, spec.name, attrs, offset, mono)
         scope = SpanScope(span, attrs, False, offset)
         live = sample.live if sample is not None else None
         if live is not None:
@@ -537,7 +533,7 @@ class PhaseBegin:
             if offset is None:  # a sample entered while tracing was off: this span's own anchor
                 span = tracer.start_span(self.name, attributes=started)
                 offset = clock_offset(span, mono)
-            else:  # on the sample's timeline (see _clock): one monotonic reading, no wall-clock one
+            else:  # on the sample's timeline (_clock.start_anchored, inlined): one monotonic reading, no wall one
                 span = tracer.start_span(self.name, attributes=started, start_time=mono + offset)
             scope = SpanScope(span, started, True, offset)
             live = sample.live  # the in-flight registry's record of the sample: fed here, not by a processor

@@ -17,7 +17,7 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from .. import semconv as sc
-from ._clock import clock_offset, monotonic_ns
+from ._clock import monotonic_ns, start_anchored
 from ._context import _SAMPLE, current_step
 from ._guard import internal_error
 from ._phase import Scope, SpanScope, instrument
@@ -62,14 +62,7 @@ class _TrainerScope(Scope):
                 attrs[sc.RL_VALIDATE] = step.validate
             sample = _SAMPLE.get()  # inside a sample: on the sample's timeline, like its phases (see _clock)
             offset = sample.clock_offset if sample is not None else None
-            mono = monotonic_ns()
-            if offset is None:
-                span = tracer.start_span(sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs)
-                offset = clock_offset(span, mono)
-            else:
-                span = tracer.start_span(
-                    sc.TRAINER_PHASE_SPAN_PREFIX + name, attributes=attrs, start_time=mono + offset
-                )
+            span, offset = start_anchored(tracer, sc.TRAINER_PHASE_SPAN_PREFIX + name, attrs, offset, monotonic_ns())
             self.inner = SpanScope(span, offset=offset)  # a monotonic duration (see _clock)
         except Exception:
             internal_error("trainer_phase.enter")
