@@ -115,3 +115,16 @@ WATCHDOG_SLOW: Final = "watchdog/slow"
 """``agent_loop/watchdog/slow``: samples the watchdog reported that finished before the step was collected."""
 WATCHDOG_HUNG: Final = "watchdog/hung"
 """``agent_loop/watchdog/hung``: samples the watchdog reported still running when the step was collected."""
+
+# -- the run: identity and per-step summaries ------------------------------------------------------
+RL_RUN_ID: Final = "rl.run.id"
+"""Resource attribute: the training run. The same on every process of the run (Ray workers get it through
+``runtime_env``) and across a resume from a checkpoint; ``report`` never merges two runs."""
+RL_RUN_ATTEMPT: Final = "rl.run.attempt"
+"""Resource attribute: one launch of the run's driver (a resume is a new attempt of the same run). A step run
+twice in one run (after a resume) is read from its latest attempt."""
+STEP_SUMMARY_SPAN: Final = "rl.step.summary"
+"""One span per collected step, written when the step is collected, in a trace of its own, never sampled out:
+the compact record the run page and ``report --compare`` read instead of the step's sample spans."""
+RL_STEP_SUMMARY: Final = "rl.step.summary"
+"""On a :data:`STEP_SUMMARY_SPAN`: the step's :class:`~otel_agentloop.metrics.StepSummary` as versioned JSON."""

@@ -3,6 +3,17 @@ and the library's OpenTelemetry metrics (phase-duration histograms with exemplar
 
 from ._processor import PhaseMetricsProcessor
 from ._records import SpanRecord
+from ._summary import Distribution, StepSummary, summarize, verdict
 from ._table import PhaseTable, StepMetrics, compute_metrics
 
-__all__ = ["PhaseMetricsProcessor", "PhaseTable", "SpanRecord", "StepMetrics", "compute_metrics"]
+__all__ = [
+    "Distribution",
+    "PhaseMetricsProcessor",
+    "PhaseTable",
+    "SpanRecord",
+    "StepMetrics",
+    "StepSummary",
+    "compute_metrics",
+    "summarize",
+    "verdict",
+]

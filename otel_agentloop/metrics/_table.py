@@ -40,7 +40,8 @@ class PhaseTable:
     ``num_preempted`` is -1 when unknown; ``prompt_length``/``response_length`` are -1 when unknown.
     ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit trace id (0 when unknown).
     ``late`` flags rows whose sample was still running at an earlier collect of its step (all False when
-    not given). ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when
+    not given). ``start_ns``/``end_ns``: each sample's wall-clock start and end (Unix ns; 0 when unknown).
+    ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when
     unsure.
     """
 
@@ -56,14 +57,18 @@ class PhaseTable:
     trace_id_hi: npt.NDArray[np.uint64]
     trace_id_lo: npt.NDArray[np.uint64]
     late: npt.NDArray[np.bool_] = field(default_factory=lambda: np.zeros(0, np.bool_))
+    start_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
+    end_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     ordered: bool = False
 
     def __post_init__(self) -> None:
         n = self.sample_index.shape[0]
-        if self.late.shape[0] != n:
-            if self.late.shape[0]:
-                raise ValueError(f"late has {self.late.shape[0]} rows, the table {n}")
-            object.__setattr__(self, "late", np.zeros(n, np.bool_))
+        for name, dtype in _OPTIONAL_COLUMNS:
+            column = getattr(self, name)
+            if column.shape[0] != n:
+                if column.shape[0]:
+                    raise ValueError(f"{name} has {column.shape[0]} rows, the table {n}")
+                object.__setattr__(self, name, np.zeros(n, dtype))
 
     def __len__(self) -> int:
         return int(self.sample_index.shape[0])
@@ -134,7 +139,11 @@ _COLUMNS: Sequence[tuple[str, type]] = (
     ("trace_id_hi", np.uint64),
     ("trace_id_lo", np.uint64),
     ("late", np.bool_),
+    ("start_ns", np.int64),
+    ("end_ns", np.int64),
 )
+_OPTIONAL_COLUMNS: Sequence[tuple[str, type]] = (("late", np.bool_), ("start_ns", np.int64), ("end_ns", np.int64))
+"""Columns a caller may leave out (empty): filled with zeros (False, unknown)."""
 
 
 class StepMetrics(dict[str, float]):

@@ -1,0 +1,337 @@
+"""One step in a few hundred bytes: the record the run page and ``report --compare`` read.
+
+A :class:`StepSummary` is computed from the step's :class:`PhaseTable` and its :class:`StepMetrics` by
+:func:`summarize`: the same table and the same :func:`compute_metrics` call as ``collect()``, so a summary and
+the metrics dict cannot disagree. The live side writes one per collected step as a ``rl.step.summary`` span
+(JSON in :data:`semconv.RL_STEP_SUMMARY`, see :meth:`StepSummary.to_json`); ``report`` rebuilds the same record
+from stored sample spans when a summary was not written (older traces, a step never collected).
+
+Each sample has one verdict (:func:`verdict`), the same in the live view, ``collect()``, ``report``, the pages and
+the PNGs: ``hung`` (the watchdog reported it and it was still running when its step was collected), else
+``failed`` (its sample span ended with an error), else ``slow`` (the watchdog reported it and it finished before
+the collect), else ``ok``.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+from collections.abc import Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+import numpy as np
+import numpy.typing as npt
+
+from .. import semconv as sc
+from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics
+
+OK: str = "ok"
+FAILED: str = "failed"
+SLOW: str = "slow"
+HUNG: str = "hung"
+VERDICTS: tuple[str, ...] = (OK, FAILED, SLOW, HUNG)
+"""Every verdict, mildest first."""
+SCHEMA_VERSION = 1
+MAX_TOOLS = 64
+"""Tool names kept per step; calls of further names are summed under :data:`OTHER_TOOLS`."""
+OTHER_TOOLS = "(other tools)"
+
+
+def verdict(*, error: bool, reported: bool, finished: bool) -> str:
+    """The one verdict of a sample (see the module docstring). ``reported``: the watchdog reported it during its
+    step; ``finished``: its sample span ended before the step was collected."""
+    if reported and not finished:
+        return HUNG
+    if error:
+        return FAILED
+    return SLOW if reported else OK
+
+
+@dataclass(frozen=True, slots=True)
+class Distribution:
+    """Seconds of one phase (per sample: the wall time its spans of the phase cover) or of one tool (per call)
+    in one step. Percentiles interpolate linearly, as ``agent_loop/<phase>/p50`` does."""
+
+    count: int
+    p50: float
+    p90: float
+    p99: float
+    max: float
+    mean: float
+    sum: float
+
+    @classmethod
+    def of(cls, values: npt.ArrayLike) -> Distribution:
+        a = np.asarray(values, dtype=np.float64)
+        if not a.size:
+            return cls(0, 0.0, 0.0, 0.0, 0.0, 0.0, 0.0)
+        p50, p90, p99 = (float(v) for v in np.percentile(a, PERCENTILES))
+        return cls(int(a.size), p50, p90, p99, float(a.max()), float(a.mean()), float(a.sum()))
+
+    def to_list(self) -> list[float]:
+        return [self.count, self.p50, self.p90, self.p99, self.max, self.mean, self.sum]
+
+    @classmethod
+    def from_list(cls, raw: Any) -> Distribution:
+        if not isinstance(raw, list) or len(raw) != 7:
+            raise ValueError("a distribution is a list of 7 numbers")
+        count, *rest = (_finite(v) for v in raw)
+        if count < 0 or not float(count).is_integer():
+            raise ValueError("a distribution's count is not a non-negative integer")
+        return cls(int(count), *rest)
+
+
+@dataclass(frozen=True, slots=True)
+class SlowestSample:
+    """verl's slowest sample of the step (argmax of generate + tool + score seconds) and its phase mix."""
+
+    index: int
+    rollout: int
+    trace_id: str | None
+    generate_s: float
+    tool_s: float
+    score_s: float
+    verdict: str = OK
+
+    @property
+    def total_s(self) -> float:
+        return self.generate_s + self.tool_s + self.score_s
+
+
+@dataclass(frozen=True)
+class StepSummary:
+    """The facts of one collected step (one collect; ``late`` samples of a later collect are another summary).
+
+    Times are Unix nanoseconds on the samples' wall clock (0 when unknown). ``wall_s`` runs from the first
+    sample's start to the last finished sample's end; ``median_s`` to the end of the median finished sample; the
+    tail (``tail_s``) is the rest. ``metrics`` is exactly the dict ``collect()`` returned (verl's keys and ours).
+    ``counts`` has every verdict of :data:`VERDICTS`. ``hung``/``slow`` are the samples the watchdog reported.
+    """
+
+    step: int
+    validate: bool
+    num_samples: int
+    metrics: Mapping[str, float]
+    phases: Mapping[str, Distribution]
+    tools: Mapping[str, Distribution]
+    counts: Mapping[str, int]
+    slowest: SlowestSample | None = None
+    start_ns: int = 0
+    median_end_ns: int = 0
+    end_ns: int = 0
+    collected_ns: int = 0
+    hung: tuple[OverdueSample, ...] = ()
+    slow: tuple[OverdueSample, ...] = ()
+    staleness_mean: float | None = None
+    staleness_max: float | None = None
+    extra: Mapping[str, Any] = field(default_factory=dict)
+
+    @property
+    def wall_s(self) -> float:
+        return max(self.end_ns - self.start_ns, 0) / 1e9 if self.start_ns else 0.0
+
+    @property
+    def median_s(self) -> float:
+        return max(self.median_end_ns - self.start_ns, 0) / 1e9 if self.start_ns else 0.0
+
+    @property
+    def tail_s(self) -> float:
+        return max(self.end_ns - self.median_end_ns, 0) / 1e9 if self.start_ns else 0.0
+
+    # -- the record on the wire --------------------------------------------------------------------
+    def to_json(self) -> str:
+        """Versioned compact JSON (``{"v": 1, ...}``); :meth:`from_json` reads it back equal."""
+        body: dict[str, Any] = {
+            "v": SCHEMA_VERSION,
+            "step": self.step,
+            "validate": self.validate,
+            "n": self.num_samples,
+            "metrics": dict(self.metrics),
+            "phases": {k: d.to_list() for k, d in self.phases.items()},
+            "tools": {k: d.to_list() for k, d in self.tools.items()},
+            "counts": dict(self.counts),
+            "t": [self.start_ns, self.median_end_ns, self.end_ns, self.collected_ns],
+            "hung": [list(s) for s in self.hung],
+            "slow": [list(s) for s in self.slow],
+        }
+        if self.slowest is not None:
+            s = self.slowest
+            body["slowest"] = [s.index, s.rollout, s.trace_id, s.generate_s, s.tool_s, s.score_s, s.verdict]
+        if self.staleness_mean is not None:
+            body["staleness"] = [self.staleness_mean, self.staleness_max]
+        if self.extra:
+            body["extra"] = dict(self.extra)
+        return json.dumps(body, separators=(",", ":"), allow_nan=False)
+
+    @classmethod
+    def from_json(cls, text: str) -> StepSummary:
+        """Read :meth:`to_json`'s output; raises ``ValueError`` saying what is wrong (stored data is untrusted)."""
+        try:
+            body = json.loads(text)
+        except RecursionError:
+            raise ValueError("the summary nests too deeply") from None
+        if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION:
+            raise ValueError(f"not a version-{SCHEMA_VERSION} step summary")
+        times = body.get("t")
+        if not isinstance(times, list) or len(times) != 4 or not all(_is_int(t) and t >= 0 for t in times):
+            raise ValueError("the summary's times are not 4 non-negative integers")
+        slowest = None
+        if body.get("slowest") is not None:
+            raw = body["slowest"]
+            if not isinstance(raw, list) or len(raw) != 7 or not _is_int(raw[0]) or not _is_int(raw[1]):
+                raise ValueError("the summary's slowest sample is malformed")
+            trace_id = raw[2] if isinstance(raw[2], str) else None
+            slowest = SlowestSample(
+                raw[0], raw[1], trace_id, _finite(raw[3]), _finite(raw[4]), _finite(raw[5]), _verdict(raw[6])
+            )
+        staleness = body.get("staleness")
+        if staleness is not None and not (isinstance(staleness, list) and len(staleness) == 2):
+            raise ValueError("the summary's staleness is malformed")
+        step, n = body.get("step"), body.get("n")
+        if not (isinstance(step, int) and _is_int(step) and isinstance(n, int) and _is_int(n) and n >= 0):
+            raise ValueError("the summary's step or sample count is not an integer")
+        counts = _mapping(body.get("counts"), "counts")
+        return cls(
+            step=step,
+            validate=body.get("validate") is True,
+            num_samples=n,
+            metrics={str(k): _finite(v) for k, v in _mapping(body.get("metrics"), "metrics").items()},
+            phases={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("phases"), "phases").items()},
+            tools={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("tools"), "tools").items()},
+            counts={v: int(_finite(counts.get(v, 0))) for v in VERDICTS},
+            slowest=slowest,
+            start_ns=times[0],
+            median_end_ns=times[1],
+            end_ns=times[2],
+            collected_ns=times[3],
+            hung=_overdue(body.get("hung")),
+            slow=_overdue(body.get("slow")),
+            staleness_mean=None if staleness is None else _finite(staleness[0]),
+            staleness_max=None if staleness is None else _finite(staleness[1]),
+            extra=_mapping(body.get("extra"), "extra"),
+        )
+
+
+def _is_int(v: Any) -> bool:
+    return type(v) is int and -(1 << 63) <= v < (1 << 63)
+
+
+def _finite(v: Any) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{v!r:.40} is not a finite number")
+    return float(v)
+
+
+def _verdict(v: Any) -> str:
+    if v not in VERDICTS:
+        raise ValueError(f"{v!r:.40} is not a verdict")
+    return str(v)
+
+
+def _mapping(raw: Any, what: str) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"the summary's {what} is not an object")
+    return raw
+
+
+def _overdue(raw: Any) -> tuple[OverdueSample, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("the summary's watchdog samples are not a list")
+    out = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 5:
+            raise ValueError("a watchdog sample is malformed")
+        index, rollout, trace_id, phase, tool = item
+        out.append(
+            OverdueSample(
+                index if _is_int(index) else None,
+                rollout if _is_int(rollout) else None,
+                str(trace_id),
+                str(phase),
+                None if tool is None else str(tool),
+            )
+        )
+    return tuple(out)
+
+
+def summarize(
+    table: PhaseTable,
+    metrics: StepMetrics,
+    step: int,
+    validate: bool = False,
+    *,
+    tools: Mapping[str, Iterable[float]] | None = None,
+    collected_ns: int = 0,
+    staleness: npt.ArrayLike | None = None,
+) -> StepSummary:
+    """The summary of one collected step: ``table`` and ``metrics`` exactly as ``collect()`` computed and returned
+    them (its ``hung_samples``/``slow_samples`` give the watchdog's verdicts); ``tools``: each tool's call
+    durations in seconds; ``staleness``: per-sample staleness (async modes)."""
+    t = table.canonical()
+    phases = {
+        sc.GENERATE: Distribution.of(t.generate_sequences),
+        sc.TOOL_CALLS: Distribution.of(t.tool_calls),
+        sc.COMPUTE_SCORE: Distribution.of(t.compute_score),
+    }
+    slow_keys = {(s.sample_index, s.rollout_n) for s in metrics.slow_samples}
+    counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+    counts[HUNG] = len(metrics.hung_samples)
+    for i in range(len(t)):
+        key = (int(t.sample_index[i]), int(t.rollout_n[i]))
+        counts[verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True)] += 1
+    slowest = None
+    if len(t):
+        i = int(np.argmax(t.total))
+        key = (int(t.sample_index[i]), int(t.rollout_n[i]))
+        slowest = SlowestSample(
+            key[0],
+            key[1],
+            t.trace_id_hex(i),
+            float(t.generate_sequences[i]),
+            float(t.tool_calls[i]),
+            float(t.compute_score[i]),
+            verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True),
+        )
+    start_ns = median_end_ns = end_ns = 0
+    starts, ends = t.start_ns, t.end_ns
+    known = ends > 0
+    if np.any(known):
+        start_ns = int(starts[known & (starts > 0)].min()) if np.any(known & (starts > 0)) else 0
+        finished = np.sort(ends[known])
+        end_ns = int(finished[-1])
+        median_end_ns = int(finished[(len(finished) - 1) // 2])
+    stale = None if staleness is None else np.asarray(staleness, dtype=np.float64)
+    return StepSummary(
+        step=step,
+        validate=validate,
+        num_samples=len(t),
+        metrics={k: float(v) for k, v in metrics.items()},
+        phases=phases,
+        tools=_tool_distributions(tools or {}),
+        counts=counts,
+        slowest=slowest,
+        start_ns=start_ns,
+        median_end_ns=median_end_ns,
+        end_ns=end_ns,
+        collected_ns=collected_ns,
+        hung=tuple(metrics.hung_samples),
+        slow=tuple(metrics.slow_samples),
+        staleness_mean=float(stale.mean()) if stale is not None and stale.size else None,
+        staleness_max=float(stale.max()) if stale is not None and stale.size else None,
+    )
+
+
+def _tool_distributions(tools: Mapping[str, Iterable[float]]) -> dict[str, Distribution]:
+    """One distribution per tool name, the :data:`MAX_TOOLS` most called by name; the others pooled."""
+    calls = {name: np.fromiter(values, dtype=np.float64) for name, values in tools.items()}
+    ranked = sorted(calls, key=lambda name: (-calls[name].size, name))
+    out = {name: Distribution.of(calls[name]) for name in ranked[:MAX_TOOLS]}
+    rest = [calls[name] for name in ranked[MAX_TOOLS:]]
+    if rest:
+        out[OTHER_TOOLS] = Distribution.of(np.concatenate(rest))
+    return out
