@@ -12,6 +12,7 @@ from dataclasses import dataclass
 from .. import semconv as sc
 from ..metrics._processor import PhaseMetricsProcessor
 from ..metrics._records import SpanRecord
+from ..metrics._summary import StepSummary, summarize
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
 
 SampleKey = tuple[int, int]
@@ -54,3 +55,42 @@ def steps_in(records: Iterable[SpanRecord]) -> list[tuple[int, bool]]:
         if r.name == sc.SAMPLE_SPAN and type(r.attributes.get(sc.RL_STEP)) is int
     }
     return sorted(found)
+
+
+def stored_summaries(records: Iterable[SpanRecord]) -> dict[tuple[int, bool], StepSummary]:
+    """The step summaries the live side wrote (``rl.step.summary`` spans), by (step, validate); the latest of
+    each when a step was collected more than once. A summary that cannot be read is left out (see ``report``)."""
+    found: dict[tuple[int, bool], tuple[int, StepSummary]] = {}
+    for rec in records:
+        if rec.name != sc.STEP_SUMMARY_SPAN:
+            continue
+        text = rec.attributes.get(sc.RL_STEP_SUMMARY)
+        if not isinstance(text, str):
+            continue
+        try:
+            summary = StepSummary.from_json(text)
+        except ValueError:
+            continue
+        key = (summary.step, summary.validate)
+        if key not in found or found[key][0] <= rec.end_ns:
+            found[key] = (rec.end_ns, summary)
+    return {key: summary for key, (_, summary) in found.items()}
+
+
+def summary_of(records: Iterable[SpanRecord], step: int, validate: bool = False) -> StepSummary:
+    """The summary of ``step`` rebuilt from its stored sample spans, through the same code as the live side
+    (``PhaseMetricsProcessor`` -> ``compute_metrics`` -> ``summarize``)."""
+    spans = list(records)
+    report = build_report(spans, step, validate)
+    tools: dict[str, list[float]] = {}
+    for rec in spans:
+        attrs = rec.attributes
+        name = attrs.get(sc.GEN_AI_TOOL_NAME)
+        if (
+            isinstance(name, str)
+            and attrs.get(sc.RL_STEP) == step
+            and bool(attrs.get(sc.RL_VALIDATE, False)) == validate
+            and not attrs.get(sc.RL_SNAPSHOT)
+        ):
+            tools.setdefault(name, []).append(rec.duration_s)
+    return summarize(report.table, report.metrics, step, validate, tools=tools)
