@@ -3,7 +3,8 @@
 
 Each step runs ``--prompts`` x ``--rollout-n`` samples concurrently: 2-3 generation turns, between turns one or
 two of the tools ``search``, ``calculator``, ``python`` in parallel, then a reward; each step's metrics are
-collected with ``handle.metrics.collect`` (printed as one JSON line per step). ``--slow NAME --factor X
+collected with ``handle.metrics.collect`` (printed as one JSON line per step). Spans go to ``--file``, and over
+OTLP too when ``OTEL_EXPORTER_OTLP_ENDPOINT`` is set. ``--slow NAME --factor X
 --from-step S``: from step S on, the tool NAME (or ``generate``) takes X times longer. Latencies are seeded.
 """
 
@@ -27,8 +28,9 @@ def main() -> None:
     p.add_argument("--factor", type=float, default=10.0)
     p.add_argument("--from-step", type=int, default=3)
     p.add_argument("--seed", type=int, default=0)
+    p.add_argument("--service", default="compare-driver")
     args = p.parse_args()
-    handle = oal.configure("compare-driver", file=args.file)
+    handle = oal.configure(args.service, file=args.file)  # and OTLP when OTEL_EXPORTER_OTLP_ENDPOINT is set
 
     def factor(step: int, name: str) -> float:
         return args.factor if step >= args.from_step and name == args.slow else 1.0
@@ -73,6 +75,7 @@ def main() -> None:
             asyncio.run(rollout())
         metrics = handle.metrics.collect(step)
         print(json.dumps({"step": step, "metrics": dict(metrics)}), flush=True)
+    handle.force_flush(30)
     handle.shutdown()
 
 
