@@ -277,6 +277,9 @@ def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     assert out.stderr.strip() == "report: no summary or sample spans for step 9"
     out = _report(cwd, "--compare", "2")
     assert out.returncode == 2 and "--compare: expected 2 arguments" in out.stderr
+    out = _report(cwd, "--compare", "2", "5", "--json", "--html", str(cwd / "no-such-folder" / "c.html"))
+    assert out.returncode == 1 and out.stdout == ""
+    assert out.stderr.strip().endswith("c.html: No such file or directory")
 
 
 def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_path) -> None:  # noqa: F811
@@ -329,3 +332,37 @@ def test_user_strings_on_the_page_are_text(tmp_path) -> None:
     page = render_compare_html(compare(side, side).to_json())
     assert "</script><img" not in page and "<img" not in page
     assert page.count("</script>") == 2
+
+
+def test_compare_validation_passes_of_the_demo(tmp_path) -> None:
+    """``--validate`` compares the two steps' validation passes (the simulated main job's, every 2 steps), with the
+    numbers of ``report --step N --validate``; the training passes are not mixed in."""
+    sim = subprocess.run(
+        [
+            *(sys.executable, "-m", "otel_agentloop", "simulate", "--steps", "4", "--prompts", "3", "--rollout-n", "2"),
+            *("--time-scale", "0.05", "--val-every", "2", "--quiet", "--json", "--file", "run.jsonl"),
+        ],
+        cwd=tmp_path,
+        env=_env(),
+        capture_output=True,
+        text=True,
+        timeout=180,
+    )
+    assert sim.returncode == 0, sim.stderr
+    out = _report(tmp_path, "--compare", "2", "4", "--validate", "--json")
+    assert out.returncode == 0, out.stderr
+    data = json.loads(out.stdout)
+    assert data["a"]["validate"] is data["b"]["validate"] is True
+    for side, step in (("a", 2), ("b", 4)):
+        metrics = json.loads(_report(tmp_path, "--step", str(step), "--validate", "--json").stdout)["metrics"]
+        training = json.loads(_report(tmp_path, "--step", str(step), "--json").stdout)["metrics"]
+        for row in (r for r in data["rows"] if r["kind"] == "phase"):
+            key = f"{sc.METRIC_PREFIX}/{row['name']}/max"
+            assert row[side]["max"] == metrics[key]
+        gen_max = f"{sc.METRIC_PREFIX}/{GEN}/max"
+        assert metrics[gen_max] != training[gen_max]  # the validation pass is its own data
+    assert "(validation)" in _report(tmp_path, "--compare", "2", "4", "--validate").stdout.splitlines()[0]
+    missing = _report(tmp_path, "--compare", "1", "2", "--validate")
+    assert (
+        missing.returncode == 1 and missing.stderr.strip() == "report: no validation summary or sample spans for step 1"
+    )
