@@ -261,7 +261,15 @@ def test_compare_from_stored_summaries_alone_names_the_tool_and_says_what_needs_
     assert (found.cause.phase, found.cause.tool) == (TOOL, "search")
     assert found.tail_b.basis.startswith("the slowest sample (summary only")
     assert found.step_time_basis.startswith("the slowest sample's")  # no wall times in these summaries
-    assert all("the samples that moved need the spans" in n for n in found.notes) and len(found.notes) == 2
+    assert found.notes == (
+        "step 2 and step 5: summary only, no sample spans (sampled away or expired): each step's tail is its "
+        "slowest sample, tools are compared over all samples, and the samples that moved need the spans",
+    )
+    # one step with spans, one without: both tails from the summaries, so that they compare
+    mixed = compare_steps([*[r for r in spans if r.attributes.get(sc.RL_STEP) == 2], summaries[1]], 2, 5)
+    assert not isinstance(mixed, str) and mixed.a.has_samples and not mixed.b.has_samples
+    assert mixed.tail_a.samples == mixed.tail_b.samples == 1 and mixed.notes[0].startswith("step 5: summary only")
+    assert (mixed.cause.phase, mixed.cause.tool) == (TOOL, "search")
     # with the spans as well, the stored summary is the one read, and the spans give the sample rows
     both = compare_steps([*spans, *summaries], 2, 5)
     assert not isinstance(both, str)

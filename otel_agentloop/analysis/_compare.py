@@ -446,12 +446,12 @@ def compare(a: StepSide, b: StepSide, *, top: int = 5) -> Comparison:
         step_b = b.summary.slowest.total_s if b.summary.slowest else 0.0
     both = a.has_samples and b.has_samples  # else both tails from the summaries, so that they compare
     tail_a, tail_b = a.tail(summary_only=not both), b.tail(summary_only=not both)
-    for side in (a, b):
-        if not side.has_samples:
-            notes.append(
-                f"step {side.summary.step}: its summary only (no sample spans): the tail is its slowest sample, and "
-                "the samples that moved need the spans"
-            )
+    if not both:
+        bare = " and ".join(f"step {s.summary.step}" for s in (a, b) if not s.has_samples)
+        notes.append(
+            f"{bare}: summary only, no sample spans (sampled away or expired): each step's tail is its slowest "
+            "sample, tools are compared over all samples, and the samples that moved need the spans"
+        )
     rows = [
         Row("phase", p, a.summary.phases.get(p, Distribution.of([])), b.summary.phases.get(p, Distribution.of([])))
         for p in sc.PHASES
