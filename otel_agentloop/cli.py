@@ -12,6 +12,7 @@ from datetime import datetime, timedelta, timezone
 from typing import NoReturn
 
 from . import semconv as sc
+from .analysis._compare import run_compare
 from .analysis._decode import Skipped, decode_resource_spans, read_jsonl
 from .analysis._display import Output
 from .analysis._jaeger import JaegerClient, JaegerError
@@ -91,6 +92,17 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     if skipped.count:
         print(f"report: {printable(skipped.summary(source), max_chars=400)}", file=sys.stderr)
     records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
+    if args.compare:
+        return run_compare(
+            records,
+            *args.compare,
+            validate=args.validate,
+            top=args.top,
+            as_json=args.json,
+            html=args.html,
+            source=source,
+            jaeger_ui=args.jaeger_ui or args.jaeger,
+        )
     available = sorted(
         set(steps_in(records))
         | {
@@ -270,6 +282,14 @@ def build_parser() -> argparse.ArgumentParser:
     rep.add_argument("--timeout", type=_number(0, 3600, above=True), default=10.0, help="seconds per Jaeger call")
     rep.add_argument("--step", type=int, help="default: the last step found")
     rep.add_argument("--validate", action="store_true", help="the validation pass of that step")
+    rep.add_argument(
+        "--compare",
+        nargs=2,
+        type=int,
+        metavar=("A", "B"),
+        help="compare step A with step B: per phase and tool side by side, what explains the step-time change, "
+        "the samples that moved (--json, --html FILE)",
+    )
     rep.add_argument("--sample", type=int, help="draw this sample index (default: the slowest)")
     rep.add_argument("--rollout", type=int, default=0)
     rep.add_argument("--top", type=_count(0), default=5, help="how many slowest samples to list")
