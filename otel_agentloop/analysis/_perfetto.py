@@ -14,17 +14,17 @@ Layout (the JSON Object Format of Google's "Trace Event Format" document):
   start to the snapshot).
 
 Events on one track must nest strictly (an event that partially overlaps another on its tid is mis-nested by
-both viewers), so a span that would overlap a sibling (parallel tool calls) or that lies outside its parent's
-time range (clock skew between processes) goes onto a *lane*: an extra track right below its sample's, named
-``sample I/R (lane k)``, where it and its children nest again. Lanes are threads rather than async events
-because thread tracks sort next to the sample's own track in both viewers and keep strict nesting checkable;
-async tracks are grouped per process, away from the sample.
+both viewers), so a span that would overlap a sibling (parallel tool calls), or that lies outside its parent's
+time range by more than :data:`SKEW_US` (clock skew between processes), goes onto a *lane*: an extra track
+right below its sample's, named ``sample I/R (lane k)``, where it and its children nest again. Lanes are threads
+rather than async events because thread tracks sort next to the sample's own track in both viewers and keep
+strict nesting checkable; async tracks are grouped per process, away from the sample.
 
 Times are integer microseconds since the step's first span start (the absolute start is in ``otherData``):
 flooring both ends keeps every containment and every disjointness of the nanosecond times, so the nesting on
-a track is exactly the spans' nesting. Every event carries its trace and span ids in ``args``; pids and tids are
-assigned in sorted order, so the same spans give the same file. Verdicts come from
-:func:`otel_agentloop.metrics._summary.verdict`.
+a track is the spans' nesting (a child moved into its parent by at most :data:`SKEW_US` says so in its args).
+Every event carries its trace and span ids in ``args``; pids and tids are assigned in sorted order, so the same
+spans give the same file. Verdicts come from :func:`otel_agentloop.metrics._summary.verdict`.
 """
 
 from __future__ import annotations
@@ -49,6 +49,11 @@ SpanKey = tuple[int, int]
 MAX_STRING_CHARS = 1000
 """A longer string attribute is cut to this many characters in ``args`` (prompt/response content)."""
 MAX_ATTR_DEPTH = 8
+SKEW_US = 1000
+"""A child span that starts before or ends after its parent by at most this many µs is drawn inside the parent
+(its ``args.skew_us`` says by how much it was moved); a larger difference puts it on a lane. Spans of one sample
+can disagree by that much: the library's phase spans are timed on the sample's monotonic timeline, a user's own
+spans and a remote process's spans on their wall clock."""
 TIME_UNIT = "ms"
 """``displayTimeUnit``: how viewers print times (the ``ts``/``dur`` numbers are microseconds either way)."""
 
@@ -65,6 +70,8 @@ class _Item:
     name: str = ""
     lane: int = 0
     depth: int = 0
+    skew: tuple[int, int] | None = None
+    """µs the span's start and end were moved by to fit in its parent (see :data:`SKEW_US`)."""
     children: list[_Item] = field(default_factory=list)
 
 
@@ -227,10 +234,11 @@ def _overlaps(lane: list[tuple[int, int]], start: int, end: int) -> bool:
 
 def _layout(group: _Group) -> None:
     """Give every item a lane and a depth so that each lane's complete events nest strictly and follow the
-    span tree: a child shares its parent's lane when it lies inside the parent and after its previous sibling
-    there; otherwise it starts a subtree at the top of the first lane (>= 1) where it overlaps nothing. Spans
-    whose parent is not here hang under the group's primary event (the sample span, or the snapshot standing in
-    for a sample span that never ended)."""
+    span tree. A child shares its parent's lane when it lies inside the parent (starting before the parent's
+    end: a slice that starts where another ends is its sibling) and after its previous sibling there;
+    otherwise it starts a subtree at the top of the first lane (>= 1) where it overlaps nothing. Spans whose
+    parent is not here hang under the group's primary event (the sample span, or the snapshot standing in for
+    a sample span that never ended)."""
     items = [it for it in group.items if not it.instant]
     by_id = {(it.rec.trace_id, it.rec.span_id): it for it in items}
     primary = next((it for it in items if it.primary), None)
@@ -260,8 +268,14 @@ def _layout(group: _Group) -> None:
             item.lane, item.depth = lane, depth
             last_end = item.start
             for child in sorted(item.children, key=order):
-                if item.start <= child.start and child.end <= item.end and child.start >= last_end:
-                    last_end = child.end
+                # a child sticking out of its parent by less than SKEW_US is drawn inside it (clock skew)
+                start = max(child.start, item.start) if child.start >= item.start - SKEW_US else child.start
+                end = min(child.end, item.end) if child.end <= item.end + SKEW_US else child.end
+                if item.start <= start < item.end and end <= item.end and start >= last_end and start <= end:
+                    if (start, end) != (child.start, child.end):
+                        child.skew = (child.start - start, child.end - end)
+                        child.start, child.end = start, end
+                    last_end = end
                     stack.append((child, depth + 1))
                 else:
                     overflow.append(child)
@@ -330,6 +344,10 @@ def _args(item: _Item, facts: dict[str, Any] | None) -> dict[str, Any]:
         args.update(facts)
     if item.instant:
         args["snapshot_span"] = rec.name
+    elif item.primary and _is_snapshot(rec) and rec.parent_id:
+        args["open_sample_span_id"] = format(rec.parent_id, "016x")  # the sample span it stands in for
+    if item.skew is not None:
+        args["skew_us"] = list(item.skew)
     if rec.error:
         args["status"] = "ERROR" + (f": {rec.status_message[:MAX_STRING_CHARS]}" if rec.status_message else "")
     if rec.attributes:
