@@ -30,7 +30,8 @@ from otel_agentloop.analysis._perfetto import step_trace
 from otel_agentloop.core._context import SampleHandle
 from otel_agentloop.demo._agent import SimConfig, generate
 from otel_agentloop.metrics import SpanRecord
-from otel_agentloop.metrics._summary import HUNG, OK, SLOW
+from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW, StepSummary
+from otel_agentloop.metrics._table import OverdueSample
 
 from .trace_event_format import Slice, Trace, TraceFormatError, parse
 
@@ -379,6 +380,46 @@ def test_skewed_children_cycles_and_odd_values_still_give_a_valid_trace() -> Non
     assert remote.parent is None and [s.parent for s in t.tracks[lanes[0]] if s.event["name"] == "inner"] == [remote]
     odd = events[("00000000000000000000000000000abc", format(6, "016x"))][0]["args"]["attributes"]
     assert odd["nan"] == "nan" and odd["raw"] == "00ff" and odd["deep"] == [["a"]] and len(odd["long"]) == 1001
+
+
+def test_a_stored_step_summary_decides_hung_and_slow() -> None:
+    """With the live side's ``rl.step.summary`` record for the step, its hung/slow lists (made at collect)
+    decide, as in ``report``; without it, the snapshot rule (a cancelled or missing sample span is hung)."""
+    snap = {sc.RL_SNAPSHOT: True, sc.RL_PHASE: sc.TOOL_CALLS}
+    records = [
+        _rec(1, 0, sc.SAMPLE_SPAN, 0, 100, **_sample_attrs(0), **{sc.RL_CANCELLED: True}),
+        _rec(2, 1, sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX, 0, 50, **_sample_attrs(0), **snap),
+        _rec(3, 0, sc.SAMPLE_SPAN, 0, 80, **_sample_attrs(1)),
+        _rec(4, 3, sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX, 0, 40, **_sample_attrs(1), **snap),
+        _rec(5, 0, sc.SAMPLE_SPAN, 0, 60, **_sample_attrs(2)),
+    ]
+    records[4].error = True
+
+    def verdicts(recs: list[SpanRecord]) -> dict[str, str]:
+        t = parse(json.dumps(step_trace(recs, 1)))
+        return {
+            e["args"]["sample"]: e["args"]["verdict"]
+            for e in t.events
+            if e["ph"] == "X" and e.get("cat") == "sample" and "verdict" in e.get("args", {})
+        }
+
+    assert verdicts(records) == {"0/0": HUNG, "1/0": SLOW, "2/0": FAILED}
+    summary = StepSummary(
+        step=1,
+        validate=False,
+        num_samples=3,
+        metrics={},
+        phases={},
+        tools={},
+        counts={},
+        hung=(OverdueSample(1, 0, "x" * 32, sc.TOOL_CALLS, None),),
+        slow=(OverdueSample(0, 0, "y" * 32, sc.TOOL_CALLS, None),),
+    )
+    stored = _rec(9, 0, sc.STEP_SUMMARY_SPAN, 200, 200, **{sc.RL_STEP_SUMMARY: summary.to_json()})
+    assert verdicts([*records, stored]) == {"0/0": SLOW, "1/0": HUNG, "2/0": FAILED}
+    assert "0000000000000009" not in {
+        e.get("args", {}).get("span_id") for e in step_trace([*records, stored], 1)["traceEvents"]
+    }
 
 
 def test_the_same_spans_in_any_order_give_the_same_file(library_step, tmp_path) -> None:

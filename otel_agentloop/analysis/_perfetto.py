@@ -35,7 +35,7 @@ import gc
 import json
 import math
 import os
-from collections.abc import Iterable, Iterator, Mapping
+from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
@@ -486,7 +486,7 @@ def write_perfetto(
 
 
 @contextlib.contextmanager
-def _gc_paused() -> Iterator[None]:
+def _gc_paused() -> Generator[None, None, None]:
     """No cyclic garbage collection while the trace is built: it makes only acyclic dicts and lists, and with a
     step's spans in memory each full collection walks them all (at 8,192 samples it cost a third of the time)."""
     enabled = gc.isenabled()
