@@ -10,7 +10,8 @@ sits in the same file so that reading has something to skip.
 
 Timed, each as the median of ``--rounds`` (fresh processes for the end-to-end run):
 - end to end: ``otel-agentloop report --file F --step N --perfetto out.json`` as a user runs it (interpreter
-  start, reading, the metrics report, the export);
+  start, reading, the metrics report, the export), interleaved with the same command without ``--perfetto``
+  (on a shared machine the difference of the two is the export's cost, measured side by side);
 - reading alone (``read_jsonl``), and the export alone (``write_perfetto`` on the records in memory).
 
 Usage: ``python bench/perfetto_export.py [--samples 8192] [--rounds 3] [--results]`` (``--results`` prints the
@@ -304,6 +305,7 @@ def main() -> None:
     parser.add_argument("--rounds", type=int, default=3)
     parser.add_argument("--results", action="store_true", help="print the RESULTS.md section")
     args = parser.parse_args()
+    load_before = os.getloadavg()[0]
     folder = tempfile.mkdtemp(prefix="perfetto-bench-")
     path, out = os.path.join(folder, "run.jsonl"), os.path.join(folder, "step.json")
     begun = time.perf_counter()
@@ -313,10 +315,14 @@ def main() -> None:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     cmd = [sys.executable, "-m", "otel_agentloop", "report", "--file", path, "--step", str(STEP), "--perfetto", out]
 
-    def cli() -> None:
-        subprocess.run(cmd, env=env, check=True, capture_output=True, timeout=600)
-
-    e2e, e2e_all = _median_time(cli, args.rounds)
+    e2e_all: list[float] = []
+    plain_all: list[float] = []
+    for _ in range(args.rounds):  # interleaved: the same report without --perfetto, side by side
+        for command, times in ((cmd, e2e_all), (cmd[:-2], plain_all)):
+            begun = time.perf_counter()
+            subprocess.run(command, env=env, check=True, capture_output=True, timeout=600)
+            times.append(time.perf_counter() - begun)
+    e2e, plain = statistics.median(e2e_all), statistics.median(plain_all)
     holder: dict[str, list[object]] = {}
 
     def read() -> None:
@@ -338,6 +344,7 @@ def main() -> None:
     lanes = sum("(lane " in e["args"]["name"] for e in threads)
     other = trace["otherData"]
     facts = {
+        "load_average_1min": [round(load_before, 1), round(os.getloadavg()[0], 1)],
         "samples": other["samples"],
         "spans_in_step": other["spans"],
         "spans_in_file": spans,
@@ -351,6 +358,8 @@ def main() -> None:
         "write_trace_file_s": round(made_s, 2),
         "end_to_end_s": round(e2e, 2),
         "end_to_end_runs_s": [round(x, 2) for x in e2e_all],
+        "report_without_perfetto_s": round(plain, 2),
+        "report_without_perfetto_runs_s": [round(x, 2) for x in plain_all],
         "read_s": round(read_s, 2),
         "read_runs_s": [round(x, 2) for x in read_all],
         "export_s": round(export_s, 2),
@@ -371,13 +380,16 @@ a reward; 4 hung and 8 slow samples with watchdog snapshots) and the trainer's s
 | measure | median of {args.rounds} | target |
 |---|---|---|
 | `report --step {STEP} --perfetto` end to end (fresh process: read, metrics, export) | {e2e:.2f} s | <= 10 s: {met} |
+| the same `report --step {STEP}` without `--perfetto`, interleaved | {plain:.2f} s | |
 | reading the file (`read_jsonl`) | {read_s:.2f} s | |
 | the export alone (`write_perfetto`, records in memory) | {export_s:.2f} s | |
 
 The step's file: {facts["events"]:,} events (one per span of the step: {facts["spans_in_step"]:,}),
 {facts["tracks"]:,} tracks ({facts["lane_tracks"]:,} of them lanes for overlapping tool calls) in
 {facts["processes"]} processes, {facts["perfetto_json_mb"]} MB; verdicts {facts["verdicts"]}.
-Runs (s): end to end {facts["end_to_end_runs_s"]}, read {facts["read_runs_s"]}, export {facts["export_runs_s"]}.
+Load average (1 min) before and after: {facts["load_average_1min"]} on 2 cores (other work shares the machine).
+Runs (s): end to end {facts["end_to_end_runs_s"]}, without --perfetto {facts["report_without_perfetto_runs_s"]},
+read {facts["read_runs_s"]}, export {facts["export_runs_s"]}.
 """
         )
 
