@@ -456,6 +456,14 @@ def _meta(pid: int, tid: int) -> list[dict[str, Any]]:
         ([{"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 2}], "no thread_name"),
         ([{"name": "thread_sort_index", "ph": "M", "pid": 1, "tid": 1, "args": {"sort_index": "1"}}], "metadata"),
         ([{"name": "a", "ph": "Q", "ts": 0, "pid": 1, "tid": 1}], "phase"),
+        (
+            [
+                {"name": "process_name", "ph": "M", "pid": 2, "tid": 3, "args": {"name": "q"}},
+                {"name": "thread_name", "ph": "M", "pid": 1, "tid": 2, "args": {"name": "t2"}},
+                {"name": "a", "ph": "X", "ts": 0, "dur": 1, "pid": 1, "tid": 2},
+            ],
+            "also a pid",
+        ),
     ],
 )
 def test_the_format_checker_rejects(events: list[dict[str, Any]], why: str) -> None:

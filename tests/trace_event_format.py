@@ -14,8 +14,9 @@ the importers rely on, and returns the model a viewer would build (tracks, slice
 - metadata (``M``): one of process_name, process_labels, process_sort_index, thread_name, thread_sort_index
   with its argument (``name``/``labels`` a string, ``sort_index`` an integer), at most one of each per
   process or thread;
-- a tid belongs to one pid (Perfetto keys thread names by tid alone), every process with events is named and
-  every thread with events is named;
+- a tid belongs to one pid (Perfetto keys thread names by tid alone, and files metadata events under their
+  pid/tid too), a tid is no other process's pid (Perfetto takes the thread whose tid is a pid for that process's
+  main thread), every process with events is named and every thread with events is named;
 - complete events on one thread nest strictly: sorted by (ts, -dur), each either starts at or after the end of
   the enclosing one or ends inside it. A partial overlap is an error (Perfetto drops or truncates such slices).
 """
@@ -131,9 +132,11 @@ def parse(text: str) -> Trace:
             if key in seen_meta:
                 raise _fail(i, e, "duplicate metadata")
             seen_meta.add(key)
+            if "ts" in e and not (_is_number(e["ts"]) and e["ts"] >= 0):
+                raise _fail(i, e, "ts is not a finite number of microseconds >= 0")
+            if owner.setdefault(tid, pid) != pid:  # Perfetto files every event under (pid, tid), metadata too
+                raise _fail(i, e, f"tid {tid} is used by pid {owner[tid]} too")
             if thread:
-                if owner.setdefault(tid, pid) != pid:
-                    raise _fail(i, e, f"tid {tid} is used by pid {owner[tid]} too")
                 (trace.thread_names if arg == "name" else trace.thread_sort)[(pid, tid)] = value
             elif e["name"] == "process_name":
                 trace.process_names[pid] = value
@@ -159,6 +162,11 @@ def parse(text: str) -> Trace:
             if scope == "t":
                 trace.tracks.setdefault((pid, tid), []).append(Slice(e, ts, ts))
         used.add((pid, tid))
+    for tid, pid in owner.items():
+        if tid != pid and tid in owner.values():
+            raise TraceFormatError(
+                f"tid {tid} (of pid {pid}) is also a pid: Perfetto would take it for that main thread"
+            )
     for pid, tid in used:
         if pid not in trace.process_names:
             raise TraceFormatError(f"process {pid} has events but no process_name")

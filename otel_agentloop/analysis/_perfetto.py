@@ -381,6 +381,11 @@ def _category(rec: SpanRecord) -> str:
     return "span"
 
 
+def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+    """A metadata event (``ts`` 0: some readers want a ``ts`` on every event)."""
+    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
+
+
 def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False, *, source: str = "") -> dict[str, Any]:
     """The Trace Event Format object of ``step`` (its validation pass with ``validate``) from ``records``
     (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events."""
@@ -414,16 +419,13 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
         groups.extend(_Group(worker, s) for s in sorted(by_sample) if sample_worker[s] == worker)
 
     meta: list[dict[str, Any]] = []
+    threads: list[dict[str, Any]] = []
     events: list[tuple[tuple[int, int, int, int, int], dict[str, Any]]] = []
     counts: dict[str, int] = {}
-    for worker in workers:
-        pid = pids[worker]
-        n = sum(1 for s in by_sample if sample_worker[s] == worker)
-        name = f"worker {worker}" if n else worker
-        meta.append({"name": "process_name", "ph": "M", "pid": pid, "tid": 0, "args": {"name": name}})
-        meta.append({"name": "process_labels", "ph": "M", "pid": pid, "tid": 0, "args": {"labels": f"{n} samples"}})
-        meta.append({"name": "process_sort_index", "ph": "M", "pid": pid, "tid": 0, "args": {"sort_index": pid}})
-    tid = 0
+    # tids are unique across processes (Perfetto keys thread names by tid) and never equal a pid (Perfetto takes
+    # the thread whose tid is its pid for the process's main thread): they count on from the last pid.
+    tid = len(workers)
+    first_tid: dict[int, int] = {}
     for group in groups:
         recs = by_sample[group.key] if group.key is not None else outside[group.worker]
         facts = _group_items(group, recs, summary, t0)
@@ -432,12 +434,13 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
             title = f"sample {group.key[0]}/{group.key[1]}{_label(group.verdict)}"
         else:
             title = "step (spans outside samples)"
-        pid, first_tid = pids[group.worker], tid + 1
+        pid, track = pids[group.worker], tid + 1
+        first_tid.setdefault(pid, track)
         for lane in range(group.lanes):
             tid += 1
             thread = title if lane == 0 else f"{title} (lane {lane})"
-            meta.append({"name": "thread_name", "ph": "M", "pid": pid, "tid": tid, "args": {"name": thread}})
-            meta.append({"name": "thread_sort_index", "ph": "M", "pid": pid, "tid": tid, "args": {"sort_index": tid}})
+            threads.append(_meta("thread_name", pid, tid, name=thread))
+            threads.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
         for item in group.items:
             event: dict[str, Any] = {
                 "name": item.name,
@@ -445,7 +448,7 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
                 "ph": "i" if item.instant else "X",
                 "ts": item.start,
                 "pid": pid,
-                "tid": first_tid + item.lane,
+                "tid": track + item.lane,
             }
             if item.instant:
                 event["s"] = "t"
@@ -454,8 +457,14 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
             event["args"] = _args(item, facts)
             events.append(((event["tid"], item.start, item.start - item.end, item.depth, item.rec.span_id), event))
     events.sort(key=lambda e: e[0])
+    for worker in workers:  # a process's metadata on its first track: every event's (pid, tid) agrees
+        pid = pids[worker]
+        n = sum(1 for s in by_sample if sample_worker[s] == worker)
+        meta.append(_meta("process_name", pid, first_tid[pid], name=f"worker {worker}" if n else worker))
+        meta.append(_meta("process_labels", pid, first_tid[pid], labels=f"{n} samples"))
+        meta.append(_meta("process_sort_index", pid, first_tid[pid], sort_index=pid))
     return {
-        "traceEvents": meta + [e for _, e in events],
+        "traceEvents": meta + threads + [e for _, e in events],
         "displayTimeUnit": TIME_UNIT,
         "otherData": {
             "generator": "otel-agentloop report --perfetto",
