@@ -180,6 +180,32 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
     assert t.other["verdicts"] == {HUNG: 1, OK: 4, SLOW: 1}
 
 
+def test_on_ray_workers_each_worker_is_a_process_holding_its_samples(tmp_path) -> None:
+    """The demo on 2 Ray actor workers (a local Ray cluster): a process per worker, each sample's track in the
+    process of the worker that ran it, the driver's trainer spans in a process of their own, first."""
+    pytest.importorskip("ray") if not os.environ.get("CI") else None
+    sim = _cli(tmp_path, "simulate", *SIM, "--workers", "2", "--quiet", "--file", "run.jsonl")
+    assert sim.returncode == 0, sim.stderr
+    out = _cli(tmp_path, "report", "--file", "run.jsonl", "--step", "3", "--perfetto", "step3.json")
+    assert out.returncode == 0, out.stderr
+    t = parse((tmp_path / "step3.json").read_text(encoding="utf-8"))
+    records = _step_records(list(read_jsonl(str(tmp_path / "run.jsonl"))), 3)
+    workers = {r.attributes[sc.RL_WORKER] for r in records if r.name == sc.SAMPLE_SPAN}
+    assert len(workers) == 2
+    names = t.process_names
+    assert sorted(n for n in names.values() if n.startswith("worker ")) == sorted(f"worker {w}" for w in workers)
+    driver = min(names, key=t.process_sort.__getitem__)  # the trainer's process first, without samples
+    assert not names[driver].startswith("worker ")
+    assert {s.event["name"] for s in next(iter(v for k, v in t.tracks.items() if k[0] == driver))} >= {sc.STEP_SPAN}
+    for r in records:
+        if r.name == sc.SAMPLE_SPAN:
+            sample = f"{r.attributes[sc.RL_SAMPLE_INDEX]}/{r.attributes[sc.RL_ROLLOUT_N]}"
+            (pid, _), *_ = _sample_tracks(t)[sample]
+            assert names[pid] == f"worker {r.attributes[sc.RL_WORKER]}"
+    assert t.other["hung"] == ["0/0"] and t.other["slow"] == ["1/0"] and len(_span_events(t)) == len(records)
+    _check_nesting(t)
+
+
 # -- a step made with the library: parallel tool calls, a user's span, a sample that never ends ---------------
 @oal.trace_tool("search")
 async def _search(delay_s: float, tracer: trace.Tracer) -> str:
