@@ -73,8 +73,9 @@ def _sample_tracks(t: Trace) -> dict[str, list[tuple[int, int]]]:
 
 def _check_nesting(t: Trace) -> int:
     """Every complete event's enclosing event on its track is its parent span's event; an event whose parent
-    span is elsewhere (a lane, or not in the file) is at the top of its track, and a lane holds only events of
-    its own sample. Returns the number of events that sit on a lane."""
+    span is elsewhere (a lane, or not in the file) is at the top of its track, a lane holds only events of its
+    own sample, and a sample's own slice tops its track (its parent, the step's span, elsewhere). Returns the
+    number of events that sit on a lane."""
     where: dict[str, tuple[int, int]] = {}
     slices: dict[str, Slice] = {}
     for track, items in t.tracks.items():
@@ -90,9 +91,12 @@ def _check_nesting(t: Trace) -> int:
             # the parent span's event, or the snapshot standing in for a sample span that never ended
             enclosing = s.parent.args.get("open_sample_span_id", s.parent.args["span_id"])
             assert parent_id in (enclosing, s.parent.args["span_id"]), (s.event, s.parent.event)
-        elif parent_id in where and s.event["name"] != f"{sc.SAMPLE_SPAN}{sc.SNAPSHOT_SUFFIX} [HUNG]":
+        elif parent_id in where:
             parent_track, track = where[parent_id], where[span_id]
             assert parent_track != track, s.event  # a parent on the same track would enclose it
+            if "verdict" in s.args:  # a sample's own slice: the top of its track; its parent is the step's
+                assert track == _sample_tracks(t)[s.args["sample"]][0], s.event
+                continue
             assert owner.get(track) == owner.get(parent_track), s.event  # a lane of the same sample
             lanes = _sample_tracks(t).get(owner[track], []) if track in owner else []
             assert track in lanes[1:] or track not in owner, s.event
@@ -178,6 +182,29 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
         assert instant.parent is not None and instant.parent.event["name"] == "execute_tool sandbox"
     assert t.other["hung"] == ["0/0"] and t.other["slow"] == ["1/0"]
     assert t.other["verdicts"] == {HUNG: 1, OK: 4, SLOW: 1}
+
+
+@pytest.mark.parametrize("validate", [False, True])
+def test_one_trace_per_step_and_the_validation_pass(tmp_path, validate: bool) -> None:
+    """``--trace-per step`` (samples under the step's span in one trace) and ``--validate`` (the validation
+    pass of a step): the step's own spans, one event each, a track per sample."""
+    args = ["--steps", "2", "--time-scale", "0.05", "--val-every", "2", "--prompts", "3", "--rollout-n", "2"]
+    sim = _cli(tmp_path, "simulate", *args, "--quiet", "--trace-per", "step", "--file", "run.jsonl")
+    assert sim.returncode == 0, sim.stderr
+    flag = ["--validate"] if validate else []
+    out = _cli(tmp_path, "report", "--file", "run.jsonl", "--step", "2", *flag, "--perfetto", "step.json")
+    assert out.returncode == 0, out.stderr
+    t = parse((tmp_path / "step.json").read_text(encoding="utf-8"))
+    step = [
+        r
+        for r in _step_records(list(read_jsonl(str(tmp_path / "run.jsonl"))), 2)
+        if bool(r.attributes.get(sc.RL_VALIDATE, False)) == validate
+    ]
+    assert len({r.trace_id for r in step if r.name == sc.SAMPLE_SPAN}) == 1  # one trace for the step's samples
+    events = _span_events(t)
+    assert set(events) == {_ids(r) for r in step} and all(len(v) == 1 for v in events.values())
+    assert len(_sample_tracks(t)) == 6 and t.other["validate"] is validate
+    _check_nesting(t)
 
 
 def test_on_ray_workers_each_worker_is_a_process_holding_its_samples(tmp_path) -> None:
