@@ -16,6 +16,7 @@ from .analysis._compare import run_compare
 from .analysis._decode import Skipped, decode_resource_spans, read_jsonl
 from .analysis._display import Output
 from .analysis._jaeger import JaegerClient, JaegerError
+from .analysis._perfetto import write_perfetto
 from .analysis._report import build_report, steps_in
 from .analysis._step_view import HUNG, build_step_view, is_snapshot
 from .analysis._terminal import printable
@@ -131,6 +132,13 @@ def _report_or_fail(args: argparse.Namespace) -> int:
             )
         page = _write("--html", args.html, lambda: write_html(view, args.html, source=source, jaeger_ui=jaeger_ui))
         written.append(f"timeline page written to {page}")
+    if args.perfetto:
+        trace = _write(
+            "--perfetto",
+            args.perfetto,
+            lambda: write_perfetto(loaded, step, args.validate, args.perfetto, source=source),
+        )
+        written.append(f"Perfetto trace written to {trace} (open it in ui.perfetto.dev or chrome://tracing)")
     if view is not None and args.timeline_png:
         png = _write("--timeline-png", args.timeline_png, lambda: render_timeline_png(view, args.timeline_png))
         written.append(f"timeline PNG written to {png}")
@@ -301,6 +309,13 @@ def build_parser() -> argparse.ArgumentParser:
     )
     rep.add_argument(
         "--timeline-png", metavar="FILE", help="write the step timeline as a PNG (needs matplotlib: the plot extra)"
+    )
+    rep.add_argument(
+        "--perfetto",
+        metavar="FILE",
+        type=_output_file,
+        help="write the step as a Chrome Trace Event Format JSON file (Perfetto UI, chrome://tracing): a track "
+        "per sample, grouped by worker",
     )
     rep.add_argument(
         "--jaeger-ui", metavar="URL", help="Jaeger UI base URL for the page's trace links (default: --jaeger)"

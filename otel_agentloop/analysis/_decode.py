@@ -52,6 +52,8 @@ class Skipped:
 
 
 def _mapping(raw: Any, what: str) -> Mapping[str, Any]:
+    if type(raw) is dict:  # what json.loads makes: skip the ABC check
+        return raw
     if raw is None:
         return {}
     if not isinstance(raw, Mapping):
@@ -157,7 +159,23 @@ def _key_value(raw: Any, what: str, depth: int = 0) -> tuple[str, Any]:
     key = kv.get("key")
     if not isinstance(key, str):
         raise BadRecordError(f"{what}: a key is not a string")
-    return key, _value(kv.get("value"), f"attribute {key[:40]!r}", depth)
+    value = kv.get("value")
+    if type(value) is dict:  # the common well-formed scalars, without building the error label; else below
+        if "stringValue" in value:
+            if type(value["stringValue"]) is str:
+                return key, value["stringValue"]
+        elif "intValue" in value:
+            raw_int = value["intValue"]
+            if (type(raw_int) is str and _DECIMAL.fullmatch(raw_int)) or type(raw_int) is int:
+                number = int(raw_int)
+                if -_INT64 <= number < _INT64:
+                    return key, number
+        elif "doubleValue" in value:
+            if type(value["doubleValue"]) is float:
+                return key, value["doubleValue"]
+        elif "boolValue" in value and type(value["boolValue"]) is bool:
+            return key, value["boolValue"]
+    return key, _value(value, f"attribute {key[:40]!r}", depth)
 
 
 def _attrs(raw: Any, what: str) -> dict[str, Any]:

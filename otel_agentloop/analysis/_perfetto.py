@@ -1,0 +1,507 @@
+"""One step as a Chrome Trace Event Format file (``report --step N --perfetto step.json``), for Perfetto UI
+(ui.perfetto.dev) and ``chrome://tracing``.
+
+Layout (the JSON Object Format of Google's "Trace Event Format" document):
+
+- a *process* per worker (the span's ``rl.worker``, else the resource's ``rl.worker``, else its
+  ``host.name:process.pid``), named with ``process_name`` metadata; processes without samples (the trainer's
+  ``rl.step``/``rl.train.*`` spans) come first;
+- a *thread* (track) per sample, named ``sample I/R`` (``I/R [hung]`` etc. when its verdict is not ok), in sample
+  order (``thread_sort_index``, and tids rising in the same order, so viewers that sort by tid agree);
+- one *event* per span of the step: a complete event (``"X"``) nested under its parent span's event, or, for a
+  watchdog snapshot (``rl.snapshot``) of a sample whose span did end, an instant event (``"i"``) at the moment
+  the watchdog looked. A hung sample whose span never ended is drawn by its latest snapshot (from the sample's
+  start to the snapshot).
+
+Events on one track must nest strictly (an event that partially overlaps another on its tid is mis-nested by
+both viewers), so a span that would overlap a sibling (parallel tool calls), or that lies outside its parent's
+time range by more than :data:`SKEW_US` (clock skew between processes), goes onto a *lane*: an extra track
+right below its sample's, named ``sample I/R (lane k)``, where it and its children nest again. Lanes are threads
+rather than async events because thread tracks sort next to the sample's own track in both viewers and keep
+strict nesting checkable; async tracks are grouped per process, away from the sample.
+
+Times are integer microseconds since the step's first span start (the absolute start is in ``otherData``):
+flooring both ends keeps every containment and every disjointness of the nanosecond times, so the nesting on
+a track is the spans' nesting (a child moved into its parent by at most :data:`SKEW_US` says so in its args).
+Every event carries its trace and span ids in ``args``; pids and tids are assigned in sorted order, so the same
+spans give the same file. Verdicts come from :func:`otel_agentloop.metrics._summary.verdict`.
+"""
+
+from __future__ import annotations
+
+import bisect
+import contextlib
+import gc
+import json
+import math
+import os
+from collections.abc import Generator, Iterable, Mapping
+from dataclasses import dataclass, field
+from typing import Any
+
+from .. import semconv as sc
+from ..metrics._records import SpanRecord
+from ..metrics._summary import HUNG, OK, SLOW, StepSummary, verdict
+from ..metrics._table import OverdueSample
+from ._report import stored_summaries
+
+SampleKey = tuple[int, int]
+SpanKey = tuple[int, int]
+"""(trace id, span id)"""
+
+MAX_STRING_CHARS = 1000
+"""A longer string attribute is cut to this many characters in ``args`` (prompt/response content)."""
+MAX_ATTR_DEPTH = 8
+SKEW_US = 1000
+"""A child span that starts before or ends after its parent by at most this many µs is drawn inside the parent
+(its ``args.skew_us`` says by how much it was moved); a larger difference puts it on a lane. Spans of one sample
+can disagree by that much: the library's phase spans are timed on the sample's monotonic timeline, a user's own
+spans and a remote process's spans on their wall clock."""
+TIME_UNIT = "ms"
+"""``displayTimeUnit``: how viewers print times (the ``ts``/``dur`` numbers are microseconds either way)."""
+
+
+@dataclass(slots=True)
+class _Item:
+    """One span of the step as an event: its place (track group, lane) and its integer-µs times."""
+
+    rec: SpanRecord
+    start: int
+    end: int
+    instant: bool = False
+    primary: bool = False
+    name: str = ""
+    lane: int = 0
+    depth: int = 0
+    skew: tuple[int, int] | None = None
+    """µs the span's start and end were moved by to fit in its parent (see :data:`SKEW_US`)."""
+    children: list[_Item] = field(default_factory=list)
+
+
+@dataclass(slots=True)
+class _Group:
+    """The spans drawn on one track and its lanes: a sample's, or a process's spans outside any sample."""
+
+    worker: str
+    key: SampleKey | None
+    items: list[_Item] = field(default_factory=list)
+    verdict: str = OK
+    lanes: int = 1
+
+
+def _sample_key(attrs: Mapping[str, Any]) -> SampleKey | None:
+    index = attrs.get(sc.RL_SAMPLE_INDEX)
+    if type(index) is not int:
+        return None
+    rollout = attrs.get(sc.RL_ROLLOUT_N)
+    return (index, rollout if type(rollout) is int else -1)
+
+
+def _is_snapshot(rec: SpanRecord) -> bool:
+    return rec.attributes.get(sc.RL_SNAPSHOT) is True
+
+
+def _is_sample_root(rec: SpanRecord) -> bool:
+    return rec.name == sc.SAMPLE_SPAN and not _is_snapshot(rec)
+
+
+def _worker(rec: SpanRecord) -> str:
+    """The process a span ran in: ``rl.worker`` (span, then resource), else ``host.name:process.pid``."""
+    for source in (rec.attributes, rec.resource):
+        name = source.get(sc.RL_WORKER)
+        if isinstance(name, str) and name:
+            return name
+    host, pid = rec.resource.get("host.name"), rec.resource.get("process.pid")
+    if host is not None or pid is not None:
+        return f"{host if host is not None else '?'}:{pid if pid is not None else '?'}"
+    service = rec.resource.get("service.name")
+    return str(service) if service else "unknown"
+
+
+def _json_value(value: Any, depth: int = 0) -> Any:
+    """An attribute value as JSON (strings cut, non-finite floats and bytes as text, nesting bounded)."""
+    if value is None or isinstance(value, (bool, int)):
+        return value
+    if isinstance(value, float):
+        return value if math.isfinite(value) else str(value)
+    if isinstance(value, str):
+        return value if len(value) <= MAX_STRING_CHARS else value[:MAX_STRING_CHARS] + "…"
+    if isinstance(value, bytes):
+        return value[: MAX_STRING_CHARS // 2].hex()
+    if depth >= MAX_ATTR_DEPTH:
+        return "…"
+    if isinstance(value, (tuple, list)):
+        return [_json_value(v, depth + 1) for v in value]
+    if isinstance(value, Mapping):
+        return {str(k): _json_value(v, depth + 1) for k, v in value.items()}
+    return str(value)[:MAX_STRING_CHARS]
+
+
+def _step_spans(records: list[SpanRecord], step: int, validate: bool) -> dict[SpanKey, SpanRecord]:
+    """The step's spans: those tagged with the step, and every span below them in their traces (a user's own
+    child spans carry no ``rl.step``), but not the step summary record nor spans tagged with another step."""
+    chosen: dict[SpanKey, SpanRecord] = {}
+    for rec in records:
+        attrs = rec.attributes
+        value = attrs.get(sc.RL_STEP)
+        if (
+            value == step
+            and type(value) is int
+            and bool(attrs.get(sc.RL_VALIDATE, False)) == validate
+            and rec.name != sc.STEP_SUMMARY_SPAN
+        ):
+            chosen.setdefault((rec.trace_id, rec.span_id), rec)
+    traces = {trace for trace, _ in chosen}
+    children: dict[SpanKey, list[SpanRecord]] = {}
+    for rec in records:
+        if rec.trace_id in traces and rec.parent_id and (rec.trace_id, rec.span_id) not in chosen:
+            if rec.name == sc.STEP_SUMMARY_SPAN or sc.RL_STEP in rec.attributes:
+                continue  # another step's span (or the summary record) in a shared trace
+            children.setdefault((rec.trace_id, rec.parent_id), []).append(rec)
+    todo = list(chosen)
+    while todo:
+        for child in children.pop(todo.pop(), ()):
+            key = (child.trace_id, child.span_id)
+            if key not in chosen:
+                chosen[key] = child
+                todo.append(key)
+    return chosen
+
+
+def _owners(spans: Mapping[SpanKey, SpanRecord]) -> dict[SpanKey, SampleKey | None]:
+    """Each span's sample: the nearest sample span (or snapshot) above it, else the sample named by its own
+    attributes (a sample whose span is missing), else ``None`` (a span outside samples: trainer, worker call)."""
+    owner: dict[SpanKey, SampleKey | None] = {}
+    for start in spans:
+        chain: list[SpanKey] = []
+        key = start
+        seen: set[SpanKey] = set()
+        result: SampleKey | None = None
+        while True:
+            if key in owner:
+                result = owner[key]
+                break
+            rec = spans[key]
+            chain.append(key)
+            seen.add(key)
+            if _is_sample_root(rec) or _is_snapshot(rec):
+                result = _sample_key(rec.attributes)
+                break
+            parent = (rec.trace_id, rec.parent_id)
+            if not rec.parent_id or parent not in spans or parent in seen:
+                result = _sample_key(rec.attributes)
+                break
+            key = parent
+        for k in chain:
+            owner[k] = result
+    return owner
+
+
+def _verdict(
+    spans: list[SpanRecord], summary: StepSummary | None, key: SampleKey
+) -> tuple[str, SpanRecord | None, list[SpanRecord]]:
+    """A sample's one verdict, its finished sample span (if any) and its snapshots (oldest first).
+
+    With the step's stored summary, its hung/slow lists (made at collect) decide whether the watchdog reported
+    the sample and whether it had finished. Without one, the snapshot rule: a snapshotted sample is reported,
+    and finished unless its sample span never ended or ended cancelled (``rl.cancelled``: the trainer cancels
+    what still runs after collecting the step). Failed: its sample span ended with an error."""
+    roots = [s for s in spans if _is_sample_root(s)]
+    root = max(roots, key=lambda s: (s.end_ns, s.span_id)) if roots else None
+    snapshots = sorted((s for s in spans if _is_snapshot(s)), key=lambda s: (s.end_ns, s.span_id))
+    if summary is not None:
+        trace_ids = {s.trace_id_hex for s in spans}
+
+        def listed(items: Iterable[OverdueSample]) -> bool:
+            return any(
+                (o.sample_index, -1 if o.rollout_n is None else o.rollout_n) == key or o.trace_id in trace_ids
+                for o in items
+            )
+
+        hung = listed(summary.hung)
+        reported, finished = hung or listed(summary.slow), not hung
+    else:
+        cancelled = root is not None and root.attributes.get(sc.RL_CANCELLED) is True
+        reported, finished = bool(snapshots), root is not None and not cancelled
+    error = root is not None and root.error
+    return verdict(error=error, reported=reported, finished=finished), root, snapshots
+
+
+def _us(ns: int, t0: int) -> int:
+    return (ns - t0) // 1000
+
+
+def _overlaps(lane: list[tuple[int, int]], start: int, end: int) -> bool:
+    """Whether [start, end) overlaps an interval of ``lane`` (sorted, pairwise disjoint); a zero-length event
+    overlaps an interval it lies strictly inside."""
+    i = bisect.bisect_right(lane, (start, math.inf))
+    if i and lane[i - 1][1] > start:
+        return True
+    return i < len(lane) and lane[i][0] < end
+
+
+def _layout(group: _Group) -> None:
+    """Give every item a lane and a depth so that each lane's complete events nest strictly and follow the
+    span tree. A child shares its parent's lane when it lies inside the parent (starting before the parent's
+    end: a slice that starts where another ends is its sibling) and after its previous sibling there;
+    otherwise it starts a subtree at the top of the first lane (>= 1) where it overlaps nothing. Spans whose
+    parent is not here hang under the group's primary event (the sample span, or the snapshot standing in for
+    a sample span that never ended)."""
+    items = [it for it in group.items if not it.instant]
+    by_id = {(it.rec.trace_id, it.rec.span_id): it for it in items}
+    primary = next((it for it in items if it.primary), None)
+    roots: list[_Item] = []
+    for it in items:
+        parent = by_id.get((it.rec.trace_id, it.rec.parent_id)) if it.rec.parent_id else None
+        if parent is None and it is not primary:
+            parent = primary
+        if parent is None or parent is it:
+            roots.append(it)
+        else:
+            parent.children.append(it)
+    lanes: list[list[tuple[int, int]]] = [[]]
+    placed: set[int] = set()
+    overflow: list[_Item] = []
+
+    def order(it: _Item) -> tuple[int, int, int]:
+        return (it.start, -it.end, it.rec.span_id)
+
+    def descend(top: _Item, lane: int) -> None:
+        stack = [(top, 0)]
+        while stack:
+            item, depth = stack.pop()
+            if id(item) in placed:  # a cycle of parent ids in untrusted input
+                continue
+            placed.add(id(item))
+            item.lane, item.depth = lane, depth
+            last_end = item.start
+            for child in sorted(item.children, key=order):
+                # a child sticking out of its parent by less than SKEW_US is drawn inside it (clock skew)
+                start = max(child.start, item.start) if child.start >= item.start - SKEW_US else child.start
+                end = min(child.end, item.end) if child.end <= item.end + SKEW_US else child.end
+                if item.start <= start < item.end and end <= item.end and start >= last_end and start <= end:
+                    if (start, end) != (child.start, child.end):
+                        child.skew = (child.start - start, child.end - end)
+                        child.start, child.end = start, end
+                    last_end = end
+                    stack.append((child, depth + 1))
+                else:
+                    overflow.append(child)
+
+    def place_top(item: _Item, first_lane: int) -> None:
+        lane = first_lane
+        while lane < len(lanes) and _overlaps(lanes[lane], item.start, item.end):
+            lane += 1
+        if lane == len(lanes):
+            lanes.append([])
+        bisect.insort(lanes[lane], (item.start, item.end))
+        descend(item, lane)
+
+    def place(item: _Item, first_lane: int) -> None:
+        if id(item) in placed:
+            return
+        place_top(item, first_lane)
+        while overflow:  # children that could not nest, in start order, each with its own subtree
+            pending = sorted(overflow, key=order)
+            overflow.clear()
+            for child in pending:
+                if id(child) not in placed:
+                    place_top(child, 1)
+
+    for root in sorted(roots, key=order):
+        place(root, 0)
+    for item in sorted(items, key=order):  # only members of a parent-id cycle are left
+        place(item, 1)
+    group.lanes = len(lanes)
+
+
+def _label(verdict_: str) -> str:
+    return "" if verdict_ == OK else f" [{verdict_}]"
+
+
+def _group_items(group: _Group, spans: list[SpanRecord], summary: StepSummary | None, t0: int) -> dict[str, Any] | None:
+    """Fill ``group.items`` (and the sample's verdict); returns the sample's facts for its events' args."""
+    snapshot_events: set[int] = set()
+    primary: SpanRecord | None = None
+    facts: dict[str, Any] | None = None
+    if group.key is not None:
+        group.verdict, root, snapshots = _verdict(spans, summary, group.key)
+        primary = root if root is not None else (snapshots[-1] if snapshots else None)
+        snapshot_events = {id(s) for s in snapshots if s is not primary}
+        facts = {"sample": f"{group.key[0]}/{group.key[1]}", "verdict": group.verdict, "worker": group.worker}
+    for rec in spans:
+        item = _Item(rec, _us(rec.start_ns, t0), _us(rec.end_ns, t0), name=rec.name)
+        if id(rec) in snapshot_events:
+            phase, tool = rec.attributes.get(sc.RL_PHASE), rec.attributes.get(sc.GEN_AI_TOOL_NAME)
+            item.instant, item.start = True, item.end
+            item.name = f"watchdog: {group.verdict} in {phase}" + (f" ({tool})" if tool else "")
+        elif rec is primary:
+            item.primary = True
+            item.name = rec.name + _label(group.verdict).upper()
+        group.items.append(item)
+    _layout(group)
+    return facts
+
+
+def _args(item: _Item, facts: dict[str, Any] | None) -> dict[str, Any]:
+    rec = item.rec
+    args: dict[str, Any] = {"trace_id": rec.trace_id_hex, "span_id": format(rec.span_id, "016x")}
+    if rec.parent_id:
+        args["parent_span_id"] = format(rec.parent_id, "016x")
+    if facts is not None and (item.primary or item.instant):
+        args.update(facts)
+    if item.instant:
+        args["snapshot_span"] = rec.name
+    elif item.primary and _is_snapshot(rec) and rec.parent_id:
+        args["open_sample_span_id"] = format(rec.parent_id, "016x")  # the sample span it stands in for
+    if item.skew is not None:
+        args["skew_us"] = list(item.skew)
+    if rec.error:
+        args["status"] = "ERROR" + (f": {rec.status_message[:MAX_STRING_CHARS]}" if rec.status_message else "")
+    if rec.attributes:
+        args["attributes"] = {
+            k: v
+            if (type(v) is str and len(v) <= MAX_STRING_CHARS) or type(v) is int or type(v) is bool
+            else _json_value(v)
+            for k, v in rec.attributes.items()
+        }
+    return args
+
+
+def _category(rec: SpanRecord) -> str:
+    if _is_snapshot(rec):
+        return "watchdog"
+    phase = rec.attributes.get(sc.RL_PHASE)
+    if isinstance(phase, str) and phase in sc.PHASES:
+        return phase
+    if rec.name == sc.SAMPLE_SPAN:
+        return "sample"
+    if rec.name.startswith(sc.TRAINER_PHASE_SPAN_PREFIX) or rec.name == sc.STEP_SPAN:
+        return "trainer"
+    return "span"
+
+
+def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+    """A metadata event (``ts`` 0: some readers want a ``ts`` on every event)."""
+    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
+
+
+def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False, *, source: str = "") -> dict[str, Any]:
+    """The Trace Event Format object of ``step`` (its validation pass with ``validate``) from ``records``
+    (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events."""
+    records = list(records)
+    spans = {k: r for k, r in _step_spans(records, step, validate).items() if r.start_ns > 0}
+    summary = stored_summaries(records).get((step, validate))
+    t0 = min((r.start_ns for r in spans.values()), default=0)
+    owners = _owners(spans)
+    by_sample: dict[SampleKey, list[SpanRecord]] = {}
+    outside: dict[str, list[SpanRecord]] = {}
+    for key, rec in spans.items():
+        sample = owners[key]
+        if sample is None:
+            outside.setdefault(_worker(rec), []).append(rec)
+        else:
+            by_sample.setdefault(sample, []).append(rec)
+    # A sample's process: its sample span's worker, else its snapshot's, else any of its spans'.
+    sample_worker: dict[SampleKey, str] = {}
+    for sample, recs in by_sample.items():
+        best = min(recs, key=lambda r: (not _is_sample_root(r), not _is_snapshot(r), r.start_ns, r.span_id))
+        sample_worker[sample] = _worker(best)
+    first_sample: dict[str, SampleKey] = {}
+    for sample in sorted(by_sample):
+        first_sample.setdefault(sample_worker[sample], sample)
+    workers = sorted(outside.keys() - first_sample.keys()) + sorted(first_sample, key=lambda w: first_sample[w])
+    pids = {w: i + 1 for i, w in enumerate(workers)}
+    groups: list[_Group] = []
+    for worker in workers:
+        if worker in outside:
+            groups.append(_Group(worker, None, []))
+        groups.extend(_Group(worker, s) for s in sorted(by_sample) if sample_worker[s] == worker)
+
+    meta: list[dict[str, Any]] = []
+    threads: list[dict[str, Any]] = []
+    events: list[tuple[tuple[int, int, int, int, int], dict[str, Any]]] = []
+    counts: dict[str, int] = {}
+    # tids are unique across processes (Perfetto keys thread names by tid) and never equal a pid (Perfetto takes
+    # the thread whose tid is its pid for the process's main thread): they count on from the last pid.
+    tid = len(workers)
+    first_tid: dict[int, int] = {}
+    for group in groups:
+        recs = by_sample[group.key] if group.key is not None else outside[group.worker]
+        facts = _group_items(group, recs, summary, t0)
+        if group.key is not None:
+            counts[group.verdict] = counts.get(group.verdict, 0) + 1
+            title = f"sample {group.key[0]}/{group.key[1]}{_label(group.verdict)}"
+        else:
+            title = "step (spans outside samples)"
+        pid, track = pids[group.worker], tid + 1
+        first_tid.setdefault(pid, track)
+        for lane in range(group.lanes):
+            tid += 1
+            thread = title if lane == 0 else f"{title} (lane {lane})"
+            threads.append(_meta("thread_name", pid, tid, name=thread))
+            threads.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
+        for item in group.items:
+            event: dict[str, Any] = {
+                "name": item.name,
+                "cat": _category(item.rec),
+                "ph": "i" if item.instant else "X",
+                "ts": item.start,
+                "pid": pid,
+                "tid": track + item.lane,
+            }
+            if item.instant:
+                event["s"] = "t"
+            else:
+                event["dur"] = item.end - item.start
+            event["args"] = _args(item, facts)
+            events.append(((event["tid"], item.start, item.start - item.end, item.depth, item.rec.span_id), event))
+    events.sort(key=lambda e: e[0])
+    for worker in workers:  # a process's metadata on its first track: every event's (pid, tid) agrees
+        pid = pids[worker]
+        n = sum(1 for s in by_sample if sample_worker[s] == worker)
+        meta.append(_meta("process_name", pid, first_tid[pid], name=f"worker {worker}" if n else worker))
+        meta.append(_meta("process_labels", pid, first_tid[pid], labels=f"{n} samples"))
+        meta.append(_meta("process_sort_index", pid, first_tid[pid], sort_index=pid))
+    return {
+        "traceEvents": meta + threads + [e for _, e in events],
+        "displayTimeUnit": TIME_UNIT,
+        "otherData": {
+            "generator": "otel-agentloop report --perfetto",
+            "step": step,
+            "validate": validate,
+            "source": source,
+            "t0_unix_ns": t0,
+            "time_origin": "ts is integer microseconds since t0_unix_ns (the step's first span start)",
+            "spans": len(spans),
+            "samples": len(by_sample),
+            "verdicts": {v: counts[v] for v in sorted(counts)},
+            "hung": sorted(f"{g.key[0]}/{g.key[1]}" for g in groups if g.key is not None and g.verdict == HUNG),
+            "slow": sorted(f"{g.key[0]}/{g.key[1]}" for g in groups if g.key is not None and g.verdict == SLOW),
+        },
+    }
+
+
+def write_perfetto(
+    records: Iterable[SpanRecord], step: int, validate: bool, path: str | os.PathLike[str], *, source: str = ""
+) -> str:
+    """Write :func:`step_trace` to ``path`` as compact JSON; returns the path. Raises ``OSError`` when the file
+    cannot be written."""
+    with _gc_paused():
+        text = json.dumps(step_trace(records, step, validate, source=source), separators=(",", ":"), allow_nan=False)
+    with open(path, "w", encoding="utf-8") as f:
+        f.write(text)
+    return os.fspath(path)
+
+
+@contextlib.contextmanager
+def _gc_paused() -> Generator[None, None, None]:
+    """No cyclic garbage collection while the trace is built: it makes only acyclic dicts and lists, and with a
+    step's spans in memory each full collection walks them all (at 8,192 samples it cost a third of the time)."""
+    enabled = gc.isenabled()
+    gc.disable()
+    try:
+        yield
+    finally:
+        if enabled:
+            gc.enable()
