@@ -217,8 +217,9 @@ DRIVER = textwrap.dedent(
             trace_id_lo=rng.integers(1, 2**62, n, dtype=np.uint64),
             start_ns=start, end_ns=start + rng.integers(10**9, 5 * 10**9, n))
 
-    run, path = sys.argv[1], sys.argv[2]
-    handle = oal.configure(file=path, resource_attributes={sc.RL_RUN_ID: run, sc.RL_RUN_ATTEMPT: 1}, trace_per="sample")
+    run, dest = sys.argv[1], sys.argv[2]  # a file, or an OTLP/gRPC endpoint (http://...)
+    where = {"endpoint": dest, "protocol": "grpc"} if dest.startswith("http") else {"file": dest}
+    handle = oal.configure(resource_attributes={sc.RL_RUN_ID: run, sc.RL_RUN_ATTEMPT: 1}, trace_per="sample", **where)
     tracer = trace.get_tracer("summary-writer")
     rng = np.random.default_rng(5)
     for step in (1, 2, 3):

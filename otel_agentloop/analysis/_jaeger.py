@@ -19,8 +19,9 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
-MIN_WINDOW = timedelta(milliseconds=1)
-"""The narrowest time window :meth:`JaegerClient.find_all_traces` splits a full search into."""
+MIN_WINDOW = timedelta(microseconds=1)
+"""The narrowest time window :meth:`JaegerClient.find_all_traces` splits a full search into (the API takes
+RFC 3339 times to the microsecond here)."""
 MAX_SEARCHES = 4096
 """The most searches one :meth:`JaegerClient.find_all_traces` makes; past it, what is left is reported."""
 
@@ -193,8 +194,9 @@ class Search:
         more = f" and {len(self.full) - 5} more windows" if len(self.full) > 5 else ""
         return (
             f"INCOMPLETE: {len(self.full)} time window(s) still returned a full page of --search-depth "
-            f"{search_depth} traces and could not be split further, so traces beyond those were NOT fetched: "
-            f"{windows}{more}; raise --search-depth (below Jaeger's max traces) to fetch them"
+            f"{search_depth} traces and could not be split further; any traces beyond those in them were NOT "
+            f"fetched ({self.traces} traces were): {windows}{more}; raise --search-depth (below Jaeger's max "
+            "traces) to fetch them"
         )
 
 
