@@ -100,9 +100,10 @@ def test_each_run_reports_its_own_numbers_and_the_latest_is_the_default(two_runs
         _same(got["metrics"], beta[step])
     latest, note = _report(cwd, "--step", "3")
     _same(latest["metrics"], beta[3])
-    assert latest["metrics"]["agent_loop/num_samples"] == 8  # merged, it was 16 (two runs' samples stacked)
+    assert latest["metrics"]["agent_loop/num_samples"] == 8
     assert "run beta" in note
-    # the merged-run symptom: the max of a merged step exceeded both runs' maxima
+    # the merged-run symptom: samples with the same (step, index, rollout) of both runs were summed into one, so
+    # the max exceeded both runs' maxima
     key = "agent_loop/generate_sequences/max"
     assert latest["metrics"][key] == pytest.approx(beta[3][key]) and latest["metrics"][key] <= max(
         alpha[3][key], beta[3][key]
@@ -252,3 +253,28 @@ def test_run_view_reads_the_stored_summaries(tmp_path: Path) -> None:
     full = [r for r in read_jsonl(str(tmp_path / "run.jsonl")) if r.name == sc.STEP_SUMMARY_SPAN]
     assert only == full and len(only) == 3
     assert all(np.isfinite(s.wall_s) and s.wall_s > 1 for s in written)
+
+
+def test_summary_lines_in_another_layout_are_parsed_whole(tmp_path: Path) -> None:
+    """A line whose spans do not start with traceId (another writer's key order) is parsed whole, not missed."""
+    from otel_agentloop.metrics._summary import Distribution
+
+    summary = StepSummary(7, False, 2, {"agent_loop/num_samples": 2.0}, {}, {"search": Distribution.of([1.0])}, {})
+    span = {
+        "name": sc.STEP_SUMMARY_SPAN,
+        "traceId": "ab" * 16,
+        "spanId": "cd" * 8,
+        "startTimeUnixNano": "1",
+        "endTimeUnixNano": "2",
+        "attributes": [
+            {"key": sc.RL_STEP, "value": {"intValue": "7"}},
+            {"key": sc.RL_STEP_SUMMARY, "value": {"stringValue": summary.to_json()}},
+        ],
+    }
+    other = {"traceId": "ef" * 16, "spanId": "01" * 8, "name": sc.SAMPLE_SPAN}
+    path = tmp_path / "other.jsonl"
+    path.write_text(_otlp_line({sc.RL_RUN_ID: "x"}, [other, span]) + "\n" + _otlp_line({}, [other]) + "\n")
+    skipped = Skipped()
+    (record,) = read_summary_lines(str(path), skipped)
+    assert skipped.count == 0 and record.resource == {sc.RL_RUN_ID: "x"}
+    assert StepSummary.from_json(record.attributes[sc.RL_STEP_SUMMARY]) == StepSummary.from_json(summary.to_json())
