@@ -139,6 +139,8 @@ def test_run_view_reads_one_run(two_runs) -> None:
         assert s["n"] == 8
         summary = StepSummary.from_json(json.dumps(s))
         _same(dict(summary.metrics), alpha[s["step"]])  # rebuilt through the live code: collect()'s numbers
+    ranged, _ = _report(cwd, "--run", "--run-id", "alpha", "--steps", "2:3")
+    assert [s["step"] for s in ranged["steps"]] == [2, 3]
 
 
 def test_a_resumed_run_reads_each_step_from_its_latest_attempt(tmp_path: Path) -> None:

@@ -81,6 +81,11 @@ def test_two_runs_in_jaeger_each_with_its_own_numbers_read_completely_past_the_s
     assert listing.returncode == 0, listing.stderr
     rows = {line.lstrip("* ").split()[0]: line.lstrip("* ").split() for line in listing.stdout.splitlines()[1:]}
     assert rows["alpha"][5] == "8" and rows["beta"][5] == "64"
+    # no summaries in Jaeger: the run view fetches every trace (paged) and rebuilds the step from its spans
+    page = _report(stack, tmp_path, service, "--run", "--run-id", "alpha", "--html", "run.html", "--search-depth", "8")
+    assert page.returncode == 0, page.stderr
+    assert "every trace was fetched" in page.stderr and "INCOMPLETE" not in page.stderr
+    assert "(1 steps, 1 timeline pages)" in page.stdout and (tmp_path / "run.steps" / "step-1.html").exists()
 
 
 def test_a_window_that_cannot_be_split_is_reported_as_missing(stack, tmp_path) -> None:
@@ -122,3 +127,8 @@ def test_run_view_from_jaeger_searches_the_step_summaries_only(stack, tmp_path) 
     body = json.loads(got.stdout)
     assert body["run"] == "stored" and body["rebuilt"] == []
     assert [StepSummary.from_json(json.dumps(s)) for s in body["steps"]] == written
+    # the page from the summaries; --step-pages fetches the chosen steps' spans (here: one sample span each)
+    page = _report(stack, tmp_path, service, "--run", "--html", "run.html", "--step-pages", "2", "--steps", "2:3")
+    assert page.returncode == 0, page.stderr
+    assert "run page written to run.html (2 steps, 2 timeline pages)" in page.stdout
+    assert sorted(os.listdir(tmp_path / "run.steps")) == ["step-2.html", "step-3.html"]
