@@ -117,6 +117,15 @@ def test_unknown_run_id_is_an_error_naming_the_runs(two_runs) -> None:
     assert "no run 'gamma'" in out.stderr and "alpha" in out.stderr and "beta" in out.stderr
 
 
+def test_run_page_into_a_missing_folder_is_a_one_line_error(two_runs) -> None:
+    cwd, _, _ = two_runs
+    out = _cli(cwd, "report", "--file", "run.jsonl", "--run", "--html", "no-such-folder/run.html")
+    assert out.returncode == 1 and out.stderr.strip().splitlines() == [
+        "report: cannot write --html no-such-folder/run.html: no such folder"
+    ]
+    assert not (cwd / "no-such-folder").exists()
+
+
 def test_runs_lists_each_run(two_runs) -> None:
     cwd, _, _ = two_runs
     out = _cli(cwd, "report", "--file", "run.jsonl", "--runs")

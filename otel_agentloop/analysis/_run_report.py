@@ -322,7 +322,15 @@ def _run_command(args: argparse.Namespace) -> int:
             print(f"report: no spans in {printable(source)}", file=sys.stderr)
             return 1
         print(format_table(runs_table(runs)))
+        if not loaded.spans_read:
+            _warn(
+                f"{loaded.notes[0]}: runs that wrote no step summaries (older traces) are not listed; "
+                "report --step N --run-id ID still reads them"
+            )
         return 0
+    if args.html and not os.path.isdir(os.path.dirname(args.html) or "."):
+        print(f"report: cannot write --html {printable(args.html)}: no such folder", file=sys.stderr)
+        return 1
     loaded = load(args)
     try:
         steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
@@ -380,7 +388,8 @@ def _write_step_pages(
         records = spans.get(key)
         if not records or not any(r.name == sc.SAMPLE_SPAN or is_snapshot(r) for r in records):
             continue
-        os.makedirs(folder, exist_ok=True)
+        if not os.path.isdir(folder):
+            os.mkdir(folder)  # beside the page, whose folder exists
         view = build_step_view(records, key[0], key[1])
         write_html(view, os.path.join(folder, step_page_name(key)), source=source, jaeger_ui=jaeger_ui)
         written[key] = f"{folder_name}/{step_page_name(key)}"
