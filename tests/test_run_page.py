@@ -47,7 +47,7 @@ def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> 
     train = [s for s in summary["steps"] if not s["validate"]]
     val = [s for s in summary["steps"] if s["validate"]]
     assert [s["step"] for s in train] == [1, 2, 3, 4, 5, 6] and len(val) == 3
-    assert all(s["n"] == 24 for s in summary["steps"])
+    assert all(s["n"] + s["counts"]["hung"] == 24 for s in summary["steps"])  # a hung sample is not finished
     _open(browser, cwd / "run.html")
     WebDriverWait(browser, 10).until(lambda d: d.execute_script("return document.body.dataset.ready") == "true")
     rows = browser.find_elements(By.CSS_SELECTOR, "#steps tr.step-row")
@@ -66,15 +66,19 @@ def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> 
         browser.save_screenshot(str(ROOT / "docs" / "run-page.png"))
         browser.set_window_size(1500, 1000)
 
-    # a click on step 4 opens its timeline page, where the same slowest sample is the one marked slowest
-    link = rows[3].find_element(By.CSS_SELECTOR, "a.step-link")
+    # a click on step 2 opens its timeline page, where the same slowest sample is the one marked slowest
+    link = rows[1].find_element(By.CSS_SELECTOR, "a.step-link")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", link)
     link.click()
-    WebDriverWait(browser, 10).until(lambda d: d.current_url.endswith("/run.steps/step-4.html"))
+    WebDriverWait(browser, 10).until(lambda d: d.current_url.endswith("/run.steps/step-2.html"))
     WebDriverWait(browser, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
     slowest = browser.find_element(By.CSS_SELECTOR, '.row[data-slowest="true"]')
-    assert slowest.get_attribute("data-trace-id") == train[3]["slowest"][2]
+    assert slowest.get_attribute("data-trace-id") == train[1]["slowest"][2]
     assert len(browser.find_elements(By.CSS_SELECTOR, ".row")) == 24
+    # every step's page holds the run page's slowest sample (a finished sample of that step) as a row
+    for s in train:
+        browser.get((cwd / "run.steps" / f"step-{s['step']}.html").resolve().as_uri())
+        assert browser.find_elements(By.CSS_SELECTOR, f'.row[data-trace-id="{s["slowest"][2]}"]')
 
     # a click on the wall-time chart opens the step under the pointer (the last bar: step 6)
     _open(browser, cwd / "run.html")
@@ -99,6 +103,7 @@ def test_run_page_numbers_are_the_runs_own(run_page) -> None:
         if not r["validate"]:
             s = steps[r["step"]]
             assert r["samples"] == s["n"] and r["slowest_trace"] == s["slowest"][2]
+            assert r["hung"] == s["counts"]["hung"] and r["failed"] == s["counts"]["failed"]
             assert r["wall_s"] == pytest.approx(r["median_s"] + r["tail_s"], abs=2e-4)
     tails = {r["step"]: r["tail_s"] for r in rows if not r["validate"]}
     assert min(tails[s] for s in (3, 4, 5, 6)) > 2 * max(tails[1], tails[2])  # the slower tool from step 3 on

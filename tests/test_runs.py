@@ -33,6 +33,7 @@ def _cli(cwd: Path, *args: str, run: str | None = None, attempt: int = 1) -> sub
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if run is not None:
         env["OTEL_RESOURCE_ATTRIBUTES"] = f"{sc.RL_RUN_ID}={run},{sc.RL_RUN_ATTEMPT}={attempt}"
+        env["OTEL_AGENTLOOP_RUN_ID"], env["OTEL_AGENTLOOP_RUN_ATTEMPT"] = run, str(attempt)  # the live side's names
     out = subprocess.run(
         [sys.executable, "-m", "otel_agentloop", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
     )

@@ -31,6 +31,7 @@ def _env(run: str | None = None) -> dict[str, str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     if run:
         env["OTEL_RESOURCE_ATTRIBUTES"] = f"{sc.RL_RUN_ID}={run},{sc.RL_RUN_ATTEMPT}=1"
+        env["OTEL_AGENTLOOP_RUN_ID"], env["OTEL_AGENTLOOP_RUN_ATTEMPT"] = run, "1"  # the live side's names
     return env
 
 
@@ -81,10 +82,17 @@ def test_two_runs_in_jaeger_each_with_its_own_numbers_read_completely_past_the_s
     assert listing.returncode == 0, listing.stderr
     rows = {line.lstrip("* ").split()[0]: line.lstrip("* ").split() for line in listing.stdout.splitlines()[1:]}
     assert rows["alpha"][5] == "8" and rows["beta"][5] == "64"
-    # no summaries in Jaeger: the run view fetches every trace (paged) and rebuilds the step from its spans
-    page = _report(stack, tmp_path, service, "--run", "--run-id", "alpha", "--html", "run.html", "--search-depth", "8")
+    # the run view of one run: its step with its own numbers (stored summaries, or rebuilt from the spans when
+    # the live side wrote none), and the step's timeline page from its spans
+    run = _report(stack, tmp_path, service, "--run", "--run-id", "alpha", "--json", "--search-depth", "8")
+    assert run.returncode == 0, run.stderr
+    (step,) = json.loads(run.stdout)["steps"]
+    assert step["n"] == 8
+    _same(step["metrics"], alpha[1])
+    args = ("--run", "--run-id", "alpha", "--html", "run.html", "--search-depth", "8", "--step-pages", "1")
+    page = _report(stack, tmp_path, service, *args)
     assert page.returncode == 0, page.stderr
-    assert "every trace was fetched" in page.stderr and "INCOMPLETE" not in page.stderr
+    assert "INCOMPLETE" not in page.stderr
     assert "(1 steps, 1 timeline pages)" in page.stdout and (tmp_path / "run.steps" / "step-1.html").exists()
 
 
@@ -107,6 +115,11 @@ def test_a_window_that_cannot_be_split_is_reported_as_missing(stack, tmp_path) -
     assert json.loads(out.stdout)["metrics"]["agent_loop/num_samples"] == 10
     whole = _report(stack, tmp_path, service, "--step", "1", "--json", "--search-depth", "31")  # 30 is a full page
     assert "INCOMPLETE" not in whole.stderr and json.loads(whole.stdout)["metrics"]["agent_loop/num_samples"] == 30
+    # no step summaries under this service: the run view fetches every trace (paged) and rebuilds the step
+    run = _report(stack, tmp_path, service, "--run", "--json", "--search-depth", "31")
+    assert run.returncode == 0, run.stderr
+    assert "every trace was fetched" in run.stderr and "rebuilt from their spans" in run.stderr
+    assert [s["n"] for s in json.loads(run.stdout)["steps"]] == [30]
 
 
 def test_run_view_from_jaeger_searches_the_step_summaries_only(stack, tmp_path) -> None:
