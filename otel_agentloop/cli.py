@@ -18,6 +18,8 @@ from .analysis._display import Output
 from .analysis._jaeger import JaegerClient, JaegerError
 from .analysis._perfetto import write_perfetto
 from .analysis._report import build_report, steps_in
+from .analysis._run_report import add_run_arguments, run_command
+from .analysis._runs import RunNotFoundError, one_run
 from .analysis._step_view import HUNG, build_step_view, is_snapshot
 from .analysis._terminal import printable
 from .analysis._timeline_html import jaeger_ui_base, write_html
@@ -60,12 +62,12 @@ def _load_records(args: argparse.Namespace, skipped: Skipped) -> list[SpanRecord
     attributes = {sc.RL_STEP: str(args.step)} if args.step is not None else None
     try:
         client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-        resource_spans = client.find_traces(
-            args.service, start, end, attributes=attributes, search_depth=args.search_depth
-        )
+        found = client.find_all_traces(args.service, start, end, attributes=attributes, search_depth=args.search_depth)
     except JaegerError as exc:
         raise CliError(f"cannot query Jaeger: {printable(exc, max_chars=400)}") from None
-    return list(decode_resource_spans(resource_spans, skipped))
+    if found.full:
+        print(f"report: {found.left_out(args.search_depth)}", file=sys.stderr)
+    return list(decode_resource_spans(found.resource_spans, skipped))
 
 
 def _write(what: str, path: str, render: Callable[[], str]) -> str:
@@ -87,11 +89,17 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     if not (args.file or args.jaeger):
         print("report: give --file PATH or --jaeger URL", file=sys.stderr)
         return 2
+    if args.runs or args.run:
+        return run_command(args)
     skipped = Skipped()
     loaded = _load_records(args, skipped)
     source = printable(args.file or f"{args.jaeger} (service {args.service})", max_chars=None)
     if skipped.count:
         print(f"report: {printable(skipped.summary(source), max_chars=400)}", file=sys.stderr)
+    try:  # one run (--run-id, default the latest), each step from its latest attempt: runs are never merged
+        loaded = one_run(loaded, args.run_id, lambda line: print(f"report: {printable(line)}", file=sys.stderr))
+    except RunNotFoundError as exc:
+        raise CliError(printable(str(exc), max_chars=400)) from None
     records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
     if args.compare:
         return run_compare(
@@ -286,7 +294,12 @@ def build_parser() -> argparse.ArgumentParser:
     src.add_argument("--jaeger", help="Jaeger query URL, e.g. http://127.0.0.1:16686")
     rep.add_argument("--service", default="otel-agentloop-sim", help="service name to search in Jaeger")
     rep.add_argument("--since-minutes", type=_number(0, 5e6, above=True), default=60.0, help="Jaeger search window")
-    rep.add_argument("--search-depth", type=_count(1), default=500, help="max traces fetched from Jaeger (< its limit)")
+    rep.add_argument(
+        "--search-depth",
+        type=_count(1),
+        default=500,
+        help="traces per Jaeger search (below its limit); a full page is split in time and searched again",
+    )
     rep.add_argument("--timeout", type=_number(0, 3600, above=True), default=10.0, help="seconds per Jaeger call")
     rep.add_argument("--step", type=int, help="default: the last step found")
     rep.add_argument("--validate", action="store_true", help="the validation pass of that step")
@@ -321,6 +334,7 @@ def build_parser() -> argparse.ArgumentParser:
         "--jaeger-ui", metavar="URL", help="Jaeger UI base URL for the page's trace links (default: --jaeger)"
     )
     rep.add_argument("--json", action="store_true")
+    add_run_arguments(rep)
     rep.set_defaults(func=_report)
     return parser
 

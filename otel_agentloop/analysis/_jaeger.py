@@ -15,8 +15,15 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
 from typing import Any
+
+MIN_WINDOW = timedelta(microseconds=1)
+"""The narrowest time window :meth:`JaegerClient.find_all_traces` splits a full search into (the API takes
+RFC 3339 times to the microsecond here)."""
+MAX_SEARCHES = 4096
+"""The most searches one :meth:`JaegerClient.find_all_traces` makes; past it, what is left is reported."""
 
 
 class JaegerError(RuntimeError):
@@ -100,6 +107,44 @@ class JaegerClient:
             params["query.attributes"] = json.dumps(dict(attributes))
         return self._resource_spans(self._get("/api/v3/traces", params))
 
+    def find_all_traces(
+        self,
+        service: str,
+        start: datetime,
+        end: datetime,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        operation: str | None = None,
+        search_depth: int = 500,
+    ) -> Search:
+        """Every trace :meth:`find_traces` would match in [start, end], not just one page of ``search_depth``.
+
+        ``api_v3`` has no cursor: a search that returns ``search_depth`` traces (a full page) may have left some
+        out, so its window is split in two and each half searched again (a trace found twice is kept once, span
+        by span), until no window's page is full. A window that is full and no wider than :data:`MIN_WINDOW`
+        (or past :data:`MAX_SEARCHES` searches) cannot be split further: it is listed in ``Search.full`` so that
+        the caller says what may be missing, never silently partial."""
+        result = Search()
+        seen: set[tuple[str, str]] = set()
+        windows = [(start, end)]
+        while windows:
+            lo, hi = windows.pop()
+            page = self.find_traces(
+                service, lo, hi, attributes=attributes, operation=operation, search_depth=search_depth
+            )
+            result.searches += 1
+            traces = _trace_ids(page)
+            result.resource_spans.extend(_new_spans(page, seen))
+            if len(traces) < search_depth:
+                continue
+            if hi - lo <= MIN_WINDOW or result.searches + len(windows) >= MAX_SEARCHES:
+                result.full.append((lo, hi, len(traces)))
+                continue
+            mid = lo + (hi - lo) / 2
+            windows += [(mid, hi), (lo, mid)]  # the older half first: pop() takes the last
+        result.traces = len({t for t, _ in seen})
+        return result
+
     def get_trace(self, trace_id: str) -> list[dict[str, Any]]:
         """The ``resourceSpans`` of one trace (hex id), or ``[]`` if Jaeger does not have it (yet)."""
         return self._resource_spans(self._get(f"/api/v3/traces/{trace_id}"))
@@ -128,3 +173,68 @@ class JaegerClient:
             time.sleep(interval_s)
             result = fetch()
         return result
+
+
+@dataclass
+class Search:
+    """What :meth:`JaegerClient.find_all_traces` found: ``resource_spans`` (each span once), ``traces`` (distinct
+    trace ids), ``searches`` made, and ``full``: the windows still returning a full page when they could not be
+    split further (start, end, traces returned), whose other traces were NOT fetched."""
+
+    resource_spans: list[dict[str, Any]] = field(default_factory=list)
+    traces: int = 0
+    searches: int = 0
+    full: list[tuple[datetime, datetime, int]] = field(default_factory=list)
+
+    def left_out(self, search_depth: int) -> str:
+        """One line saying what may be missing (``""`` when nothing is)."""
+        if not self.full:
+            return ""
+        windows = "; ".join(f"{_rfc3339(lo)} .. {_rfc3339(hi)} ({n} traces)" for lo, hi, n in self.full[:5])
+        more = f" and {len(self.full) - 5} more windows" if len(self.full) > 5 else ""
+        return (
+            f"INCOMPLETE: {len(self.full)} time window(s) still returned a full page of --search-depth "
+            f"{search_depth} traces and could not be split further; any traces beyond those in them were NOT "
+            f"fetched ({self.traces} traces were): {windows}{more}; raise --search-depth (below Jaeger's max "
+            "traces) to fetch them"
+        )
+
+
+def _spans(rs: Any) -> list[Any]:
+    if not isinstance(rs, dict):
+        return []
+    out: list[Any] = []
+    for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+        if isinstance(ss, dict) and isinstance(ss.get("spans"), list):
+            out.extend(ss["spans"])
+    return out
+
+
+def _trace_ids(resource_spans: list[Any]) -> set[str]:
+    return {str(s.get("traceId")) for rs in resource_spans for s in _spans(rs) if isinstance(s, dict)}
+
+
+def _new_spans(resource_spans: list[Any], seen: set[tuple[str, str]]) -> list[Any]:
+    """``resource_spans`` without the spans already in ``seen`` (by trace and span id), adding them to it."""
+    out: list[Any] = []
+    for rs in resource_spans:
+        if not isinstance(rs, dict):
+            out.append(rs)  # malformed: the decoder counts it
+            continue
+        scopes = []
+        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+            if not isinstance(ss, dict) or not isinstance(ss.get("spans"), list):
+                scopes.append(ss)
+                continue
+            fresh = []
+            for span in ss["spans"]:
+                key = (str(span.get("traceId")), str(span.get("spanId"))) if isinstance(span, dict) else None
+                if key is None or key not in seen:
+                    fresh.append(span)
+                    if key is not None:
+                        seen.add(key)
+            if fresh:
+                scopes.append({**ss, "spans": fresh})
+        if scopes:
+            out.append({**{k: v for k, v in rs.items() if k != "instrumentationLibrarySpans"}, "scopeSpans": scopes})
+    return out
