@@ -192,7 +192,7 @@ class StepRows:
                 self.response_len[r] = value
             self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
             self.tid_lo[r] = trace_id & _MASK64
-        if error:
+        if error and p < 0:  # failed: the sample span ended with an error (a caught tool error is not)
             self.error[r] = 1
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:

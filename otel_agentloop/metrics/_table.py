@@ -38,7 +38,9 @@ class PhaseTable:
 
     Times are seconds (float64), phase time = wall time covered by the sample's spans of that phase.
     ``num_preempted`` is -1 when unknown; ``prompt_length``/``response_length`` are -1 when unknown.
-    ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit trace id (0 when unknown).
+    ``error``: the sample failed (its ``rl.sample`` span ended with an error; an error span below it that the
+    agent loop caught is not a failure). ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit
+    trace id (0 when unknown).
     ``late`` flags rows whose sample was still running at an earlier collect of its step (all False when
     not given). ``start_ns``/``end_ns``: each sample's wall-clock start and end (Unix ns; 0 when unknown).
     ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when
