@@ -134,7 +134,8 @@ def report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: St
             "validation_generations": out.capture.result() if out.capture else None,
         }
     )
-    if args.json:
+    if args.json:  # stdout is the JSON document; the step's verdicts still reach the person, on stderr
+        print_verdicts(Output(_info(args)), out.step, out.metrics, out.verdicts, where)
         return
     show = Output()
     print_step(show, out.step, out.metrics, out.verdicts, out.spans, args.png, where=where)
@@ -244,6 +245,27 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
     )
 
 
+def step_title(step: int, verdicts: dict[str, int], where: str = "") -> str:
+    return f"== step {step}: agent_loop metrics{where} ({verdict_text(verdicts)})"
+
+
+def watchdog_lines(show: Output, metrics: StepMetrics) -> None:
+    """One line per sample the watchdog reported, with its verdict (hung: still running at collect)."""
+    for kind, items in ((HUNG, metrics.hung_samples), (SLOW, metrics.slow_samples)):
+        for item in items:
+            show.line(
+                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
+                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}",
+                style="bold red" if kind == HUNG else "yellow",
+            )
+
+
+def print_verdicts(show: Output, step: int, metrics: StepMetrics, verdicts: dict[str, int], where: str = "") -> None:
+    """The step's title with its verdict counts and the watchdog's lines (no metrics table: ``--json``)."""
+    show.line(step_title(step, verdicts, where))
+    watchdog_lines(show, metrics)
+
+
 def print_step(
     show: Output,
     step: int,
@@ -254,14 +276,8 @@ def print_step(
     where: str = "",
 ) -> None:
     show.line()
-    show.metrics(metrics, title=f"== step {step}: agent_loop metrics{where} ({verdict_text(verdicts)})")
-    for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
-        for item in items:
-            show.line(
-                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
-                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}",
-                style="bold red" if kind == "hung" else "yellow",
-            )
+    show.metrics(metrics, title=step_title(step, verdicts, where))
+    watchdog_lines(show, metrics)
     key = metrics.slowest_sample
     if key is not None and spans.get(key):
         title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"
