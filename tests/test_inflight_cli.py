@@ -7,6 +7,7 @@ import importlib.util
 import json
 import os
 import pty
+import re
 import subprocess
 import sys
 
@@ -111,6 +112,12 @@ def test_live_view_redraws_in_place_on_a_terminal(tmp_path) -> None:
     )
     assert "in flight:" in screen and "OVERDUE" in screen
     assert "watchdog: hung: sample 0/0 in tool_calls sandbox" in proc.stdout
+    # every frame adds up: the bar's done count and the in-flight lines under it are taken together
+    text = re.sub(r"\x1b\[[0-9;?]*[A-Za-z]", "", screen)
+    frames = re.findall(r"(\d+)/(\d+) +[\d.]+s\r?\nin flight: +(\d+)", text)
+    assert frames
+    for done, total, inflight in frames:
+        assert int(done) + int(inflight) <= int(total), (done, total, inflight)
 
 
 def test_misbehave_on_ray_workers(tmp_path) -> None:

@@ -26,7 +26,10 @@ from otel_agentloop.analysis._report import step_verdicts, stored_summaries, sum
 from otel_agentloop.analysis._step_view import build_step_view
 from otel_agentloop.analysis._timeline_png import row_label, timeline_title
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
-from tests.test_timeline_page import _open, _rows, _severe_console, browser  # noqa: F401 - browser: a fixture
+from tests import test_timeline_page as step_page
+from tests.test_timeline_page import _open, _rows, _severe_console
+
+chromium = step_page.browser  # the step page test's Chromium fixture (installs it or skips), here as "chromium"
 
 HUNG_KEY, SLOW_KEY = (0, 0), (1, 0)  # demo/_main.misbehaviour
 SIM = ["simulate", "--steps", "3", "--misbehave", "--prompts", "4", "--rollout-n", "4", "--time-scale", "0.2"]
@@ -82,7 +85,7 @@ def _check_live_and_collect(stderr: str, results: list[Any]) -> tuple[str, str, 
     lines = _live_lines(stderr)
     assert any(step == 3 and inflight for step, _, _, inflight in lines), stderr[-2000:]
     for step, done, total, inflight in lines:  # every redraw adds up
-        assert total == TOTAL and 0 <= done and done + inflight <= total, (step, done, total, inflight)
+        assert total == TOTAL and done >= 0 and done + inflight <= total, (step, done, total, inflight)
     assert "of other steps" not in stderr
     # the hung sample is not counted done: the step ends with 15 of 16 finished
     assert f"step 3: {TOTAL - 1}/{TOTAL} samples finished" in stderr
@@ -175,9 +178,10 @@ def test_on_ray_workers_every_view_gives_the_hung_sample_one_verdict(on_ray, tmp
 
 
 # -- the page, in real Chromium (the step page test's browser fixture: installs Chromium or skips) --------------
-def test_the_page_opens_on_the_tail_with_the_hung_sample_marked(in_process, browser, tmp_path) -> None:
+def test_the_page_opens_on_the_tail_with_the_hung_sample_marked(in_process, chromium, tmp_path) -> None:
     from selenium.webdriver.common.by import By
 
+    browser = chromium
     cwd, _, results = in_process
     page = tmp_path / "step3.html"
     out = _cli(cwd, "report", "--file", "run.jsonl", "--step", "3", "--json", "--html", str(page))
@@ -254,3 +258,50 @@ def test_a_stored_step_summary_decides_over_the_snapshots(in_process, tmp_path) 
     view = _view(tmp_path)
     states = {s.key: s.state for s in view.samples}
     assert states[SLOW_KEY] == HUNG and states[HUNG_KEY] == SLOW and view.verdicts.source == "summary"
+
+
+# -- the live view's counts, with the real in-flight registry ------------------------------------------
+def test_live_view_counts_add_up_and_other_steps_are_said_apart(capsys, tmp_path) -> None:
+    """A sample of step 1 still runs (hung) while step 2 runs three: in flight counts step 2's own, the other is
+    said apart, and every printed line has done + in flight <= total."""
+    import asyncio
+
+    import otel_agentloop as oal
+    from otel_agentloop import testing
+    from otel_agentloop.analysis._progress import Progress
+
+    handle = oal.configure("live-view", file=str(tmp_path / "t.jsonl"), set_global=False)
+    try:
+
+        async def main() -> None:
+            release = asyncio.Event()
+
+            async def held(index: int) -> None:
+                async with oal.sample(index, 0):
+                    await release.wait()
+
+            with oal.step(1):
+                hung = asyncio.ensure_future(held(9))
+            await asyncio.sleep(0.05)
+            bar = Progress(3, "step 2", inflight=handle.inflight, step=2, live_every_s=0.1)
+            with oal.step(2):
+                tasks = [asyncio.ensure_future(held(i)) for i in range(3)]
+                await asyncio.sleep(0.35)
+                release.set()
+                for task in asyncio.as_completed(tasks):
+                    await task
+                    bar.advance()
+                    await asyncio.sleep(0.25)
+            bar.close()
+            await hung
+
+        asyncio.run(main())
+    finally:
+        handle.shutdown(5)
+        testing.reset()
+    err = capsys.readouterr().err
+    lines = _live_lines(err)
+    assert lines and all(done + inflight <= total == 3 for _, done, total, inflight in lines), err
+    assert (2, 0, 3, 3) in lines  # all three running, none done
+    assert "in flight:    3" in err and "(+1 of other steps)" in err
+    assert "step 2: 3/3 samples finished" in err
