@@ -79,18 +79,6 @@ def stored_summaries(records: Iterable[SpanRecord]) -> dict[tuple[int, bool], St
 
 def summary_of(records: Iterable[SpanRecord], step: int, validate: bool = False) -> StepSummary:
     """The summary of ``step`` rebuilt from its stored sample spans, through the same code as the live side
-    (``PhaseMetricsProcessor`` -> ``compute_metrics`` -> ``summarize``)."""
-    spans = list(records)
-    report = build_report(spans, step, validate)
-    tools: dict[str, list[float]] = {}
-    for rec in spans:
-        attrs = rec.attributes
-        name = attrs.get(sc.GEN_AI_TOOL_NAME)
-        if (
-            isinstance(name, str)
-            and attrs.get(sc.RL_STEP) == step
-            and bool(attrs.get(sc.RL_VALIDATE, False)) == validate
-            and not attrs.get(sc.RL_SNAPSHOT)
-        ):
-            tools.setdefault(name, []).append(rec.duration_s)
-    return summarize(report.table, report.metrics, step, validate, tools=tools)
+    (``PhaseMetricsProcessor`` -> ``compute_metrics`` -> ``summarize``, tool calls from the table)."""
+    report = build_report(records, step, validate)
+    return summarize(report.table, report.metrics, step, validate)
