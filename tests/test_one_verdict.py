@@ -21,8 +21,9 @@ from typing import Any
 
 import pytest
 
+from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._report import step_verdicts, stored_summaries, summary_of
+from otel_agentloop.analysis._report import build_report, step_verdicts, stored_summaries, summary_of
 from otel_agentloop.analysis._step_view import build_step_view
 from otel_agentloop.analysis._timeline_png import row_label, timeline_title
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
@@ -119,7 +120,7 @@ def _check_report(cwd: Path, hung_tid: str, slow_tid: str, live: dict[str, Any],
     verdicts = data["verdicts"]
     assert [(_key(h), h["trace_id"]) for h in verdicts["hung"]] == [(HUNG_KEY, hung_tid)]
     assert [(_key(s), s["trace_id"]) for s in verdicts["slow"]] == [(SLOW_KEY, slow_tid)]
-    assert verdicts["counts"] == live and verdicts["from"] == "snapshots"
+    assert verdicts["counts"] == live and verdicts["from"] == "summary"  # the live side's rl.step.summary
     rows = {_key(r): r for r in data["slowest"]}
     assert HUNG_KEY not in rows and rows[SLOW_KEY]["verdict"] == SLOW  # a hung sample is never the slowest
     assert len(rows) == TOTAL - 1
@@ -128,6 +129,13 @@ def _check_report(cwd: Path, hung_tid: str, slow_tid: str, live: dict[str, Any],
     assert set(rebuilt) == {k for k in collected if not k.startswith("agent_loop/telemetry/")}
     for key, value in rebuilt.items():
         assert value == pytest.approx(collected[key], rel=1e-12, abs=1e-12), key
+    # without the summary spans (older traces), the snapshot rule gives the same verdicts and metrics
+    records = [r for r in read_jsonl(str(cwd / "run.jsonl")) if r.name != sc.STEP_SUMMARY_SPAN]
+    guessed = step_verdicts(records, 3)
+    assert guessed.source == "snapshots" and set(guessed.hung) == {HUNG_KEY} and set(guessed.slow) == {SLOW_KEY}
+    report = build_report([r for r in records if not r.attributes.get(sc.RL_SNAPSHOT)], 3, False, guessed)
+    assert report.verdict_counts() == live
+    assert dict(report.metrics) == pytest.approx(rebuilt, rel=1e-12, abs=1e-12)
     text = _cli(cwd, "report", "--file", "run.jsonl", "--step", "3", "--top", "50").stdout
     assert (
         "hung samples (still running when the step was collected; not in its metrics): "

@@ -196,20 +196,8 @@ def stored_summaries(records: Iterable[SpanRecord]) -> dict[tuple[int, bool], St
 
 def summary_of(records: Iterable[SpanRecord], step: int, validate: bool = False) -> StepSummary:
     """The summary of ``step`` rebuilt from its stored sample spans, through the same code as the live side
-    (``PhaseMetricsProcessor`` -> ``compute_metrics`` -> ``summarize``); hung samples by the snapshot rule
-    (:func:`step_verdicts`), left out of the metrics as ``collect()`` leaves them out."""
+    (``PhaseMetricsProcessor`` -> ``compute_metrics`` -> ``summarize``, tool calls from the table); hung samples by
+    the snapshot rule (:func:`step_verdicts`), left out of the metrics as ``collect()`` leaves them out."""
     spans = list(records)
     report = build_report(spans, step, validate, step_verdicts(spans, step, validate))
-    tools: dict[str, list[float]] = {}
-    for rec in spans:
-        attrs = rec.attributes
-        name = attrs.get(sc.GEN_AI_TOOL_NAME)
-        if (
-            isinstance(name, str)
-            and attrs.get(sc.RL_STEP) == step
-            and bool(attrs.get(sc.RL_VALIDATE, False)) == validate
-            and not attrs.get(sc.RL_SNAPSHOT)
-            and (attrs.get(sc.RL_SAMPLE_INDEX), attrs.get(sc.RL_ROLLOUT_N, -1)) not in report.verdicts.hung
-        ):
-            tools.setdefault(name, []).append(rec.duration_s)
-    return summarize(report.table, report.metrics, step, validate, tools=tools)
+    return summarize(report.table, report.metrics, step, validate)

@@ -203,8 +203,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 step_s = time.perf_counter() - t0
                 bar.close()
                 finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-                metrics = oal_ray.add_verdicts(  # log=False: the step's report below prints the verdict
-                    oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
+                metrics = oal_ray.merge_metrics(  # log=False: the step's report below prints the verdict
+                    (t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
                 )
                 capture: ValidationCapture | None = None
                 val_rewards: list[float] = []
