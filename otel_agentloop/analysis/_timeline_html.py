@@ -265,6 +265,8 @@ _JS = r"""
     (c.failed || 0) + " failed · " + (c.hung || 0) + " hung · " + (c.slow || 0) + " slow · step span " +
     secs(D.span_ms / 1e3) +
     (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score)" : "") +
+    (D.verdicts_from === "summary" ? " · hung/slow as collected (step summary)" :
+     D.verdicts_from === "snapshots" ? " · hung/slow from watchdog snapshots" : "") +
     (D.source ? " · from " + D.source : "");
   var legend = document.getElementById("legend");
   [["var(--gen)", "generation"], ["var(--tool)", "tool call"], ["var(--score)", "reward"], ["var(--err)", "error"],
