@@ -165,6 +165,8 @@ def bench_on_end(n: int) -> float:
             sc.RL_ROLLOUT_N: 0,
             sc.RL_VALIDATE: False,
         }
+        if i % 3 == 1:  # a tool call: its duration is recorded per tool name
+            attrs[sc.GEN_AI_TOOL_NAME] = ("search", "python", "calc")[i % 7 % 3]
         tracer.start_span("x", attributes=attrs).end()
     spans = list(memory.get_finished_spans())
     handle.shutdown(5)

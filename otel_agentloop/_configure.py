@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import dataclasses
 import os
+import secrets
 import socket
 import threading
 import time
@@ -16,6 +17,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 
+from . import semconv as sc
 from .config._environment import sanitize_environment
 from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
 from .core import _tracer
@@ -27,10 +29,13 @@ from .export._keep import SampleKeeper
 from .export._processor import ExportProcessor
 from .export._processor import timeout_s as _timeout_s
 from .export._sampling import BudgetSampler
+from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
 from .health._watchdog import WatchdogSettings
 from .metrics import _otel as _otel_metrics
 from .metrics._processor import PhaseMetricsProcessor
+from .metrics._summary import StepSummary
+from .metrics._table import PhaseTable, StepMetrics
 
 
 class Handle:
@@ -66,6 +71,19 @@ class Handle:
 
     live: Any = None
     """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
+    summaries: StepSummaryWriter | None = None
+    """Writes the ``rl.step.summary`` span of each collected step (:func:`write_step_summary`); ``None`` when
+    tracing is off."""
+
+    @property
+    def run_id(self) -> str | None:
+        """This process's ``rl.run.id`` (``None`` when tracing is off)."""
+        return self.settings.run_id if self.provider is not None else None
+
+    @property
+    def run_attempt(self) -> str | None:
+        """This process's ``rl.run.attempt`` (``None`` when tracing is off)."""
+        return self.settings.run_attempt if self.provider is not None else None
 
     def inflight(self, limit: int | None = None) -> list[Any]:
         """This process's running samples, oldest first (``InflightSample``: identity, phase, tool, ages,
@@ -117,6 +135,8 @@ class Handle:
             return
         self._closed = True
         deadline = time.monotonic() + _timeout_s(timeout_s, 5.0)
+        if self.summaries is not None:
+            self.summaries.close()
         _release(self)
         if self.provider is None:
             return
@@ -147,6 +167,8 @@ class Handle:
                 out[key] += value
         if self.keeper is not None:
             out.update(self.keeper.stats)
+        if self.summaries is not None:
+            out.update(self.summaries.stats)
         out.update(self.metrics.stats)
         return out
 
@@ -191,6 +213,48 @@ def _release(handle: Handle) -> None:
 def current_handle() -> Handle | None:
     """The handle of the last :func:`configure` call in this process (``None`` before any)."""
     return state.handle  # type: ignore[no-any-return]
+
+
+def write_step_summary(
+    table: PhaseTable,
+    metrics: StepMetrics,
+    step: int | None,
+    validate: bool = False,
+    *,
+    staleness: Any = None,
+    handle: Handle | None = None,
+) -> StepSummary | None:
+    """Write the ``rl.step.summary`` span of one collected step through ``handle`` (default: the current one):
+    ``table`` and ``metrics`` exactly as the caller's step produced them (see ``export._step_summary``).
+    Nothing (``None``) when there is no handle or tracing is off; never raises."""
+    try:
+        handle = handle if handle is not None else current_handle()
+        writer = handle.summaries if handle is not None and handle.enabled else None
+        return writer.write(table, metrics, step, validate, staleness=staleness) if writer is not None else None
+    except Exception:
+        internal_error("write_step_summary")
+        return None
+
+
+_RUN_LOCK = threading.Lock()
+_generated_run: list[str] = []  # this process's generated (run id, attempt), once: a reconfigure keeps them
+
+
+def new_run_id() -> str:
+    """A readable, sortable id: UTC time to the second + 6 random hex digits (``20261123T221500Z-3f9a1c``)."""
+    return time.strftime("%Y%m%dT%H%M%SZ", time.gmtime()) + "-" + secrets.token_hex(3)
+
+
+def _run_identity(s: Settings) -> tuple[str, str]:
+    """(rl.run.id, rl.run.attempt) of this process: the settings' (argument, ``OTEL_AGENTLOOP_RUN_ID`` /
+    ``_RUN_ATTEMPT``, the driver's hand-off), else ``rl.run.id`` of the resource attributes, else generated once
+    per process (a driver launch)."""
+    with _RUN_LOCK:
+        if not _generated_run:
+            _generated_run.extend((new_run_id(), new_run_id()))
+    given = (s.resource_attributes or {}).get(sc.RL_RUN_ID)
+    run_id = s.run_id or (str(given) if given else _generated_run[0])
+    return run_id, s.run_attempt or _generated_run[1]
 
 
 _PASSED_THROUGH = (
@@ -314,6 +378,7 @@ def configure(
     watchdog: WatchdogSettings | bool | None = None,
     max_inflight_samples: int | None = None,
     metric_readers: Sequence[Any] = (),
+    run_id: str | None = None,
 ) -> Handle:
     """Set up tracing for this process and return a :class:`Handle`.
 
@@ -354,6 +419,11 @@ def configure(
     finite seconds in (0, 3600]. An invalid environment value (not a finite number, out of range) only warns,
     naming the variable, and its default is used (see ``config._settings``).
 
+    Run: every span's resource carries ``rl.run.id`` (``run_id``, else ``OTEL_AGENTLOOP_RUN_ID``, else generated
+    once per process: UTC time + random hex) and ``rl.run.attempt`` (generated once per process, a driver launch;
+    ``OTEL_AGENTLOOP_RUN_ATTEMPT``); both reach workers in ``handle.worker_env``. Each collected step writes one
+    ``rl.step.summary`` span (``handle.summaries``).
+
     The returned handle's :meth:`Handle.shutdown` turns tracing off again and restores what this call replaced
     (the installed provider, content policy, trace mode, worker name, disabled state, ``current_handle()``).
     """
@@ -391,6 +461,7 @@ def configure(
             "capture_content": capture_content,
             "max_content_chars": max_content_chars,
             "max_inflight_samples": max_inflight_samples,
+            "run_id": run_id,
             **watchdog_arguments,
         }
     )
@@ -431,8 +502,11 @@ def _build(
         return handle
     _tracer.set_disabled(False)
 
+    run_id, run_attempt = _run_identity(s)
+    s = dataclasses.replace(s, run_id=run_id, run_attempt=run_attempt)  # workers get the same
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     attrs.update(s.resource_attributes or {})
+    attrs[sc.RL_RUN_ID], attrs[sc.RL_RUN_ATTEMPT] = run_id, run_attempt
     if s.service_name:
         attrs["service.name"] = s.service_name
     resource = Resource.create(attrs)
@@ -533,6 +607,8 @@ def _build(
         ],
         on_step_metrics=metrics.add_step_source,
     )
+    handle.summaries = StepSummaryWriter(resource, export_processors)
+    metrics.add_collect_listener(handle.summaries.write)
     handle.worker_env = _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None)
     handle._parent, handle._saved, state.handle = state.handle, saved, handle
     metrics.add_counter_source(handle.export_counters)

@@ -17,10 +17,10 @@ from .analysis._decode import Skipped, decode_resource_spans, read_jsonl
 from .analysis._display import Output
 from .analysis._jaeger import JaegerClient, JaegerError
 from .analysis._perfetto import write_perfetto
-from .analysis._report import build_report, steps_in
+from .analysis._report import build_report, step_verdicts, steps_in, stored_summaries
 from .analysis._run_report import add_run_arguments, run_command
 from .analysis._runs import RunNotFoundError, one_run
-from .analysis._step_view import HUNG, build_step_view, is_snapshot
+from .analysis._step_view import build_step_view, is_snapshot
 from .analysis._terminal import printable
 from .analysis._timeline_html import jaeger_ui_base, write_html
 from .analysis._timeline_png import render_timeline_png
@@ -125,8 +125,10 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         return 1
     validate_steps = [s for s, v in available if v == args.validate]
     step = args.step if args.step is not None else max(validate_steps or [s for s, _ in available])
-    report = build_report(records, step, args.validate)
-    view = build_step_view(loaded, step, args.validate) if (args.html or args.timeline_png) else None
+    # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
+    verdicts = step_verdicts(loaded, step, args.validate, stored_summaries(loaded).get((step, args.validate)))
+    report = build_report(records, step, args.validate, verdicts)
+    view = build_step_view(loaded, step, args.validate, verdicts) if (args.html or args.timeline_png) else None
     if not len(report.table) and not (view and view.samples):
         print(f"report: no samples for step {step} (found steps: {[s for s, _ in available]})", file=sys.stderr)
         return 1
@@ -158,6 +160,7 @@ def _report_or_fail(args: argparse.Namespace) -> int:
                     "metrics": dict(report.metrics),
                     "slowest": report.slowest(args.top),
                     "slowest_trace_id": report.metrics.slowest_trace_id,
+                    "verdicts": report.verdicts_json(),
                 },
                 indent=1,
             )
@@ -172,14 +175,17 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     )
     show.line()
     show.slowest(report.slowest(args.top))
-    if view is not None and view.counts.get(HUNG):
+    if report.verdicts.hung:
         hung = [
-            f"{s.index}/{s.rollout} ({printable(s.current_phase)}, trace {s.trace_id})"
-            for s in view.samples
-            if s.state == HUNG
+            f"{s.sample_index}/{s.rollout_n} ({printable(s.phase)}{' ' + printable(s.tool) if s.tool else ''}, "
+            f"trace {s.trace_id})"
+            for s in report.verdicts.hung.values()
         ]
         show.line()
-        show.line(f"hung samples (a snapshot, no end): {', '.join(hung)}", style="bold red")
+        show.line(
+            f"hung samples (still running when the step was collected; not in its metrics): {', '.join(hung)}",
+            style="bold red",
+        )
     for line in written:
         show.line(line)
     key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample

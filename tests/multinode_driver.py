@@ -81,8 +81,7 @@ def main() -> None:
     on_head, on_node2 = rollout.options(resources={HEAD: 0.01}), rollout.options(resources={NODE2: 0.01})
     results = ray.get([on_head.remote(0, mode), on_node2.remote(10, mode)])
     if mode == "watchdog":
-        metrics = oal_ray.merge_metrics(r.pop("table") for r in results)
-        oal_ray.add_verdicts(metrics, [r.pop("verdict") for r in results])
+        metrics = oal_ray.merge_metrics([r.pop("table") for r in results], [r.pop("verdict") for r in results])
         for r in results:
             r["hung_or_slow"] = metrics.get("agent_loop/watchdog/slow", 0) + metrics.get("agent_loop/watchdog/hung", 0)
     print(json.dumps(results), flush=True)

@@ -174,11 +174,11 @@ def reward(i):
     return 1.0
 with oal.step(1):
     for i in range(3):
-        with oal.sample(i, 0):
-            try:
+        try:
+            with oal.sample(i, 0):  # sample 1 fails: its reward's error ends its sample span with an error
                 reward(i)
-            except ValueError:
-                pass
+        except ValueError:
+            pass
 handle.metrics.collect(1)
 handle.shutdown()
 """
@@ -190,7 +190,7 @@ def test_a_failed_sample_is_flagged_the_same_way_and_red_on_a_terminal(tmp_path:
     with_rich, plain = _pipe(tmp_path, args).stdout, _pipe(tmp_path, args, rich=False).stdout
     assert _tokens(with_rich) == _tokens(plain)
     flagged = [words for words in _tokens(plain) if words[:3] == ["1", "/", "0"]]
-    assert len(flagged) == 1 and flagged[0][-1] == "ERROR"
+    assert len(flagged) == 1 and flagged[0][-1] == "FAILED"  # its verdict (metrics._summary.verdict)
     screen, _ = _pty(tmp_path, args)
     row = next(line for line in screen.splitlines() if SGR.sub("", line).startswith("1 / 0"))
     assert re.search(r"\x1b\[(1;)?31m", row)  # the row is red

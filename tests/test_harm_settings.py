@@ -31,6 +31,8 @@ FREE_TEXT = {
     # any text is a valid value: nothing to warn about
     "OTEL_SERVICE_NAME",
     "OTEL_AGENTLOOP_FILE",
+    "OTEL_AGENTLOOP_RUN_ID",
+    "OTEL_AGENTLOOP_RUN_ATTEMPT",
     "OTEL_CONFIG_FILE",
     "OTEL_EXPORTER_PROMETHEUS_HOST",
     "OTEL_PYTHON_TRACER_CONFIGURATOR",
@@ -106,7 +108,7 @@ def test_every_variable_set_to_garbage_still_imports_configures_and_traces(value
     variables = sorted(SETTINGS_VARIABLES | sdk_variable_names())
     result = _run_probe(dict.fromkeys(variables, value), tmp_path)
     assert result["samples"] == 1
-    assert result["names"] == ["execute_tool t", "rl.sample"]
+    assert result["names"] == ["execute_tool t", "rl.sample", "rl.step.summary"]
     log = result["log"]
     assert "Traceback" not in log and "using None" not in log
     unnamed = [v for v in variables if v not in FREE_TEXT and f"{v}=" not in log]
@@ -323,7 +325,8 @@ def _configure_8_then_shut_down_7(keep: int, step: int) -> None:
     assert oal.current_handle() is handles[keep]
     assert _trace_one(handles[keep], step=step) == 1, step
     assert handles[keep].force_flush(5)
-    assert [s.name for s in exporters[keep].get_finished_spans()] == ["execute_tool t", "rl.sample"]
+    names = [s.name for s in exporters[keep].get_finished_spans()]
+    assert names == ["execute_tool t", "rl.sample", "rl.step.summary"]
     handles[keep].shutdown(1)
     assert oal.current_handle() is None
 

@@ -134,7 +134,7 @@ def test_driver_gathers_running_samples_and_hung_verdicts_from_two_workers(clust
         assert snapshot.attributes[sc.RL_SAMPLE_INDEX] == 1 and snapshot.attributes[sc.GEN_AI_TOOL_NAME] == "hang"
         # collection while it still runs: hung
         finished = ray.get([w.table.remote(11) for w in workers], timeout=60)
-        metrics = oal_ray.add_verdicts(oal_ray.merge_metrics(t for t, _, _ in finished), [v for _, v, _ in finished])
+        metrics = oal_ray.merge_metrics([t for t, _, _ in finished], [v for _, v, _ in finished])
         assert metrics["agent_loop/watchdog/hung"] == 1.0 and metrics["agent_loop/watchdog/slow"] == 0.0
         assert metrics.hung_trace_ids == (stuck.trace_id,)
         ray.get([w.finish.remote() for w in workers], timeout=30)

@@ -6,7 +6,7 @@ fail. The input is real spans: the simulated main job (``simulate --workers 0``)
 step run in-process with the library where one sample really hangs and one is slow, each snapshotted while
 still open the way the watchdog does (``rl.snapshot``).
 
-``OTEL_AGENTLOOP_UPDATE_DOCS=1`` also writes the screenshot and the PNG to ``docs/``.
+The README's pictures come from the demo it names (``tests/test_one_verdict.py``), not from here.
 """
 
 from __future__ import annotations
@@ -30,15 +30,15 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._step_view import HUNG, SLOW, build_step_view
+from otel_agentloop.analysis._step_view import build_step_view
 from otel_agentloop.analysis._timeline_html import jaeger_ui_base, render_html
 from otel_agentloop.core._context import SampleHandle
 from otel_agentloop.demo._agent import SimConfig, generate, run_sample
 from otel_agentloop.metrics import SpanRecord
+from otel_agentloop.metrics._summary import FAILED, HUNG, SLOW
 
 ROOT = Path(__file__).resolve().parents[1]
 JAEGER_UI = "http://127.0.0.1:16686"
-UPDATE_DOCS = os.environ.get("OTEL_AGENTLOOP_UPDATE_DOCS") == "1"
 
 
 def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
@@ -224,7 +224,7 @@ def test_hung_job_spans_are_real_and_the_view_classifies_them(hung_job) -> None:
     assert len(view.samples) == 18 and view.counts[HUNG] == 1 and view.counts[SLOW] == 1
     hung, slow = by_key[hung_key], by_key[slow_key]
     assert hung.state == HUNG and slow.state == SLOW
-    assert view.samples[-1] is hung  # hung samples last, drawn to the snapshot time
+    assert view.samples[0] is hung  # the tail first: hung samples on top, drawn to the snapshot time
     assert hung.end_ns == hung.snapshot.end_ns and hung.current_phase == sc.TOOL_CALLS
     gen = next(
         r
@@ -239,7 +239,10 @@ def test_hung_job_spans_are_real_and_the_view_classifies_them(hung_job) -> None:
     # a slow sample's snapshot is not phase time: its tool time is the finished tool span's
     tool = next(r for r in records if r.name == "execute_tool python" and r.attributes[sc.RL_SAMPLE_INDEX] == 4)
     assert slow.phase_s[sc.TOOL_CALLS] == pytest.approx(tool.duration_s, abs=1e-9)
-    assert by_key[(2, 0)].state == "error"
+    assert by_key[(2, 0)].state == FAILED
+    # the rest by end time, last-ending first
+    ends = [s.end_ns for s in view.samples[1:]]
+    assert ends == sorted(ends, reverse=True)
 
 
 def test_report_ignores_snapshots_and_names_hung_samples(hung_job) -> None:
@@ -260,14 +263,20 @@ def test_report_ignores_snapshots_and_names_hung_samples(hung_job) -> None:
             and r.attributes.get(sc.RL_ROLLOUT_N) == key[1]
         ]
 
-    # snapshots add no phase time: the hung sample has only its finished generation, the slow one its real tool
-    (gen,) = spans_of(hung_key, "text_completion sim-7b")
-    assert rows[hung_key][sc.TOOL_CALLS] == 0 and rows[hung_key]["total"] == pytest.approx(gen.duration_s, abs=1e-6)
+    # the hung sample was still running at collect: left out of the metrics (as collect() left it out), named
+    assert hung_key not in rows and data["metrics"]["agent_loop/num_samples"] == 17
+    assert [(h["sample_index"], h["rollout_n"]) for h in data["verdicts"]["hung"]] == [hung_key]
+    assert data["verdicts"]["counts"] == {"ok": 12, "failed": 4, "slow": 1, "hung": 1}
+    assert rows[slow_key]["verdict"] == SLOW and rows[(2, 0)]["verdict"] == FAILED
+    # snapshots add no phase time: the slow one has its real tool time
     (tool,) = spans_of(slow_key, "execute_tool python")
     assert rows[slow_key][sc.TOOL_CALLS] == pytest.approx(tool.duration_s, abs=1e-6)
     text = _cli(cwd, "report", "--file", "hung.jsonl", "--html", "p.html")
     assert text.returncode == 0, text.stderr
-    assert f"hung samples (a snapshot, no end): {hung_key[0]}/{hung_key[1]} (tool_calls, trace" in text.stdout
+    assert (
+        f"hung samples (still running when the step was collected; not in its metrics): {hung_key[0]}/{hung_key[1]}"
+        " (tool_calls, trace" in text.stdout
+    )
     assert "timeline page written to p.html" in text.stdout
 
 
@@ -307,7 +316,7 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
     assert len(rows) == 24  # one row per sample ...
     assert {r.get_attribute("data-trace-id") for r in rows} == set(roots)  # ... each a real sample
     ends = [roots[r.get_attribute("data-trace-id")].end_ns for r in rows]
-    assert ends == sorted(ends)  # ordered by end time
+    assert ends == sorted(ends, reverse=True)  # the tail first: last-ending on top
     assert [r.get_attribute("data-sample") for r in rows if r.get_attribute("data-slowest")] == [
         "{}/{}".format(*(lambda a: (a[sc.RL_SAMPLE_INDEX], a[sc.RL_ROLLOUT_N]))(roots[slowest_tid].attributes))
     ]
@@ -368,8 +377,8 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
     assert len(rows) == 18
     states = {r.get_attribute("data-sample"): r.get_attribute("data-state") for r in rows}
     assert states["{}/{}".format(*hung_key)] == "hung" and states["{}/{}".format(*slow_key)] == "slow"
-    assert states["2/0"] == "error"
-    hung = rows[-1]
+    assert states["2/0"] == "failed"
+    hung = rows[0]  # the tail first
     assert hung.get_attribute("data-state") == "hung"
     assert hung.find_element(By.CSS_SELECTOR, ".tag.hung").text == "HUNG"
     assert hung.find_element(By.CSS_SELECTOR, ".end-mark").text == "still open"
@@ -394,17 +403,6 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
     names = [e.get_attribute("textContent") for e in detail.find_elements(By.CSS_SELECTOR, ".wf-name")][1:]
     assert names == [sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX, "text_completion sim-7b"]
     assert _severe_console(browser) == []
-    if UPDATE_DOCS:
-        browser.execute_script("document.getElementById('scroller').scrollTop = 0")
-        browser.set_window_size(1500, 760)
-        browser.save_screenshot(str(ROOT / "docs" / "timeline.png"))
-        browser.set_window_size(1500, 1000)
-        assert (
-            _cli(
-                cwd, "report", "--file", "hung.jsonl", "--timeline-png", str(ROOT / "docs" / "timeline-matplotlib.png")
-            ).returncode
-            == 0
-        )
 
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'

@@ -13,6 +13,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import semconv as sc
+from ..metrics._summary import OK
 from ._terminal import color_enabled, isatty, printable
 
 if TYPE_CHECKING:
@@ -92,8 +93,17 @@ def metrics_table(metrics: Mapping[str, float], title: str = "") -> str:
     return "\n".join(lines + metrics_footer(metrics))
 
 
+def _flag(row: Mapping[str, object]) -> str:
+    """A slowest row's verdict when not ok (``FAILED``, ``SLOW``; from ``StepReport.slowest``), else ``""``."""
+    verdict = row.get("verdict")
+    if verdict is None:
+        return "FAILED" if row["error"] else ""
+    return "" if verdict == OK else str(verdict).upper()
+
+
 def slowest_cells(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, ...]]:
-    """``PhaseTable.slowest`` rows formatted: sample / rollout, total, gen, tool, score, trace id, ERROR flag."""
+    """``PhaseTable.slowest`` rows formatted: sample / rollout, total, gen, tool, score, trace id, and the sample's
+    verdict when it is not ok (``FAILED``, ``SLOW``: the one verdict, ``metrics._summary.verdict``)."""
     out = []
     for row in rows:
         secs = (row["total"], row[sc.GENERATE], row[sc.TOOL_CALLS], row[sc.COMPUTE_SCORE])
@@ -102,7 +112,7 @@ def slowest_cells(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, ...]]
                 f"{row['sample_index']} / {row['rollout_n']}",
                 *(f"{v:.3f}" if isinstance(v, (int, float)) else "-" for v in secs),
                 printable(row["trace_id"]),
-                "ERROR" if row["error"] else "",
+                _flag(row),
             )
         )
     return out
@@ -121,9 +131,10 @@ def slowest_table(rows: Sequence[Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
+def inflight_lines(samples: Sequence[Any], top: int = 3, others: int = 0) -> list[str]:
     """The live view of running samples (``InflightSample``\\ s, any order): counts by phase (tools by name),
-    then the ``top`` oldest, overdue ones flagged."""
+    then the ``top`` oldest, overdue ones flagged. ``others``: samples of other steps still running (not in
+    ``samples``), said apart so the step's counts add up."""
     by_phase: dict[str, int] = {}
     tools: dict[str, int] = {}
     for s in samples:
@@ -139,7 +150,9 @@ def inflight_lines(samples: Sequence[Any], top: int = 3) -> list[str]:
             parts.append(f"{phase} {n} ({', '.join(f'{t} {c}' for t, c in sorted(tools.items()))})")
         elif n or phase != "other":
             parts.append(f"{phase} {n}")
-    lines = [f"in flight: {len(samples):>4}  " + " | ".join(parts)]
+    lines = [
+        f"in flight: {len(samples):>4}  " + " | ".join(parts) + (f"  (+{others} of other steps)" if others else "")
+    ]
     for s in sorted(samples, key=lambda s: -s.sample_age_s)[:top]:
         where = f"{printable(s.phase)}{' ' + printable(s.tool) if s.tool else ''} {s.phase_age_s:.1f}s"
         lines.append(
@@ -206,7 +219,7 @@ class Output:
             self.line(text)
 
     def slowest(self, rows: Sequence[Mapping[str, object]]) -> None:
-        """:func:`slowest_table`: the slowest samples, errors flagged."""
+        """:func:`slowest_table`: the slowest samples, failed and slow ones flagged (their rows red)."""
         if self.console is None:
             print(slowest_table(rows), file=self.stream)
             return

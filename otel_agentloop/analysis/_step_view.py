@@ -1,9 +1,15 @@
 """One step's samples on one time axis: the model behind the timeline page and the timeline PNG.
 
 Built from stored spans (a trace file or Jaeger). A still-open sample reaches the backend only as a snapshot span
-(``semconv.RL_SNAPSHOT``): a sample with a snapshot and no finished ``rl.sample`` span is *hung* (drawn up to the
-snapshot time); one with both finished after the watchdog tripped and is *slow*. Phase time per sample is the wall
-time its phase spans cover (parallel tool calls count once), computed as the metrics compute it.
+(``semconv.RL_SNAPSHOT``). Each sample has the one verdict (``metrics._summary.verdict``) that ``collect()`` and
+``report`` give it, from the same :class:`~otel_agentloop.metrics._verdicts.StepVerdicts`
+(``analysis._report.step_verdicts``: the step's stored summary, else the snapshot rule): *hung* (reported, still
+running when the step was collected, even if it ended later; one that never ended is drawn up to its snapshot),
+*failed* (its ``rl.sample`` span ended with an error), *slow* (reported, finished before the collect), *ok*.
+Phase time per sample is the wall time its phase spans cover (parallel tool calls count once), computed as the
+metrics compute it.
+
+Rows open on the tail: hung samples first, then the others by end time, last-ending first.
 """
 
 from __future__ import annotations
@@ -15,10 +21,14 @@ from typing import Any
 from .. import semconv as sc
 from ..metrics._accumulate import add_interval
 from ..metrics._records import SpanRecord
+from ..metrics._summary import FAILED, HUNG, OK, SLOW, VERDICTS
+from ..metrics._table import OverdueSample
+from ..metrics._verdicts import StepVerdicts
+from ._report import step_verdicts
 from ._waterfall import order_spans
 
 SampleKey = tuple[int, int]
-OK, FAILED, HUNG, SLOW = "ok", "error", "hung", "slow"
+__all__ = ["FAILED", "HUNG", "OK", "SLOW", "SampleView", "StepView", "build_step_view", "is_snapshot"]
 
 
 def is_snapshot(rec: SpanRecord) -> bool:
@@ -42,7 +52,8 @@ class Bar:
 
 @dataclass
 class SampleView:
-    """One sample of the step. ``state`` is ``ok``, ``error`` (the sample failed), ``hung`` or ``slow``."""
+    """One sample of the step. ``state`` is its verdict: ``ok``, ``failed``, ``slow`` or ``hung``; ``reported``:
+    what the watchdog reported of it (``None`` when it did not); ``ended``: its ``rl.sample`` span is stored."""
 
     index: int
     rollout: int
@@ -56,6 +67,8 @@ class SampleView:
     waterfall: list[tuple[int, SpanRecord]]
     snapshot: SpanRecord | None = None
     error_spans: int = 0
+    reported: OverdueSample | None = None
+    ended: bool = True
 
     @property
     def key(self) -> SampleKey:
@@ -68,13 +81,16 @@ class SampleView:
 
     @property
     def current_phase(self) -> str | None:
-        """The phase a hung sample is stuck in (from its snapshot)."""
-        return str(self.snapshot.attributes.get(sc.RL_PHASE)) if self.snapshot is not None else None
+        """The phase the watchdog reported it in (its snapshot's, else the step summary's)."""
+        if self.snapshot is not None:
+            return str(self.snapshot.attributes.get(sc.RL_PHASE))
+        return self.reported.phase if self.reported is not None else None
 
 
 @dataclass
 class StepView:
-    """The samples of one step ordered by end time (hung ones last, by snapshot time); times are Unix ns."""
+    """The samples of one step, hung ones first, then by end time, last-ending first; times are Unix ns.
+    ``counts``: how many of each verdict; ``verdicts``: the watchdog's classification used."""
 
     step: int
     validate: bool
@@ -83,6 +99,7 @@ class StepView:
     t1_ns: int
     slowest: SampleKey | None = None
     counts: dict[str, int] = field(default_factory=dict)
+    verdicts: StepVerdicts | None = None
 
 
 def _key(attrs: Mapping[str, Any]) -> SampleKey | None:
@@ -107,7 +124,9 @@ def _lanes(bars: list[Bar]) -> int:
     return max(len(ends), 1)
 
 
-def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequence[SpanRecord]) -> SampleView:
+def _sample_view(
+    key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequence[SpanRecord], verdicts: StepVerdicts
+) -> SampleView:
     root = next((s for s in spans if s.name == sc.SAMPLE_SPAN), None)
     snapshot = max(snapshots, key=lambda s: s.end_ns) if snapshots else None
     blocks: dict[str, list[int]] = {p: [] for p in sc.PHASES}
@@ -121,15 +140,14 @@ def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequenc
     anchor = root or snapshot or min(spans, key=lambda s: s.start_ns)
     start = anchor.start_ns
     waterfall_spans = list(spans)
+    state = verdicts.of_sample(key, error=root is not None and root.error)
     if root is not None:
         end = root.end_ns
-        state = SLOW if snapshot is not None else (FAILED if root.error else OK)
         trace_id = root.trace_id_hex
         if snapshot is not None:
             waterfall_spans.append(snapshot)
     elif snapshot is not None:
         end = max(snapshot.end_ns, max((s.end_ns for s in spans), default=0))
-        state = HUNG
         # The open phase started when the previous (different) phase ended, else with the sample.
         current = str(snapshot.attributes.get(sc.RL_PHASE))
         since = max((b.end_ns for b in bars if b.phase != current), default=snapshot.start_ns)
@@ -148,7 +166,6 @@ def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequenc
         ]
     else:  # phase spans without their sample span (not exported, or still open without a snapshot)
         end = max(s.end_ns for s in spans)
-        state = FAILED if any(s.error for s in spans) else OK
         trace_id = anchor.trace_id_hex
     return SampleView(
         index=key[0],
@@ -163,11 +180,20 @@ def _sample_view(key: SampleKey, spans: Sequence[SpanRecord], snapshots: Sequenc
         waterfall=order_spans(waterfall_spans),
         snapshot=snapshot,
         error_spans=sum(s.error for s in spans),
+        reported=verdicts.hung.get(key) or verdicts.slow.get(key),
+        ended=root is not None,
     )
 
 
-def build_step_view(records: Iterable[SpanRecord], step: int, validate: bool = False) -> StepView:
-    """The view of ``step`` (its validation pass with ``validate``) from ``records``; other steps are ignored."""
+def build_step_view(
+    records: Iterable[SpanRecord], step: int, validate: bool = False, verdicts: StepVerdicts | None = None
+) -> StepView:
+    """The view of ``step`` (its validation pass with ``validate``) from ``records``; other steps are ignored.
+    ``verdicts``: the step's (``analysis._report.step_verdicts``); by default the snapshot rule over ``records``.
+    """
+    records = list(records)
+    if verdicts is None:
+        verdicts = step_verdicts(records, step, validate)
     spans: dict[SampleKey, list[SpanRecord]] = {}
     snapshots: dict[SampleKey, list[SpanRecord]] = {}
     for rec in records:
@@ -178,13 +204,16 @@ def build_step_view(records: Iterable[SpanRecord], step: int, validate: bool = F
         if key is None:
             continue
         (snapshots if is_snapshot(rec) else spans).setdefault(key, []).append(rec)
-    samples = [_sample_view(k, spans.get(k, []), snapshots.get(k, [])) for k in spans.keys() | snapshots.keys()]
-    samples.sort(key=lambda s: (s.state == HUNG, s.end_ns, s.key))
+    samples = [
+        _sample_view(k, spans.get(k, []), snapshots.get(k, []), verdicts) for k in spans.keys() | snapshots.keys()
+    ]
+    # the tail first: what the step waited for is on the first screen
+    samples.sort(key=lambda s: (s.state != HUNG, -s.end_ns, s.key))
     finished = [s for s in samples if s.state != HUNG]
     slowest = None
-    if finished:  # argmax of the total; ties go to the first in (index, rollout) order, as in the metrics
+    if finished:  # argmax of the total over the collected samples; ties to the first in (index, rollout) order
         slowest = min(finished, key=lambda s: (-s.total_s, s.key)).key
-    counts = {state: sum(s.state == state for s in samples) for state in (OK, FAILED, HUNG, SLOW)}
+    counts = {state: sum(s.state == state for s in samples) for state in VERDICTS}
     return StepView(
         step=step,
         validate=validate,
@@ -193,4 +222,5 @@ def build_step_view(records: Iterable[SpanRecord], step: int, validate: bool = F
         t1_ns=max((s.end_ns for s in samples), default=0),
         slowest=slowest,
         counts=counts,
+        verdicts=verdicts,
     )

@@ -1,6 +1,7 @@
 """The step timeline page: one self-contained HTML file (inline CSS, JS and data; nothing fetched to view it).
 
-Every sample of a step is a row on one time axis (rows ordered by end time, hung samples last), its phase spans
+Every sample of a step is a row on one time axis (the tail first: hung samples, then by end time, last-ending
+first), its phase spans
 coloured by ``rl.phase`` and overlapping ones (parallel tool calls) in separate lanes; failed samples, error spans,
 hung and slow samples are marked. Hovering shows the sample's identity and phase times, clicking shows its
 waterfall and a link to the trace in Jaeger; per-phase histograms sit beside it.
@@ -107,6 +108,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                 ],
                 "snap": ms(s.snapshot.end_ns) if s.snapshot is not None else None,
                 "cur": s.current_phase,
+                "ended": s.ended,
                 "errs": s.error_spans,
                 "slowest": s.key == view.slowest,
             }
@@ -119,6 +121,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
         "span_ms": ms(view.t1_ns),
         "phases": phases,
         "counts": view.counts,
+        "verdicts_from": view.verdicts.source if view.verdicts is not None else "none",
         "names": strings.items,
         "samples": samples,
     }
@@ -187,7 +190,7 @@ main{display:flex;gap:12px;padding:8px 14px;align-items:flex-start}
 .label{width:var(--label);flex:none;padding:0 6px;font:11px/1 ui-monospace,monospace;display:flex;gap:4px;
  align-items:center;white-space:nowrap;overflow:hidden}
 .label .tag{font:bold 9px/1 system-ui,sans-serif;padding:2px 3px;border-radius:3px;color:#fff}
-.tag.slowest{background:#6a3d9a}.tag.hung{background:var(--err)}.tag.slow{background:#b8860b}.tag.error{background:var(--err)}
+.tag.slowest{background:#6a3d9a}.tag.hung{background:var(--err)}.tag.slow{background:#b8860b}.tag.failed{background:var(--err)}
 .row.failed .label{color:var(--err)}
 .track{position:relative;flex:1;margin-right:8px}
 .life{position:absolute;top:50%;height:2px;margin-top:-1px;background:#bbb}
@@ -243,11 +246,13 @@ _JS = r"""
   }
   function sampleName(s) { return "sample " + s.i + " / rollout " + s.r; }
   function stateText(s) {
+    var seen = s.snap !== null ? " at +" + secs(s.snap / 1e3) : "";
     if (s.st === "hung") {
-      return "HUNG in " + (PH_LABEL[s.cur] || s.cur) + " (no end; snapshot at +" + secs(s.snap / 1e3) + ")";
+      return "HUNG in " + (PH_LABEL[s.cur] || s.cur) + ": still running when the step was collected (reported" +
+        seen + (s.ended ? "; ended at +" + secs(s.e / 1e3) + ", after the collect" : "; no end") + ")";
     }
-    if (s.st === "slow") return "slow (watchdog tripped at +" + secs(s.snap / 1e3) + ", finished later)";
-    if (s.st === "error") return "FAILED";
+    if (s.st === "slow") return "slow (watchdog reported it" + seen + ", finished before the collect)";
+    if (s.st === "failed") return "FAILED";
     return "ok" + (s.errs ? " (" + s.errs + " error span" + (s.errs > 1 ? "s" : "") + ")" : "");
   }
 
@@ -257,9 +262,11 @@ _JS = r"""
   document.getElementById("title").textContent =
     "Step " + D.step + (D.validate ? " (validation)" : "") + ": " + D.samples.length + " samples on one time axis";
   document.getElementById("summary").textContent =
-    (c.error || 0) + " failed · " + (c.hung || 0) + " hung · " + (c.slow || 0) + " slow · step span " +
+    (c.failed || 0) + " failed · " + (c.hung || 0) + " hung · " + (c.slow || 0) + " slow · step span " +
     secs(D.span_ms / 1e3) +
     (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score)" : "") +
+    (D.verdicts_from === "summary" ? " · hung/slow as collected (step summary)" :
+     D.verdicts_from === "snapshots" ? " · hung/slow from watchdog snapshots" : "") +
     (D.source ? " · from " + D.source : "");
   var legend = document.getElementById("legend");
   [["var(--gen)", "generation"], ["var(--tool)", "tool call"], ["var(--score)", "reward"], ["var(--err)", "error"],
@@ -269,7 +276,8 @@ _JS = r"""
     chip.style.background = x[0];
     item.appendChild(chip); item.appendChild(document.createTextNode(x[1])); legend.appendChild(item);
   });
-  legend.appendChild(h("span", null, "rows ordered by end time; overlapping bars are parallel calls"));
+  legend.appendChild(h("span", null, "hung first, then by end time, last-ending first; overlapping bars are " +
+                                    "parallel calls"));
 
   // -- axis and grid ---------------------------------------------------------------------------
   var axis = document.getElementById("axis"), grid = document.getElementById("grid");
@@ -285,7 +293,7 @@ _JS = r"""
   var rows = document.getElementById("rows"), tip = document.getElementById("tip");
   var selectedRow = null;
   D.samples.forEach(function (s, n) {
-    var row = h("div", "row" + (s.st === "hung" ? " hung" : "") + (s.st === "error" ? " failed" : ""));
+    var row = h("div", "row" + (s.st === "hung" ? " hung" : "") + (s.st === "failed" ? " failed" : ""));
     row.setAttribute("data-sample", s.i + "/" + s.r);
     row.setAttribute("data-trace-id", s.tid);
     row.setAttribute("data-state", s.st);
@@ -297,7 +305,7 @@ _JS = r"""
     if (s.slowest) label.appendChild(h("span", "tag slowest", "slowest"));
     if (s.st === "hung") label.appendChild(h("span", "tag hung", "HUNG"));
     if (s.st === "slow") label.appendChild(h("span", "tag slow", "slow"));
-    if (s.st === "error") label.appendChild(h("span", "tag error", "failed"));
+    if (s.st === "failed") label.appendChild(h("span", "tag failed", "failed"));
     row.appendChild(label);
     var track = h("div", "track");
     var life = h("div", "life"); life.style.left = pct(s.s); life.style.width = pct(s.e - s.s); track.appendChild(life);
@@ -312,7 +320,7 @@ _JS = r"""
       var snap = h("div", "snap"); snap.style.left = pct(s.snap); track.appendChild(snap);
     }
     if (s.st === "hung") {
-      var mark = h("span", "end-mark", "still open"); mark.style.left = pct(s.e);
+      var mark = h("span", "end-mark", s.ended ? "hung at collect" : "still open"); mark.style.left = pct(s.e);
       if (s.e > 0.8 * span) mark.style.transform = "translate(calc(-100% - 4px), -50%)";  // inside, at the edge
       track.appendChild(mark);
     }

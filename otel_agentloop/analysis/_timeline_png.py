@@ -7,13 +7,30 @@ from typing import Any
 import numpy as np
 
 from .. import semconv as sc
-from ._step_view import FAILED, HUNG, SLOW, StepView
+from ..metrics._summary import FAILED, HUNG, OK, SLOW
+from ._step_view import StepView
 from ._waterfall import LITERAL_TEXT
 
 PALETTE = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
 ERROR = "#C44E52"
 MAX_LABELLED_ROWS = 160
 _LABELS = {sc.GENERATE: "generation", sc.TOOL_CALLS: "tool call", sc.COMPUTE_SCORE: "reward"}
+
+
+def timeline_title(view: StepView) -> str:
+    """The PNG's title: the step and its verdict counts (the same ``view.counts`` as the page)."""
+    c = view.counts
+    return (
+        f"step {view.step}{' (validation)' if view.validate else ''}: {len(view.samples)} samples, "
+        f"{c.get(FAILED, 0)} failed, {c.get(HUNG, 0)} hung, {c.get(SLOW, 0)} slow"
+    )
+
+
+def row_label(view: StepView, index: int) -> str:
+    """The y-axis label of row ``index``: sample/rollout, its verdict unless ok, ``*`` on the slowest."""
+    s = view.samples[index]
+    tag = {HUNG: " HUNG", SLOW: " slow", FAILED: " failed"}.get(s.state, "")
+    return f"{s.index}/{s.rollout}{tag}{' *' if s.key == view.slowest else ''}"
 
 
 def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
@@ -91,13 +108,10 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
     if snaps:
         ax.add_collection(LineCollection(snaps, colors=ERROR, linewidths=1.2, linestyles=":", zorder=3))
     # one label per row while they are legible; past that only the marked samples are named
-    shown = [
-        (y, s) for y, s in enumerate(samples) if n <= MAX_LABELLED_ROWS or s.state != "ok" or s.key == view.slowest
-    ][:MAX_LABELLED_ROWS]
-    labels = []
-    for _, s in shown:
-        tag = {HUNG: " HUNG", SLOW: " slow", FAILED: " failed"}.get(s.state, "")
-        labels.append(f"{s.index}/{s.rollout}{tag}{' *' if s.key == view.slowest else ''}")
+    shown = [(y, s) for y, s in enumerate(samples) if n <= MAX_LABELLED_ROWS or s.state != OK or s.key == view.slowest][
+        :MAX_LABELLED_ROWS
+    ]
+    labels = [row_label(view, y) for y, _ in shown]
     ax.set_yticks([y for y, _ in shown])
     ax.set_yticklabels(labels, fontsize=max(4.0, min(8.0, 420 / min(n, MAX_LABELLED_ROWS))), family="monospace")
     for tick, (_, s) in zip(ax.get_yticklabels(), shown, strict=True):
@@ -108,17 +122,9 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
     ax.set_ylim(len(samples) - 0.5, -0.5)
     ax.set_xlim(0, max((view.t1_ns - t0) / 1e9, 1e-3) * 1.07)
     ax.set_xlabel("seconds since the step's first sample started")
-    ax.set_ylabel("sample/rollout by end time (* slowest)")
+    ax.set_ylabel("sample/rollout: hung, then last-ending first (* slowest)")
     ax.grid(axis="x", alpha=0.3)
-    counts = view.counts
-    ax.set_title(
-        title
-        or (
-            f"step {view.step}{' (validation)' if view.validate else ''}: {len(samples)} samples, "
-            f"{counts.get(FAILED, 0)} failed, {counts.get(HUNG, 0)} hung, {counts.get(SLOW, 0)} slow"
-        ),
-        fontsize=10,
-    )
+    ax.set_title(title or timeline_title(view), fontsize=10)
     handles = [Patch(color=c, label=_LABELS[p]) for p, c in PALETTE.items()]
     handles += [
         Patch(color=ERROR, label="error"),

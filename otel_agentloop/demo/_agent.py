@@ -65,6 +65,17 @@ class RewardError(RuntimeError):
     """A simulated reward failure (the sample fails)."""
 
 
+class StillRunningError(TimeoutError):
+    """The outcome :func:`run_samples` gives a sample still running when it stops waiting (not a failure: the
+    watchdog's verdict says whether it is hung)."""
+
+
+def failed(outcome: object) -> bool:
+    """Whether a sample's outcome is its failure: an exception that ended its ``rl.sample`` span with an error
+    (not :class:`StillRunningError`, and not a cancellation, which the library does not count as an error)."""
+    return isinstance(outcome, BaseException) and not isinstance(outcome, (StillRunningError, asyncio.CancelledError))
+
+
 @trace_generate(model="sim-7b")
 async def generate(rng: random.Random, cfg: SimConfig, prompt_tokens: int) -> int:
     """One generation turn; returns the number of tokens generated."""
@@ -168,15 +179,20 @@ async def run_samples(
     """Run ``work`` concurrently (inside the caller's step context); failed samples come back as exceptions.
 
     The ``cfg.hang`` sample is awaited at most ``cfg.hang_grace_s`` after the others; if still running it comes
-    back as a ``TimeoutError`` and its task is appended to ``stragglers`` (the caller cancels it once the step
-    is collected), or cancelled here when ``stragglers`` is ``None``.
+    back as :class:`StillRunningError` and its task is appended to ``stragglers`` (the caller cancels it once the
+    step is collected), or cancelled here when ``stragglers`` is ``None``. ``on_done`` is called once per sample
+    that finished (succeeded or failed), never for one cancelled: a progress count of finished samples.
     """
 
     async def one(index: int, rollout_n: int) -> float:
+        cancelled = False
         try:
             return await run_sample(cfg, step, index, rollout_n, capture)
+        except asyncio.CancelledError:
+            cancelled = True
+            raise
         finally:
-            if on_done is not None:
+            if on_done is not None and not cancelled:
                 on_done()
 
     tasks = [asyncio.ensure_future(one(i, n)) for i, n in work]
@@ -187,7 +203,7 @@ async def run_samples(
     out: list[float | BaseException] = []
     for task in tasks:
         if not task.done():
-            out.append(TimeoutError("sample still running when the step was collected"))
+            out.append(StillRunningError("sample still running when the step was collected"))
             if stragglers is not None:
                 stragglers.append(task)
             else:

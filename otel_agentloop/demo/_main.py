@@ -23,8 +23,10 @@ from ..health._training import Alert, HealthMonitor
 from ..health._validation import ValidationCapture
 from ..health._watchdog import WatchdogSettings
 from ..metrics._records import SpanRecord
+from ..metrics._summary import FAILED, HUNG, OK, SLOW, verdict
 from ..metrics._table import StepMetrics
-from ._agent import SimConfig, run_samples
+from ..metrics._verdicts import count_verdicts, sample_key
+from ._agent import SimConfig, failed, run_samples
 from ._trainer import (
     MISBEHAVE_FROM_STEP,
     format_alerts,
@@ -66,6 +68,7 @@ def simulate(args: argparse.Namespace) -> int:
                 f"step {step}",
                 enabled=not args.quiet,
                 inflight=handle.inflight,
+                step=step,
                 live_every_s=args.live_every,
             )
             timing_raw: dict[str, float] = {}
@@ -89,8 +92,10 @@ def simulate(args: argparse.Namespace) -> int:
                 val_rewards = [o for o in val_outcomes if isinstance(o, float)] if capture else []
                 trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
                 alerts = monitor.observe(step, trainer)  # alerts become events on the step span
-            failed = sum(isinstance(o, BaseException) for o in outcomes)
-            report_step(args, results, StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans))
+            counts = verdict_counts(
+                cfg.work(), {k for k, o in zip(cfg.work(), outcomes, strict=True) if failed(o)}, metrics
+            )
+            report_step(args, results, StepOutcome(step, metrics, counts, trainer, timing_raw, alerts, capture, spans))
     finally:
         flushed = handle.force_flush(args.flush_timeout)
         stats = handle.stats
@@ -104,7 +109,8 @@ class StepOutcome:
 
     step: int
     metrics: StepMetrics
-    failed: int
+    verdicts: dict[str, int]
+    """How many samples of each verdict (``verdict_counts``)."""
     trainer: dict[str, float]
     timing_raw: dict[str, float]
     alerts: list[Alert]
@@ -120,17 +126,19 @@ def report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: St
             "slowest_trace_id": out.metrics.slowest_trace_id,
             "hung_trace_ids": list(out.metrics.hung_trace_ids),
             "slow_trace_ids": list(out.metrics.slow_trace_ids),
-            "failed_samples": out.failed,
+            "failed_samples": out.verdicts[FAILED],
+            "verdicts": out.verdicts,
             "trainer": out.trainer,
             "timing_raw": out.timing_raw,
             "alerts": [a.rule for a in out.alerts],
             "validation_generations": out.capture.result() if out.capture else None,
         }
     )
-    if args.json:
+    if args.json:  # stdout is the JSON document; the step's verdicts still reach the person, on stderr
+        print_verdicts(Output(_info(args)), out.step, out.metrics, out.verdicts, where)
         return
     show = Output()
-    print_step(show, out.step, out.metrics, out.failed, out.spans, args.png, where=where)
+    print_step(show, out.step, out.metrics, out.verdicts, out.spans, args.png, where=where)
     if out.capture is not None:
         show.line()
         show.line(format_generations(out.capture))
@@ -207,6 +215,26 @@ def misbehaviour(step: int, misbehave: bool) -> dict[str, Any]:
     }
 
 
+def verdict_counts(
+    work: list[tuple[int, int]], failed_keys: set[tuple[int, int]], metrics: StepMetrics
+) -> dict[str, int]:
+    """Each sample's one verdict (``metrics._summary.verdict``), counted: ``failed_keys`` are the samples whose
+    sample span ended with an error, the watchdog's hung/slow samples come from the collected ``metrics``. A hung
+    sample is hung, not failed, whatever happened to it after the collect."""
+    hung = {sample_key(s) for s in metrics.hung_samples}
+    reported = hung | {sample_key(s) for s in metrics.slow_samples}
+    return count_verdicts(
+        verdict(error=key in failed_keys, reported=key in reported, finished=key not in hung) for key in work
+    )
+
+
+def verdict_text(counts: dict[str, int]) -> str:
+    """``"63 samples: 61 ok, 0 failed, 1 slow; 1 hung, left out"``: a hung sample is not in the step's metrics."""
+    collected = counts[OK] + counts[FAILED] + counts[SLOW]
+    text = f"{collected} samples: {counts[OK]} ok, {counts[FAILED]} failed, {counts[SLOW]} slow"
+    return text + (f"; {counts[HUNG]} hung, left out" if counts[HUNG] else "")
+
+
 def sim_config(args: argparse.Namespace) -> SimConfig:
     return SimConfig(
         prompts=args.prompts,
@@ -217,24 +245,39 @@ def sim_config(args: argparse.Namespace) -> SimConfig:
     )
 
 
+def step_title(step: int, verdicts: dict[str, int], where: str = "") -> str:
+    return f"== step {step}: agent_loop metrics{where} ({verdict_text(verdicts)})"
+
+
+def watchdog_lines(show: Output, metrics: StepMetrics) -> None:
+    """One line per sample the watchdog reported, with its verdict (hung: still running at collect)."""
+    for kind, items in ((HUNG, metrics.hung_samples), (SLOW, metrics.slow_samples)):
+        for item in items:
+            show.line(
+                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
+                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}",
+                style="bold red" if kind == HUNG else "yellow",
+            )
+
+
+def print_verdicts(show: Output, step: int, metrics: StepMetrics, verdicts: dict[str, int], where: str = "") -> None:
+    """The step's title with its verdict counts and the watchdog's lines (no metrics table: ``--json``)."""
+    show.line(step_title(step, verdicts, where))
+    watchdog_lines(show, metrics)
+
+
 def print_step(
     show: Output,
     step: int,
     metrics: StepMetrics,
-    failed: int,
+    verdicts: dict[str, int],
     spans: dict[tuple[int, int], list[SpanRecord]],
     png: str | None,
     where: str = "",
 ) -> None:
     show.line()
-    show.metrics(metrics, title=f"== step {step}: agent_loop metrics{where} ({failed} failed samples)")
-    for kind, items in (("hung", metrics.hung_samples), ("slow", metrics.slow_samples)):
-        for item in items:
-            show.line(
-                f"watchdog: {kind}: sample {item.sample_index}/{item.rollout_n} in {item.phase}"
-                f"{' ' + item.tool if item.tool else ''}, trace {item.trace_id}",
-                style="bold red" if kind == "hung" else "yellow",
-            )
+    show.metrics(metrics, title=step_title(step, verdicts, where))
+    watchdog_lines(show, metrics)
     key = metrics.slowest_sample
     if key is not None and spans.get(key):
         title = f"slowest sample {key[0]} (rollout {key[1]}), trace {metrics.slowest_trace_id}"

@@ -10,6 +10,7 @@ from __future__ import annotations
 
 import argparse
 import asyncio
+import functools
 import os
 import time
 from dataclasses import replace
@@ -25,12 +26,12 @@ from ..core import _context as ctx
 from ..core._trainer import trainer_phase
 from ..health._training import HealthMonitor
 from ..health._validation import ValidationCapture
-from ..health._watchdog import Verdict
 from ..integrations import ray as oal_ray
 from ..metrics._records import SpanRecord
 from ..metrics._table import PhaseTable
-from ._agent import SimConfig, run_samples
-from ._main import StepOutcome, finish, misbehaviour, report_step, sim_config, sim_watchdog
+from ..metrics._verdicts import Verdict
+from ._agent import SimConfig, failed, run_samples
+from ._main import StepOutcome, finish, misbehaviour, report_step, sim_config, sim_watchdog, verdict_counts
 from ._trainer import run_trainer_phases, slowdown, trainer_metrics, validation_config
 
 CHUNKS_PER_WORKER = 4  # finer chunks: a livelier progress bar and better balance
@@ -45,21 +46,35 @@ class SimWorker:
         self.captures: dict[int, ValidationCapture] = {}
         handle.provider.add_span_processor(self.timelines)  # type: ignore[union-attr]
         self.stragglers: list[tuple[asyncio.AbstractEventLoop, asyncio.Task[float]]] = []
+        self.finished: dict[tuple[int, bool], int] = {}  # samples finished so far, per (step, validate)
+
+    def finished_samples(self, step: int, validate: bool = False) -> int:
+        """How many samples of ``step`` finished here so far (the live view's done count)."""
+        return self.finished.get((step, validate), 0)
 
     @oal_ray.traced_remote
     async def run_chunk(
         self, step: int, work: list[tuple[int, int]], cfg: SimConfig, val_generations: int = 0
-    ) -> tuple[int, list[float]]:
-        """Run ``work`` inside the driver's step; returns (failed samples, rewards). With ``val_generations``
-        (a validation pass) the samples' texts go to this worker's validation sketch for the step."""
+    ) -> tuple[list[tuple[int, int]], list[float], int]:
+        """Run ``work`` inside the driver's step; returns (failed samples, rewards, samples finished). With
+        ``val_generations`` (a validation pass) the samples' texts go to this worker's validation sketch."""
         capture = None
         if val_generations:
             capture = self.captures.setdefault(step, ValidationCapture(val_generations, seed=cfg.seed))
         stragglers: list[asyncio.Task[float]] = []
-        outcomes = await run_samples(cfg, step, work, capture=capture, stragglers=stragglers)
+        key = (step, bool(val_generations))
+
+        def done() -> None:
+            self.finished[key] = self.finished.get(key, 0) + 1
+
+        outcomes = await run_samples(cfg, step, work, on_done=done, capture=capture, stragglers=stragglers)
         loop = asyncio.get_running_loop()
         self.stragglers += [(loop, task) for task in stragglers]  # still running: cancelled in finish_step
-        return (sum(isinstance(o, BaseException) for o in outcomes), [o for o in outcomes if isinstance(o, float)])
+        return (
+            [k for k, o in zip(work, outcomes, strict=True) if failed(o)],
+            [o for o in outcomes if isinstance(o, float)],
+            len(work) - len(stragglers),
+        )
 
     def finish_step(
         self, step: int
@@ -68,6 +83,7 @@ class SimWorker:
         verdict; then samples still running (hung) are cancelled."""
         table = oal_ray.worker_table(step)
         verdict = oal_ray.worker_verdict(step)
+        self.finished.pop((step, False), None)
         for loop, task in self.stragglers:
             loop.call_soon_threadsafe(task.cancel)
         self.stragglers.clear()
@@ -84,6 +100,7 @@ class SimWorker:
         validation state)."""
         oal_ray.worker_table(step, validate=True)
         self.timelines.pop(step, validate=True)
+        self.finished.pop((step, True), None)
         capture = self.captures.pop(step, None)
         return (capture.state(), capture.offered) if capture is not None else ([], 0)
 
@@ -98,7 +115,7 @@ class SimWorker:
 
 def _rollout(
     ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progress | None, val_generations: int = 0
-) -> tuple[int, list[float]]:
+) -> tuple[set[tuple[int, int]], list[float]]:
     """One pass over the batch, split into chunks across the workers, inside the current step."""
     n = len(workers)
     work = cfg.work()
@@ -109,19 +126,25 @@ def _rollout(
         for i, chunk in enumerate(chunks)
         if chunk
     }
-    failed, rewards = 0, []
+    failed_keys: set[tuple[int, int]] = set()
+    rewards: list[float] = []
     while pending:
         done, _ = ray.wait(list(pending), num_returns=1, timeout=600)
         if not done:
             raise TimeoutError(f"step {step}: no chunk finished in 600 s")
         for ref in done:
-            chunk_failed, chunk_rewards = ray.get(ref)
-            failed += chunk_failed
+            chunk_failed, chunk_rewards, finished = ray.get(ref)
+            failed_keys.update((int(i), int(n)) for i, n in chunk_failed)
             rewards += chunk_rewards
-            size = pending.pop(ref)
+            pending.pop(ref)
             if bar is not None:
-                bar.advance(size)
-    return failed, rewards
+                bar.advance(finished)  # a hung sample still running is not done
+    return failed_keys, rewards
+
+
+def _finished_on(ray: Any, workers: list[Any], step: int) -> int:
+    """Samples of ``step`` finished on all ``workers`` so far (the live view's done count)."""
+    return sum(ray.get([w.finished_samples.remote(step) for w in workers], timeout=2.0))
 
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
@@ -167,19 +190,21 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                 f"step {step}",
                 enabled=not args.quiet,
                 inflight=lambda: oal_ray.gather_inflight(workers, timeout_s=2.0),
+                finished=functools.partial(_finished_on, ray, workers, step),
+                step=step,
                 live_every_s=args.live_every,
             )
             timing_raw: dict[str, float] = {}
             t0 = time.perf_counter()
             with ctx.step(step):
                 with trainer_phase("gen", timing_raw):
-                    failed, rewards = _rollout(ray, workers, step_cfg, step, bar)
+                    failed_keys, rewards = _rollout(ray, workers, step_cfg, step, bar)
                 run_trainer_phases(timing_raw, cfg.time_scale)
                 step_s = time.perf_counter() - t0
                 bar.close()
                 finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-                metrics = oal_ray.add_verdicts(  # log=False: the step's report below prints the verdict
-                    oal_ray.merge_metrics(t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
+                metrics = oal_ray.merge_metrics(  # log=False: the step's report below prints the verdict
+                    (t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
                 )
                 capture: ValidationCapture | None = None
                 val_rewards: list[float] = []
@@ -199,7 +224,16 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
             report_step(
                 args,
                 results,
-                StepOutcome(step, metrics, failed, trainer, timing_raw, alerts, capture, spans),
+                StepOutcome(
+                    step,
+                    metrics,
+                    verdict_counts(cfg.work(), failed_keys, metrics),
+                    trainer,
+                    timing_raw,
+                    alerts,
+                    capture,
+                    spans,
+                ),
                 where=f" over {n} workers",
             )
         worker_stats = ray.get([w.shutdown.remote(args.flush_timeout) for w in workers], timeout=120)

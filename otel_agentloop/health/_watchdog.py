@@ -10,10 +10,11 @@ Thresholds, first match wins: an explicit ``tool:NAME`` threshold, an explicit p
 threshold of the tool, of the phase (``p99_multiple`` x the p99 of that key's recent durations, at least
 ``min_s``; learned when a step is collected, from at least ``min_observations`` ended spans), else ``default_s``.
 
-When a step is collected, the samples reported during it are classified: *slow* (they finished) or *hung*
-(still running), as ``agent_loop/watchdog/{slow,hung}`` with their trace ids on the :class:`StepMetrics`.
-Bounded (warnings per check, steps and samples remembered), fork-safe (the thread restarts in a forked
-child), stopped by the provider's shutdown.
+When a step is collected, the samples reported during it are classified by the one verdict rule
+(``metrics._summary.verdict``): *slow* (they finished) or *hung* (still running, even if they end later), as
+``agent_loop/watchdog/{slow,hung}`` with their trace ids on the :class:`StepMetrics`. Bounded (warnings per
+check, steps and samples remembered), fork-safe (the thread restarts in a forked child), stopped by the
+provider's shutdown.
 """
 
 from __future__ import annotations
@@ -37,6 +38,7 @@ from ..core import _tracer
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase, _Sample
 from ..metrics._table import OverdueSample
+from ..metrics._verdicts import HUNG, Verdict, apply_verdicts, classify_reported
 
 if TYPE_CHECKING:
     from ..metrics._otel import LibraryMetrics
@@ -107,30 +109,6 @@ WATCHDOG_FIELDS = (
     "window",
     "max_warnings_per_check",
 )
-
-
-@dataclass(frozen=True)
-class Verdict:
-    """One step's reported samples: ``slow`` finished before collection, ``hung`` did not."""
-
-    slow: tuple[OverdueSample, ...] = ()
-    hung: tuple[OverdueSample, ...] = ()
-
-
-def apply_verdicts(metrics: dict[str, float], verdicts: Sequence[Verdict]) -> None:
-    """Add ``agent_loop/watchdog/{slow,hung}`` and ``slow_trace_ids``/``hung_trace_ids`` to ``metrics``
-    (a :class:`StepMetrics`), merging the verdicts of several processes (Ray workers); nothing when no sample
-    was reported."""
-    slow = tuple(s for v in verdicts for s in v.slow)
-    hung = tuple(s for v in verdicts for s in v.hung)
-    if not (slow or hung):  # like slowest/prompt_length: only when there is something to say
-        return
-    metrics[f"{sc.METRIC_PREFIX}/{sc.WATCHDOG_SLOW}"] = float(len(slow))
-    metrics[f"{sc.METRIC_PREFIX}/{sc.WATCHDOG_HUNG}"] = float(len(hung))
-    metrics.slow_trace_ids = tuple(s.trace_id for s in slow)  # type: ignore[attr-defined]
-    metrics.hung_trace_ids = tuple(s.trace_id for s in hung)  # type: ignore[attr-defined]
-    metrics.slow_samples = slow  # type: ignore[attr-defined]
-    metrics.hung_samples = hung  # type: ignore[attr-defined]
 
 
 def learned_thresholds(
@@ -355,7 +333,8 @@ class LiveMonitor:
                     item = OverdueSample(
                         sample.index, sample.rollout, format(sample.trace_id, "032x"), rec.phase, rec.tool
                     )
-                    (slow if sample.ended else hung).append(item)
+                    # the one rule (metrics._summary.verdict): still running at this collect is hung
+                    (hung if classify_reported(finished=sample.ended) == HUNG else slow).append(item)
                 while len(self._verdicts) >= _MAX_STEPS:
                     self._verdicts.pop(next(iter(self._verdicts)))
                 self._verdicts[(step, validate)] = Verdict(tuple(slow), tuple(hung))

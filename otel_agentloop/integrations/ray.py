@@ -48,8 +48,9 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .. import semconv as sc
-from .._configure import Handle, configure, current_handle
+from .._configure import Handle, configure, current_handle, write_step_summary
 from ..config._environment import DRIVER_VARIABLE
+from ..config._settings import SPECS, resolve
 from ..core import _context
 from ..core._guard import internal_error, logger, warn_once
 from ..core._phase import Scope, end_span
@@ -59,6 +60,7 @@ from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ._instrumentor import Instrumentor
 
+SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}
 CARRIER_KEYWORD = "otel_carrier"
 SETUP_HOOK = f"{__name__}.setup_worker"
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
@@ -156,12 +158,24 @@ def setup_worker() -> Handle:
         if node is not None:
             route_logs_to_stderr()
             driver = _take_driver_settings(node)
+            if driver is None:
+                _job_run_identity(str(attrs.get("ray.job.id") or "unknown"))
         attrs[sc.RL_WORKER] = worker
         own = state.worker_handle = configure(resource_attributes=attrs, worker=worker)
         if node is not None and driver is not None:
             _check_file_on_remote_node(own, driver, node)
         atexit.register(own.shutdown, 5.0)
         return own
+
+
+def _job_run_identity(job: str) -> None:
+    """A Ray worker that got no run identity from its driver cannot know the driver's run: unless its node
+    sets ``OTEL_AGENTLOOP_RUN_ID``/``_RUN_ATTEMPT``, its spans carry ``ray-job-<job id>`` as both, the same for
+    every such worker of the job (never an id of its own per process)."""
+    run = resolve(only=("run_id", "run_attempt"))
+    for name, value in (("run_id", run.run_id), ("run_attempt", run.run_attempt)):
+        if value is None:
+            os.environ[SPECS_BY_NAME[name].env] = f"ray-job-{job}"
 
 
 def _describe(node: tuple[str, str]) -> str:
@@ -418,9 +432,31 @@ def worker_table(step: int | None, validate: bool = False, *, flush_timeout_s: f
     return handle.metrics.take(step, validate)
 
 
-def merge_metrics(tables: Iterable[PhaseTable]) -> StepMetrics:
-    """verl's metric dict over all workers' tables: the same code as single-process ``collect()``."""
-    return compute_metrics(PhaseTable.concat(tables))
+def merge_metrics(
+    tables: Iterable[PhaseTable],
+    verdicts: Iterable[Any] | None = None,
+    *,
+    step: int | None = None,
+    validate: bool | None = None,
+    log: bool = True,
+) -> StepMetrics:
+    """verl's metric dict over all workers' tables: the same code as single-process ``collect()``.
+
+    ``verdicts``: the workers' watchdog verdicts (:func:`worker_verdict`), merged in as :func:`add_verdicts`
+    does (``log``: its driver warning line). Then the step's ``rl.step.summary`` span is written here (the
+    driver), from the merged table and verdicts: the step is ``step``/``validate`` when given, else the one
+    the tables were taken for (:func:`worker_table`); no summary when the tables disagree or say none. Pass
+    the verdicts here rather than to :func:`add_verdicts` afterwards, so the summary holds them."""
+    table = PhaseTable.concat(tables)
+    metrics = compute_metrics(table)
+    if verdicts is not None:
+        add_verdicts(metrics, verdicts, step=step, log=log)
+    key = table.step_key
+    if step is not None or key is not None:
+        summary_step = step if step is not None or key is None else key[0]
+        summary_validate = validate if validate is not None else key is not None and key[1]
+        write_step_summary(table, metrics, summary_step, summary_validate, handle=_handle())
+    return metrics
 
 
 # -- in-flight samples across workers --------------------------------------------------------------
@@ -461,7 +497,7 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
     handle = _handle()
     live = handle.live if handle is not None else None
     if live is None:
-        from ..health._watchdog import Verdict
+        from ..metrics._verdicts import Verdict
 
         return Verdict()
     return live.verdict(step, validate)
@@ -475,7 +511,7 @@ def add_verdicts(
     (at most :data:`MAX_LISTED`): Ray folds similar lines from different workers into one
     (``[repeated Nx across cluster]``), so the merged verdict is said where nothing folds it. Pass
     ``log=False`` when the caller prints the verdict itself."""
-    from ..health._watchdog import apply_verdicts
+    from ..metrics._verdicts import apply_verdicts
 
     verdicts = list(verdicts)
     apply_verdicts(metrics, verdicts)

@@ -19,7 +19,7 @@ import numpy as np
 import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
 
 from .. import semconv as sc
-from ._table import PhaseTable
+from ._table import MAX_TOOLS, OTHER_TOOLS, PhaseTable, bound_tools
 
 # numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
 # while another thread runs that first import would leave the child blocked on its import lock forever.
@@ -30,6 +30,7 @@ _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute outside int64 is 
 _NPRE = sc.RL_NUM_PREEMPTED
 _PLEN = sc.RL_PROMPT_LENGTH
 _RLEN = sc.RL_RESPONSE_LENGTH
+_TOOL = sc.GEN_AI_TOOL_NAME
 # per-row scalar columns besides the phase totals and blocks (copied by StepRows.split_off)
 _ROW_FIELDS = (
     "npre_sum",
@@ -41,6 +42,8 @@ _ROW_FIELDS = (
     "error",
     "tid_hi",
     "tid_lo",
+    "wall_start",
+    "wall_end",
 )
 
 
@@ -97,7 +100,10 @@ class StepRows:
         "rows",
         "tid_hi",
         "tid_lo",
+        "tools",
         "total",
+        "wall_end",
+        "wall_start",
     )
 
     def __init__(self, max_rows: int) -> None:
@@ -116,6 +122,12 @@ class StepRows:
         self.error = array("b")
         self.tid_hi = array("Q")
         self.tid_lo = array("Q")
+        # the sample's rl.sample span start and end (0: not ended yet; to_table then reads its phase blocks)
+        self.wall_start = array("q")
+        self.wall_end = array("q")
+        # tool name -> (rows, durations ns) of each call (spans with gen_ai.tool.name of phase tool_calls);
+        # at most MAX_TOOLS names, further names' calls under OTHER_TOOLS
+        self.tools: dict[str, tuple[array, array]] = {}  # type: ignore[type-arg]
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
         self.late = False  # holds samples carried over from an earlier collect of the step (split_off)
@@ -146,7 +158,21 @@ class StepRows:
         self.error.append(0)
         self.tid_hi.append(0)
         self.tid_lo.append(0)
+        self.wall_start.append(0)
+        self.wall_end.append(0)
         return r
+
+    def _tool(self, name: object) -> tuple[array, array] | None:  # type: ignore[type-arg]
+        """The call lists of tool ``name`` (new, or :data:`OTHER_TOOLS`'s past :data:`MAX_TOOLS` names)."""
+        if type(name) is not str:
+            return None
+        if len(self.tools) >= MAX_TOOLS and name != OTHER_TOOLS:
+            name = OTHER_TOOLS
+            calls = self.tools.get(name)
+            if calls is not None:
+                return calls
+        calls = self.tools[name] = (array("q"), array("q"))
+        return calls
 
     def add(
         self, key: tuple[int, int], p: int, start: int, end: int, attrs: Mapping[str, Any], trace_id: int, error: bool
@@ -180,7 +206,16 @@ class StepRows:
                 if first < 0 or start < first:
                     self.npre_first[r] = start
                     self.npre_first_missing[r] = not known
+            elif p == 1:
+                tool = attrs.get(_TOOL)
+                if tool is not None:
+                    calls = self.tools.get(tool) or self._tool(tool)
+                    if calls is not None:
+                        calls[0].append(r)
+                        calls[1].append(end - start)
         else:
+            self.wall_start[r] = start
+            self.wall_end[r] = end
             value = attrs.get(_NPRE)
             if type(value) is int and _I64_MIN < value <= _I64_MAX:
                 self.npre_final[r] = value
@@ -192,7 +227,7 @@ class StepRows:
                 self.response_len[r] = value
             self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
             self.tid_lo[r] = trace_id & _MASK64
-        if error:
+        if error and p < 0:  # failed: the sample span ended with an error (a caught tool error is not)
             self.error[r] = 1
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
@@ -208,15 +243,37 @@ class StepRows:
                 out.blocks[p][o] = None if b is None else list(b)
             for name in _ROW_FIELDS:
                 getattr(out, name)[o] = getattr(self, name)[r]
+        for tool, (rows, durations) in self.tools.items():
+            for row, duration in zip(rows, durations, strict=True):
+                o = out.rows.get((self.index[row], self.rollout[row]), -1)
+                if o >= 0:
+                    calls = out.tools.get(tool) or out._tool(tool)
+                    if calls is not None:
+                        calls[0].append(o)
+                        calls[1].append(duration)
         return out
+
+    def _walls(self) -> tuple[np.ndarray, np.ndarray]:
+        """Each row's wall start and end: its ``rl.sample`` span's, else the earliest start and latest end of
+        its phase blocks (0 when none). Computed here, not per span: ``on_end`` stays as cheap as it was."""
+        n = len(self.index)
+        start = np.frombuffer(self.wall_start, dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+        end = np.frombuffer(self.wall_end, dtype=np.int64).copy() if n else np.zeros(0, np.int64)
+        for r in np.flatnonzero(end == 0).tolist():
+            spans = [b for b in (self.blocks[0][r], self.blocks[1][r], self.blocks[2][r]) if b]
+            if spans:
+                start[r] = min(b[0] for b in spans)
+                end[r] = max(b[-1] for b in spans)
+        return start, end
 
     def to_table(
         self,
         exclude: Mapping[tuple[int, int], object] | None = None,
         late: Iterable[tuple[int, int]] = (),
+        step_key: tuple[int | None, bool] | None = None,
     ) -> PhaseTable:
-        """The accumulated rows as a table, without the samples in ``exclude`` (those still running); rows
-        whose sample is in ``late`` are flagged ``late``."""
+        """The accumulated rows as a table, without the samples in ``exclude`` (those still running) and their
+        tool calls; rows whose sample is in ``late`` are flagged ``late``; ``step_key`` is recorded on it."""
         keep: np.ndarray | None = None
         if exclude:
             rows = [self.rows[key] for key in exclude if key in self.rows]
@@ -233,6 +290,16 @@ class StepRows:
             out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
             return out if keep is None else out[keep]
 
+        tools: dict[str, np.ndarray] = {}
+        for tool, (call_rows, durations) in self.tools.items():
+            seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
+            if keep is not None and len(call_rows):
+                seconds = seconds[keep[np.frombuffer(call_rows, dtype=np.int64)]]
+            if seconds.size:
+                tools[tool] = seconds
+        wall_start, wall_end = self._walls()
+        if keep is not None:
+            wall_start, wall_end = wall_start[keep], wall_end[keep]
         final = col(self.npre_final, np.int64)
         summed = col(self.npre_sum, np.int64) - col(self.npre_first_missing, np.int8)
         summed[col(self.npre_first, np.int64) < 0] = -1  # no generation span: unknown, like verl
@@ -249,5 +316,9 @@ class StepRows:
             trace_id_hi=col(self.tid_hi, np.uint64),
             trace_id_lo=col(self.tid_lo, np.uint64),
             late=late_col if keep is None else late_col[keep],
+            start_ns=wall_start,
+            end_ns=wall_end,
             ordered=self.in_order,
+            tools=bound_tools(tools),
+            step_key=step_key,
         )

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import threading
 from collections import OrderedDict
 from collections.abc import Callable, Iterable, Mapping
@@ -62,6 +63,7 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._release_listeners: list[Callable[[int | None, bool], None]] = []
         self._counter_sources: list[Callable[[], Mapping[str, int]]] = []
         self._step_sources: list[Callable[[int | None, bool, StepMetrics], None]] = []
+        self._collect_listeners: list[Callable[[PhaseTable, StepMetrics, int | None, bool], object]] = []
         self._on_shutdown: list[Callable[[], None]] = []
         self._on_flush: list[Callable[[float], bool]] = []
         self._init_state()
@@ -300,7 +302,10 @@ class PhaseMetricsProcessor(SpanProcessor):
             self._last_key = object()
             running = self._running.get(key) or {}
             late = self._late_samples.get(key) or ()
-            table = PhaseTable.empty() if rows is None else rows.to_table(exclude=running, late=late)
+            if rows is None:
+                table = dataclasses.replace(PhaseTable.empty(), step_key=key)
+            else:
+                table = rows.to_table(exclude=running, late=late, step_key=key)
             if release:  # samples still running stay in self._running: their root span ends later
                 self._released[key] = None
                 self._released.move_to_end(key)
@@ -333,7 +338,8 @@ class PhaseMetricsProcessor(SpanProcessor):
         Also holds this process's telemetry counters since start, ``agent_loop/telemetry/<name>`` (spans
         dropped or failed in export, samples not kept or spilled under a budget, spans outside any sample).
         """
-        metrics = compute_metrics(self.take(step, validate))
+        table = self.take(step, validate)
+        metrics = compute_metrics(table)
         counters = dict(self.stats)
         for source in self._counter_sources:
             try:
@@ -347,7 +353,17 @@ class PhaseMetricsProcessor(SpanProcessor):
                 step_source(step, validate, metrics)
             except Exception:
                 internal_error("PhaseMetricsProcessor.step_source")
+        for listener in self._collect_listeners:
+            try:
+                listener(table, metrics, step, validate)
+            except Exception:
+                internal_error("PhaseMetricsProcessor.collect_listener")
         return metrics
+
+    def add_collect_listener(self, listener: Callable[[PhaseTable, StepMetrics, int | None, bool], object]) -> None:
+        """Call ``listener(table, metrics, step, validate)`` at the end of each :meth:`collect`, with the table it
+        computed from and the dict it returns (the step summary writer)."""
+        self._collect_listeners.append(listener)
 
     def add_release_listener(self, listener: Callable[[int | None, bool], None]) -> None:
         """Call ``listener(step, validate)`` whenever a step's state is released (``take``/``collect``)."""

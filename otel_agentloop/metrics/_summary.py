@@ -24,7 +24,9 @@ import numpy as np
 import numpy.typing as npt
 
 from .. import semconv as sc
-from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics
+from ._table import MAX_TOOLS as MAX_TOOLS  # defined with the table, which bounds tool calls as it merges them
+from ._table import OTHER_TOOLS as OTHER_TOOLS
+from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics, bound_tools
 
 OK: str = "ok"
 FAILED: str = "failed"
@@ -33,9 +35,6 @@ HUNG: str = "hung"
 VERDICTS: tuple[str, ...] = (OK, FAILED, SLOW, HUNG)
 """Every verdict, mildest first."""
 SCHEMA_VERSION = 1
-MAX_TOOLS = 64
-"""Tool names kept per step; calls of further names are summed under :data:`OTHER_TOOLS`."""
-OTHER_TOOLS = "(other tools)"
 
 
 def verdict(*, error: bool, reported: bool, finished: bool) -> str:
@@ -271,7 +270,8 @@ def summarize(
 ) -> StepSummary:
     """The summary of one collected step: ``table`` and ``metrics`` exactly as ``collect()`` computed and returned
     them (its ``hung_samples``/``slow_samples`` give the watchdog's verdicts); ``tools``: each tool's call
-    durations in seconds; ``staleness``: per-sample staleness (async modes)."""
+    durations in seconds (default: the table's own, :attr:`PhaseTable.tools`); ``staleness``: per-sample
+    staleness (async modes)."""
     t = table.canonical()
     phases = {
         sc.GENERATE: Distribution.of(t.generate_sequences),
@@ -312,7 +312,7 @@ def summarize(
         num_samples=len(t),
         metrics={k: float(v) for k, v in metrics.items()},
         phases=phases,
-        tools=_tool_distributions(tools or {}),
+        tools=_tool_distributions(table.tools if tools is None else tools),
         counts=counts,
         slowest=slowest,
         start_ns=start_ns,
@@ -327,11 +327,7 @@ def summarize(
 
 
 def _tool_distributions(tools: Mapping[str, Iterable[float]]) -> dict[str, Distribution]:
-    """One distribution per tool name, the :data:`MAX_TOOLS` most called by name; the others pooled."""
+    """One distribution per tool name, the :data:`MAX_TOOLS` most called by name; the others pooled
+    (:func:`bound_tools`, as :meth:`PhaseTable.concat` merges them)."""
     calls = {name: np.fromiter(values, dtype=np.float64) for name, values in tools.items()}
-    ranked = sorted(calls, key=lambda name: (-calls[name].size, name))
-    out = {name: Distribution.of(calls[name]) for name in ranked[:MAX_TOOLS]}
-    rest = [calls[name] for name in ranked[MAX_TOOLS:]]
-    if rest:
-        out[OTHER_TOOLS] = Distribution.of(np.concatenate(rest))
-    return out
+    return {name: Distribution.of(values) for name, values in bound_tools(calls).items()}

@@ -8,7 +8,7 @@ samples were split across workers or in which order spans arrived.
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Sequence
+from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
 from typing import Any, NamedTuple
 
@@ -19,6 +19,26 @@ from .. import semconv as sc
 
 _PREFIX = sc.METRIC_PREFIX
 PERCENTILES = (50, 90, 99)
+MAX_TOOLS = 64
+"""Tool names kept per step; calls of further names are pooled under :data:`OTHER_TOOLS`."""
+OTHER_TOOLS = "(other tools)"
+ToolCalls = Mapping[str, npt.NDArray[np.float64]]
+"""Each tool's call durations in seconds, by tool name (at most :data:`MAX_TOOLS` names + :data:`OTHER_TOOLS`)."""
+
+
+def bound_tools(tools: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[np.float64]]:
+    """``tools`` (name -> call durations) with at most :data:`MAX_TOOLS` names: the most called (ties by
+    name); the calls of every other name, and any already pooled, under :data:`OTHER_TOOLS`."""
+    calls = {name: np.asarray(values, dtype=np.float64).ravel() for name, values in tools.items()}
+    pooled = calls.pop(OTHER_TOOLS, None)
+    ranked = sorted(calls, key=lambda name: (-calls[name].size, name))
+    out = {name: calls[name] for name in ranked[:MAX_TOOLS]}
+    rest = [calls[name] for name in ranked[MAX_TOOLS:]]
+    if pooled is not None:
+        rest.append(pooled)
+    if rest:
+        out[OTHER_TOOLS] = np.concatenate(rest)
+    return out
 
 
 class OverdueSample(NamedTuple):
@@ -38,11 +58,16 @@ class PhaseTable:
 
     Times are seconds (float64), phase time = wall time covered by the sample's spans of that phase.
     ``num_preempted`` is -1 when unknown; ``prompt_length``/``response_length`` are -1 when unknown.
-    ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit trace id (0 when unknown).
+    ``error``: the sample failed (its ``rl.sample`` span ended with an error; an error span below it that the
+    agent loop caught is not a failure). ``trace_id_hi``/``trace_id_lo`` are the two halves of the 128-bit
+    trace id (0 when unknown).
     ``late`` flags rows whose sample was still running at an earlier collect of its step (all False when
-    not given). ``start_ns``/``end_ns``: each sample's wall-clock start and end (Unix ns; 0 when unknown).
-    ``ordered`` promises rows are already in canonical order (skips a sort); leave it False when
-    unsure.
+    not given). ``start_ns``/``end_ns``: each sample's wall-clock start and end (Unix ns; 0 when unknown):
+    its ``rl.sample`` span's, else the earliest start and latest end of its phase spans.
+    ``tools``: each tool's call durations in seconds (spans with ``gen_ai.tool.name`` of phase tool_calls),
+    bounded by :func:`bound_tools`; not per row. ``step_key``: the (step, validate) the table was taken for
+    (``None`` when unknown; :meth:`concat` keeps it when every part agrees). ``ordered`` promises rows are
+    already in canonical order (skips a sort); leave it False when unsure.
     """
 
     sample_index: npt.NDArray[np.int64]
@@ -60,6 +85,8 @@ class PhaseTable:
     start_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     end_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     ordered: bool = False
+    tools: ToolCalls = field(default_factory=dict)
+    step_key: tuple[int | None, bool] | None = None
 
     def __post_init__(self) -> None:
         n = self.sample_index.shape[0]
@@ -84,13 +111,19 @@ class PhaseTable:
 
     @classmethod
     def concat(cls, tables: Iterable[PhaseTable]) -> PhaseTable:
-        """One table holding the rows of all ``tables`` (e.g. one per Ray worker)."""
+        """One table holding the rows and tool calls of all ``tables`` (e.g. one per Ray worker)."""
         parts = list(tables)
         cols: dict[str, Any] = {}  # column name -> array, for the dataclass constructor
         for name, dtype in _COLUMNS:
             arrays = [getattr(t, name) for t in parts]
             cols[name] = np.concatenate(arrays).astype(dtype, copy=False) if arrays else np.empty(0, dtype)
-        return cls(**cols)
+        calls: dict[str, list[npt.NDArray[np.float64]]] = {}
+        for t in parts:
+            for tool, values in t.tools.items():
+                calls.setdefault(tool, []).append(values)
+        tools = bound_tools({tool: np.concatenate(values) for tool, values in calls.items()})
+        keys = {t.step_key for t in parts}
+        return cls(**cols, tools=tools, step_key=keys.pop() if len(keys) == 1 else None)
 
     def trace_id_hex(self, i: int) -> str | None:
         """Row ``i``'s trace id as 32 hex digits, or ``None`` when unknown."""
@@ -103,7 +136,7 @@ class PhaseTable:
             return self
         order = np.lexsort((self.rollout_n, self.sample_index))
         cols = {name: getattr(self, name)[order] for name, _ in _COLUMNS}
-        return PhaseTable(**cols, ordered=True)
+        return PhaseTable(**cols, ordered=True, tools=self.tools, step_key=self.step_key)
 
     def slowest(self, n: int = 5) -> list[dict[str, object]]:
         """The ``n`` samples with the largest total, slowest first (canonical order breaks ties)."""

@@ -10,15 +10,16 @@ import contextlib
 import contextvars
 import importlib
 import itertools
-from collections.abc import Callable, Generator
+from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from ... import semconv as sc
-from ..._configure import current_handle
+from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
 from ...core._phase import PhaseSpec, SpanScope, finish, start
-from ...metrics._table import PhaseTable, compute_metrics
+from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
+from ...metrics._verdicts import apply_verdicts
 from . import _patching as patching
 from ._rows import OpenSampleRows, identity_int, read_identity
 
@@ -27,6 +28,7 @@ TOOL_LOOP = "verl.experimental.agent_loop.tool_agent_loop"
 SINGLE_TURN_LOOP = "verl.experimental.agent_loop.single_turn_agent_loop"
 LLM_SERVER = "verl.workers.rollout.llm_server"
 TABLE_KEY = "otel_agentloop_table"
+VERDICT_KEY = "otel_agentloop_verdict"
 META_KEY = "otel_agentloop"
 CARRIER_KEY = "otel_agentloop_carrier"
 POSITION_KEY = "otel_agentloop_position"
@@ -140,18 +142,42 @@ def _performance_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str,
                     tables.append(table)
     except Exception:
         internal_error("verl._performance_metrics.tables")
+    verdicts = []
+    try:
+        for chunk in metrics or ():
+            for row in chunk:
+                verdict = row.pop(VERDICT_KEY, None) if isinstance(row, dict) else None
+                if verdict is not None:
+                    verdicts.append(verdict)
+    except Exception:
+        internal_error("verl._performance_metrics.verdicts")
     timing = original(*args, **kwargs)
     if tables:
         try:
-            ours = compute_metrics(PhaseTable.concat(tables))
+            table = PhaseTable.concat(tables)
+            ours = compute_metrics(table)
+            apply_verdicts(ours, verdicts)
             for key, value in ours.items():
                 timing.setdefault(key, value)  # verl's own values are never replaced
             extra = {"slowest_trace_id": ours.slowest_trace_id, "slowest_sample": ours.slowest_sample}
             if instance is not None:
                 instance._otel_agentloop_last = extra
+            _write_summary(table, ours, timing)
         except Exception:
             internal_error("verl._performance_metrics.ours")
     return timing
+
+
+def _write_summary(table: PhaseTable, ours: StepMetrics, timing: Mapping[str, Any]) -> None:
+    """The step's ``rl.step.summary``: its metrics are the ``agent_loop/*`` keys verl logs (``timing``), with
+    the watchdog's verdicts of ``ours``; the step is the one the workers' tables were taken for."""
+    logged = StepMetrics({k: float(v) for k, v in timing.items() if k.startswith(sc.METRIC_PREFIX + "/")})
+    logged.hung_samples, logged.slow_samples = ours.hung_samples, ours.slow_samples
+    key = table.step_key
+    if key is None:
+        current = _context.current_step()
+        key = (current.step, current.validate) if current is not None else (None, False)
+    write_step_summary(table, logged, key[0], key[1])
 
 
 # -- the worker (actor) ---------------------------------------------------------------------------------
@@ -173,6 +199,8 @@ async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwarg
         if handle is not None and rows:
             handle.force_flush(5.0)
             rows[0][TABLE_KEY] = handle.metrics.take(int(step), validate)
+            if handle.live is not None:  # the watchdog's verdict, classified at that take
+                rows[0][VERDICT_KEY] = handle.live.verdict(int(step), validate)
     except Exception:
         internal_error("verl.worker.generate_sequences.table")
     return output

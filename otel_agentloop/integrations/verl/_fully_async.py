@@ -63,7 +63,7 @@ def _assemble(original: Any) -> Any:
         try:
             rows = batch.non_tensor_batch.pop(ROW_COLUMN, None)
             if rows is not None:
-                batch.meta_info.update(batch_metrics(list(rows)))
+                batch.meta_info.update(batch_metrics(list(rows), summary=True))
         except Exception:
             internal_error("verl.fully_async.assemble")
         return batch
@@ -73,13 +73,17 @@ def _assemble(original: Any) -> Any:
     return assemble_batch_from_rollout_samples
 
 
-def batch_metrics(rows: list[Any]) -> dict[str, float]:
+def batch_metrics(rows: list[Any], *, summary: bool = False) -> dict[str, float]:
     """Our keys for one assembled batch: verl's agent_loop formula and ours, and the processing-time statistics
-    verl's ``assemble_batch_from_rollout_samples`` computes, all from the span rows, under ``fully_async/``."""
-    from ._v1 import step_metrics
+    verl's ``assemble_batch_from_rollout_samples`` computes, all from the span rows, under ``fully_async/``.
+
+    ``summary``: also write the batch's ``rl.step.summary`` (its step: the latest dispatch step among its
+    rows, the rollouter's parameter version; the trainer's own step is not known here)."""
+    from ._v1 import _step_results, write_summary
 
     rows = [r for r in rows if isinstance(r, dict)]
-    out = {PREFIX + key: value for key, value in step_metrics(rows, emit=False).items()}
+    ours, table, _ = _step_results(rows, emit=False)
+    out = {PREFIX + key: value for key, value in ours.items()}
     gen = np.array([r[TAG + "generate_sequences"] for r in rows], dtype=np.float64)
     if len(gen):
         stats = {
@@ -91,4 +95,8 @@ def batch_metrics(rows: list[Any]) -> dict[str, float]:
             "tp95": float(np.percentile(gen, 95)),
         }
         out.update({f"{PREFIX}agent_loop/processing_time/{k}": v for k, v in stats.items()})
+    if summary and rows:
+        steps = [r.get(TAG + "step") for r in rows]
+        known = [int(s) for s in steps if isinstance(s, (int, float))]
+        write_summary(table, out, max(known) if known else None, False, prefix=PREFIX)
     return out

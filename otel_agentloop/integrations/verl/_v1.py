@@ -29,12 +29,12 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from ... import semconv as sc
-from ..._configure import current_handle
+from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
 from ...core._state import state
 from ...core._tracer import current_tracer
-from ...metrics._table import PhaseTable, compute_metrics
+from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from . import _patching as patching
 from ._agent_loop import (
     CARRIER_KEY,
@@ -266,9 +266,10 @@ def _compute_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any
         bound.update({k: v for k, v in kwargs.items() if k in names})
         metrics, batch = bound["metrics"], bound["batch"]
         consumed = int(bound.get("global_steps", getattr(args[0], "global_steps", -1)))
-        ours = step_metrics(batch.tags, consumed_step=consumed)
+        ours, table, staleness = _step_results(batch.tags, consumed_step=consumed, emit=True)
         for key, value in ours.items():
             metrics.setdefault(key, value)  # verl's own values are never replaced
+        write_summary(table, metrics, consumed, False, staleness=staleness)
     except Exception:
         internal_error("verl.v1._compute_metrics")
     return result
@@ -291,8 +292,10 @@ def _validate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
         _VAL_TAGS.reset(token)
     try:
         if collected and isinstance(result, dict):
-            for key, value in step_metrics(collected, emit=False).items():
+            ours, table, _ = _step_results(collected, emit=False)
+            for key, value in ours.items():
                 result.setdefault(VAL_PREFIX + key, value)
+            write_summary(table, result, int(args[0].global_steps), True, prefix=VAL_PREFIX)
     except Exception:
         internal_error("verl.v1._validate")
     return result
@@ -315,7 +318,15 @@ def step_metrics(
     tags: Sequence[Mapping[str, Any]], *, consumed_step: int | None = None, emit: bool = True
 ) -> dict[str, float]:
     """verl's ``agent_loop/*`` keys and ours for the trajectories whose tags are given (one trained step)."""
+    return _step_results(tags, consumed_step=consumed_step, emit=emit)[0]
+
+
+def _step_results(
+    tags: Sequence[Mapping[str, Any]], *, consumed_step: int | None = None, emit: bool = True
+) -> tuple[dict[str, float], PhaseTable, Any]:
+    """:func:`step_metrics`, with the table it was computed from and the per-sample staleness (or ``None``)."""
     table, rows = table_from_tags(tags)
+    staleness = None
     out: dict[str, float] = dict(compute_metrics(table))
     prefix = sc.METRIC_PREFIX
     if len(table):
@@ -336,7 +347,27 @@ def step_metrics(
                 out[f"{prefix}/telemetry/{name}"] = float(value)
         except Exception:
             internal_error("verl.v1.telemetry")
-    return out
+    return out, table, staleness
+
+
+def write_summary(
+    table: PhaseTable,
+    logged: Mapping[str, Any],
+    step: int | None,
+    validate: bool,
+    *,
+    staleness: Any = None,
+    prefix: str = "",
+) -> None:
+    """The step's ``rl.step.summary``: its metrics are the ``<prefix>agent_loop/*`` keys verl logs (``logged``,
+    verl's own values where verl computed the key), the prefix removed."""
+    try:
+        head = prefix + sc.METRIC_PREFIX + "/"
+        metrics = StepMetrics({k[len(prefix) :]: float(v) for k, v in logged.items() if k.startswith(head)})
+    except Exception:
+        internal_error("verl.v1.summary")
+        return
+    write_step_summary(table, metrics, step, validate, staleness=staleness)
 
 
 def _group_metrics(table: PhaseTable, rows: list[Mapping[str, Any]]) -> dict[str, float]:

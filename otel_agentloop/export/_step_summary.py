@@ -1,0 +1,108 @@
+"""The ``rl.step.summary`` span: one per collected step, the record the run page and ``report --compare`` read.
+
+:meth:`StepSummaryWriter.write` builds the step's :class:`~otel_agentloop.metrics.StepSummary` with
+:func:`~otel_agentloop.metrics._summary.summarize` (the table and metrics exactly as the caller's step
+produced them) and exports it as a span of a trace of its own (:data:`semconv.STEP_SUMMARY_SPAN`, attributes
+``rl.step``, ``rl.validate`` and :data:`semconv.RL_STEP_SUMMARY` = the summary's JSON). Every place that
+produces a step's final metric dict calls it: ``collect()``, ``integrations.ray.merge_metrics``, verl's
+legacy ``_performance_metrics`` and V1 ``step_metrics``.
+
+Like the watchdog's snapshot spans, the span goes through a side tracer straight into the handle's export
+processors: ALWAYS_ON (no trace sampler drops it), past the SampleKeeper (no sample budget holds it back), and
+with no attribute length limit (``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` never truncates the JSON). It never
+raises into the caller; written and failed summaries are counted (``handle.stats``).
+"""
+
+from __future__ import annotations
+
+import threading
+import time
+from collections.abc import Sequence
+from typing import Any
+
+import numpy.typing as npt
+from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+
+from .. import semconv as sc
+from ..core._guard import internal_error
+from ..metrics._summary import StepSummary, summarize
+from ..metrics._table import PhaseTable, StepMetrics
+
+_UNLIMITED = SpanLimits.UNSET
+NO_STEP = -1
+"""The step a summary records for ``collect(None)`` (a step-less collect), as verl marks an unknown step."""
+
+
+class StepSummaryWriter:
+    """Writes ``rl.step.summary`` spans into ``export`` (span processors) with ``resource``; see the module."""
+
+    def __init__(self, resource: Resource, export: Sequence[SpanProcessor]) -> None:
+        limits = SpanLimits(
+            max_attributes=8,
+            max_events=0,
+            max_links=0,
+            max_span_attributes=8,
+            max_event_attributes=0,
+            max_link_attributes=0,
+            max_attribute_length=_UNLIMITED,
+            max_span_attribute_length=_UNLIMITED,
+        )  # all given: no OTEL_*_LIMIT is read, the JSON is never truncated
+        provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, span_limits=limits, shutdown_on_exit=False)
+        for proc in export:
+            provider.add_span_processor(proc)
+        self._tracer = provider.get_tracer("otel_agentloop.summary")
+        self._lock = threading.Lock()
+        self.written = 0
+        self.failed = 0
+        self.closed = False
+
+    def write(
+        self,
+        table: PhaseTable,
+        metrics: StepMetrics,
+        step: int | None,
+        validate: bool = False,
+        *,
+        staleness: npt.ArrayLike | None = None,
+    ) -> StepSummary | None:
+        """Summarize and export one collected step (``metrics``: the dict the caller returns, with the
+        watchdog's hung/slow samples; ``staleness``: per-sample, async modes). Returns the summary written,
+        ``None`` when closed or on an internal error (logged once, counted in ``failed``). Never raises."""
+        if self.closed:
+            return None
+        try:
+            collected_ns = time.time_ns()
+            summary = summarize(
+                table,
+                metrics,
+                NO_STEP if step is None else int(step),
+                bool(validate),
+                collected_ns=collected_ns,
+                staleness=staleness,
+            )
+            attrs: dict[str, Any] = {
+                sc.RL_STEP: summary.step,
+                sc.RL_VALIDATE: summary.validate,
+                sc.RL_STEP_SUMMARY: summary.to_json(),
+            }
+            start = summary.start_ns if 0 < summary.start_ns <= collected_ns else collected_ns
+            span = self._tracer.start_span(sc.STEP_SUMMARY_SPAN, context=Context(), attributes=attrs, start_time=start)
+            span.end(end_time=collected_ns)
+        except Exception:
+            with self._lock:
+                self.failed += 1
+            internal_error("StepSummaryWriter.write")
+            return None
+        with self._lock:
+            self.written += 1
+        return summary
+
+    def close(self) -> None:
+        self.closed = True
+
+    @property
+    def stats(self) -> dict[str, int]:
+        return {"summaries_written": self.written, "summaries_failed": self.failed}
