@@ -41,9 +41,9 @@ from typing import Any
 
 from .. import semconv as sc
 from ..metrics._records import SpanRecord
-from ..metrics._summary import HUNG, OK, SLOW, StepSummary, verdict
-from ..metrics._table import OverdueSample
-from ._report import stored_summaries
+from ..metrics._summary import HUNG, OK, SLOW
+from ..metrics._verdicts import StepVerdicts
+from ._report import step_verdicts, stored_summaries
 
 SampleKey = tuple[int, int]
 SpanKey = tuple[int, int]
@@ -198,33 +198,14 @@ def _owners(spans: Mapping[SpanKey, SpanRecord]) -> dict[SpanKey, SampleKey | No
 
 
 def _verdict(
-    spans: list[SpanRecord], summary: StepSummary | None, key: SampleKey
+    spans: list[SpanRecord], verdicts: StepVerdicts, key: SampleKey
 ) -> tuple[str, SpanRecord | None, list[SpanRecord]]:
-    """A sample's one verdict, its finished sample span (if any) and its snapshots (oldest first).
-
-    With the step's stored summary, its hung/slow lists (made at collect) decide whether the watchdog reported
-    the sample and whether it had finished. Without one, the snapshot rule: a snapshotted sample is reported,
-    and finished unless its sample span never ended or ended cancelled (``rl.cancelled``: the trainer cancels
-    what still runs after collecting the step). Failed: its sample span ended with an error."""
+    """A sample's one verdict (``verdicts``: the step's, see ``analysis._report.step_verdicts``), its finished
+    sample span (if any) and its snapshots (oldest first)."""
     roots = [s for s in spans if _is_sample_root(s)]
     root = max(roots, key=lambda s: (s.end_ns, s.span_id)) if roots else None
     snapshots = sorted((s for s in spans if _is_snapshot(s)), key=lambda s: (s.end_ns, s.span_id))
-    if summary is not None:
-        trace_ids = {s.trace_id_hex for s in spans}
-
-        def listed(items: Iterable[OverdueSample]) -> bool:
-            return any(
-                (o.sample_index, -1 if o.rollout_n is None else o.rollout_n) == key or o.trace_id in trace_ids
-                for o in items
-            )
-
-        hung = listed(summary.hung)
-        reported, finished = hung or listed(summary.slow), not hung
-    else:
-        cancelled = root is not None and root.attributes.get(sc.RL_CANCELLED) is True
-        reported, finished = bool(snapshots), root is not None and not cancelled
-    error = root is not None and root.error
-    return verdict(error=error, reported=reported, finished=finished), root, snapshots
+    return verdicts.of_sample(key, error=root is not None and root.error), root, snapshots
 
 
 def _us(ns: int, t0: int) -> int:
@@ -319,13 +300,13 @@ def _label(verdict_: str) -> str:
     return "" if verdict_ == OK else f" [{verdict_}]"
 
 
-def _group_items(group: _Group, spans: list[SpanRecord], summary: StepSummary | None, t0: int) -> dict[str, Any] | None:
+def _group_items(group: _Group, spans: list[SpanRecord], verdicts: StepVerdicts, t0: int) -> dict[str, Any] | None:
     """Fill ``group.items`` (and the sample's verdict); returns the sample's facts for its events' args."""
     snapshot_events: set[int] = set()
     primary: SpanRecord | None = None
     facts: dict[str, Any] | None = None
     if group.key is not None:
-        group.verdict, root, snapshots = _verdict(spans, summary, group.key)
+        group.verdict, root, snapshots = _verdict(spans, verdicts, group.key)
         primary = root if root is not None else (snapshots[-1] if snapshots else None)
         snapshot_events = {id(s) for s in snapshots if s is not primary}
         facts = {"sample": f"{group.key[0]}/{group.key[1]}", "verdict": group.verdict, "worker": group.worker}
@@ -391,7 +372,7 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
     (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events."""
     records = list(records)
     spans = {k: r for k, r in _step_spans(records, step, validate).items() if r.start_ns > 0}
-    summary = stored_summaries(records).get((step, validate))
+    verdicts = step_verdicts(records, step, validate, stored_summaries(records).get((step, validate)))
     t0 = min((r.start_ns for r in spans.values()), default=0)
     owners = _owners(spans)
     by_sample: dict[SampleKey, list[SpanRecord]] = {}
@@ -428,7 +409,7 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
     first_tid: dict[int, int] = {}
     for group in groups:
         recs = by_sample[group.key] if group.key is not None else outside[group.worker]
-        facts = _group_items(group, recs, summary, t0)
+        facts = _group_items(group, recs, verdicts, t0)
         if group.key is not None:
             counts[group.verdict] = counts.get(group.verdict, 0) + 1
             title = f"sample {group.key[0]}/{group.key[1]}{_label(group.verdict)}"
