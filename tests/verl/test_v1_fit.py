@@ -190,6 +190,8 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
             summary = written[(step, False)]
             assert dict(summary.metrics) == {k: float(v) for k, v in data.items() if k.startswith("agent_loop/")}
             assert summary.num_samples == PROMPTS * SESSIONS
+            assert 0 < summary.start_ns < summary.median_end_ns <= summary.end_ns  # the samples' wall times
+            assert sum(d.count for d in summary.tools.values()) > 0 and summary.phases["tool_calls"].max > 0
             assert summary.staleness_max == data["agent_loop/staleness/max"]
             assert summary.staleness_mean == pytest.approx(data["agent_loop/staleness/mean"])
     val_summary = written[(STEPS, True)]
