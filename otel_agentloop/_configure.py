@@ -236,8 +236,17 @@ def write_step_summary(
         return None
 
 
-_RUN_LOCK = threading.Lock()
+_run_lock = threading.Lock()
 _generated_run: list[str] = []  # this process's generated (run id, attempt), once: a reconfigure keeps them
+
+
+def _new_run_lock() -> None:  # a forked child keeps the run (the same launch), never a lock held at fork
+    global _run_lock
+    _run_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_run_lock)
 
 
 def new_run_id() -> str:
@@ -247,7 +256,7 @@ def new_run_id() -> str:
 
 def process_run_id() -> str:
     """The run id this process uses where none is given (generated once, or adopted)."""
-    with _RUN_LOCK:
+    with _run_lock:
         if not _generated_run:
             _generated_run.extend((new_run_id(), new_run_id()))
         return _generated_run[0]
@@ -259,7 +268,7 @@ def adopt_run_id(run_id: str) -> None:
     workers started from now on (``worker_env``). The current handle's own resource cannot change: spans it
     already made, and makes, keep the id it was configured with (said once)."""
     process_run_id()
-    with _RUN_LOCK:
+    with _run_lock:
         _generated_run[0] = run_id
     handle = current_handle()
     if handle is None or handle.closed or not handle.enabled or handle.run_id == run_id:
