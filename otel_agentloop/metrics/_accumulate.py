@@ -99,15 +99,15 @@ class StepRows:
         "prompt_len",
         "response_len",
         "rollout",
+        "root_end",
+        "root_start",
         "rows",
+        "span_end",
+        "span_start",
         "tid_hi",
         "tid_lo",
         "tools",
         "total",
-        "root_end",
-        "root_start",
-        "span_end",
-        "span_start",
     )
 
     def __init__(self, max_rows: int) -> None:
