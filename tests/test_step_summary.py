@@ -171,6 +171,10 @@ def test_tool_calls_are_bounded_and_merged_across_tables_and_running_samples_lea
     snapshot = {sc.RL_PHASE: sc.TOOL_CALLS, sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: 0, sc.GEN_AI_TOOL_NAME: "t0"}
     proc.ingest("x (in progress)", {**snapshot, sc.RL_SNAPSHOT: True}, 0, 10**9, 5, False)  # not a call
     table = proc.take(1)
+    # no rl.sample span: a sample's wall times are its phase spans' earliest start and latest end
+    first = table.canonical()
+    assert (first.start_ns[0], first.end_ns[0]) == (1_000, 1_010 + 1_000_000)
+    assert (first.start_ns[5], first.end_ns[5]) == (1_000, 1_000 + 6_000_000)
     assert len(table.tools) == MAX_TOOLS + 1 and table.tools[OTHER_TOOLS].size == 6
     assert table.tools["t0"].tolist() == [0.001, 0.001]
     # two workers' tables: merged by name, bounded again, the pooled calls stay pooled

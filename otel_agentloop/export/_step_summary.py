@@ -27,7 +27,7 @@ from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 
 from .. import semconv as sc
-from ..core._guard import internal_error
+from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._summary import StepSummary, summarize
 from ..metrics._table import PhaseTable, StepMetrics
 
@@ -54,10 +54,15 @@ class StepSummaryWriter:
         for proc in export:
             provider.add_span_processor(proc)
         self._tracer = provider.get_tracer("otel_agentloop.summary")
-        self._lock = threading.Lock()
+        self._new_lock()
+        after_fork_in_child(self, "_new_lock")
         self.written = 0
         self.failed = 0
         self.closed = False
+
+    def _new_lock(self) -> None:
+        """A fresh lock (also in a forked child: one held by another thread at fork is never inherited held)."""
+        self._lock = threading.Lock()
 
     def write(
         self,

@@ -8,7 +8,8 @@ Driver::
         refs = [w.generate.remote(chunk, otel_carrier=carrier()) for w, chunk in zip(workers, chunks)]
         ...
     tables = ray.get([w.phase_table.remote(step) for w in workers])   # each calls worker_table(step)
-    metrics = merge_metrics(tables)                                    # verl's dict, same code as collect()
+    verdicts = ray.get([w.verdict.remote(step) for w in workers])      # each calls worker_verdict(step)
+    metrics = merge_metrics(tables, verdicts)   # verl's dict, same code as collect(); writes rl.step.summary
 
 Worker: decorate the actor method with :func:`traced_remote` (it adds the keyword ``otel_carrier`` and
 declares it in ``__signature__``, which Ray checks after unwrapping decorators); inside, the driver's step

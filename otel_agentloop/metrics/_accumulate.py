@@ -42,8 +42,10 @@ _ROW_FIELDS = (
     "error",
     "tid_hi",
     "tid_lo",
-    "wall_start",
-    "wall_end",
+    "root_start",
+    "root_end",
+    "span_start",
+    "span_end",
 )
 
 
@@ -97,13 +99,15 @@ class StepRows:
         "prompt_len",
         "response_len",
         "rollout",
+        "root_end",
+        "root_start",
         "rows",
+        "span_end",
+        "span_start",
         "tid_hi",
         "tid_lo",
         "tools",
         "total",
-        "wall_end",
-        "wall_start",
     )
 
     def __init__(self, max_rows: int) -> None:
@@ -122,9 +126,12 @@ class StepRows:
         self.error = array("b")
         self.tid_hi = array("Q")
         self.tid_lo = array("Q")
-        # the sample's rl.sample span start and end (0: not ended yet; to_table then reads its phase blocks)
-        self.wall_start = array("q")
-        self.wall_end = array("q")
+        # the sample's rl.sample span start and end (0: not ended yet), and its phase spans' earliest start
+        # (_I64_MAX: none yet) and latest end
+        self.root_start = array("q")
+        self.root_end = array("q")
+        self.span_start = array("q")
+        self.span_end = array("q")
         # tool name -> (rows, durations ns) of each call (spans with gen_ai.tool.name of phase tool_calls);
         # at most MAX_TOOLS names, further names' calls under OTHER_TOOLS
         self.tools: dict[str, tuple[array, array]] = {}  # type: ignore[type-arg]
@@ -158,8 +165,10 @@ class StepRows:
         self.error.append(0)
         self.tid_hi.append(0)
         self.tid_lo.append(0)
-        self.wall_start.append(0)
-        self.wall_end.append(0)
+        self.root_start.append(0)
+        self.root_end.append(0)
+        self.span_start.append(_I64_MAX)
+        self.span_end.append(0)
         return r
 
     def _tool(self, name: object) -> tuple[array, array] | None:  # type: ignore[type-arg]
@@ -191,11 +200,17 @@ class StepRows:
             if b is None:
                 blocks[r] = [start, end]
                 self.total[p][r] += end - start
-            elif start > b[-1]:
+                if start < self.span_start[r]:
+                    self.span_start[r] = start
+            elif start > b[-1]:  # after the phase's first block: cannot move the sample's earliest start
                 b += (start, end)
                 self.total[p][r] += end - start
             else:
                 self.total[p][r] += add_interval(b, start, end)
+                if start < self.span_start[r]:
+                    self.span_start[r] = start
+            if end > self.span_end[r]:
+                self.span_end[r] = end
             if p == 0:
                 # verl: the first turn sets num_preempted (None -> -1), later turns add (None -> 0).
                 value = attrs.get(_NPRE)
@@ -214,8 +229,8 @@ class StepRows:
                         calls[0].append(r)
                         calls[1].append(end - start)
         else:
-            self.wall_start[r] = start
-            self.wall_end[r] = end
+            self.root_start[r] = start
+            self.root_end[r] = end
             value = attrs.get(_NPRE)
             if type(value) is int and _I64_MIN < value <= _I64_MAX:
                 self.npre_final[r] = value
@@ -255,15 +270,15 @@ class StepRows:
 
     def _walls(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's wall start and end: its ``rl.sample`` span's, else the earliest start and latest end of
-        its phase blocks (0 when none). Computed here, not per span: ``on_end`` stays as cheap as it was."""
-        n = len(self.index)
-        start = np.frombuffer(self.wall_start, dtype=np.int64).copy() if n else np.zeros(0, np.int64)
-        end = np.frombuffer(self.wall_end, dtype=np.int64).copy() if n else np.zeros(0, np.int64)
-        for r in np.flatnonzero(end == 0).tolist():
-            spans = [b for b in (self.blocks[0][r], self.blocks[1][r], self.blocks[2][r]) if b]
-            if spans:
-                start[r] = min(b[0] for b in spans)
-                end[r] = max(b[-1] for b in spans)
+        its phase spans (0 when none)."""
+        if not len(self.index):
+            return np.zeros(0, np.int64), np.zeros(0, np.int64)
+        root_start = np.frombuffer(self.root_start, dtype=np.int64)
+        root_end = np.frombuffer(self.root_end, dtype=np.int64)
+        span_start = np.frombuffer(self.span_start, dtype=np.int64)
+        rooted = root_end > 0
+        start = np.where(rooted, root_start, np.where(span_start == _I64_MAX, 0, span_start))
+        end = np.where(rooted, root_end, np.frombuffer(self.span_end, dtype=np.int64))
         return start, end
 
     def to_table(

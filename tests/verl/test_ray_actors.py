@@ -7,6 +7,7 @@ import pytest
 import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
+from otel_agentloop.analysis._report import stored_summaries
 from otel_agentloop.integrations import verl as oal_verl
 
 
@@ -61,6 +62,17 @@ def test_legacy_actor_created_by_an_instrumented_driver(instrumented_cluster) ->
     )
     (step_span,) = [r for r in receiver.records if r.name == sc.STEP_SPAN and r.attributes.get(sc.RL_STEP) == 5]
     assert all(step_span.span_id in [sid for _, sid in s.links] for s in samples)
+    # the driver's rl.step.summary: the agent_loop keys verl's manager returned (what verl logs), equal; the
+    # actor's spans carry the driver's run
+    assert rs.wait_for(lambda: (5, False) in stored_summaries(list(receiver.records)), timeout=20)
+    summary = stored_summaries(list(receiver.records))[(5, False)]
+    assert dict(summary.metrics) == {k: float(v) for k, v in timing.items() if k.startswith("agent_loop/")}
+    assert summary.num_samples == rs.N_LEGACY and summary.start_ns > 0
+    (summary_span,) = [r for r in receiver.records if r.name == sc.STEP_SUMMARY_SPAN]
+    assert {(s.resource[sc.RL_RUN_ID], s.resource[sc.RL_RUN_ATTEMPT]) for s in samples} == {
+        (summary_span.resource[sc.RL_RUN_ID], summary_span.resource[sc.RL_RUN_ATTEMPT])
+    }
+    assert summary_span.resource["process.pid"] != samples[0].resource["process.pid"]
 
 
 def test_v1_actor_created_by_an_instrumented_process(instrumented_cluster) -> None:

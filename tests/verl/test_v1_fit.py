@@ -5,6 +5,8 @@ trained, read back from TransferQueue; plus ours; validation under its own keys.
 
 from __future__ import annotations
 
+import time
+
 import fit_harness as fh
 import numpy as np
 import pytest
@@ -12,6 +14,7 @@ import ray_scenarios as rs
 import torch
 
 from otel_agentloop import semconv as sc
+from otel_agentloop.analysis._report import stored_summaries
 from otel_agentloop.integrations import verl as oal_verl
 
 PROMPTS, SESSIONS, STEPS = 2, rs.N_SESSIONS, 3
@@ -105,6 +108,7 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
     trainer = fh.make_trainer(mode, actor, prompts=PROMPTS, n=SESSIONS, steps=STEPS, test_freq=STEPS)
     manager = AgentLoopManagerTQ.__new__(AgentLoopManagerTQ)
     manager.agent_loop_workers = [actor]
+    fit_started_ns = time.time_ns()
     trainer.fit(manager)
 
     steps = [s for s, data in logged if "training/global_step" in data]
@@ -170,3 +174,28 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
             assert len(r.links) == len(trained[step])
             assert {sid for _, sid in r.links} <= {s.span_id for s in by_id.values()}
     assert np.isfinite([float(v) for _, d in logged for k, v in d.items() if k.startswith("agent_loop/")]).all()
+
+    # one rl.step.summary per trained step and for the validation: the agent_loop keys verl logged, equal
+    def summaries() -> dict:
+        return {
+            (s.step, s.validate): s
+            for s in stored_summaries(list(receiver.records)).values()
+            if s.collected_ns >= fit_started_ns
+        }
+
+    assert rs.wait_for(lambda: {(k, False) for k in range(1, STEPS + 1)} | {(STEPS, True)} <= set(summaries()))
+    written = summaries()
+    for step, data in logged:
+        if "training/global_step" in data:
+            summary = written[(step, False)]
+            assert dict(summary.metrics) == {k: float(v) for k, v in data.items() if k.startswith("agent_loop/")}
+            assert summary.num_samples == PROMPTS * SESSIONS
+            assert 0 < summary.start_ns < summary.median_end_ns <= summary.end_ns  # the samples' wall times
+            assert sum(d.count for d in summary.tools.values()) > 0 and summary.phases["tool_calls"].max > 0
+            assert summary.staleness_max == data["agent_loop/staleness/max"]
+            assert summary.staleness_mean == pytest.approx(data["agent_loop/staleness/mean"])
+    val_summary = written[(STEPS, True)]
+    prefix = "val-aux/"
+    assert dict(val_summary.metrics) == {
+        k[len(prefix) :]: float(v) for k, v in val[-1].items() if k.startswith(prefix + "agent_loop/")
+    }

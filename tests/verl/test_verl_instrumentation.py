@@ -54,6 +54,7 @@ PATCHED = [  # (module, owner path, attribute): everything instrument() replaces
     ("verl.trainer.ppo.v1.trainer_base", "PPOTrainer", "_validate"),
     ("verl.experimental.fully_async_policy.fully_async_rollouter", _ROLLOUTER, "_process_single_sample_streaming"),
     ("verl.experimental.fully_async_policy.fully_async_trainer", "", "assemble_batch_from_rollout_samples"),
+    ("verl.trainer.constants_ppo", "", "get_ppo_ray_runtime_env"),
 ]
 
 

@@ -47,6 +47,7 @@ from ._agent_loop import (
     uninstrumented_performance_metrics,
 )
 from ._fully_async import ROLLOUTER, TRAINER, apply_rollouter, apply_trainer
+from ._run import CONSTANTS_PPO, apply_constants_ppo
 from ._v1 import (
     AGENT_LOOP_TQ,
     REPLAY_BUFFER,
@@ -84,6 +85,7 @@ MODULES: tuple[tuple[str, Callable[[Any], None]], ...] = (
     (TRAINER_BASE, apply_trainer_base),
     (ROLLOUTER, apply_rollouter),
     (TRAINER, apply_trainer),
+    (CONSTANTS_PPO, apply_constants_ppo),
 )
 """verl modules we patch, in order (bases before the classes Ray makes remote from them)."""
 

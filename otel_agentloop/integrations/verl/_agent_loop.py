@@ -381,11 +381,20 @@ def _remote(carrier: Any) -> Generator[None, None, None]:
 
 
 def _call_row(
-    handle: _context.SampleHandle, output: Any, values: dict[str, float], index: int, rollout: int, uid: str, step: int
+    handle: _context.SampleHandle, output: Any, values: dict[str, Any], index: int, rollout: int, uid: str, step: int
 ) -> dict[str, Any]:
     from ._rows import row_tags
 
-    row = row_tags(values, index=index, rollout_n=rollout, uid=uid, step=step, trace_id=handle.trace_id)
+    start_ns = getattr(handle.span, "start_time", None) if handle.span is not None else None
+    row = row_tags(
+        values,
+        index=index,
+        rollout_n=rollout,
+        uid=uid,
+        step=step,
+        trace_id=handle.trace_id,
+        start_ns=start_ns if isinstance(start_ns, int) else None,
+    )
     width = int(output.prompt_ids.shape[-1])
     mask = output.attention_mask[0]
     row["prompt_len"], row["response_len"] = int(mask[:width].sum()), int(mask[width:].sum())

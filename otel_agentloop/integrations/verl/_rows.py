@@ -9,6 +9,7 @@ that ride with the trajectory, and :func:`table_from_tags` rebuilds the per-samp
 
 from __future__ import annotations
 
+import json
 import sys
 import threading
 from collections.abc import Mapping, Sequence
@@ -21,7 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from ... import semconv as sc
 from ...core._guard import internal_error, safe_str, warn_once
 from ...metrics._accumulate import PHASE_INDEX, StepRows
-from ...metrics._table import PhaseTable
+from ...metrics._table import PhaseTable, bound_tools
 
 Key = tuple[Any, Any, Any, Any]  # (step, validate, sample index, rollout n) as the spans carry them
 TAG = "otel_agentloop."
@@ -117,7 +118,7 @@ class OpenSampleRows(SpanProcessor):
             if len(self._open) < self.max_open:
                 self._open[key] = StepRows(1)
 
-    def close(self, key: Key) -> dict[str, float] | None:
+    def close(self, key: Key) -> dict[str, Any] | None:
         """The sample's totals (seconds) and num_preempted, releasing it; ``None`` if not registered."""
         with self._lock:
             rows = self._open.pop(key, None)
@@ -125,13 +126,15 @@ class OpenSampleRows(SpanProcessor):
             return None
         return self._values(rows)
 
-    def peek(self, key: Key) -> dict[str, float] | None:
+    def peek(self, key: Key) -> dict[str, Any] | None:
         with self._lock:
             rows = self._open.get(key)
             return None if rows is None else self._values(rows)
 
     @staticmethod
-    def _values(rows: StepRows) -> dict[str, float]:
+    def _values(rows: StepRows) -> dict[str, Any]:
+        """Phase totals (seconds) and num_preempted; ``start_ns``/``end_ns`` (its phase spans' extent so far) and
+        ``tools`` (tool name -> call seconds) when known."""
         if not len(rows):  # no phase span yet
             return {sc.GENERATE: 0.0, sc.TOOL_CALLS: 0.0, sc.COMPUTE_SCORE: 0.0, "num_preempted": -1.0}
         table = rows.to_table()
@@ -140,6 +143,9 @@ class OpenSampleRows(SpanProcessor):
             sc.TOOL_CALLS: float(table.tool_calls[0]),
             sc.COMPUTE_SCORE: float(table.compute_score[0]),
             "num_preempted": float(table.num_preempted[0]),
+            "start_ns": int(table.start_ns[0]),
+            "end_ns": int(table.end_ns[0]),
+            "tools": {name: [float(v) for v in calls] for name, calls in table.tools.items()},
         }
 
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
@@ -178,12 +184,27 @@ class OpenSampleRows(SpanProcessor):
 
 
 def row_tags(
-    values: Mapping[str, float], *, index: int, rollout_n: int, uid: str, step: int, trace_id: str | None
+    values: Mapping[str, Any],
+    *,
+    index: int,
+    rollout_n: int,
+    uid: str,
+    step: int,
+    trace_id: str | None,
+    start_ns: int | None = None,
 ) -> dict[str, Any]:
-    """Flat TransferQueue tags for one trajectory."""
+    """Flat TransferQueue tags for one trajectory (``start_ns``: its sample span's start, when known; else its
+    first phase span's). Wall times go as decimal text (a float would lose nanoseconds), tool calls as JSON."""
     out: dict[str, Any] = {
         TAG + name: float(values[name]) for name in (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE, "num_preempted")
     }
+    start = start_ns or int(values.get("start_ns", 0))
+    end = int(values.get("end_ns", 0))
+    if start > 0 and end >= start:
+        out[TAG + "start_ns"], out[TAG + "end_ns"] = str(start), str(end)
+    tools = values.get("tools")
+    if tools:
+        out[TAG + "tools"] = json.dumps(tools, separators=(",", ":"))
     out[TAG + "index"] = int(index)
     out[TAG + "rollout_n"] = int(rollout_n)
     out[TAG + "uid"] = str(uid)
@@ -203,6 +224,13 @@ def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list
         return np.array([r.get(name, default) for r in rows], dtype=dtype) if n else np.empty(0, dtype)
 
     tids = [int(r.get(TAG + "trace_id") or "0", 16) for r in rows]
+    calls: dict[str, list[float]] = {}
+    for r in rows:
+        try:
+            for name, seconds in json.loads(r.get(TAG + "tools") or "{}").items():
+                calls.setdefault(str(name), []).extend(float(v) for v in seconds)
+        except (TypeError, ValueError, AttributeError):
+            continue  # a malformed row's tool calls are left out, never the row
     table = PhaseTable(
         sample_index=col(TAG + "index", np.int64),
         rollout_n=col(TAG + "rollout_n", np.int64),
@@ -215,5 +243,17 @@ def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list
         error=np.zeros(n, np.bool_),
         trace_id_hi=np.array([(t >> 64) & ((1 << 64) - 1) for t in tids], dtype=np.uint64),
         trace_id_lo=np.array([t & ((1 << 64) - 1) for t in tids], dtype=np.uint64),
+        start_ns=np.array([_ns(r.get(TAG + "start_ns")) for r in rows], dtype=np.int64),
+        end_ns=np.array([_ns(r.get(TAG + "end_ns")) for r in rows], dtype=np.int64),
+        tools=bound_tools(calls),
     )
     return table, rows
+
+
+def _ns(value: Any) -> int:
+    """A wall time tag (decimal text) as int ns; 0 when absent or malformed."""
+    try:
+        number = int(value)
+    except (TypeError, ValueError):
+        return 0
+    return number if 0 < number < (1 << 63) else 0

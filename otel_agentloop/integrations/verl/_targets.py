@@ -35,4 +35,5 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     (_V1 + "trainer_base", "PPOTrainer", "_validate"),
     ("verl.experimental.fully_async_policy.fully_async_rollouter", _ROLLOUTER, "_process_single_sample_streaming"),
     ("verl.experimental.fully_async_policy.fully_async_trainer", "", "assemble_batch_from_rollout_samples"),
+    ("verl.trainer.constants_ppo", "", "get_ppo_ray_runtime_env"),
 )

@@ -225,7 +225,16 @@ def _tag_trajectory(pending: Any, tags: Sequence[dict[str, Any]] | None) -> None
     step, _, index, rollout = pending.key
     handle = pending.handle
     span_ctx = handle.span.get_span_context() if handle.span is not None else None
-    extra = row_tags(values, index=index, rollout_n=rollout, uid=pending.uid, step=step, trace_id=handle.trace_id)
+    start_ns = getattr(handle.span, "start_time", None) if handle.span is not None else None
+    extra = row_tags(
+        values,
+        index=index,
+        rollout_n=rollout,
+        uid=pending.uid,
+        step=step,
+        trace_id=handle.trace_id,
+        start_ns=start_ns if isinstance(start_ns, int) else None,
+    )
     if span_ctx is not None:
         extra[TAG + "span_id"] = format(span_ctx.span_id, "016x")
     for tag in tags:
