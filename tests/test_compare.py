@@ -264,7 +264,8 @@ def test_compare_from_stored_summaries_alone_names_the_tool_and_says_what_needs_
     assert found.a.stored and found.b.stored and found.moved == ()
     assert (found.cause.phase, found.cause.tool) == (TOOL, "search")
     assert found.tail_b.basis.startswith("the slowest sample (summary only")
-    assert found.step_time_basis.startswith("the slowest sample's")  # no wall times in these summaries
+    # the live side stores each step's wall times in its summary: step time is the rollout's wall time
+    assert found.a.summary.wall_s > 0 and found.step_time_basis.startswith("rollout wall time")
     assert found.notes == (
         "step 2 and step 5: summary only, no sample spans (sampled away or expired): each step's tail is its "
         "slowest sample, tools are compared over all samples, and the samples that moved need the spans",

@@ -248,10 +248,15 @@ def test_a_stored_step_summary_decides_over_the_snapshots(in_process, tmp_path) 
     rebuilt = summary_of(records, 3)
     assert [(s.sample_index, s.rollout_n) for s in rebuilt.hung] == [HUNG_KEY]  # the snapshot rule
     swapped = dataclasses.replace(rebuilt, hung=rebuilt.slow, slow=rebuilt.hung)
+    resource = next(r.resource for r in records if r.name == sc.SAMPLE_SPAN)
+    run = {  # the demo's run and attempt: report reads one run, and this summary is a later one of that run's step
+        "OTEL_AGENTLOOP_RUN_ID": str(resource[sc.RL_RUN_ID]),
+        "OTEL_AGENTLOOP_RUN_ATTEMPT": str(resource[sc.RL_RUN_ATTEMPT]),
+    }
     subprocess.run(
         [sys.executable, "-c", WRITE_SUMMARY, str(trace)],
         input=swapped.to_json(),
-        env=_env(),
+        env={**_env(), **run},
         text=True,
         check=True,
         timeout=60,

@@ -11,12 +11,15 @@ that step's timeline page (and the slowest sample is a row there), a click on th
 from __future__ import annotations
 
 import json
+import os
 from pathlib import Path
 
 import pytest
 
 from .test_runs import _cli
-from .test_timeline_page import ROOT, UPDATE_DOCS, _open, _severe_console, browser  # noqa: F401 - the fixture
+from .test_timeline_page import ROOT, _open, _severe_console, browser  # noqa: F401 - the fixture
+
+UPDATE_DOCS = os.environ.get("OTEL_AGENTLOOP_UPDATE_DOCS") == "1"
 
 JAEGER_UI = "http://127.0.0.1:16686"
 
