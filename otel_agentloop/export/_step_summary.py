@@ -23,15 +23,14 @@ from typing import Any
 import numpy.typing as npt
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.trace import SpanProcessor
 
 from .. import semconv as sc
 from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._summary import StepSummary, summarize
 from ..metrics._table import PhaseTable, StepMetrics
+from ._side import side_tracer
 
-_UNLIMITED = SpanLimits.UNSET
 NO_STEP = -1
 """The step a summary records for ``collect(None)`` (a step-less collect), as verl marks an unknown step."""
 
@@ -40,20 +39,10 @@ class StepSummaryWriter:
     """Writes ``rl.step.summary`` spans into ``export`` (span processors) with ``resource``; see the module."""
 
     def __init__(self, resource: Resource, export: Sequence[SpanProcessor]) -> None:
-        limits = SpanLimits(
-            max_attributes=8,
-            max_events=0,
-            max_links=0,
-            max_span_attributes=8,
-            max_event_attributes=0,
-            max_link_attributes=0,
-            max_attribute_length=_UNLIMITED,
-            max_span_attribute_length=_UNLIMITED,
-        )  # all given: no OTEL_*_LIMIT is read, the JSON is never truncated
-        provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, span_limits=limits, shutdown_on_exit=False)
-        for proc in export:
-            provider.add_span_processor(proc)
-        self._tracer = provider.get_tracer("otel_agentloop.summary")
+        # no attribute length limit: OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT never truncates the JSON
+        self._tracer = side_tracer(
+            "otel_agentloop.summary", resource, export, max_attributes=8, max_links=0, max_attribute_length=None
+        )
         self._new_lock()
         after_fork_in_child(self, "_new_lock")
         self.written = 0

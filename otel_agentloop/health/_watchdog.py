@@ -28,8 +28,7 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from .. import semconv as sc
@@ -37,6 +36,7 @@ from ..config._settings import Settings, ThresholdKey, parse_thresholds, resolve
 from ..core import _tracer
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase, _Sample
+from ..export._side import side_tracer
 from ..metrics._table import OverdueSample
 from ..metrics._verdicts import HUNG, Verdict, apply_verdicts, classify_reported
 
@@ -153,22 +153,14 @@ class LiveMonitor:
         self.metrics = metrics
         self._snapshots: Any = None
         if export:
-            limits = SpanLimits(
+            self._snapshots = side_tracer(
+                "otel_agentloop.watchdog",
+                provider.resource,
+                export,
                 max_attributes=32,
-                max_events=0,
                 max_links=1,
-                max_span_attributes=32,
-                max_event_attributes=0,
-                max_link_attributes=0,
                 max_attribute_length=256,
-                max_span_attribute_length=256,
-            )  # all given: no OTEL_*_LIMIT read
-            snap = TracerProvider(
-                resource=provider.resource, sampler=ALWAYS_ON, span_limits=limits, shutdown_on_exit=False
             )
-            for proc in export:
-                snap.add_span_processor(proc)
-            self._snapshots = snap.get_tracer("otel_agentloop.watchdog")
         self._explicit = settings.parsed
         self._thresholds: dict[ThresholdKey, float] = {}
         self._rebuild({})
