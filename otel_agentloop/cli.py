@@ -15,6 +15,7 @@ from . import semconv as sc
 from .analysis._compare import run_compare
 from .analysis._decode import Skipped, decode_resource_spans, read_jsonl
 from .analysis._display import Output
+from .analysis._html import jaeger_ui_base
 from .analysis._jaeger import JaegerClient, JaegerError
 from .analysis._perfetto import write_perfetto
 from .analysis._report import build_report, step_verdicts, steps_in, stored_summaries
@@ -22,7 +23,7 @@ from .analysis._run_report import add_run_arguments, run_command
 from .analysis._runs import RunNotFoundError, one_run
 from .analysis._step_view import build_step_view, is_snapshot
 from .analysis._terminal import printable
-from .analysis._timeline_html import jaeger_ui_base, write_html
+from .analysis._timeline_html import write_html
 from .analysis._timeline_png import render_timeline_png
 from .analysis._waterfall import render_png
 from .config._settings import PROTOCOLS

@@ -9,41 +9,31 @@ through ``textContent``/``setAttribute``.
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Mapping
 from typing import Any
 
-from ._timeline_html import _script_json, jaeger_ui_base
+from ._html import HEAD, fill, jaeger_ui_base, write_page
 
 
 def render_compare_html(data: Mapping[str, Any], *, source: str = "", jaeger_ui: str | None = None) -> str:
     """The page as one string; ``data`` is ``Comparison.to_json()``."""
     a, b = data["a"], data["b"]
-    title = f"otel-agentloop: step {a['step']} vs step {b['step']}{' (validation)' if a['validate'] else ''}"
-    return (
-        _PAGE.replace("%TITLE%", html.escape(title))
-        .replace("%CSS%", _CSS)
-        .replace("%JS%", _JS)
-        .replace("%DATA%", _script_json({"source": source, "jaeger": jaeger_ui_base(jaeger_ui), **data}))
-    )
+    title = f"step {a['step']} vs step {b['step']}{' (validation)' if a['validate'] else ''}"
+    page_data = {"source": source, "jaeger": jaeger_ui_base(jaeger_ui), **data}
+    return fill(_PAGE, title=title, css=_CSS, js=_JS, data=page_data)
 
 
 def write_compare_html(
     data: Mapping[str, Any], path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None
 ) -> str:
     """Write the page to ``path``; returns the path."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_compare_html(data, source=source, jaeger_ui=jaeger_ui))
-    return os.fspath(path)
+    return write_page(path, render_compare_html(data, source=source, jaeger_ui=jaeger_ui))
 
 
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%TITLE%</title>
-<style>%CSS%</style></head>
-<body>
+_PAGE = (
+    HEAD
+    + """<body>
 <header><h1 id="title"></h1><div id="source"></div></header>
 <main>
 <div id="cause"></div>
@@ -59,6 +49,7 @@ _PAGE = """<!DOCTYPE html>
 <script>%JS%</script>
 </body></html>
 """
+)
 
 _CSS = """
 :root{--gen:#4C72B0;--tool:#DD8452;--score:#55A868;--slower:#C44E52;--faster:#2E8B57;font:13px/1.4 system-ui,sans-serif}

@@ -15,14 +15,13 @@ http(s) Jaeger base and to the relative step-page paths this module chose.
 
 from __future__ import annotations
 
-import html
 import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
 from ..metrics._summary import FAILED, HUNG, SLOW, Distribution
-from ._timeline_html import _script_json
+from ._html import HEAD, fill, write_page
 
 if TYPE_CHECKING:
     from ._runs import RunSteps, StepKey
@@ -129,14 +128,9 @@ def render_run_page(
     notes: Sequence[str] = (),
 ) -> str:
     """The page as one string."""
-    title = f"otel-agentloop: run {steps.run.label} ({len(steps.summaries)} steps)"
+    title = f"run {steps.run.label} ({len(steps.summaries)} steps)"
     data = page_data(steps, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
-    return (
-        _PAGE.replace("%TITLE%", html.escape(title))
-        .replace("%CSS%", _CSS)
-        .replace("%JS%", _JS)
-        .replace("%DATA%", _script_json(data))
-    )
+    return fill(_PAGE, title=title, css=_CSS, js=_JS, data=data)
 
 
 def write_run_page(
@@ -149,18 +143,12 @@ def write_run_page(
     notes: Sequence[str] = (),
 ) -> str:
     """Write the page to ``path``; returns the path."""
-    text = render_run_page(steps, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(text)
-    return os.fspath(path)
+    return write_page(path, render_run_page(steps, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes))
 
 
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%TITLE%</title>
-<style>%CSS%</style></head>
-<body>
+_PAGE = (
+    HEAD
+    + """<body>
 <header><h1 id="title"></h1><div id="summary"></div><ul id="notes"></ul></header>
 <main>
 <section class="panel wide"><h2>Rollout wall time per step: until the median sample finished, and the tail</h2>
@@ -186,6 +174,7 @@ The slowest sample is verl's (argmax of generation + tool + reward seconds).</p>
 <script>%JS%</script>
 </body></html>
 """
+)
 
 _CSS = """
 :root{--gen:#4C72B0;--tool:#DD8452;--score:#55A868;--err:#C44E52;--median:#4C72B0;--tail:#DD8452;

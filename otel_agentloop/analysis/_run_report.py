@@ -26,12 +26,13 @@ from .. import semconv as sc
 from ..metrics._records import SpanRecord
 from ..metrics._summary import StepSummary
 from ._decode import Skipped, decode_resource_spans, read_jsonl
+from ._html import jaeger_ui_base
 from ._jaeger import JaegerClient, JaegerError
 from ._report import stored_summaries, summary_of
 from ._runs import Run, RunNotFoundError, RunSteps, StepKey, format_table, group_runs, runs_table, select_run
 from ._step_view import build_step_view, is_snapshot
 from ._terminal import printable
-from ._timeline_html import jaeger_ui_base, write_html
+from ._timeline_html import write_html
 
 FULL_READ_BYTES = 256 << 20
 """A file up to this size is read whole (every span: pages for its steps are cheap); a larger one is scanned

@@ -13,26 +13,14 @@ names and attributes cannot inject markup. The Jaeger link is only made for an h
 
 from __future__ import annotations
 
-import html
-import json
 import os
-import urllib.parse
 from typing import Any
 
 from .. import semconv as sc
+from ._html import HEAD, fill, jaeger_ui_base, write_page
 from ._step_view import StepView
 
 _MS = 1e6  # ns per ms
-
-
-def jaeger_ui_base(url: str | None) -> str | None:
-    """``url`` without a trailing slash when it is an http(s) URL, else ``None`` (no link is made)."""
-    if not url:
-        return None
-    parts = urllib.parse.urlsplit(url.strip())
-    if parts.scheme not in ("http", "https") or not parts.netloc:
-        return None
-    return urllib.parse.urlunsplit((parts.scheme, parts.netloc, parts.path.rstrip("/"), "", ""))
 
 
 class _Strings:
@@ -127,36 +115,20 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
     }
 
 
-def _script_json(data: Any) -> str:
-    """JSON safe inside a ``<script>`` element: no ``</script>``, ``<!--`` or entity can form."""
-    text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
-    return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")
-
-
 def render_html(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> str:
     """The page as one string."""
     title = f"step {view.step}{' (validation)' if view.validate else ''}: {len(view.samples)} samples"
-    return (
-        _PAGE.replace("%TITLE%", html.escape(f"otel-agentloop: {title}"))
-        .replace("%CSS%", _CSS)
-        .replace("%JS%", _JS)
-        .replace("%DATA%", _script_json(page_data(view, source=source, jaeger_ui=jaeger_ui)))
-    )
+    return fill(_PAGE, title=title, css=_CSS, js=_JS, data=page_data(view, source=source, jaeger_ui=jaeger_ui))
 
 
 def write_html(view: StepView, path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None) -> str:
     """Write the page to ``path``; returns the path."""
-    with open(path, "w", encoding="utf-8") as f:
-        f.write(render_html(view, source=source, jaeger_ui=jaeger_ui))
-    return os.fspath(path)
+    return write_page(path, render_html(view, source=source, jaeger_ui=jaeger_ui))
 
 
-_PAGE = """<!DOCTYPE html>
-<html lang="en"><head><meta charset="utf-8">
-<meta name="viewport" content="width=device-width, initial-scale=1">
-<title>%TITLE%</title>
-<style>%CSS%</style></head>
-<body>
+_PAGE = (
+    HEAD
+    + """<body>
 <header><h1 id="title"></h1><div id="summary"></div><div id="legend"></div></header>
 <main>
 <section id="timeline"><div id="scroller"><div id="axis"></div>
@@ -168,6 +140,7 @@ _PAGE = """<!DOCTYPE html>
 <script>%JS%</script>
 </body></html>
 """
+)
 
 _CSS = """
 :root{--gen:#4C72B0;--tool:#DD8452;--score:#55A868;--err:#C44E52;--label:150px;font:13px/1.35 system-ui,sans-serif}
