@@ -328,6 +328,7 @@ def summarize(
 
 def _tool_distributions(tools: Mapping[str, Iterable[float]]) -> dict[str, Distribution]:
     """One distribution per tool name, the :data:`MAX_TOOLS` most called by name; the others pooled
-    (:func:`bound_tools`, as :meth:`PhaseTable.concat` merges them)."""
+    (:func:`bound_tools`, as :meth:`PhaseTable.concat` merges them). Calls are sorted first, so the sum and
+    mean do not depend on the order spans arrived in (a file and Jaeger give the same bits)."""
     calls = {name: np.fromiter(values, dtype=np.float64) for name, values in tools.items()}
-    return {name: Distribution.of(values) for name, values in bound_tools(calls).items()}
+    return {name: Distribution.of(np.sort(values)) for name, values in bound_tools(calls).items()}
