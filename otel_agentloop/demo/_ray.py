@@ -95,14 +95,16 @@ class SimWorker:
             spans[key] = timelines.get(key, [])
         return table, spans, current_handle().stats, verdict  # type: ignore[union-attr]
 
-    def finish_validation(self, step: int) -> tuple[list[Any], int]:
-        """This worker's validation sketch of ``step`` and how many samples it saw (releasing the step's
-        validation state)."""
-        oal_ray.worker_table(step, validate=True)
+    def finish_validation(self, step: int) -> tuple[list[Any], int, PhaseTable, Verdict]:
+        """This worker's validation sketch of ``step``, how many samples it saw, and its table and watchdog verdict
+        of the validation pass (releasing the step's validation state)."""
+        table = oal_ray.worker_table(step, validate=True)
+        verdict = oal_ray.worker_verdict(step, validate=True)
         self.timelines.pop(step, validate=True)
         self.finished.pop((step, True), None)
         capture = self.captures.pop(step, None)
-        return (capture.state(), capture.offered) if capture is not None else ([], 0)
+        sketch, offered = (capture.state(), capture.offered) if capture is not None else ([], 0)
+        return sketch, offered, table, verdict
 
     def shutdown(self, timeout_s: float) -> dict[str, int]:
         handle = current_handle()
@@ -214,8 +216,11 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
                             ray, workers, validation_config(cfg), step, None, args.val_generations
                         )
                     capture = ValidationCapture(args.val_generations, seed=cfg.seed)
-                    for state, offered in ray.get([w.finish_validation.remote(step) for w in workers], timeout=120):
+                    validated = ray.get([w.finish_validation.remote(step) for w in workers], timeout=120)
+                    for state, offered, _, _ in validated:
                         capture.merge(state, offered)
+                    # the validation pass's metrics, and its rl.step.summary (written by merge_metrics)
+                    oal_ray.merge_metrics((t for *_, t, _ in validated), [v for *_, v in validated], log=False)
                 trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
                 alerts = monitor.observe(step, trainer)
             spans: dict[tuple[int, int], list[SpanRecord]] = {}
