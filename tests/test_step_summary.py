@@ -298,3 +298,42 @@ def test_run_id_argument_and_worker_env(tmp_path) -> None:
         other.shutdown(1)
     finally:
         again.shutdown(1)
+
+
+def test_a_later_collect_of_late_samples_does_not_replace_the_steps_summary(tmp_path) -> None:
+    """collect(step) while a sample runs, then again when it ended: two summaries of the step; the reader keeps the
+    step's own (its samples, not only the late one), while the later one still says it holds a late sample."""
+    path = tmp_path / "late.jsonl"
+    handle = oal.configure("late", file=str(path), set_global=False, watchdog=False)
+    try:
+
+        async def scenario() -> None:
+            release = asyncio.Event()
+
+            async def one(i: int, wait: bool) -> None:
+                async with oal.sample(i, rollout_n=0):
+                    if wait:
+                        await release.wait()
+                    await generate(i)
+
+            with oal.step(1):
+                tasks = [asyncio.create_task(one(i, wait=i == 3)) for i in range(4)]
+                await asyncio.gather(*tasks[:3])
+                first = handle.metrics.collect(1)
+                assert first[f"{sc.METRIC_PREFIX}/num_samples"] == 3
+                release.set()
+                await tasks[3]
+            second = handle.metrics.collect(1)
+            assert second[f"{sc.METRIC_PREFIX}/{sc.LATE_SAMPLES}"] == 1
+
+        asyncio.run(scenario())
+        assert handle.force_flush(10)
+    finally:
+        handle.shutdown(10)
+    records = list(read_jsonl(str(path)))
+    written = [
+        StepSummary.from_json(r.attributes[sc.RL_STEP_SUMMARY]) for r in records if r.name == sc.STEP_SUMMARY_SPAN
+    ]
+    assert sorted(s.num_samples for s in written) == [1, 3]
+    kept = stored_summaries(records)[(1, False)]
+    assert kept.num_samples == 3 and f"{sc.METRIC_PREFIX}/{sc.LATE_SAMPLES}" not in kept.metrics

@@ -175,9 +175,12 @@ def steps_in(records: Iterable[SpanRecord]) -> list[tuple[int, bool]]:
 
 
 def stored_summaries(records: Iterable[SpanRecord]) -> dict[tuple[int, bool], StepSummary]:
-    """The step summaries the live side wrote (``rl.step.summary`` spans), by (step, validate); the latest of
-    each when a step was collected more than once. A summary that cannot be read is left out (see ``report``)."""
-    found: dict[tuple[int, bool], tuple[int, StepSummary]] = {}
+    """The step summaries the live side wrote (``rl.step.summary`` spans), by (step, validate). A step collected
+    more than once: its latest summary, except that a later collect of only the samples still running at an
+    earlier one (``agent_loop/late_samples``) never replaces the step's own summary (which says they were hung).
+    A summary that cannot be read is left out (see ``report``)."""
+    late_key = f"{sc.METRIC_PREFIX}/{sc.LATE_SAMPLES}"
+    found: dict[tuple[int, bool], tuple[tuple[bool, int], StepSummary]] = {}
     for rec in records:
         if rec.name != sc.STEP_SUMMARY_SPAN:
             continue
@@ -189,8 +192,9 @@ def stored_summaries(records: Iterable[SpanRecord]) -> dict[tuple[int, bool], St
         except ValueError:
             continue
         key = (summary.step, summary.validate)
-        if key not in found or found[key][0] <= rec.end_ns:
-            found[key] = (rec.end_ns, summary)
+        rank = (late_key not in summary.metrics, rec.end_ns)  # the step's own collect first, then the latest
+        if key not in found or found[key][0] <= rank:
+            found[key] = (rank, summary)
     return {key: summary for key, (_, summary) in found.items()}
 
 
