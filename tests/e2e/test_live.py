@@ -166,7 +166,10 @@ def test_collector_prometheus_shows_library_histograms_with_exemplars_found_in_j
             }
             if wanted <= names and {r["name"] for r in with_exemplars} >= wanted:
                 break
-            assert time.monotonic() < deadline, sorted(names)
+            assert time.monotonic() < deadline, (
+                sorted(wanted - names),
+                sorted(wanted - {r["name"] for r in with_exemplars}),
+            )
             time.sleep(0.5)
         assert handle.force_flush(10)
     finally:
