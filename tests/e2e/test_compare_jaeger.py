@@ -22,7 +22,8 @@ def test_compare_from_jaeger_names_the_slowed_tool(stack, tmp_path) -> None:
     job = subprocess.run(
         [sys.executable, str(DRIVER), "--file", "run.jsonl", "--service", service, "--slow", "search"],
         cwd=tmp_path,
-        env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_grpc_endpoint},
+        # traces only: this test reads Jaeger, and leaves the shared Collector's Prometheus exporter to test_live
+        env={**env, "OTEL_EXPORTER_OTLP_ENDPOINT": stack.otlp_grpc_endpoint, "OTEL_METRICS_EXPORTER": "none"},
         capture_output=True,
         text=True,
         timeout=180,
