@@ -16,16 +16,20 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from . import semconv as sc
+from ._version import __version__
 from .config._environment import sanitize_environment
 from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
 from .core import _tracer
 from .core._guard import internal_error, logger
+from .core._recorder import Recorder
 from .core._state import Saved, TracePer, state
 from .export._file import OTLPJsonFileExporter
 from .export._http_json import checked_headers
 from .export._keep import SampleKeeper
+from .export._pipeline import PipelineProvider, RecordPipeline
 from .export._processor import ExportProcessor
 from .export._processor import timeout_s as _timeout_s
 from .export._sampling import BudgetSampler
@@ -147,6 +151,8 @@ class Handle:
             return max(int((deadline - time.monotonic()) * 1000), 0)
 
         try:
+            if isinstance(provider, PipelineProvider) and provider.pipeline is not None:
+                provider.pipeline.shutdown()  # the fast path's queued spans reach the exporters before they stop
             if self.keeper is not None:
                 self.keeper.shutdown(remaining_ms())
             else:
@@ -383,6 +389,24 @@ def _span_limits(length: int) -> SpanLimits:
     )
 
 
+def _fast_path(provider: PipelineProvider, metrics: PhaseMetricsProcessor, limits: SpanLimits, s: Settings) -> None:
+    """Record the library's spans through ``provider`` on the fast path (``core._recorder``), drained into its
+    processors by an export pipeline (``export._pipeline``)."""
+    recorder = Recorder(
+        resource=provider.resource,
+        scope=InstrumentationScope(_tracer.SCOPE, __version__),
+        limits=limits,
+        sampler=provider.sampler,
+        id_generator=provider.id_generator,
+        max_queue=8 * s.max_queue_size,
+        batch=s.max_export_batch_size,
+    )
+    pipeline = RecordPipeline(recorder, s.schedule_delay_s)
+    provider.pipeline = pipeline
+    metrics.pending = pipeline.drain
+    _tracer.set_recorder(provider, recorder)
+
+
 def configure(
     service_name: str | None = None,
     *,
@@ -556,7 +580,9 @@ def _build(
     inner = sampler or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
     effective = BudgetSampler(inner, budget) if selective else inner
-    provider = TracerProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
+    provider = PipelineProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
+    if getattr(s, "fast_path", os.environ.get("OTEL_AGENTLOOP_FAST_PATH", "true").lower() != "false"):
+        _fast_path(provider, metrics, limits, s)
     provider.add_span_processor(metrics)
     for proc in processors:
         provider.add_span_processor(proc)

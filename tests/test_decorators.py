@@ -211,6 +211,7 @@ def test_internal_errors_are_logged_once_and_swallowed(caplog) -> None:
     try:
         with caplog.at_level(logging.WARNING, logger="otel_agentloop"):
             assert [lookup("x") for _ in range(3)] == [1, 1, 1]
+            assert handle.force_flush(5)  # a user's processor runs on the export pipeline's thread
         internal = [r for r in caplog.records if "internal error" in r.getMessage()]
         assert len(internal) == 1
     finally:

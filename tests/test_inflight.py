@@ -277,7 +277,8 @@ def test_watchdog_boundary_is_exact_with_an_injected_clock(live) -> None:
     worker = threading.Thread(target=run)
     worker.start()
     assert started.wait(5)
-    rec = OpenPhase(*next(iter(monitor.registry._phases.values()))[:4])
+    span = next(iter(monitor.registry._phases))
+    rec = OpenPhase(span.sample, span.phase, span.tool, span.start_mono)
     threshold_ns = int(HANG_S * 1e9)
     monitor.check(now_ns=rec.start_mono_ns + threshold_ns - 1)
     assert monitor.reports == 0

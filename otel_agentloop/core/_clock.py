@@ -19,7 +19,7 @@ from __future__ import annotations
 from time import monotonic_ns
 from typing import Any
 
-__all__ = ["clock_offset", "monotonic_ns", "start_anchored"]
+__all__ = ["clock_offset", "monotonic_ns"]
 
 
 def clock_offset(span: Any, mono_ns: int) -> int | None:
@@ -31,13 +31,3 @@ def clock_offset(span: Any, mono_ns: int) -> int | None:
     except Exception:
         return None
     return start - mono_ns if type(start) is int else None
-
-
-def start_anchored(tracer: Any, name: str, attributes: Any, offset: int | None, mono_ns: int) -> tuple[Any, int | None]:
-    """Start span ``name`` at monotonic time ``mono_ns`` and return it with its clock offset: on the timeline
-    ``offset`` (a sample's) when given, else anchored on its own wall-clock start. The phase wrappers' hot
-    path (``_phase.PhaseBegin.begin``) inlines this."""
-    if offset is None:
-        span = tracer.start_span(name, attributes=attributes)
-        return span, clock_offset(span, mono_ns)
-    return tracer.start_span(name, attributes=attributes, start_time=mono_ns + offset), offset

@@ -5,7 +5,7 @@ lifecycle already holds, so it never reads a span's attributes back. ``sample()`
 :meth:`~InflightRegistry.sample_started` and :meth:`~InflightRegistry.sample_ended` around its ``rl.sample``
 root span; every phase span started below a tracked sample (``phase``/``trace_*`` wrappers, ``span``, the verl
 integration) calls :meth:`~InflightRegistry.phase_started` with the phase and tool decided when it was
-decorated, and :meth:`~InflightRegistry.phase_ended` once it has ended (``_phase.SpanScope``). Phase spans are
+decorated, and :meth:`~InflightRegistry.phase_ended` once it has ended (``_lifecycle``). Phase spans are
 keyed by their scope object. Both are O(1), take no lock for phase spans (single dict operations are atomic
 under the GIL; readers copy a dict before iterating it) and never raise. It is no span processor: nothing runs
 for spans it does not track, and spans started straight through an OpenTelemetry tracer are not tracked.
@@ -26,10 +26,12 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-from opentelemetry.sdk.trace import ReadableSpan
 
 from .. import semconv as sc
 from ._guard import internal_error
+from ._scope import OpenSpan, span_of
+
+_GONE = object()
 
 NO_PHASE = "other"
 """The phase reported for a sample with no phase span open (between turns, or in untraced code)."""
@@ -88,8 +90,7 @@ class _Sample:
 
 
 class OpenPhase(NamedTuple):
-    """An open phase span of a tracked sample. The hot path stores plain tuples of these four fields (and the
-    duration window of its (phase, tool)). ``start_mono_ns``: its start on the monotonic clock
+    """An open phase span of a tracked sample, as :meth:`InflightRegistry.overdue` reports it. ``start_mono_ns``: its start on the monotonic clock
     (``time.monotonic_ns``), never the wall clock, so its age is right whatever the wall clock does."""
 
     sample: _Sample
@@ -134,12 +135,9 @@ class InflightRegistry:
     metrics need the spans). ``learn``: keep the durations (ns) of the last ``window`` ended phase spans per
     (phase, tool) in :attr:`durations` (the watchdog's learned thresholds), appended in :meth:`phase_ended`.
 
-    Hot path: a decorated phase (``_phase.PhaseBegin.begin`` and ``SpanScope.exit``) does the work of
-    :meth:`phase_started` and :meth:`phase_ended` inline, because the two calls alone cost about 0.7 % of a
-    decorated phase here (``bench/inflight.py``). Keep them in step: ``_phases[scope] = (sample, phase, tool,
-    start_mono_ns, window)`` while fewer than ``max_phases`` are open (else count ``phases_untracked``), with
-    ``window = durations[(phase, tool)]`` (:meth:`window_for`) when ``learn``; at the end pop it, append the
-    duration to its window and, when ``keep_ended``, :meth:`queue_ended` it.
+    The protocol with the span lifecycle is :class:`~otel_agentloop.core._scope.OpenSpan`'s typed fields
+    (``sample``, ``phase``, ``tool``, ``start_mono``, ``window``, ``tracked``), written by
+    :meth:`phase_started` and read here; open phase spans are the keys of ``_phases``, oldest first.
     """
 
     def __init__(
@@ -176,8 +174,8 @@ class InflightRegistry:
     def _init_state(self) -> None:
         self._lock = threading.Lock()
         self._samples: dict[int, _Sample] = {}  # by span id, in start order
-        self._phases: dict[object, tuple[Any, ...]] = {}  # by scope, in start order: OpenPhase fields, window
-        self._ended: deque[tuple[Any, ReadableSpan]] = deque()
+        self._phases: dict[OpenSpan, None] = {}  # open phase spans, in start order
+        self._ended: deque[tuple[str | None, Any]] = deque()
         self.durations: dict[tuple[str, str | None], deque[int]] = {}
         """Recent phase durations in ns per (phase, tool): bounded deques (``learn``)."""
         self.samples_evicted = 0
@@ -205,9 +203,8 @@ class InflightRegistry:
                 while len(samples) >= self.max_samples:
                     old = samples.pop(next(iter(samples)))
                     old.tracked = False
-                    for key, rec in list(self._phases.items()):
-                        if rec[0] is old:
-                            self._phases.pop(key, None)
+                    for phase in [p for p in self._phases if p.sample is old]:
+                        self._phases.pop(phase, None)
                     self.samples_evicted += 1
                 samples[sample.span_id] = sample
             return sample
@@ -223,45 +220,40 @@ class InflightRegistry:
                 self._samples.pop(sample.span_id, None)
                 sample.ended = True
                 if self.keep_ended:
-                    self.queue_ended(sample, span)
+                    self.queue_ended(None, span)
         except Exception:
             internal_error("InflightRegistry.sample_ended")
 
-    def phase_started(
-        self, key: object, sample: _Sample, phase: str, tool: str | None, span: Any, start_mono_ns: int
-    ) -> Any:
-        """Track ``span``, a phase span of ``sample`` started at ``start_mono_ns`` (``time.monotonic_ns``), under
-        ``key`` (its scope); ``self`` when tracked (pass it :meth:`phase_ended` later), ``None`` when not: the
-        sample is no longer tracked here (ended, evicted, or tracked before a ``fork``), the span is not an SDK
-        span, or the bound is reached (counted). Lock-free, O(1), never raises."""
-        try:
-            if not sample.tracked:
-                return None
-            phases = self._phases
-            if len(phases) >= self.max_phases:
-                self.phases_untracked += 1
-                return None
-            span._start_time  # noqa: B018 - the SDK's span, or AttributeError: not tracked
-            window = self.window_for((phase, tool)) if self.learn else None
-            phases[key] = (sample, phase, tool, start_mono_ns, window)
-            return self
-        except AttributeError:  # not the SDK's span (no start time): not tracked
-            return None
-        except Exception:
-            internal_error("InflightRegistry.phase_started")
-            return None
+    def phase_started(self, span: OpenSpan, sample: _Sample, phase: str, tool: str | None) -> None:
+        """Track ``span``, an open phase span of ``sample`` (its ``start_mono``: ``time.monotonic_ns`` at its
+        start), with its phase and tool; sets ``span.tracked`` to this registry. Not tracked when ``sample`` no
+        longer is here (ended, evicted, or tracked before a ``fork``) or the bound is reached (counted).
+        Lock-free, O(1); the caller guards it."""
+        if not sample.tracked:
+            return
+        phases = self._phases
+        if len(phases) >= self.max_phases:
+            self.phases_untracked += 1
+            return
+        span.sample, span.phase, span.tool = sample, phase, tool
+        if self.learn:
+            key = (phase, tool)
+            span.window = self.durations.get(key) or self.window_for(key)
+        phases[span] = None  # insertion-ordered: oldest first
+        span.tracked = self
 
-    def phase_ended(self, key: object, span: Any) -> None:
-        """The phase span tracked under ``key`` has ended: forget it, learn its duration (its end - start: the
-        library ends its spans on the monotonic clock, or at a duration measured elsewhere). Never raises."""
+    def phase_ended(self, span: OpenSpan) -> None:
+        """``span`` (tracked by :meth:`phase_started`) has ended: forget it, learn its duration (end - start:
+        the library ends its spans on the monotonic clock, or at a duration measured elsewhere). Never
+        raises."""
         try:
-            rec = self._phases.pop(key, None)  # atomic under the GIL: no lock on the hot path
-            if rec is None:
+            span.tracked = None
+            if self._phases.pop(span, _GONE) is _GONE:
                 return  # evicted with its sample, or tracked before a fork
-            if rec[4] is not None:
-                rec[4].append(span._end_time - span._start_time)
+            if span.window is not None:
+                span.window.append(span.duration_ns())  # type: ignore[attr-defined]
             if self.keep_ended:
-                self.queue_ended(rec, span)
+                self.queue_ended(span.phase, span_of(span))
         except Exception:
             internal_error("InflightRegistry.phase_ended")
 
@@ -272,25 +264,25 @@ class InflightRegistry:
             window = self.durations.setdefault(key, deque(maxlen=self.window))
         return window
 
-    def queue_ended(self, rec: Any, span: Any) -> None:
-        """Hand an ended span to :meth:`drain`, bounded."""
+    def queue_ended(self, phase: str | None, span: Any) -> None:
+        """Hand an ended span (a phase span of ``phase``, or a sample's root span: ``None``) to :meth:`drain`,
+        bounded."""
         if len(self._ended) < self.max_ended:
-            self._ended.append((rec, span))
+            self._ended.append((phase, span))
         else:
             self.ended_dropped += 1
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
-    def drain(self) -> list[tuple[Any, ReadableSpan]]:
-        """Take the ended spans queued so far: ``(record, span)`` with a ``_Sample`` or a phase tuple
-        (:class:`OpenPhase`'s fields, then the duration window)."""
+    def drain(self) -> list[tuple[str | None, Any]]:
+        """Take the ended spans queued so far: ``(phase, span)``, ``phase`` ``None`` for a sample's root."""
         ended = self._ended
         return [ended.popleft() for _ in range(len(ended))]
 
-    def _current(self) -> dict[int, tuple[Any, ...]]:
+    def _current(self) -> dict[int, OpenSpan]:
         """The most recently started open phase of each sample (by the sample's span id)."""
-        latest: dict[int, tuple[Any, ...]] = {}
-        for rec in list(self._phases.values()):  # start order: later entries win
-            latest[rec[0].span_id] = rec
+        latest: dict[int, OpenSpan] = {}
+        for span in list(self._phases):  # start order: later entries win
+            latest[span.sample.span_id] = span
         return latest
 
     def __len__(self) -> int:
@@ -305,15 +297,15 @@ class InflightRegistry:
         current = self._current()
         return [self._describe(s, current.get(s.span_id), now) for s in samples]
 
-    def _describe(self, s: _Sample, cur: tuple[Any, ...] | None, now: int) -> InflightSample:
+    def _describe(self, s: _Sample, cur: OpenSpan | None, now: int) -> InflightSample:
         return InflightSample(
             step=s.step,
             validate=s.validate,
             sample_index=s.index,
             rollout_n=s.rollout,
-            phase=cur[1] if cur is not None else NO_PHASE,
-            tool=cur[2] if cur is not None else None,
-            phase_age_s=(now - (cur[3] if cur is not None else s.start_mono_ns)) / 1e9,
+            phase=cur.phase or NO_PHASE if cur is not None else NO_PHASE,
+            tool=cur.tool if cur is not None else None,
+            phase_age_s=(now - (cur.start_mono if cur is not None else s.start_mono_ns)) / 1e9,
             sample_age_s=(now - s.start_mono_ns) / 1e9,
             trace_id=format(s.trace_id, "032x"),
             span_id=format(s.span_id, "016x"),
@@ -331,7 +323,7 @@ class InflightRegistry:
         by_phase: dict[str, int] = {}
         for sample in samples:
             cur = current.get(sample.span_id)
-            key = cur[1] if cur is not None else NO_PHASE
+            key = (cur.phase or NO_PHASE) if cur is not None else NO_PHASE
             by_phase[key] = by_phase.get(key, 0) + 1
         return by_phase, ((now - samples[0].start_mono_ns) / 1e9 if samples else 0.0)
 
@@ -341,8 +333,8 @@ class InflightRegistry:
         first and the scan stops at the first younger than ``min_threshold_ns``: O(candidates), not
         O(in-flight)."""
         found: list[tuple[OpenPhase, int]] = []
-        for rec in list(self._phases.values()):
-            sample, phase, tool, start, _ = rec
+        for span in list(self._phases):
+            sample, phase, tool, start = span.sample, span.phase, span.tool, span.start_mono
             age = now_ns - start
             if age < min_threshold_ns:
                 break
@@ -350,7 +342,7 @@ class InflightRegistry:
                 continue
             if age >= thresholds(phase, tool):
                 sample.tripped = True
-                found.append((OpenPhase(*rec[:4]), age))
+                found.append((OpenPhase(sample, phase or NO_PHASE, tool, start), age))
         return found
 
     @property

@@ -25,7 +25,18 @@ TracePer = Literal["sample", "step"]
 class TracerState:
     """The provider ``configure()`` installed and the tracer resolved for it (read on every decorated call)."""
 
-    __slots__ = ("__weakref__", "configured", "disabled", "key", "live", "lives", "lock", "retired", "tracer")
+    __slots__ = ("__weakref__",
+        "configured",
+        "disabled",
+        "key",
+        "live",
+        "lives",
+        "lock",
+        "recorder",
+        "recorders",
+        "retired",
+        "tracer",
+    )
 
     def __init__(self) -> None:
         self.configured: TracerProvider | None = None
@@ -34,6 +45,8 @@ class TracerState:
         self.tracer: Tracer | None = None
         self.live: Any = None  # the in-flight registry of the provider `tracer` was resolved for
         self.lives: weakref.WeakKeyDictionary[TracerProvider, Any] = weakref.WeakKeyDictionary()
+        self.recorder: Any = None  # the fast-path recorder of the provider `tracer` was resolved for
+        self.recorders: weakref.WeakKeyDictionary[TracerProvider, Any] = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
         self.retired: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
 

@@ -16,7 +16,8 @@ from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvi
 from .._version import __version__
 from ._state import state
 
-_SCOPE = "otel_agentloop"
+SCOPE = "otel_agentloop"
+"""The instrumentation scope of every span the library starts."""
 
 
 _state = state.tracer  # read on every decorated call: one module global, one attribute
@@ -37,13 +38,14 @@ def current_tracer() -> Tracer | None:
 def _resolve(provider: TracerProvider) -> Tracer | None:
     tracer: Tracer | None = None
     if not isinstance(provider, (ProxyTracerProvider, NoOpTracerProvider)) and provider not in _state.retired:
-        candidate = provider.get_tracer(_SCOPE, __version__)
+        candidate = provider.get_tracer(SCOPE, __version__)
         if not isinstance(candidate, NoOpTracer):
             tracer = candidate
     with _state.lock:
         _state.key = provider
         _state.tracer = tracer
         _state.live = _state.lives.get(provider) if tracer is not None else None
+        _state.recorder = _state.recorders.get(provider) if tracer is not None else None
     return tracer
 
 
@@ -51,6 +53,19 @@ def current_live() -> Any:
     """The in-flight registry of the provider :func:`current_tracer` resolved last (call it right after),
     or ``None``."""
     return _state.live
+
+
+def current_recorder() -> Any:
+    """The fast-path recorder (``_recorder.Recorder``) of the provider :func:`current_tracer` resolved last (call
+    it right after), or ``None``: spans then go through the SDK."""
+    return _state.recorder
+
+
+def set_recorder(provider: TracerProvider, recorder: Any) -> None:
+    """Record the spans the library starts through ``provider`` on ``recorder`` (the fast path)."""
+    with _state.lock:
+        _state.recorders[provider] = recorder
+        _state.key = None
 
 
 def set_live(provider: TracerProvider, registry: Any) -> None:

@@ -17,10 +17,11 @@ from opentelemetry import trace
 from opentelemetry.trace import Span
 
 from .. import semconv as sc
-from ._clock import monotonic_ns, start_anchored
 from ._context import _SAMPLE, current_step
 from ._guard import internal_error
-from ._phase import Scope, SpanScope, instrument
+from ._instrument import instrument
+from ._lifecycle import open_span
+from ._scope import OpenSpan, Scope, span_of
 from ._tracer import current_tracer
 
 F = TypeVar("F", bound=Callable[..., Any])
@@ -50,7 +51,7 @@ class _TrainerScope(Scope):
         self.name = name
         self.timing_raw = timing_raw
         self.t0 = time.perf_counter()
-        self.inner: SpanScope | None = None
+        self.inner: OpenSpan | None = None
         tracer = current_tracer()
         if tracer is None:
             return
@@ -62,8 +63,7 @@ class _TrainerScope(Scope):
                 attrs[sc.RL_VALIDATE] = step.validate
             sample = _SAMPLE.get()  # inside a sample: on the sample's timeline, like its phases (see _clock)
             offset = sample.clock_offset if sample is not None else None
-            span, offset = start_anchored(tracer, sc.TRAINER_PHASE_SPAN_PREFIX + name, attrs, offset, monotonic_ns())
-            self.inner = SpanScope(span, offset=offset)  # a monotonic duration (see _clock)
+            self.inner = open_span(tracer, sc.TRAINER_PHASE_SPAN_PREFIX + name, attrs, offset, enter=False)
         except Exception:
             internal_error("trainer_phase.enter")
 
@@ -113,7 +113,7 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
         scope = self._scope = self._begin()
         if scope is None or scope.inner is None:
             return trace.INVALID_SPAN
-        return scope.inner.span
+        return span_of(scope.inner)  # type: ignore[no-any-return]
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         scope, self._scope = self._scope, None

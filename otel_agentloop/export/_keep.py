@@ -24,11 +24,20 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from .. import semconv as sc
+from ..core._record import FastSpan
 from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._accumulate import PHASE_INDEX, add_interval
 from ._processor import ExportProcessor, timeout_s
 
 _BASE_BYTES = 256  # rough fixed cost of a span, on top of its string attributes
+
+
+def span_sampled(span: ReadableSpan) -> bool:
+    """Whether ``span`` (an SDK span or the fast path's record) is sampled for export."""
+    if type(span) is FastSpan:
+        return bool(span.flags & 1)
+    ctx = span.context
+    return ctx is not None and ctx.trace_flags.sampled
 
 
 def _size(span: ReadableSpan) -> int:
@@ -53,6 +62,9 @@ class _Buffer:
 
 class SampleKeeper(SpanProcessor):
     """Forwards sampled spans to ``exporters`` and decides the fate of record-only samples (see module doc)."""
+
+    accepts_records = True
+    """Takes the fast path's records as they are (``export._pipeline``)."""
 
     def __init__(
         self,
@@ -97,8 +109,7 @@ class SampleKeeper(SpanProcessor):
                 exporter.enqueue(span)
 
     def on_end(self, span: ReadableSpan) -> None:
-        ctx = span.context
-        if ctx is not None and ctx.trace_flags.sampled:
+        if span_sampled(span):
             for exporter in self.exporters:
                 exporter.on_end(span)
             if span.name == sc.STEP_SPAN:

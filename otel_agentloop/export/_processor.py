@@ -33,7 +33,9 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
 from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._record import FastSpan
 from ._clean import repaired
+from ._pipeline import materialise
 
 logger = logging.getLogger("otel_agentloop")
 
@@ -80,6 +82,9 @@ class ExportProcessor(SpanProcessor):
     raised on). Every queued span ends in exactly one of ``exported``, ``failed``, ``dropped`` or ``pending``.
     """
 
+    accepts_records = True
+    """Takes the fast path's records as they are (``export._pipeline``); an exporter that does not say
+    ``accepts_records`` receives them materialised as SDK spans."""
     _shutdown: bool
     _closing: bool
 
@@ -135,9 +140,13 @@ class ExportProcessor(SpanProcessor):
         return None
 
     def on_end(self, span: ReadableSpan) -> None:
-        ctx = span.context
-        if ctx is None or not ctx.trace_flags.sampled:
-            return  # recorded for metrics only (sampler's RECORD_ONLY)
+        if type(span) is FastSpan:
+            if not span.flags & 1:
+                return  # recorded for metrics only (sampler's RECORD_ONLY)
+        else:
+            ctx = span.context
+            if ctx is None or not ctx.trace_flags.sampled:
+                return
         self.enqueue(span)
 
     def enqueue(self, span: ReadableSpan) -> None:
@@ -218,6 +227,8 @@ class ExportProcessor(SpanProcessor):
         before = _unencodable(exporter)
         lost = 0
         try:
+            if not getattr(exporter, "accepts_records", False):  # the SDK's spans only
+                batch = [materialise(s) if type(s) is FastSpan else s for s in batch]
             if not hasattr(exporter, "spans_unencodable"):  # not one of ours: repair its text here
                 batch, lost = repaired(batch)
             with suppressed():

@@ -217,9 +217,9 @@ class LiveMonitor:
 
     def _drain(self) -> None:
         metrics = self.metrics
-        for rec, span in self.registry.drain():
+        for phase, span in self.registry.drain():
             if metrics is not None:
-                metrics.record(rec[1] if type(rec) is tuple else None, span)
+                metrics.record(phase, span)
 
     # -- thresholds -------------------------------------------------------------------------------
     def _rebuild(self, learned: Mapping[ThresholdKey, float]) -> None:

@@ -54,8 +54,9 @@ from ..config._environment import DRIVER_VARIABLE
 from ..config._settings import SPECS, resolve
 from ..core import _context
 from ..core._guard import internal_error, logger, warn_once
-from ..core._phase import Scope, end_span
-from ..core._phase import instrument as wrap_callable
+from ..core._instrument import instrument as wrap_callable
+from ..core._lifecycle import open_span
+from ..core._scope import OpenSpan, Scope, span_of
 from ..core._state import state
 from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
@@ -277,7 +278,7 @@ class _RemoteScope(Scope):
 
     def __init__(self, carrier: Mapping[str, Any] | None, worker_span: bool, wait_s: float) -> None:
         self.ctx: otel_context.Context | None = None
-        self.span: trace.Span | None = None
+        self.span: OpenSpan | None = None
         self.state: _context.StepState | None = None
         self.otel_token: object = None
         self.step_token: Any = None
@@ -298,8 +299,9 @@ class _RemoteScope(Scope):
                 if step is not None:
                     attrs[sc.RL_STEP] = step
                     attrs[sc.RL_VALIDATE] = validate
-                self.span = tracer.start_span(sc.WORKER_SPAN, context=parent_ctx, attributes=attrs)
-                self.ctx = trace.set_span_in_context(self.span, parent_ctx)
+                self.span = open_span(tracer, sc.WORKER_SPAN, attrs, context=parent_ctx, enter=False)
+                if self.span is not None:
+                    self.ctx = trace.set_span_in_context(span_of(self.span), parent_ctx)
             if step is not None:
                 self.state = _context.StepState(
                     step,
@@ -333,7 +335,7 @@ class _RemoteScope(Scope):
     def close(self, exc: BaseException | None) -> None:
         span, self.span = self.span, None
         if span is not None:
-            end_span(span, exc)
+            span.close(exc)
         _flush(self.wait_s)
 
 

@@ -17,7 +17,9 @@ from ... import semconv as sc
 from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
-from ...core._phase import PhaseSpec, SpanScope, finish, start
+from ...core._lifecycle import finish
+from ...core._phase import PhaseSpec, start
+from ...core._scope import OpenSpan, span_of
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ...metrics._verdicts import apply_verdicts
 from . import _patching as patching
@@ -441,7 +443,7 @@ def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
                 if name != sc.COMPUTE_SCORE:
                     started = start(_TOOL_CALLS if name == sc.TOOL_CALLS else _GENERATE_TURN)
                     if started is not None and name == sc.GENERATE:
-                        token = _TURN.set(started.span)
+                        token = _TURN.set(span_of(started))
                 try:
                     yield
                 except BaseException as exc:
@@ -476,18 +478,18 @@ def _timed(timing_raw: Any, name: str) -> float:
         return 0.0
 
 
-def end_span(started: SpanScope, error: BaseException | None, elapsed: float) -> None:
+def end_span(started: OpenSpan, error: BaseException | None, elapsed: float) -> None:
     """End ``started`` lasting ``elapsed`` seconds as verl measured it (now, when verl measured nothing)."""
     if elapsed <= 0 or error is not None:
         finish(started, error)
         return
     end_time = None
     try:
-        begin = getattr(started.span, "start_time", None)
+        begin = getattr(span_of(started), "start_time", None)
         end_time = begin + int(elapsed * 1e9) if begin else None
     except Exception:
         internal_error("verl.timer.end")
-    started.end_at(end_time)  # through the scope: the in-flight registry forgets the phase
+    finish(started, None, end_time)  # through the lifecycle: the in-flight registry forgets the phase
 
 
 def _spec(cache: dict[str, PhaseSpec], key: str, build: Callable[[], PhaseSpec]) -> PhaseSpec:
@@ -502,7 +504,7 @@ _tool_specs: dict[str, PhaseSpec] = {}
 _REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
 
 
-async def _awaited(started: SpanScope | None, original: Any, args: Any, kwargs: Any) -> Any:
+async def _awaited(started: OpenSpan | None, original: Any, args: Any, kwargs: Any) -> Any:
     """Await the original coroutine; if it raises, end ``started`` with the error and re-raise it unchanged."""
     try:
         return await original(*args, **kwargs)
@@ -556,7 +558,7 @@ async def _generate_span(original: Any, args: tuple[Any, ...], kwargs: dict[str,
     output = await _awaited(started, original, args, kwargs)
     if started is None:
         return output
-    _record_generation(started.span, output, kwargs)
+    _record_generation(span_of(started), output, kwargs)
     finish(started)
     return output
 
@@ -604,7 +606,7 @@ async def _compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str,
         outputs = args[1] if len(args) > 1 else kwargs.get("outputs")
         score = outputs[-1].reward_score if outputs else None
         if score is not None:
-            started.span.set_attribute(sc.RL_REWARD_SCORE, float(score))
+            span_of(started).set_attribute(sc.RL_REWARD_SCORE, float(score))
             _context.record_sample(reward=score)
     except Exception:
         internal_error("verl._compute_score.record")

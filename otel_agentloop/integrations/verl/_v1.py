@@ -33,6 +33,8 @@ from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
 from ...core._state import state
+from ...core._lifecycle import finish, open_span
+from ...core._scope import span_of
 from ...core._tracer import current_tracer
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from . import _patching as patching
@@ -168,8 +170,8 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
         tracer = current_tracer()
         if tracer is None:
             return await original(*args, **kwargs)
-        span = None
-        token = step_token = None
+        scope = None
+        step_token = None
         try:
             outer = _context.current_step()
             step = read_step if read_step is not None else outer.step if outer is not None else -1  # the dispatch's
@@ -181,27 +183,24 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
             if ctx is not None and ctx.is_valid:
                 links = [Link(ctx)]
             per_sample = (outer.trace_per if outer is not None else state.defaults.trace_per) == "sample"
-            span = tracer.start_span(
-                sc.GROUP_SPAN, context=Context() if per_sample else None, attributes=attrs, links=links
-            )
-            token = otel_context.attach(trace.set_span_in_context(span))
-            step_token = _context._STEP.set(_context.StepState(step, validate, "step", span))
+            scope = open_span(tracer, sc.GROUP_SPAN, attrs, context=Context() if per_sample else None, links=links)
+            if scope is not None:
+                state_ = _context.StepState(step, validate, "step", span_of(scope))
+                step_token = _context._STEP.set(state_)
         except Exception:
             internal_error("verl.v1._run_prompt.start")
+        error: BaseException | None = None
         try:
             return await original(*args, **kwargs)
         except BaseException as exc:
-            if span is not None:
-                _context.mark_error(span, exc)
+            error = exc
             raise
         finally:
             try:
                 if step_token is not None:
                     _context._STEP.reset(step_token)
-                if token is not None:
-                    otel_context.detach(token)
-                if span is not None:
-                    span.end()
+                if scope is not None:
+                    finish(scope, error)
             except Exception:
                 internal_error("verl.v1._run_prompt.end")
 

@@ -1,0 +1,227 @@
+"""Wrapping a callable so each call runs in a :class:`~otel_agentloop.core._scope.Scope`: :func:`instrument`.
+
+The kind is decided at decoration time (sync, async, generator, async generator, a sync callable returning an
+awaitable); every wrapper of the library (``phase``/``trace_*``, ``trainer_phase``, ``traced_remote``) is built
+here, so they all keep the wrapped callable's semantics the same way.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import functools
+import inspect
+from collections.abc import AsyncGenerator, Callable, Generator
+from typing import Any, TypeVar
+
+from ._guard import internal_error
+from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
+from ._scope import NOOP, Begin, Scope
+
+F = TypeVar("F", bound=Callable[..., Any])
+
+_awaitable_types: dict[type, bool] = {}
+
+
+def _is_awaitable(value: object) -> bool:
+    t = type(value)
+    known = _awaitable_types.get(t)
+    if known is None:
+        known = hasattr(t, "__await__")
+        if len(_awaitable_types) < 1024:
+            _awaitable_types[t] = known
+    return known
+
+
+async def _finish_after(awaitable: Any, scope: Scope) -> Any:
+    scope.enter()
+    try:
+        result = await awaitable
+    except BaseException as exc:
+        scope.exit(exc)
+        raise
+    scope.exit(None)
+    return result
+
+
+def _future_done(scope: Scope) -> Callable[[Any], None]:
+    def done(future: Any) -> None:
+        try:
+            exc = asyncio.CancelledError() if future.cancelled() else future.exception()
+        except BaseException as err:
+            exc = err
+        scope.close(exc)
+
+    return done
+
+
+def _timed_result(result: Any, scope: Scope) -> Any:
+    """``result`` of a sync call that returned an awaitable: the scope ends when it completes. A coroutine is
+    wrapped in a coroutine; a future (asyncio's or ``concurrent.futures``', a Ray ``ObjectRef``) keeps its
+    identity and a done callback ends the scope. Any other awaitable is returned as is and timed until
+    returned (wrapping it would change what the caller holds)."""
+    try:
+        if inspect.iscoroutine(result):
+            return _finish_after(result, scope)
+        add_done = getattr(result, "add_done_callback", None)
+        if add_done is None and type(result).__name__ == "ObjectRef" and hasattr(result, "future"):
+            add_done = result.future().add_done_callback  # Ray: completion through its concurrent future
+        if add_done is not None:
+            add_done(_future_done(scope))
+            return result
+    except Exception:
+        internal_error("instrument.awaitable")
+    scope.close(None)
+    return result
+
+
+def _wraps(fn: Any) -> Callable[[F], F]:
+    def apply(wrapper: F) -> F:
+        try:
+            functools.update_wrapper(wrapper, fn)
+        except Exception:  # callables without __name__ & co.
+            wrapper.__wrapped__ = fn  # type: ignore[attr-defined]
+        return wrapper
+
+    return apply
+
+
+def instrument(fn: F, begin: Begin) -> F:
+    """Wrap ``fn`` so each call runs in a :class:`Scope` from ``begin(kwargs)``; the one lifecycle of every
+    wrapper (``phase``/``trace_*``, ``trainer_phase``, ``traced_remote``).
+
+    The kind is decided here, once: async functions (and objects with ``async def __call__``) are timed until
+    they return; generators and async generators from the first step to exhaustion, close or error, driven
+    by hand so ``send``/``throw``/``close`` and ``asend``/``athrow``/``aclose`` behave exactly as without the
+    wrapper, with the scope current only while the generator runs (never in the consumer). A sync callable
+    that returns an awaitable is timed until the awaitable completes. The user's exception is recorded and
+    re-raised unchanged; cancellation and ``GeneratorExit`` are not errors.
+
+    The wrapper holds ``fn`` and ``begin`` in its closure, so it pickles by value (what Ray's cloudpickle
+    does with a function of the user's ``__main__``) exactly when ``begin`` does: make it a bound method of
+    an importable class (:class:`PhaseBegin`) or a closure over plain values, never over a ContextVar, lock
+    or SDK object.
+    """
+    if is_asyncgen_callable(fn):
+
+        @_wraps(fn)
+        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+            scope = begin(kwargs) or NOOP  # entered
+            try:
+                agen = fn(*args, **kwargs)
+                value = await agen.__anext__()
+            except StopAsyncIteration:
+                scope.exit(None)
+                return
+            except BaseException as exc:
+                scope.exit(exc)
+                raise
+            scope.leave()
+            while True:
+                sent: Any = None
+                thrown: BaseException | None = None
+                try:
+                    sent = yield value
+                except GeneratorExit as stop:
+                    scope.enter()
+                    try:
+                        await agen.aclose()
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                    scope.exit(stop)
+                    raise
+                except BaseException as exc:
+                    thrown = exc
+                scope.enter()
+                try:
+                    value = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                except StopAsyncIteration:
+                    scope.exit(None)
+                    return
+                except BaseException as exc:
+                    scope.exit(exc)
+                    raise
+                scope.leave()
+
+        return agen_wrapper  # type: ignore[return-value]
+
+    if is_async_callable(fn):
+
+        @_wraps(fn)
+        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+            scope = begin(kwargs)  # entered
+            if scope is None:
+                return await fn(*args, **kwargs)
+            try:
+                result = await fn(*args, **kwargs)
+            except BaseException as exc:
+                scope.exit(exc)
+                raise
+            scope.exit(None)
+            return result
+
+        return async_wrapper  # type: ignore[return-value]
+
+    if is_gen_callable(fn):
+
+        @_wraps(fn)
+        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+            scope = begin(kwargs)  # entered
+            if scope is None:
+                return (yield from fn(*args, **kwargs))
+            try:
+                gen = fn(*args, **kwargs)
+                value = next(gen)
+            except StopIteration as done:
+                scope.exit(None)
+                return done.value
+            except BaseException as exc:
+                scope.exit(exc)
+                raise
+            scope.leave()
+            while True:
+                sent: Any = None
+                thrown: BaseException | None = None
+                try:
+                    sent = yield value
+                except GeneratorExit as stop:
+                    scope.enter()
+                    try:
+                        gen.close()
+                    except BaseException as exc:
+                        scope.exit(exc)
+                        raise
+                    scope.exit(stop)
+                    raise
+                except BaseException as exc:
+                    thrown = exc
+                scope.enter()
+                try:
+                    value = gen.send(sent) if thrown is None else gen.throw(thrown)
+                except StopIteration as done:
+                    scope.exit(None)
+                    return done.value
+                except BaseException as exc:
+                    scope.exit(exc)
+                    raise
+                scope.leave()
+
+        return gen_wrapper  # type: ignore[return-value]
+
+    @_wraps(fn)
+    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+        scope = begin(kwargs)  # entered
+        if scope is None:
+            return fn(*args, **kwargs)
+        try:
+            result = fn(*args, **kwargs)
+        except BaseException as exc:
+            scope.exit(exc)
+            raise
+        if result is not None and _is_awaitable(result):
+            scope.leave()
+            return _timed_result(result, scope)
+        scope.exit(None)
+        return result
+
+    return sync_wrapper  # type: ignore[return-value]

@@ -1,0 +1,178 @@
+"""Where fast-path spans start and end: one :class:`Recorder` per provider ``configure()`` builds.
+
+Start (:meth:`Recorder.start`): a span below one of this recorder's own spans takes its parent's trace and
+sampling decision, with no sampler call (what every sampler ``configure()`` installs decides for a span below a
+local parent: ``ParentBased`` or the budget sampler, see ``export._sampling``). Any other span (a root, a child
+of a user's SDK span or of a remote context) asks the provider's sampler, exactly as ``start_span`` would; if
+it answers DROP, the caller falls back to the SDK (a non-recording span).
+
+End (:meth:`Recorder.finish`): the one place a fast-path span ends: error recorded, identity restored if a
+count limit would evict it, end time on the span's monotonic timeline, the in-flight registry told, the span
+queued. The queue is bounded (``max_queue``; drops are counted in ``dropped``) and drained off the hot path by
+the export pipeline (``export._pipeline``), which applies the span limits, feeds the metrics and hands the spans
+to the exporters. ``wake`` is called when the queue reaches ``batch`` spans.
+"""
+
+from __future__ import annotations
+
+import threading
+from collections import deque
+from collections.abc import Callable, Mapping, Sequence
+import time
+from typing import Any
+
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import SpanLimits
+from opentelemetry.sdk.trace.id_generator import IdGenerator
+from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, SpanKind, get_current_span
+from opentelemetry.trace import Span as ApiSpan
+
+from ._clock import monotonic_ns
+from ._errors import IDENTITY_KEYS, mark_error
+from ._guard import after_fork_in_child, internal_error
+from ._record import FastSpan
+
+START = object()
+"""Queued before a sample's root span, at its start: ``(START, span)`` (the metrics count running samples)."""
+
+
+class Recorder:
+    """Starts and ends this provider's fast-path spans and queues them for the export pipeline."""
+
+    def __init__(
+        self,
+        *,
+        resource: Any,
+        scope: InstrumentationScope,
+        limits: SpanLimits,
+        sampler: Sampler,
+        id_generator: IdGenerator,
+        max_queue: int = 2048,
+        batch: int = 512,
+    ) -> None:
+        self.resource = resource
+        self.scope = scope
+        self.limits = limits
+        self.sampler = sampler
+        self.max_attributes = limits.max_span_attributes
+        self.new_span_id = id_generator.generate_span_id
+        self.new_trace_id = id_generator.generate_trace_id
+        self.max_queue = max_queue
+        self.batch = max(1, min(batch, max_queue))
+        self.wake: Callable[[], object] = _nothing
+        self.closed = False
+        self._init_state()
+        after_fork_in_child(self, "_init_state")
+
+    def _init_state(self) -> None:
+        """An empty queue (a forked child exports none of its parent's spans)."""
+        self.queue: deque[Any] = deque()
+        self.dropped = 0
+        self.lock = threading.Lock()  # held by whoever drains the queue (the pipeline, or a collect)
+
+    # -- start ---------------------------------------------------------------------------------------
+    def start(
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        start_ns: int,
+        parent: ApiSpan | None = None,
+        context: Context | None = None,
+        links: Sequence[Link] | None = None,
+    ) -> FastSpan | None:
+        """A new span at ``start_ns`` (wall clock) below ``parent`` (the current span when ``None`` and no
+        ``context``; ``context``: an explicit parent context, ``Context()`` for a new trace). ``None`` when the
+        sampler drops it (start it through the SDK instead). Raises nothing the caller must not catch."""
+        if parent is None:
+            parent = get_current_span(context)
+        if type(parent) is FastSpan and parent.recorder is self and not links:
+            span = FastSpan(self, name, parent.trace_id, self.new_span_id(), parent.span_id, parent.flags, start_ns, attributes)
+            span.trace_state = parent.trace_state
+            return span
+        return self._sampled(name, attributes, start_ns, parent, context, links)
+
+    def _sampled(
+        self,
+        name: str,
+        attributes: dict[str, Any],
+        start_ns: int,
+        parent: ApiSpan | None,
+        context: Context | None,
+        links: Sequence[Link] | None,
+    ) -> FastSpan | None:
+        ctx = parent.get_span_context() if parent is not None else None
+        valid = ctx is not None and ctx.is_valid
+        trace_id = ctx.trace_id if valid else self.new_trace_id()  # type: ignore[union-attr]
+        result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes, links)
+        if not result.decision.is_recording():
+            return None
+        if result.attributes and dict(result.attributes) != attributes:
+            attributes = dict(result.attributes)  # a sampler may add attributes: the span gets the result's
+        flags = 1 if result.decision.is_sampled() else 0
+        span = FastSpan(self, name, trace_id, self.new_span_id(), ctx.span_id if valid else 0, flags, start_ns, attributes)  # type: ignore[union-attr]
+        span.parent_remote = bool(valid and ctx.is_remote)  # type: ignore[union-attr]
+        span.trace_state = result.trace_state
+        if links:
+            span.links = tuple(link for link in links if link.context is not None and link.context.is_valid)
+        return span
+
+    # -- end -----------------------------------------------------------------------------------------
+    def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None:
+        """End ``span`` (once: later calls do nothing) at ``end_time`` (ns since the epoch; ``None``: now on its
+        monotonic timeline), recording ``exc``; tell the in-flight registry; queue it. Never raises."""
+        if span.end_ns:
+            return
+        try:
+            if exc is not None:
+                mark_error(span, exc)
+            limit = self.max_attributes
+            if limit is not None and span.started is not None and len(span.attributes) > limit:
+                _restore_identity(span, span.started)
+            if end_time is None:
+                offset = span.offset
+                end_time = monotonic_ns() + offset if offset is not None else time.time_ns()
+            span.end_ns = max(end_time, span.start_ns) or 1
+        except Exception:
+            internal_error("span.end")
+            span.end_ns = span.end_ns or time.time_ns()
+        registry = span.tracked
+        if registry is not None:
+            registry.phase_ended(span)
+        self.put(span)
+
+    def put(self, item: Any) -> None:
+        """Queue an ended span (or a ``(START, span)`` pair) for the pipeline; count it when full or closed."""
+        queue = self.queue
+        if len(queue) >= self.max_queue or self.closed:
+            self.dropped += 1
+            return
+        queue.append(item)
+        if len(queue) == self.batch:
+            try:
+                self.wake()
+            except Exception:
+                internal_error("recorder.wake")
+
+    def take(self) -> list[Any]:
+        """Everything queued so far, in order (the caller holds :attr:`lock`)."""
+        queue = self.queue
+        return [queue.popleft() for _ in range(len(queue))]
+
+
+def _restore_identity(span: FastSpan, started: Mapping[str, object]) -> None:
+    """Before a span with more attributes than the limit ends: make its identity the newest (the SDK evicts the
+    oldest), as :func:`~otel_agentloop.core._errors.restore_identity` does for an SDK span."""
+    attrs = span.attributes
+    if not span.owned:
+        attrs = span.attributes = dict(attrs)
+        span.owned = True
+    for key in IDENTITY_KEYS:
+        if key in started:
+            attrs.pop(key, None)
+            attrs[key] = started[key]
+
+
+def _nothing() -> None:
+    return None

@@ -1,0 +1,225 @@
+"""The fast path's export pipeline: ended records leave the training thread here.
+
+:class:`RecordPipeline` drains a :class:`~otel_agentloop.core._recorder.Recorder` on its own thread
+(``otel_agentloop.pipeline``), in order: it applies the span limits (:func:`finalize`), then hands each span to
+the provider's span processors, in the order they were added. The library's own processors (the metrics, the
+keeper, the export processors: ``accepts_records = True``) take the record as it is; any other processor (a
+user's) receives a real SDK span built from it (:func:`materialise`): ``on_start`` and ``on_end`` then run on
+this thread, after the span ended, not on the thread that ran it. Exporters that are not the library's receive
+materialised spans too (``ExportProcessor``).
+
+:class:`PipelineProvider` is the SDK provider ``configure()`` builds: a processor added to it (also later,
+``handle.provider.add_span_processor(p)``) receives the fast path's spans as well as the SDK's, and its
+``force_flush``/``shutdown`` drain the pipeline first. A collect drains it too (the metrics are exact when
+``collect()`` returns).
+"""
+
+from __future__ import annotations
+
+import threading
+from collections.abc import Mapping
+from typing import Any
+
+from opentelemetry.attributes import BoundedAttributes
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.trace import SpanKind
+
+from ..core._guard import after_fork_in_child, internal_error
+from ..core._record import UNSET, FastSpan
+from ..core._recorder import START, Recorder
+
+_NO_PROCESSOR = SpanProcessor()
+
+
+class _Materialised(SdkSpan):
+    """The SDK's span class, built here rather than by a tracer (its constructor refuses the base class)."""
+
+
+def finalize(span: FastSpan) -> None:
+    """Apply the provider's span limits to an ended ``span`` (as the SDK's ``BoundedAttributes`` would have):
+    values cleaned and cut to the length limit, the oldest attributes over the count limit evicted (counted in
+    ``dropped_attributes``), the newest ``max_events`` events kept. Costs a type check per attribute when
+    nothing needs doing."""
+    limits = span.recorder.limits
+    attrs = span.attributes
+    count = limits.max_span_attributes
+    length = limits.max_span_attribute_length
+    if span.dirty or (count is not None and len(attrs) > count) or (length is not None and _too_long(attrs, length)):
+        bounded = BoundedAttributes(count, attrs, immutable=True, max_value_len=length)
+        span.attributes = dict(bounded)
+        span.owned = True
+        span.dropped_attributes = bounded.dropped
+    events = span.events
+    if events:
+        max_events = limits.max_events
+        if max_events is not None and len(events) > max_events:
+            span.dropped_events = len(events) - max_events
+            del events[: len(events) - max_events]
+        per_event = limits.max_event_attributes
+        span.events = [
+            (name, dict(BoundedAttributes(per_event, attrs_, immutable=True, max_value_len=length)), ts)
+            for name, attrs_, ts in events
+        ]
+
+
+def _too_long(attrs: Mapping[str, Any], length: int) -> bool:
+    for value in attrs.values():
+        if type(value) is str and len(value) > length:
+            return True
+    return False
+
+
+def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> ReadableSpan:
+    """``span`` as the SDK's own span (started and ended again, off the hot path, at its recorded times):
+    what a processor or exporter that is not the library's receives. ``processor`` sees its ``on_start`` and
+    ``on_end``. Built once per span and kept."""
+    built = span.materialised
+    if built is not None and processor is None:
+        return built  # type: ignore[no-any-return]
+    recorder = span.recorder
+    sdk = _Materialised(
+        span.name,
+        span.get_span_context(),
+        parent=span.parent,
+        resource=recorder.resource,
+        attributes=span.attributes,
+        links=span.links,
+        kind=SpanKind.INTERNAL,
+        span_processor=processor or _NO_PROCESSOR,
+        instrumentation_scope=recorder.scope,
+        limits=recorder.limits,
+    )
+    sdk.start(start_time=span.start_ns)
+    for name, attrs, ts in span.events or ():
+        sdk.add_event(name, attrs, ts)
+    if span.status is not UNSET:
+        sdk.set_status(span.status)
+    sdk.end(end_time=span.end_ns)
+    span.materialised = sdk
+    return sdk
+
+
+class _Foreign(SpanProcessor):
+    """The processors that are not the library's, behind one ``on_start``/``on_end``: a span is materialised
+    once for all of them."""
+
+    def __init__(self) -> None:
+        self.processors: list[SpanProcessor] = []
+
+    def on_start(self, span: Any, parent_context: Any = None) -> None:
+        for p in self.processors:
+            try:
+                p.on_start(span, parent_context)
+            except Exception:
+                internal_error(f"{type(p).__name__}.on_start")
+
+    def on_end(self, span: ReadableSpan) -> None:
+        for p in self.processors:
+            try:
+                p.on_end(span)
+            except Exception:
+                internal_error(f"{type(p).__name__}.on_end")
+
+
+class RecordPipeline:
+    """Drains ``recorder`` into the span processors (see the module docstring). ``interval_s``: the longest a
+    record waits when fewer than a batch are queued."""
+
+    def __init__(self, recorder: Recorder, interval_s: float = 1.0) -> None:
+        self.recorder = recorder
+        self.interval_s = max(0.01, min(interval_s, 1.0))
+        self.native: list[SpanProcessor] = []  # in the order added; the foreign ones at their place
+        self.foreign = _Foreign()
+        self.processed = 0
+        self._order: list[SpanProcessor] = []
+        self._stopping = False
+        self._init_state()
+        after_fork_in_child(self, "_init_state")
+
+    def _init_state(self) -> None:
+        self._wake = threading.Event()
+        self.recorder.wake = self._wake.set
+        self._thread = threading.Thread(target=self._run, name="otel_agentloop.pipeline", daemon=True)
+        if not self._stopping:
+            self._thread.start()
+
+    def add(self, processor: SpanProcessor) -> None:
+        """Hand the fast path's spans to ``processor`` too (after those added before it)."""
+        if getattr(processor, "accepts_records", False):
+            self._order.append(processor)
+        else:
+            if not self.foreign.processors:
+                self._order.append(self.foreign)
+            self.foreign.processors.append(processor)
+
+    def _run(self) -> None:
+        while not self._stopping:
+            self._wake.wait(self.interval_s)
+            self._wake.clear()
+            try:
+                self.drain()
+            except Exception:
+                internal_error("RecordPipeline.run")
+
+    def drain(self) -> int:
+        """Process everything queued so far, in order, on the calling thread; the number of items."""
+        recorder = self.recorder
+        with recorder.lock:
+            items = recorder.take()
+            for item in items:
+                try:
+                    if type(item) is tuple:
+                        self._started(item[1])
+                    else:
+                        self._ended(item)
+                except Exception:
+                    internal_error("RecordPipeline.process")
+            self.processed += len(items)
+        return len(items)
+
+    def _started(self, span: FastSpan) -> None:
+        for p in self._order:
+            if p is not self.foreign:
+                p.on_start(span)  # type: ignore[arg-type]
+
+    def _ended(self, span: FastSpan) -> None:
+        finalize(span)
+        for p in self._order:
+            if p is self.foreign:
+                materialise(span, self.foreign)
+            else:
+                p.on_end(span)  # type: ignore[arg-type]
+
+    def shutdown(self) -> None:
+        """Process what is queued and stop the thread (spans ending later are counted as dropped)."""
+        self._stopping = True
+        self.recorder.closed = True
+        self._wake.set()
+        self.drain()
+
+
+class PipelineProvider(TracerProvider):
+    """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring)."""
+
+    pipeline: RecordPipeline | None = None
+
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
+        super().add_span_processor(span_processor)
+        if self.pipeline is not None:
+            self.pipeline.add(span_processor)
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        if self.pipeline is not None:
+            self.pipeline.drain()
+        return super().force_flush(timeout_millis)
+
+    def shutdown(self) -> None:
+        if self.pipeline is not None:
+            self.pipeline.shutdown()
+        super().shutdown()
+
+
+def attributes_of(span: Any) -> Mapping[str, Any]:
+    """An ended span's attributes, whichever kind it is (a record's dict, or the SDK's mapping)."""
+    return span.attributes if type(span) is FastSpan else (span.attributes or {})  # type: ignore[no-any-return]
