@@ -119,6 +119,9 @@ class Handle:
         if not self.enabled:
             return True
         deadline = time.monotonic() + max(wait_s, 0.0)
+        pipeline = getattr(self.provider, "pipeline", None)
+        if pipeline is not None:  # the fast path's ended spans into the export queues first (CPU only, bounded)
+            pipeline.drain()
         ok = True
         for proc in self.export_processors:
             ok = proc.request_flush(max(deadline - time.monotonic(), 0.0)) and ok
@@ -171,6 +174,9 @@ class Handle:
         for proc in self.export_processors:
             for key, value in proc.stats.items():
                 out[key] += value
+        pipeline = getattr(self.provider, "pipeline", None)
+        if pipeline is not None:  # spans ended after shutdown, never handed to an exporter
+            out["dropped"] += pipeline.recorder.dropped
         if self.keeper is not None:
             out.update(self.keeper.stats)
         if self.summaries is not None:

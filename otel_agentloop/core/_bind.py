@@ -27,27 +27,7 @@ def bind(fn: Callable[..., T]) -> Callable[..., T]:
     ctx = contextvars.copy_context()
     bound: Callable[..., Any]
     if is_asyncgen_callable(fn):
-
-        async def bound_agen(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            run = ctx.copy()
-            agen: Any = run.run(fn, *args, **kwargs)
-            step = agen.__anext__()
-            while True:
-                try:
-                    value = await _run_in(run, step)
-                except StopAsyncIteration:
-                    return
-                try:
-                    sent = yield value
-                except GeneratorExit:
-                    await _run_in(run, agen.aclose())
-                    raise
-                except BaseException as exc:
-                    step = agen.athrow(exc)
-                else:
-                    step = agen.asend(sent)
-
-        bound = bound_agen
+        bound = _bound_agen(ctx, fn)
     elif is_async_callable(fn):
 
         async def bound_async(*args: Any, **kwargs: Any) -> Any:
@@ -76,6 +56,31 @@ def bind(fn: Callable[..., T]) -> Callable[..., T]:
     with contextlib.suppress(Exception):  # a callable without __name__ & co. (a partial, an instance)
         functools.update_wrapper(bound, fn)
     return bound  # type: ignore[return-value]  # the same kind of callable as fn, with the same result
+
+
+def _bound_agen(ctx: contextvars.Context, fn: Callable[..., Any]) -> Callable[..., Any]:
+    """``fn``, an async generator function, running each resume in a copy of ``ctx``."""
+
+    async def bound_agen(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+        run = ctx.copy()
+        agen: Any = run.run(fn, *args, **kwargs)
+        step = agen.__anext__()
+        while True:
+            try:
+                value = await _run_in(run, step)
+            except StopAsyncIteration:
+                return
+            try:
+                sent = yield value
+            except GeneratorExit:
+                await _run_in(run, agen.aclose())
+                raise
+            except BaseException as exc:
+                step = agen.athrow(exc)
+            else:
+                step = agen.asend(sent)
+
+    return bound_agen
 
 
 @types.coroutine

@@ -22,8 +22,8 @@ from .. import semconv as sc
 from ._bind import bind
 from ._errors import IDENTITY_KEYS, error_type, mark_error, restore_identity
 from ._guard import internal_error, safe_str
-from ._lifecycle import announce, open_span, span_of
-from ._scope import OpenSpan
+from ._lifecycle import announce, open_span
+from ._scope import OpenSpan, span_of
 from ._state import TracePer, state
 from ._tracer import current_live, current_tracer
 from ._values import INT64_MAX, INT64_MIN, clean_attributes, coerce_number, safe_repr

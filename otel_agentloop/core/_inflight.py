@@ -26,7 +26,6 @@ from collections import deque
 from collections.abc import Mapping
 from typing import Any, NamedTuple
 
-
 from .. import semconv as sc
 from ._guard import internal_error
 from ._scope import OpenSpan, span_of
@@ -90,8 +89,9 @@ class _Sample:
 
 
 class OpenPhase(NamedTuple):
-    """An open phase span of a tracked sample, as :meth:`InflightRegistry.overdue` reports it. ``start_mono_ns``: its start on the monotonic clock
-    (``time.monotonic_ns``), never the wall clock, so its age is right whatever the wall clock does."""
+    """An open phase span of a tracked sample, as :meth:`InflightRegistry.overdue` reports it.
+    ``start_mono_ns``: its start on the monotonic clock (``time.monotonic_ns``), never the wall clock, so its
+    age is right whatever the wall clock does."""
 
     sample: _Sample
     phase: str

@@ -102,13 +102,48 @@ def instrument(fn: F, begin: Begin) -> F:
     or SDK object.
     """
     if is_asyncgen_callable(fn):
+        return _asyncgen_wrapper(fn, begin)  # type: ignore[no-any-return]
+    if is_async_callable(fn):
+        return _async_wrapper(fn, begin)  # type: ignore[no-any-return]
+    if is_gen_callable(fn):
+        return _gen_wrapper(fn, begin)  # type: ignore[no-any-return]
+    return _sync_wrapper(fn, begin)  # type: ignore[no-any-return]
 
-        @_wraps(fn)
-        async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
-            scope = begin(kwargs) or NOOP  # entered
+
+def _asyncgen_wrapper(fn: Any, begin: Begin) -> Any:
+
+    @_wraps(fn)
+    async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+        scope = begin(kwargs) or NOOP  # entered
+        try:
+            agen = fn(*args, **kwargs)
+            value = await agen.__anext__()
+        except StopAsyncIteration:
+            scope.exit(None)
+            return
+        except BaseException as exc:
+            scope.exit(exc)
+            raise
+        scope.leave()
+        while True:
+            sent: Any = None
+            thrown: BaseException | None = None
             try:
-                agen = fn(*args, **kwargs)
-                value = await agen.__anext__()
+                sent = yield value
+            except GeneratorExit as stop:
+                scope.enter()
+                try:
+                    await agen.aclose()
+                except BaseException as exc:
+                    scope.exit(exc)
+                    raise
+                scope.exit(stop)
+                raise
+            except BaseException as exc:
+                thrown = exc
+            scope.enter()
+            try:
+                value = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
             except StopAsyncIteration:
                 scope.exit(None)
                 return
@@ -116,62 +151,64 @@ def instrument(fn: F, begin: Begin) -> F:
                 scope.exit(exc)
                 raise
             scope.leave()
-            while True:
-                sent: Any = None
-                thrown: BaseException | None = None
-                try:
-                    sent = yield value
-                except GeneratorExit as stop:
-                    scope.enter()
-                    try:
-                        await agen.aclose()
-                    except BaseException as exc:
-                        scope.exit(exc)
-                        raise
-                    scope.exit(stop)
-                    raise
-                except BaseException as exc:
-                    thrown = exc
+
+    return agen_wrapper
+
+
+def _async_wrapper(fn: Any, begin: Begin) -> Any:
+
+    @_wraps(fn)
+    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        scope = begin(kwargs)  # entered
+        if scope is None:
+            return await fn(*args, **kwargs)
+        try:
+            result = await fn(*args, **kwargs)
+        except BaseException as exc:
+            scope.exit(exc)
+            raise
+        scope.exit(None)
+        return result
+
+    return async_wrapper
+
+
+def _gen_wrapper(fn: Any, begin: Begin) -> Any:
+
+    @_wraps(fn)
+    def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        scope = begin(kwargs)  # entered
+        if scope is None:
+            return (yield from fn(*args, **kwargs))
+        try:
+            gen = fn(*args, **kwargs)
+            value = next(gen)
+        except StopIteration as done:
+            scope.exit(None)
+            return done.value
+        except BaseException as exc:
+            scope.exit(exc)
+            raise
+        scope.leave()
+        while True:
+            sent: Any = None
+            thrown: BaseException | None = None
+            try:
+                sent = yield value
+            except GeneratorExit as stop:
                 scope.enter()
                 try:
-                    value = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
-                except StopAsyncIteration:
-                    scope.exit(None)
-                    return
+                    gen.close()
                 except BaseException as exc:
                     scope.exit(exc)
                     raise
-                scope.leave()
-
-        return agen_wrapper  # type: ignore[return-value]
-
-    if is_async_callable(fn):
-
-        @_wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            scope = begin(kwargs)  # entered
-            if scope is None:
-                return await fn(*args, **kwargs)
-            try:
-                result = await fn(*args, **kwargs)
-            except BaseException as exc:
-                scope.exit(exc)
+                scope.exit(stop)
                 raise
-            scope.exit(None)
-            return result
-
-        return async_wrapper  # type: ignore[return-value]
-
-    if is_gen_callable(fn):
-
-        @_wraps(fn)
-        def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
-            scope = begin(kwargs)  # entered
-            if scope is None:
-                return (yield from fn(*args, **kwargs))
+            except BaseException as exc:
+                thrown = exc
+            scope.enter()
             try:
-                gen = fn(*args, **kwargs)
-                value = next(gen)
+                value = gen.send(sent) if thrown is None else gen.throw(thrown)
             except StopIteration as done:
                 scope.exit(None)
                 return done.value
@@ -179,35 +216,11 @@ def instrument(fn: F, begin: Begin) -> F:
                 scope.exit(exc)
                 raise
             scope.leave()
-            while True:
-                sent: Any = None
-                thrown: BaseException | None = None
-                try:
-                    sent = yield value
-                except GeneratorExit as stop:
-                    scope.enter()
-                    try:
-                        gen.close()
-                    except BaseException as exc:
-                        scope.exit(exc)
-                        raise
-                    scope.exit(stop)
-                    raise
-                except BaseException as exc:
-                    thrown = exc
-                scope.enter()
-                try:
-                    value = gen.send(sent) if thrown is None else gen.throw(thrown)
-                except StopIteration as done:
-                    scope.exit(None)
-                    return done.value
-                except BaseException as exc:
-                    scope.exit(exc)
-                    raise
-                scope.leave()
 
-        return gen_wrapper  # type: ignore[return-value]
+    return gen_wrapper
 
+
+def _sync_wrapper(fn: Any, begin: Begin) -> Any:
     @_wraps(fn)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
         scope = begin(kwargs)  # entered
@@ -224,4 +237,4 @@ def instrument(fn: F, begin: Begin) -> F:
         scope.exit(None)
         return result
 
-    return sync_wrapper  # type: ignore[return-value]
+    return sync_wrapper

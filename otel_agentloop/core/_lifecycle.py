@@ -12,8 +12,8 @@ in-flight registry (:func:`track_phase`).
 
 from __future__ import annotations
 
-from collections.abc import Mapping, Sequence
 import time
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -26,14 +26,14 @@ from ._errors import mark_error, restore_identity
 from ._guard import internal_error
 from ._record import FastSpan
 from ._recorder import START, Recorder
-from ._scope import OpenSpan, span_of
+from ._scope import OpenSpan
 from ._tracer import current_recorder
 
 
 class SdkScope(OpenSpan):
     """An OpenTelemetry SDK span started by :func:`open_span`: current while entered, ended by ``close``."""
 
-    __slots__ = ("span",)  # noqa: RUF023
+    __slots__ = ("span",)
 
     def __init__(self, span: Span, offset: int | None, started: Mapping[str, object] | None, start_mono: int) -> None:
         self.span = span
@@ -128,7 +128,9 @@ def _open_fast(
         offset = start - mono
     else:
         start = mono + offset
-    span = recorder.start(name, attributes, start, None if context is None else trace.get_current_span(context), context, links)
+    span = recorder.start(
+        name, attributes, start, None if context is None else trace.get_current_span(context), context, links
+    )
     if span is not None:
         span.init(offset, attributes, mono)
     return span

@@ -23,8 +23,8 @@ from .. import semconv as sc
 from ._context import _SAMPLE
 from ._guard import internal_error
 from ._instrument import instrument
-from ._lifecycle import finish, open_span, span_of, track_phase
-from ._scope import OpenSpan, Scope
+from ._lifecycle import finish, open_span, track_phase
+from ._scope import OpenSpan, Scope, span_of
 from ._tracer import current_tracer
 from ._values import clean_attributes
 
@@ -129,9 +129,10 @@ class PhaseBegin:
                 attrs = self.attrs if not extra else {**clean_attributes(extra), **self.attrs}
                 return open_span(tracer, self.name, attrs, None, enter=enter)
             spec = self.spec
-            attrs = sample.merged.get(spec)  # built once per sample and spec, shared by its spans (by reference)
-            if attrs is None:
-                attrs = sample.merged[spec] = {**self.attrs, **sample.phase_attributes}
+            merged = sample.merged.get(spec)  # built once per sample and spec, shared by its spans (by reference)
+            if merged is None:
+                merged = sample.merged[spec] = {**self.attrs, **sample.phase_attributes}
+            attrs = merged
             if extra:
                 attrs = {**clean_attributes(extra), **attrs}
             scope = open_span(tracer, self.name, attrs, sample.clock_offset, enter=enter)
@@ -144,9 +145,7 @@ class PhaseBegin:
             return None
 
 
-def start(
-    spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeValue] | None = None
-) -> OpenSpan | None:
+def start(spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeValue] | None = None) -> OpenSpan | None:
     """Start ``spec``'s span below the current context (entered when ``attach``): for call sites that time a
     block (``span``, the verl integration); end it with :func:`~otel_agentloop.core._lifecycle.finish`.
     ``None`` when tracing is off or on internal failure."""

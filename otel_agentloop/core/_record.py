@@ -19,22 +19,31 @@ Read surface (for the pipeline, the encoders and every consumer of ended spans):
 from __future__ import annotations
 
 import logging
-import traceback
-from collections.abc import Mapping, Sequence
 import time
-from typing import TYPE_CHECKING, Any
+import traceback
+from collections.abc import Mapping
+from typing import Any, Protocol, Union
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
 
-from ._clock import monotonic_ns
 from ._guard import internal_error
 from ._scope import OpenSpan
 
-if TYPE_CHECKING:
-    from ._recorder import Recorder
+
+class Sink(Protocol):
+    """What a :class:`FastSpan` needs of the recorder that made it (``_recorder.Recorder``)."""
+
+    resource: Any
+    scope: Any
+    limits: Any
+
+    def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None: ...
+
+    def put(self, item: Any) -> None: ...
 
 _logger = logging.getLogger("otel_agentloop")
 _SCALARS = (str, bool, int, float)
@@ -72,7 +81,7 @@ class FastSpan(OpenSpan, trace.Span):
 
     def __init__(
         self,
-        recorder: Recorder,
+        recorder: Sink,
         name: str,
         trace_id: int,
         span_id: int,
@@ -162,17 +171,17 @@ class FastSpan(OpenSpan, trace.Span):
         for key, value in attributes.items():
             self.set_attribute(key, value)
 
-    def add_event(
-        self, name: str, attributes: types.Attributes = None, timestamp: int | None = None
-    ) -> None:
+    def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
         if self.end_ns:
             return
         if self.events is None:
             self.events = []
-        self.events.append((name, dict(attributes) if attributes else {}, time.time_ns() if timestamp is None else timestamp))
+        self.events.append(
+            (name, dict(attributes) if attributes else {}, time.time_ns() if timestamp is None else timestamp)
+        )
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        if self.end_ns or context is None or not context.is_valid:
+        if self.end_ns or not context.is_valid:
             return
         self.links = (*self.links, Link(context, attributes))
 
@@ -258,14 +267,5 @@ class FastSpan(OpenSpan, trace.Span):
         return f"FastSpan({self.name!r}, trace_id={self.trace_id:032x}, span_id={self.span_id:016x})"
 
 
-def monotonic_end(span: FastSpan) -> int:
-    """``span``'s end now: on its start's timeline (``offset``), else the wall clock."""
-    offset = span.offset
-    return monotonic_ns() + offset if offset is not None else time.time_ns()
-
-
-def links_of(links: Sequence[Link] | None) -> tuple[Link, ...]:
-    """Valid links only, as a tuple (what the SDK keeps)."""
-    if not links:
-        return ()
-    return tuple(link for link in links if link.context is not None and link.context.is_valid)
+EndedSpan = Union[ReadableSpan, "FastSpan"]
+"""What span processors of this library receive: an SDK span, or the fast path's record."""

@@ -8,17 +8,19 @@ it answers DROP, the caller falls back to the SDK (a non-recording span).
 
 End (:meth:`Recorder.finish`): the one place a fast-path span ends: error recorded, identity restored if a
 count limit would evict it, end time on the span's monotonic timeline, the in-flight registry told, the span
-queued. The queue is bounded (``max_queue``; drops are counted in ``dropped``) and drained off the hot path by
-the export pipeline (``export._pipeline``), which applies the span limits, feeds the metrics and hands the spans
-to the exporters. ``wake`` is called when the queue reaches ``batch`` spans.
+queued. The queue is drained off the hot path by the export pipeline (``export._pipeline``), which applies the
+span limits, feeds the metrics and hands the spans to the exporters; ``wake`` is called when it reaches
+``batch`` spans. It is bounded (``max_queue``): when it is full, the span's thread drains it first
+(``overflow``: the metrics stay exact, the exporters' own bounded queues drop and count what they cannot take);
+after shutdown (``closed``) spans are counted in ``dropped``.
 """
 
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
 from collections.abc import Callable, Mapping, Sequence
-import time
 from typing import Any
 
 from opentelemetry.context import Context
@@ -62,6 +64,7 @@ class Recorder:
         self.max_queue = max_queue
         self.batch = max(1, min(batch, max_queue))
         self.wake: Callable[[], object] = _nothing
+        self.overflow: Callable[[], object] = _nothing
         self.closed = False
         self._init_state()
         after_fork_in_child(self, "_init_state")
@@ -70,7 +73,7 @@ class Recorder:
         """An empty queue (a forked child exports none of its parent's spans)."""
         self.queue: deque[Any] = deque()
         self.dropped = 0
-        self.lock = threading.Lock()  # held by whoever drains the queue (the pipeline, or a collect)
+        self.lock = threading.RLock()  # held by whoever drains the queue (the pipeline, a collect, an overflow)
 
     # -- start ---------------------------------------------------------------------------------------
     def start(
@@ -88,7 +91,9 @@ class Recorder:
         if parent is None:
             parent = get_current_span(context)
         if type(parent) is FastSpan and parent.recorder is self and not links:
-            span = FastSpan(self, name, parent.trace_id, self.new_span_id(), parent.span_id, parent.flags, start_ns, attributes)
+            span = FastSpan(
+                self, name, parent.trace_id, self.new_span_id(), parent.span_id, parent.flags, start_ns, attributes
+            )
             span.trace_state = parent.trace_state
             return span
         return self._sampled(name, attributes, start_ns, parent, context, links)
@@ -111,11 +116,12 @@ class Recorder:
         if result.attributes and dict(result.attributes) != attributes:
             attributes = dict(result.attributes)  # a sampler may add attributes: the span gets the result's
         flags = 1 if result.decision.is_sampled() else 0
-        span = FastSpan(self, name, trace_id, self.new_span_id(), ctx.span_id if valid else 0, flags, start_ns, attributes)  # type: ignore[union-attr]
-        span.parent_remote = bool(valid and ctx.is_remote)  # type: ignore[union-attr]
+        parent_id = ctx.span_id if ctx is not None and valid else 0
+        span = FastSpan(self, name, trace_id, self.new_span_id(), parent_id, flags, start_ns, attributes)
+        span.parent_remote = bool(ctx is not None and valid and ctx.is_remote)
         span.trace_state = result.trace_state
         if links:
-            span.links = tuple(link for link in links if link.context is not None and link.context.is_valid)
+            span.links = tuple(links)  # as the SDK keeps them
         return span
 
     # -- end -----------------------------------------------------------------------------------------
@@ -145,9 +151,17 @@ class Recorder:
     def put(self, item: Any) -> None:
         """Queue an ended span (or a ``(START, span)`` pair) for the pipeline; count it when full or closed."""
         queue = self.queue
-        if len(queue) >= self.max_queue or self.closed:
+        if self.closed:
             self.dropped += 1
             return
+        if len(queue) >= self.max_queue:
+            try:
+                self.overflow()
+            except Exception:
+                internal_error("recorder.overflow")
+            if len(queue) >= self.max_queue:
+                self.dropped += 1
+                return
         queue.append(item)
         if len(queue) == self.batch:
             try:

@@ -25,7 +25,8 @@ TracePer = Literal["sample", "step"]
 class TracerState:
     """The provider ``configure()`` installed and the tracer resolved for it (read on every decorated call)."""
 
-    __slots__ = ("__weakref__",
+    __slots__ = (
+        "__weakref__",
         "configured",
         "disabled",
         "key",

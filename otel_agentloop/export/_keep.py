@@ -24,15 +24,15 @@ from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from .. import semconv as sc
-from ..core._record import FastSpan
 from ..core._guard import after_fork_in_child, internal_error
+from ..core._record import EndedSpan, FastSpan
 from ..metrics._accumulate import PHASE_INDEX, add_interval
 from ._processor import ExportProcessor, timeout_s
 
 _BASE_BYTES = 256  # rough fixed cost of a span, on top of its string attributes
 
 
-def span_sampled(span: ReadableSpan) -> bool:
+def span_sampled(span: EndedSpan) -> bool:
     """Whether ``span`` (an SDK span or the fast path's record) is sampled for export."""
     if type(span) is FastSpan:
         return bool(span.flags & 1)

@@ -27,7 +27,7 @@ from opentelemetry.trace import SpanKind
 
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import UNSET, FastSpan
-from ..core._recorder import START, Recorder
+from ..core._recorder import Recorder
 
 _NO_PROCESSOR = SpanProcessor()
 
@@ -64,7 +64,7 @@ def finalize(span: FastSpan) -> None:
 
 
 def _too_long(attrs: Mapping[str, Any], length: int) -> bool:
-    for value in attrs.values():
+    for value in attrs.values():  # noqa: SIM110 - a plain loop: cheaper than any() over a generator
         if type(value) is str and len(value) > length:
             return True
     return False
@@ -75,8 +75,8 @@ def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> Reada
     what a processor or exporter that is not the library's receives. ``processor`` sees its ``on_start`` and
     ``on_end``. Built once per span and kept."""
     built = span.materialised
-    if built is not None and processor is None:
-        return built  # type: ignore[no-any-return]
+    if isinstance(built, ReadableSpan) and processor is None:
+        return built
     recorder = span.recorder
     sdk = _Materialised(
         span.name,
@@ -140,6 +140,7 @@ class RecordPipeline:
     def _init_state(self) -> None:
         self._wake = threading.Event()
         self.recorder.wake = self._wake.set
+        self.recorder.overflow = self.drain
         self._thread = threading.Thread(target=self._run, name="otel_agentloop.pipeline", daemon=True)
         if not self._stopping:
             self._thread.start()
@@ -218,8 +219,3 @@ class PipelineProvider(TracerProvider):
         if self.pipeline is not None:
             self.pipeline.shutdown()
         super().shutdown()
-
-
-def attributes_of(span: Any) -> Mapping[str, Any]:
-    """An ended span's attributes, whichever kind it is (a record's dict, or the SDK's mapping)."""
-    return span.attributes if type(span) is FastSpan else (span.attributes or {})  # type: ignore[no-any-return]

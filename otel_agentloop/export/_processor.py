@@ -26,6 +26,7 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
+from typing import Any
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
@@ -33,7 +34,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
 from ..core._guard import after_fork_in_child, internal_error, warn_once
-from ..core._record import FastSpan
+from ..core._record import EndedSpan, FastSpan
 from ._clean import repaired
 from ._pipeline import materialise
 
@@ -118,7 +119,7 @@ class ExportProcessor(SpanProcessor):
         self._shutdown = self._closing = closed
 
     def _init_state(self, start: bool = True) -> None:
-        self._queue: collections.deque[ReadableSpan] = collections.deque()
+        self._queue: collections.deque[EndedSpan] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
         self._in_flight = 0
@@ -139,7 +140,7 @@ class ExportProcessor(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
-    def on_end(self, span: ReadableSpan) -> None:
+    def on_end(self, span: EndedSpan) -> None:
         if type(span) is FastSpan:
             if not span.flags & 1:
                 return  # recorded for metrics only (sampler's RECORD_ONLY)
@@ -149,7 +150,7 @@ class ExportProcessor(SpanProcessor):
                 return
         self.enqueue(span)
 
-    def enqueue(self, span: ReadableSpan) -> None:
+    def enqueue(self, span: EndedSpan) -> None:
         """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
@@ -194,7 +195,7 @@ class ExportProcessor(SpanProcessor):
 
     def _drain(self, stop_early: bool) -> None:
         while self._queue:
-            batch: list[ReadableSpan] = []
+            batch: list[EndedSpan] = []
             queue = self._queue
             while queue and len(batch) < self.max_export_batch_size:
                 batch.append(queue.popleft())
@@ -221,18 +222,19 @@ class ExportProcessor(SpanProcessor):
             ):
                 return
 
-    def _export(self, batch: Sequence[ReadableSpan]) -> tuple[bool, int]:
+    def _export(self, batch: Sequence[EndedSpan]) -> tuple[bool, int]:
         """Export ``batch``: whether it succeeded, and how many of its spans were dropped as not encodable."""
         exporter = self.exporter
         before = _unencodable(exporter)
         lost = 0
         try:
+            spans: Sequence[Any] = batch
             if not getattr(exporter, "accepts_records", False):  # the SDK's spans only
-                batch = [materialise(s) if type(s) is FastSpan else s for s in batch]
+                spans = [materialise(s) if isinstance(s, FastSpan) else s for s in batch]
             if not hasattr(exporter, "spans_unencodable"):  # not one of ours: repair its text here
-                batch, lost = repaired(batch)
+                spans, lost = repaired(spans)
             with suppressed():
-                result = exporter.export(batch) if batch else SpanExportResult.SUCCESS
+                result = exporter.export(spans) if spans else SpanExportResult.SUCCESS
             ok = result is SpanExportResult.SUCCESS
         except Exception:
             ok = False

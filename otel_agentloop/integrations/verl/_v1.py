@@ -23,8 +23,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from opentelemetry import context as otel_context
-from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
@@ -32,9 +30,9 @@ from ... import semconv as sc
 from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
-from ...core._state import state
 from ...core._lifecycle import finish, open_span
 from ...core._scope import span_of
+from ...core._state import state
 from ...core._tracer import current_tracer
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from . import _patching as patching
