@@ -405,7 +405,7 @@ def _fast_path(provider: PipelineProvider, metrics: PhaseMetricsProcessor, limit
         sampler=provider.sampler,
         id_generator=provider.id_generator,
         max_queue=8 * s.max_queue_size,
-        batch=s.max_export_batch_size,
+        batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
     )
     pipeline = RecordPipeline(recorder, s.schedule_delay_s)
     provider.pipeline = pipeline

@@ -56,28 +56,22 @@ class FastSpan(OpenSpan, trace.Span):
     """One span on the fast path (see the module docstring). Created and ended by ``_lifecycle`` only; the
     user may set attributes, events and status on it, and end it, through the ``Span`` API."""
 
-    __slots__ = (
-        "_context",
-        "attributes",
-        "dirty",
-        "dropped_attributes",
-        "dropped_events",
-        "end_ns",
-        "events",
-        "flags",
-        "links",
-        "materialised",
-        "name",
-        "owned",
-        "parent_id",
-        "parent_remote",
-        "recorder",
-        "span_id",
-        "start_ns",
-        "status",
-        "trace_id",
-        "trace_state",
-    )
+    __slots__ = ("attributes", "flags", "name", "parent_id", "recorder", "span_id", "start_ns", "trace_id")
+
+    # Written later, or rarely: class-level defaults until then (one store less per span each; the instance
+    # dict the OpenTelemetry ``Span`` base class gives every subclass holds them once written).
+    end_ns: int = 0  # 0 while open
+    parent_remote: bool = False
+    trace_state: TraceState | None = None
+    owned: bool = False  # False: ``attributes`` is shared (a sample's phase spans): copied before a write
+    dirty: bool = False  # a value written through the Span API: cleaned off the hot path
+    status: Status = UNSET
+    events: list[tuple[str, Mapping[str, Any], int]] | None = None
+    links: tuple[Link, ...] = ()
+    dropped_attributes: int = 0  # set when the limits are applied (off the hot path)
+    dropped_events: int = 0
+    materialised: object = None  # the SDK span built from this one, for processors and exporters not ours
+    _context: SpanContext | None = None
 
     def __init__(
         self,
@@ -95,21 +89,9 @@ class FastSpan(OpenSpan, trace.Span):
         self.trace_id = trace_id
         self.span_id = span_id
         self.parent_id = parent_id
-        self.parent_remote = False
         self.flags = flags
-        self.trace_state: TraceState | None = None
         self.start_ns = start_ns
-        self.end_ns = 0
         self.attributes = attributes
-        self.owned = False  # attributes is shared (a sample's phase spans): copy before writing
-        self.dirty = False  # a value written through the Span API: cleaned off the hot path
-        self.status = UNSET
-        self.events: list[tuple[str, Mapping[str, Any], int]] | None = None
-        self.links: tuple[Link, ...] = ()
-        self._context: SpanContext | None = None
-        self.dropped_attributes = 0  # set when the limits are applied (off the hot path)
-        self.dropped_events = 0
-        self.materialised: object = None  # the SDK span built from this one, for processors that are not ours
 
     # -- the scope a wrapper drives (see _scope.Scope) ---------------------------------------------------
     def enter(self) -> None:

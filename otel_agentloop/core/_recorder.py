@@ -62,7 +62,7 @@ class Recorder:
         self.new_span_id = id_generator.generate_span_id
         self.new_trace_id = id_generator.generate_trace_id
         self.max_queue = max_queue
-        self.batch = max(1, min(batch, max_queue))
+        self.batch = max(1, min(batch, max_queue))  # wake the pipeline at this many queued spans
         self.wake: Callable[[], object] = _nothing
         self.overflow: Callable[[], object] = _nothing
         self.closed = False
