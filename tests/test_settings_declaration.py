@@ -5,6 +5,9 @@ from __future__ import annotations
 
 import dataclasses
 import logging
+import subprocess
+import sys
+from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -27,6 +30,7 @@ from otel_agentloop.config._watchdog import PREFIX, WATCHDOG_FIELDS, WatchdogSet
 from .otlp_receiver import Receiver, start_http
 
 SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}
+ROOT = Path(__file__).resolve().parents[1]
 
 
 # -- configure()'s options -------------------------------------------------------------------------------
@@ -34,6 +38,23 @@ def test_every_option_is_a_setting_or_an_object() -> None:
     for name in Options.__annotations__:
         assert name in SPECS_BY_NAME or name in OBJECT_OPTIONS, name
     assert set(Options.__annotations__) >= OBJECT_OPTIONS
+
+
+def test_mypy_checks_configure_callers_against_the_options(tmp_path) -> None:
+    """``configure(service_name, **options: Unpack[Options])``: a type checker still sees every keyword."""
+    caller = tmp_path / "caller.py"
+    caller.write_text(
+        "import otel_agentloop as oal\n"
+        'oal.configure("ok", max_steps=3, watchdog=False, fast_path=False, exporters=[])\n'
+        'oal.configure("bad", max_steps="3")\n'
+        'oal.configure("typo", max_stepz=3)\n'
+    )
+    mypy = [sys.executable, "-m", "mypy", "--strict", "--cache-dir", str(tmp_path / "cache"), str(caller)]
+    out = subprocess.run(mypy, capture_output=True, text=True, cwd=ROOT)
+    errors = [line for line in out.stdout.splitlines() if ": error:" in line]
+    assert len(errors) == 2, out.stdout + out.stderr
+    assert "caller.py:3:" in errors[0] and '"max_steps"' in errors[0] and '"int | None"' in errors[0]
+    assert "caller.py:4:" in errors[1] and '"max_stepz"' in errors[1]
 
 
 def test_an_unknown_keyword_is_a_type_error_as_for_a_plain_signature() -> None:
