@@ -8,24 +8,26 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Sequence
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from . import semconv as sc
 from ._version import __version__
-from .config._environment import sanitize_environment
-from .config._settings import DEFAULT_FILE, Settings, env_str, parse_headers, resolve
+from .config._environment import handed_over
+from .config._options import Options, settings_from_options
+from .config._settings import DEFAULT_FILE, Settings, resolve
+from .config._watchdog import WatchdogSettings
 from .core import _tracer
 from .core._guard import internal_error, logger
 from .core._recorder import Recorder
-from .core._state import Saved, TracePer, state
+from .core._state import Saved, state
 from .export._file import OTLPJsonFileExporter
 from .export._http_json import checked_headers
 from .export._keep import SampleKeeper
@@ -35,11 +37,13 @@ from .export._processor import timeout_s as _timeout_s
 from .export._sampling import BudgetSampler
 from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
-from .health._watchdog import WatchdogSettings
 from .metrics import _otel as _otel_metrics
 from .metrics._processor import PhaseMetricsProcessor
 from .metrics._summary import StepSummary
 from .metrics._table import PhaseTable, StepMetrics
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class Handle:
@@ -306,29 +310,11 @@ def _run_identity(s: Settings) -> tuple[str, str]:
     return run_id, s.run_attempt or _generated_run[1]
 
 
-_PASSED_THROUGH = (
-    "OTEL_TRACES_SAMPLER",
-    "OTEL_TRACES_SAMPLER_ARG",
-    "OTEL_ATTRIBUTE_COUNT_LIMIT",
-    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
-    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
-    "OTEL_SPAN_EVENT_COUNT_LIMIT",
-    "OTEL_SPAN_LINK_COUNT_LIMIT",
-    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
-    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
-    *(  # read by the exporters themselves (TLS, compression): a worker connects as this process does
-        f"OTEL_EXPORTER_OTLP_{signal}{name}"
-        for signal in ("", "TRACES_")
-        for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE", "COMPRESSION", "INSECURE")
-    ),
-)
-"""Variables the SDK reads itself (not :class:`Settings`), handed to workers as they are."""
-
-
 def _worker_env(settings: Settings, metric_endpoint: str | None) -> dict[str, str]:
     """Environment variables that make ``configure()`` in another process (a Ray worker) resolve ``settings``
-    and export like this one."""
-    env = {key: value for key in _PASSED_THROUGH if (value := env_str(key)) is not None}
+    and export like this one: the SDK's own variables it needs (``config._environment.WORKER_VARIABLES``), the
+    settings, and the metric exporter's choice."""
+    env = handed_over()
     env.update(settings.worker_env())
     env.update(_otel_metrics.worker_env(metric_endpoint))
     return env
@@ -343,39 +329,44 @@ def _bounded(fn: Callable[[], object], timeout_s: float) -> bool:
     return bool(result and result[0])
 
 
-def _otlp_exporter(
-    endpoint: str | None, protocol: str, headers: Mapping[str, str] | None, timeout_s: float | None
-) -> SpanExporter:
+def _otlp_exporter(s: Settings) -> SpanExporter:
+    """The OTLP exporter for ``s.protocol``. The SDK's exporters read the environment's endpoint and headers
+    themselves (only arguments are passed); ours (http/json) gets them from the settings, as the SDK reads them."""
+    endpoint = s.endpoint if s.sources.get("endpoint") == "argument" else None
+    headers = s.headers if endpoint is not None or s.sources.get("headers") == "argument" else None
     if headers:  # an item HTTP/2 or HTTP cannot carry (CR/LF, controls) would fail every export: skip it, warned
         headers = checked_headers(headers)
-    if protocol == "grpc":
+    if s.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
 
-        insecure = None
-        if endpoint is not None and endpoint.startswith("http://"):
-            insecure = True
         return GrpcExporter(
             endpoint=endpoint,
-            insecure=insecure,
+            insecure=True if endpoint is not None and endpoint.startswith("http://") else None,
             headers=dict(headers) if headers else None,
-            timeout=timeout_s,
+            timeout=s.otlp_timeout_s,
             compression=_otel_metrics.grpc_compression("TRACES"),
         )
-    if protocol == "http/json":
+    if s.protocol == "http/json":
         from .export._http_json import OTLPJsonHttpExporter
 
-        if endpoint is None:  # as the SDK's exporters read them
-            endpoint = env_str("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
-                (env_str("OTEL_EXPORTER_OTLP_ENDPOINT") or "http://localhost:4318").rstrip("/") + "/v1/traces"
-            )
-            raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
-            headers = headers or parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS")
-        return OTLPJsonHttpExporter(endpoint, headers, timeout_s or 10.0)
+        if endpoint is None:
+            endpoint = _traces_url(s)
+            headers = headers or s.headers or resolve(only=("headers",)).headers
+        return OTLPJsonHttpExporter(endpoint, headers, s.otlp_timeout_s)
     from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
 
     if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
         endpoint = endpoint.rstrip("/") + "/v1/traces"
-    return HttpExporter(endpoint=endpoint, headers=dict(headers) if headers else None, timeout=timeout_s)
+    return HttpExporter(endpoint=endpoint, headers=dict(headers) if headers else None, timeout=s.otlp_timeout_s)
+
+
+def _traces_url(s: Settings) -> str:
+    """The traces URL of an endpoint from the environment, as the SDK's HTTP exporter makes it: the
+    ``..._TRACES_ENDPOINT`` variable as it is, the generic one with ``/v1/traces`` appended."""
+    endpoint = s.endpoint or "http://localhost:4318"
+    if s.sources.get("endpoint") == "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT":
+        return endpoint
+    return endpoint.rstrip("/") + "/v1/traces"
 
 
 RESERVED_ATTRIBUTES = 16
@@ -413,40 +404,7 @@ def _fast_path(provider: PipelineProvider, metrics: PhaseMetricsProcessor, limit
     _tracer.set_recorder(provider, recorder)
 
 
-def configure(
-    service_name: str | None = None,
-    *,
-    endpoint: str | None = None,
-    protocol: str | None = None,
-    headers: Mapping[str, str] | None = None,
-    file: str | os.PathLike[str] | None = None,
-    exporters: Sequence[SpanExporter] = (),
-    processors: Sequence[SpanProcessor] = (),
-    sampler: Sampler | None = None,
-    resource_attributes: Mapping[str, Any] | None = None,
-    trace_per: TracePer | None = None,
-    worker: str | None = None,
-    enabled: bool | None = None,
-    set_global: bool | None = None,
-    max_queue_size: int | None = None,
-    max_export_batch_size: int | None = None,
-    schedule_delay_s: float | None = None,
-    export_timeout_s: float | None = None,
-    max_steps: int | None = None,
-    max_samples_per_step: int | None = None,
-    max_exported_samples_per_step: int | None = None,
-    keep_slowest: int | None = None,
-    keep_errors: bool | None = None,
-    max_buffered_spans: int | None = None,
-    max_buffered_bytes: int | None = None,
-    capture_content: bool | None = None,
-    max_content_chars: int | None = None,
-    redact: Callable[[str], str] | None = None,
-    watchdog: WatchdogSettings | bool | None = None,
-    max_inflight_samples: int | None = None,
-    metric_readers: Sequence[Any] = (),
-    run_id: str | None = None,
-) -> Handle:
+def configure(service_name: str | None = None, **options: Unpack[Options]) -> Handle:
     """Set up tracing for this process and return a :class:`Handle`.
 
     Exporters: OTLP when ``endpoint`` (or ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` /
@@ -456,15 +414,18 @@ def configure(
     OTLP-JSON-lines file (``file``, ``OTEL_AGENTLOOP_FILE``, else ``./otel-agentloop-traces.jsonl``);
     ``OTEL_TRACES_EXPORTER=none`` exports nothing (metrics only). ``exporters`` are added as given.
 
-    Settings: every argument except the objects (``exporters``, ``processors``, ``sampler``, ``redact``,
-    ``metric_readers``) and this process's ``worker`` name is a setting declared once in
-    :class:`~.config._settings.Settings`, with its variable (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``,
-    ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``, ``OTEL_BSP_*``, ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096
-    here), ``OTEL_SDK_DISABLED``, ``OTEL_AGENTLOOP_*``, ...) and default. An argument left ``None`` comes from
+    Settings: the options are declared in :class:`~.config._options.Options`; every one except the objects
+    (``exporters``, ``processors``, ``sampler``, ``redact``, ``metric_readers``) and this process's ``worker``
+    name is a setting declared once in :class:`~.config._settings.Settings`, with its variable
+    (``OTEL_SERVICE_NAME``, ``OTEL_RESOURCE_ATTRIBUTES``, ``OTEL_EXPORTER_OTLP_(TRACES_)HEADERS``, ``OTEL_BSP_*``,
+    ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT`` (default 4096 here), ``OTEL_SDK_DISABLED``, ``OTEL_AGENTLOOP_*``, ...)
+    and default. An argument left ``None`` comes from
     its variable, else the default; ``export_timeout_s`` also bounds one OTLP export call (else
     ``OTEL_EXPORTER_OTLP_TIMEOUT``, seconds). ``handle.settings`` is the result; ``handle.worker_env`` carries
     every setting that is not the default to other processes (``integrations.ray.runtime_env``), with the
-    SDK's own ``OTEL_TRACES_SAMPLER(_ARG)`` and span-limit variables.
+    SDK's own variables they need (``config._environment.WORKER_VARIABLES``: sampler, span limits, TLS,
+    compression, metric export). ``fast_path`` (``OTEL_AGENTLOOP_FAST_PATH``, default true) records phase and
+    sample spans on the library's fast path; ``False`` sends every span through the OpenTelemetry SDK.
 
     Budget: ``max_exported_samples_per_step`` (or ``OTEL_AGENTLOOP_MAX_SAMPLES_PER_STEP``) caps the samples per
     step exported from this process (whole prompts); over-budget samples and samples the sampler rejects are
@@ -494,83 +455,57 @@ def configure(
     The returned handle's :meth:`Handle.shutdown` turns tracing off again and restores what this call replaced
     (the installed provider, content policy, trace mode, worker name, disabled state, ``current_handle()``).
     """
-    if redact is not None and not callable(redact):
-        raise ValueError(f"redact must be callable, not {type(redact).__name__}")
-    sanitize_environment()  # variables set since import: before the SDK objects below read them
-    if isinstance(watchdog, WatchdogSettings):
-        watchdog_arguments = watchdog.arguments()
-    else:
-        watchdog_arguments = {} if watchdog is None else {"watchdog_enabled": bool(watchdog)}
-    settings = resolve(
-        {
-            "service_name": service_name or None,
-            "endpoint": endpoint,
-            "protocol": protocol,
-            "headers": headers,
-            "file": file,
-            "also_file": True if file is not None else None,
-            "resource_attributes": resource_attributes or None,
-            "trace_per": trace_per,
-            "enabled": enabled,
-            "set_global": set_global,
-            "max_queue_size": max_queue_size,
-            "max_export_batch_size": max_export_batch_size,
-            "schedule_delay_s": schedule_delay_s,
-            "export_timeout_s": export_timeout_s,
-            "otlp_timeout_s": export_timeout_s,
-            "max_steps": max_steps,
-            "max_samples_per_step": max_samples_per_step,
-            "max_exported_samples_per_step": max_exported_samples_per_step,
-            "keep_slowest": keep_slowest,
-            "keep_errors": keep_errors,
-            "max_buffered_spans": max_buffered_spans,
-            "max_buffered_bytes": max_buffered_bytes,
-            "capture_content": capture_content,
-            "max_content_chars": max_content_chars,
-            "max_inflight_samples": max_inflight_samples,
-            "run_id": run_id,
-            **watchdog_arguments,
-        }
-    )
+    settings = settings_from_options(service_name, options)
     with state.lock:  # one configure or shutdown at a time: concurrent calls nest as if made one after the other
-        return _build(
-            settings,
-            exporters=exporters,
-            processors=processors,
-            sampler=sampler,
-            worker=worker,
-            redact=redact,
-            metric_readers=metric_readers,
-        )
+        return _build(settings, options)
 
 
-def _build(
-    s: Settings,
-    *,
-    exporters: Sequence[SpanExporter],
-    processors: Sequence[SpanProcessor],
-    sampler: Sampler | None,
-    worker: str | None,
-    redact: Callable[[str], str] | None,
-    metric_readers: Sequence[Any],
-) -> Handle:
-    """Install what resolved settings ``s`` describe (see :func:`configure`); the caller holds ``state.lock``."""
+def _build(s: Settings, options: Options) -> Handle:
+    """Install what resolved settings ``s`` and the objects among ``options`` describe (see :func:`configure`);
+    the caller holds ``state.lock``."""
     saved = state.save()
     metrics = PhaseMetricsProcessor(max_steps=s.max_steps, max_samples_per_step=s.max_samples_per_step)
-    state.content.set(s.capture_content, s.max_content_chars, redact)
+    state.content.set(s.capture_content, s.max_content_chars, options.get("redact"))
     state.defaults.trace_per = s.trace_per  # type: ignore[assignment]
+    worker = options.get("worker")
     if worker:
         state.defaults.worker = worker
     if not s.enabled:
         _tracer.set_disabled(True)
         handle = Handle(None, metrics, (), None, "disabled", settings=s)
-        handle.worker_env = _worker_env(s, None)
-        handle._parent, handle._saved, state.handle = state.handle, saved, handle
-        return handle
+        return _make_current(handle, saved, _worker_env(s, None))
     _tracer.set_disabled(False)
+    s, resource = _resource(s)
+    provider, selective = _provider(s, resource, metrics, options)
+    s, targets = _export_targets(s, options.get("exporters") or ())
+    export_processors = _export_processors(s, targets)
+    keeper = _keeper(s, provider, metrics, export_processors) if selective else None
+    if keeper is None:
+        for proc in export_processors:
+            provider.add_span_processor(proc)
+    previous = _install(provider, s.set_global)
+    description = ", ".join(label for label, _ in targets) or "no exporter"
+    handle = Handle(provider, metrics, export_processors, previous, description, keeper, settings=s)
+    handle.live = _live_view(s, provider, metrics, export_processors, options.get("metric_readers") or ())
+    handle.summaries = StepSummaryWriter(resource, export_processors)
+    metrics.add_collect_listener(handle.summaries.write)
+    _make_current(handle, saved, _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None))
+    metrics.add_counter_source(handle.export_counters)
+    return handle
 
+
+def _make_current(handle: Handle, saved: Saved, worker_env: dict[str, str]) -> Handle:
+    """Give ``handle`` its ``worker_env`` and make it the current handle, restoring ``saved`` at its shutdown."""
+    handle.worker_env = worker_env
+    handle._parent, handle._saved, state.handle = state.handle, saved, handle
+    return handle
+
+
+def _resource(s: Settings) -> tuple[Settings, Resource]:
+    """The resource of every span: host, pid, the resource attributes, the run's identity and the service name
+    (``otel-agentloop`` when none is set); and ``s`` with the run and service name it chose (workers use the
+    same)."""
     run_id, run_attempt = _run_identity(s)
-    s = dataclasses.replace(s, run_id=run_id, run_attempt=run_attempt)  # workers get the same
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     attrs.update(s.resource_attributes or {})
     attrs[sc.RL_RUN_ID], attrs[sc.RL_RUN_ATTEMPT] = run_id, run_attempt
@@ -579,20 +514,51 @@ def _build(
     resource = Resource.create(attrs)
     if str(resource.attributes.get("service.name", "")).startswith("unknown_service"):
         resource = resource.merge(Resource({"service.name": "otel-agentloop"}))
-    s = dataclasses.replace(s, service_name=str(resource.attributes["service.name"]))  # workers use the same
+    service_name = str(resource.attributes["service.name"])
+    return dataclasses.replace(s, run_id=run_id, run_attempt=run_attempt, service_name=service_name), resource
+
+
+def _provider(
+    s: Settings, resource: Resource, metrics: PhaseMetricsProcessor, options: Options
+) -> tuple[TracerProvider, bool]:
+    """The tracer provider with its sampler (``OTEL_TRACES_SAMPLER`` or the ``sampler`` option, within the
+    budget), the metrics processor and the user's processors; and whether sampling is selective (some samples
+    are recorded but not exported: the keeper decides their fate)."""
     budget = s.max_exported_samples_per_step
     limits = _span_limits(s.attribute_value_length_limit)
     # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
-    inner = sampler or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
+    inner = options.get("sampler") or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
     effective = BudgetSampler(inner, budget) if selective else inner
     provider = PipelineProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
-    if getattr(s, "fast_path", os.environ.get("OTEL_AGENTLOOP_FAST_PATH", "true").lower() != "false"):
+    if s.fast_path:
         _fast_path(provider, metrics, limits, s)
     provider.add_span_processor(metrics)
-    for proc in processors:
+    for proc in options.get("processors") or ():
         provider.add_span_processor(proc)
+    return provider, selective
 
+
+def _export_targets(s: Settings, exporters: Sequence[SpanExporter]) -> tuple[Settings, list[tuple[str, SpanExporter]]]:
+    """(label, exporter) of every export: the user's ``exporters``, OTLP, the file, the console; and ``s`` with
+    the file's absolute path (workers write the same file)."""
+    targets: list[tuple[str, SpanExporter]] = [(type(e).__name__, e) for e in exporters]
+    otlp = s.traces_exporter == "otlp" and s.endpoint is not None
+    if otlp:
+        targets.append((f"otlp/{s.protocol} {s.endpoint}", _otlp_exporter(s)))
+    if (s.also_file and s.file is not None) or (s.traces_exporter == "otlp" and not otlp and not exporters):
+        file_exporter = OTLPJsonFileExporter(s.file or DEFAULT_FILE)
+        targets.append((f"file {s.file or DEFAULT_FILE}", file_exporter))
+        s = dataclasses.replace(s, file=file_exporter.path)
+    if s.traces_exporter == "console":
+        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
+
+        targets.append(("console", ConsoleSpanExporter()))
+    return s, targets
+
+
+def _export_processors(s: Settings, targets: Sequence[tuple[str, SpanExporter]]) -> list[ExportProcessor]:
+    """One bounded :class:`ExportProcessor` per target (a batch never larger than the queue)."""
     batch_size = s.max_export_batch_size
     if batch_size > s.max_queue_size:
         logger.warning(
@@ -602,25 +568,7 @@ def _build(
             s.max_queue_size,
         )
         batch_size = s.max_queue_size
-
-    targets: list[tuple[str, SpanExporter]] = [(type(e).__name__, e) for e in exporters]
-    otlp = s.traces_exporter == "otlp" and s.endpoint is not None
-    endpoint_argument = s.sources.get("endpoint") == "argument"
-    if otlp:
-        # exporters read the environment's endpoint and headers themselves; arguments are passed
-        headers = s.headers if endpoint_argument or s.sources.get("headers") == "argument" else None
-        exporter = _otlp_exporter(s.endpoint if endpoint_argument else None, s.protocol, headers, s.otlp_timeout_s)
-        targets.append((f"otlp/{s.protocol} {s.endpoint}", exporter))
-    if (s.also_file and s.file is not None) or (s.traces_exporter == "otlp" and not otlp and not exporters):
-        file_exporter = OTLPJsonFileExporter(s.file or DEFAULT_FILE)
-        targets.append((f"file {s.file or DEFAULT_FILE}", file_exporter))
-        s = dataclasses.replace(s, file=file_exporter.path)  # workers write the same (absolute) file
-    if s.traces_exporter == "console":
-        from opentelemetry.sdk.trace.export import ConsoleSpanExporter
-
-        targets.append(("console", ConsoleSpanExporter()))
-
-    export_processors = [
+    return [
         ExportProcessor(
             exporter,
             max_queue_size=s.max_queue_size,
@@ -631,23 +579,30 @@ def _build(
         )
         for label, exporter in targets
     ]
-    keeper = None
-    if selective:  # some samples are record-only: decide their fate before export
-        keeper = SampleKeeper(
-            export_processors,
-            keep_slowest=s.keep_slowest,
-            keep_errors=s.keep_errors,
-            max_buffered_spans=s.max_buffered_spans,
-            max_buffered_bytes=s.max_buffered_bytes,
-        )
-        provider.add_span_processor(keeper)
-        metrics.add_release_listener(keeper.close_step)
-    else:
-        for proc in export_processors:
-            provider.add_span_processor(proc)
 
+
+def _keeper(
+    s: Settings, provider: TracerProvider, metrics: PhaseMetricsProcessor, export_processors: list[ExportProcessor]
+) -> SampleKeeper:
+    """The keeper between the provider and the export processors when sampling is selective: it decides the fate
+    of record-only samples (keep the slowest and the failed) before export, step by step."""
+    keeper = SampleKeeper(
+        export_processors,
+        keep_slowest=s.keep_slowest,
+        keep_errors=s.keep_errors,
+        max_buffered_spans=s.max_buffered_spans,
+        max_buffered_bytes=s.max_buffered_bytes,
+    )
+    provider.add_span_processor(keeper)
+    metrics.add_release_listener(keeper.close_step)
+    return keeper
+
+
+def _install(provider: TracerProvider, set_global: bool) -> trace.TracerProvider | None:
+    """Make ``provider`` the decorators' provider (and the global one when ``set_global`` and none is set yet);
+    returns the provider it replaced."""
     previous = _tracer.install(provider)
-    if s.set_global:
+    if set_global:
         current = trace.get_tracer_provider()
         if isinstance(current, trace.ProxyTracerProvider):
             trace.set_tracer_provider(provider)
@@ -656,29 +611,29 @@ def _build(
                 "otel_agentloop: a global TracerProvider is already set; otel_agentloop's decorators use "
                 "the configured one, other instrumentation keeps the global one"
             )
-    description = ", ".join(label for label, _ in targets) or "no exporter"
-    handle = Handle(provider, metrics, export_processors, previous, description, keeper, settings=s)
-    protocol_argument = s.protocol if s.sources.get("protocol") == "argument" else None
-    handle.live = _watchdog.install(
+    return previous
+
+
+def _live_view(
+    s: Settings,
+    provider: TracerProvider,
+    metrics: PhaseMetricsProcessor,
+    export_processors: Sequence[ExportProcessor],
+    metric_readers: Sequence[Any],
+) -> _watchdog.LiveMonitor:
+    """The in-flight registry, the watchdog and the library's metrics (to ``metric_readers`` and the readers
+    ``OTEL_METRICS_EXPORTER`` asks for)."""
+    endpoint = s.endpoint if s.sources.get("endpoint") == "argument" else None
+    protocol = s.protocol if s.sources.get("protocol") == "argument" else None
+    readers = _otel_metrics.build_readers(
+        endpoint, protocol, interval_s=s.metric_export_interval_s, timeout_s=s.metric_export_timeout_s
+    )
+    return _watchdog.install(
         provider,
         metrics,
         export_processors,
         settings=WatchdogSettings.from_settings(s),
         max_inflight=s.max_inflight_samples,
-        readers=[
-            *metric_readers,
-            *_otel_metrics.build_readers(
-                s.endpoint if endpoint_argument else None,
-                protocol_argument,
-                interval_s=s.metric_export_interval_s,
-                timeout_s=s.metric_export_timeout_s,
-            ),
-        ],
+        readers=[*metric_readers, *readers],
         on_step_metrics=metrics.add_step_source,
     )
-    handle.summaries = StepSummaryWriter(resource, export_processors)
-    metrics.add_collect_listener(handle.summaries.write)
-    handle.worker_env = _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None)
-    handle._parent, handle._saved, state.handle = state.handle, saved, handle
-    metrics.add_counter_source(handle.export_counters)
-    return handle

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import importlib
 import shutil
 import subprocess
@@ -75,3 +76,83 @@ def test_capture_configures_an_in_memory_handle_and_shuts_it_down() -> None:
         names = {s.name for s in captured.spans()}
     assert {"rl.sample", "execute_tool search"} <= names
     assert captured.handle.closed
+
+
+# -- code limits and where the environment is read ------------------------------------------------------
+PACKAGE = ROOT / "otel_agentloop"
+MAX_MODULE_LINES = 450
+MAX_FUNCTION_LINES = 60
+
+
+def over_the_limits(folder: Path) -> list[str]:
+    """Modules over :data:`MAX_MODULE_LINES` lines and functions (methods, nested functions) over
+    :data:`MAX_FUNCTION_LINES` lines (decorators to the last line, docstring included) under ``folder``."""
+    found: list[str] = []
+    for path in sorted(folder.rglob("*.py")):
+        text = path.read_text()
+        name = path.relative_to(folder.parent)
+        if len(text.splitlines()) > MAX_MODULE_LINES:
+            found.append(f"{name}: {len(text.splitlines())} lines")
+        for node in ast.walk(ast.parse(text)):
+            if isinstance(node, (ast.FunctionDef, ast.AsyncFunctionDef)):
+                first = min([node.lineno, *(d.lineno for d in node.decorator_list)])
+                length = (node.end_lineno or node.lineno) - first + 1
+                if length > MAX_FUNCTION_LINES:
+                    found.append(f"{name}:{node.lineno} {node.name}(): {length} lines")
+    return found
+
+
+def test_config_keeps_the_code_limits() -> None:
+    assert over_the_limits(PACKAGE / "config") == []
+
+
+def test_core_keeps_the_code_limits() -> None:
+    assert over_the_limits(PACKAGE / "core") == []
+
+
+def test_the_limits_check_sees_long_modules_and_functions(tmp_path: Path) -> None:
+    body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
+    (tmp_path / "long.py").write_text(f"@decorator\ndef short():\n    pass\n\n\nasync def long():\n{body}\n")
+    (tmp_path / "big.py").write_text("x = 1\n" * (MAX_MODULE_LINES + 1))
+    found = over_the_limits(tmp_path)
+    assert len(found) == 2, found
+    assert f"long(): {MAX_FUNCTION_LINES + 1} lines" in found[1] and f"{MAX_MODULE_LINES + 1} lines" in found[0]
+
+
+ENVIRONMENT_READERS = {
+    "integrations/ray.py": "hands the driver's OTEL_* variables to Ray workers and applies them there",
+    "testing.py": "isolates a test's OTEL_* variables (saves, clears, restores)",
+    "analysis/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
+}
+"""Modules outside ``config/`` that touch ``os.environ`` on purpose, with the reason."""
+
+
+def environment_reads(path: Path) -> list[str]:
+    """Where ``path`` touches the process environment itself: ``os.environ``, ``os.getenv``, ``os.putenv`` or
+    ``config._values.env_str``."""
+    found: list[str] = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        name = None
+        if isinstance(node, ast.Attribute) and isinstance(node.value, ast.Name) and node.value.id == "os":
+            name = f"os.{node.attr}" if node.attr in ("environ", "environb", "getenv", "putenv") else None
+        elif isinstance(node, ast.Name) and node.id in ("env_str", "environ", "getenv"):
+            name = node.id
+        elif isinstance(node, ast.ImportFrom) and any(a.name in ("env_str", "environ", "getenv") for a in node.names):
+            name = f"import from {node.module}"
+        if name is not None:
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {name}")
+    return found
+
+
+def test_the_environment_is_read_only_through_the_declaration() -> None:
+    """Outside ``config/`` (which declares every variable: ``Settings`` and ``SDK_VARIABLES``), the library
+    reads variables through ``config._environment.variable``/``otlp_variable`` or resolved settings."""
+    found = [
+        read
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if "config" not in path.relative_to(PACKAGE).parts
+        and path.relative_to(PACKAGE).as_posix() not in ENVIRONMENT_READERS
+        for read in environment_reads(path)
+    ]
+    assert found == []
+    assert all((PACKAGE / name).exists() for name in ENVIRONMENT_READERS)

@@ -8,7 +8,6 @@ inherit the driver's environment: what it gets, it gets from ``integrations.ray.
 from __future__ import annotations
 
 import dataclasses
-import inspect
 import logging
 import os
 import pathlib
@@ -18,6 +17,7 @@ from typing import Any
 import pytest
 
 import otel_agentloop as oal
+from otel_agentloop.config._options import Options
 from otel_agentloop.config._settings import SPECS, Settings, resolve
 from otel_agentloop.health._watchdog import WATCHDOG_FIELDS, WatchdogSettings
 
@@ -148,7 +148,7 @@ def driver_arguments(values: dict[str, Any]) -> tuple[dict[str, Any], dict[str, 
     """``configure()`` keywords and environment variables that set every setting to ``values``: a setting
     with a ``configure()`` parameter of its name is passed as that, the ``watchdog_*`` ones as a
     :class:`WatchdogSettings`, the rest (no parameter) as their variable."""
-    parameters = inspect.signature(oal.configure).parameters
+    parameters = {"service_name", *Options.__annotations__}  # configure(service_name, **options)
     kwargs: dict[str, Any] = {}
     env: dict[str, str] = {}
     watchdog: dict[str, Any] = {}

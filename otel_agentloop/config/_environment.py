@@ -9,7 +9,9 @@ uses its default), an out-of-range one is **rewritten to the nearest bound**, ea
 the variable, the value and what is used instead. Valid values are left exactly as they are.
 
 Declared here: :data:`SDK_VARIABLES` (the SDK's variables that are not :class:`~.Settings` fields, each with
-its parser and default) and :data:`TOOL_VARIABLES`; ``Settings`` declares the rest. An unknown
+its parser and default), :data:`WORKER_VARIABLES` (those handed to Ray workers) and :data:`TOOL_VARIABLES`;
+``Settings`` declares the rest. The rest of the library reads a variable only through :func:`variable` (a
+declared name) or :func:`otlp_variable`, or takes it from resolved ``Settings``. An unknown
 ``OTEL_AGENTLOOP_*`` name (a typo) warns once with the closest real name.
 """
 
@@ -17,19 +19,19 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
-import math
 import os
 import threading
 from collections.abc import Callable, Iterable
 from importlib import metadata
 
-from ._settings import (
-    PROTOCOLS,
-    SPECS,
+from ._settings import PROTOCOLS, SPECS
+from ._values import (
     AdjustedError,
     env_str,
     logger,
+    number_text,
     parse_endpoint,
+    positive_number,
     split_pairs,
     warn_once,
 )
@@ -65,17 +67,14 @@ def _count(minimum: int = 0) -> Parse:
 
 
 def _duration(unit: str, maximum: float) -> Parse:
-    """A positive finite number (``unit``: "ms" or "s"), at most ``maximum``."""
+    """A positive finite number of ``unit`` (``"ms"`` or ``"s"``), at most ``maximum``: the range rule of every
+    duration (``_values.positive_number``), the text kept as it is."""
 
     def parse(raw: str) -> str:
         try:
-            value = float(raw)
-        except ValueError:
-            raise ValueError("is not a number") from None
-        if not math.isfinite(value) or value <= 0:
-            raise ValueError(f"must be a finite number of {unit} > 0")
-        if value > maximum:
-            raise AdjustedError(f"must be at most {maximum:g} {unit}", str(int(maximum)))
+            positive_number(raw, maximum=maximum, unit=f" {unit}")
+        except AdjustedError as exc:
+            raise AdjustedError(str(exc), number_text(exc.value)) from None
         return raw
 
     return parse
@@ -295,6 +294,31 @@ def _port(raw: str) -> str:
 SDK_VARIABLES: tuple[SdkVariable, ...] = (*_limit_variables(), *_otlp_variables(), *_other_variables())
 """Every variable the SDK (API, SDK, OTLP exporters) reads that is not a :class:`~.Settings` field."""
 
+WORKER_VARIABLES: tuple[str, ...] = (
+    "OTEL_TRACES_SAMPLER",
+    "OTEL_TRACES_SAMPLER_ARG",
+    "OTEL_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_SPAN_ATTRIBUTE_VALUE_LENGTH_LIMIT",
+    "OTEL_SPAN_EVENT_COUNT_LIMIT",
+    "OTEL_SPAN_LINK_COUNT_LIMIT",
+    "OTEL_EVENT_ATTRIBUTE_COUNT_LIMIT",
+    "OTEL_LINK_ATTRIBUTE_COUNT_LIMIT",
+    *(  # read by the exporters themselves (TLS, compression): a worker connects as this process does
+        f"{_OTLP}{signal}{name}"
+        for signal in ("", "TRACES_")
+        for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE", "COMPRESSION", "INSECURE")
+    ),
+    # the library's metrics (metrics._otel): a worker exports them as this process does
+    "OTEL_METRICS_EXPORTER",
+    "OTEL_METRICS_EXEMPLAR_FILTER",
+    _OTLP + "METRICS_ENDPOINT",
+    _OTLP + "METRICS_PROTOCOL",
+    _OTLP + "METRICS_HEADERS",
+)
+"""Of :data:`SDK_VARIABLES`, those handed to other processes (Ray workers) as they are (:func:`handed_over`), so
+that they sample, limit and connect as this one; ``Settings.worker_env`` hands over the settings."""
+
 TOOL_VARIABLES = ("OTEL_AGENTLOOP_CACHE", "OTEL_AGENTLOOP_DATA", "OTEL_AGENTLOOP_UPDATE_DOCS")
 """``OTEL_AGENTLOOP_*`` variables read by the repository's scripts and tests, not by the library."""
 
@@ -384,3 +408,26 @@ def compression(signal: str) -> str:
         if raw is not None and raw.lower() in ("gzip", "deflate", "none"):
             return raw.lower()
     return "none"
+
+
+_DECLARED = frozenset({var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {v.name for v in SDK_VARIABLES})
+
+
+def variable(name: str) -> str | None:
+    """The stripped value of ``name``, a variable declared here or in ``Settings`` (``None`` when unset or
+    empty): the library reads the environment only through this module and ``_settings``. ``KeyError`` for an
+    undeclared name (a bug of ours, caught by the tests)."""
+    if name not in _DECLARED:
+        raise KeyError(f"{name} is not a declared variable (config._settings.Settings or SDK_VARIABLES)")
+    return env_str(name)
+
+
+def otlp_variable(signal: str, key: str) -> str | None:
+    """``OTEL_EXPORTER_OTLP_{signal}_{key}``, else ``OTEL_EXPORTER_OTLP_{key}``, as the SDK's exporters read them
+    (``signal``: ``"TRACES"``, ``"METRICS"``)."""
+    return variable(f"{_OTLP}{signal}_{key}") or variable(_OTLP + key)
+
+
+def handed_over() -> dict[str, str]:
+    """The :data:`WORKER_VARIABLES` set in this process, as they are."""
+    return {name: value for name in WORKER_VARIABLES if (value := variable(name)) is not None}

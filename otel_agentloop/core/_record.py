@@ -45,6 +45,7 @@ class Sink(Protocol):
 
     def put(self, item: Any) -> None: ...
 
+
 _logger = logging.getLogger("otel_agentloop")
 _SCALARS = (str, bool, int, float)
 _DEFAULT_STATE = TraceState()

@@ -25,7 +25,6 @@ import contextlib
 import email.utils
 import gzip
 import math
-import os
 import random
 import re
 import threading
@@ -37,6 +36,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ..config._environment import otlp_variable
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ._otlp_json import encode_request
 from ._processor import suppressed
@@ -53,14 +53,6 @@ hammered."""
 DEFAULT_TIMEOUT_S = 10.0
 _TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # all C0 controls but TAB, and DEL
-
-
-def _env(name: str) -> str | None:
-    for key in (f"OTEL_EXPORTER_OTLP_TRACES_{name}", f"OTEL_EXPORTER_OTLP_{name}"):
-        value = os.environ.get(key, "").strip()
-        if value:
-            return value
-    return None
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -141,7 +133,7 @@ class OTLPJsonHttpExporter(SpanExporter):
         client_certificate_file: str | None = None,
     ) -> None:
         self.endpoint = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-        chosen = (compression or _env("COMPRESSION") or "gzip").lower()
+        chosen = (compression or otlp_variable("TRACES", "COMPRESSION") or "gzip").lower()
         if chosen not in COMPRESSIONS:
             warn_once(
                 "http-json-compression",
@@ -164,9 +156,9 @@ class OTLPJsonHttpExporter(SpanExporter):
             timeout_s = DEFAULT_TIMEOUT_S
         self.timeout_s = float(timeout_s)
         self.spans_unencodable = 0
-        self.verify: bool | str = certificate_file or _env("CERTIFICATE") or True
-        client_cert = client_certificate_file or _env("CLIENT_CERTIFICATE")
-        client_key = client_key_file or _env("CLIENT_KEY")
+        self.verify: bool | str = certificate_file or otlp_variable("TRACES", "CERTIFICATE") or True
+        client_cert = client_certificate_file or otlp_variable("TRACES", "CLIENT_CERTIFICATE")
+        client_key = client_key_file or otlp_variable("TRACES", "CLIENT_KEY")
         self.cert: str | tuple[str, str] | None = (
             (client_cert, client_key) if client_cert and client_key else client_cert
         )

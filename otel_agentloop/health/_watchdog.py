@@ -24,7 +24,6 @@ import threading
 import time
 import weakref
 from collections.abc import Callable, Mapping, Sequence
-from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -32,7 +31,10 @@ from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from .. import semconv as sc
-from ..config._settings import Settings, ThresholdKey, parse_thresholds, resolve
+from ..config._values import ThresholdKey
+from ..config._values import parse_thresholds as parse_thresholds
+from ..config._watchdog import WATCHDOG_FIELDS as WATCHDOG_FIELDS
+from ..config._watchdog import WatchdogSettings as WatchdogSettings
 from ..core import _tracer
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase, _Sample
@@ -44,71 +46,6 @@ if TYPE_CHECKING:
     from ..metrics._otel import LibraryMetrics
 
 _MAX_STEPS = 16
-
-
-@dataclass(frozen=True)
-class WatchdogSettings:
-    """How the watchdog decides a phase runs too long (see the module docstring). Seconds throughout.
-
-    From the environment (:meth:`from_env`): ``OTEL_AGENTLOOP_WATCHDOG`` (true/false),
-    ``OTEL_AGENTLOOP_WATCHDOG_INTERVAL``, ``OTEL_AGENTLOOP_WATCHDOG_THRESHOLDS`` (``tool_calls=60,tool:python=300``),
-    ``OTEL_AGENTLOOP_WATCHDOG_P99_MULTIPLE``, ``OTEL_AGENTLOOP_WATCHDOG_MIN``, ``OTEL_AGENTLOOP_WATCHDOG_DEFAULT``,
-    ``OTEL_AGENTLOOP_WATCHDOG_{MIN_OBSERVATIONS,WINDOW,MAX_WARNINGS}`` (declared in ``config._settings.Settings``).
-    """
-
-    # defaults: the declaration's (config._settings.Settings.watchdog_*), not a second list
-    enabled: bool = Settings.watchdog_enabled
-    interval_s: float = Settings.watchdog_interval_s
-    thresholds_s: Mapping[str, float] | str | None = Settings.watchdog_thresholds_s
-    p99_multiple: float = Settings.watchdog_p99_multiple
-    min_s: float = Settings.watchdog_min_s
-    default_s: float = Settings.watchdog_default_s
-    min_observations: int = Settings.watchdog_min_observations
-    window: int = Settings.watchdog_window
-    max_warnings_per_check: int = Settings.watchdog_max_warnings_per_check
-    parsed: dict[ThresholdKey, float] = field(init=False, repr=False, compare=False)
-
-    def __post_init__(self) -> None:
-        for name in ("interval_s", "p99_multiple", "min_s", "default_s"):
-            value = getattr(self, name)
-            if not isinstance(value, (int, float)) or not value > 0:
-                raise ValueError(f"watchdog {name} must be > 0, not {value!r}")
-        for name in ("min_observations", "window", "max_warnings_per_check"):
-            if int(getattr(self, name)) < 1:
-                raise ValueError(f"watchdog {name} must be >= 1, not {getattr(self, name)!r}")
-        object.__setattr__(self, "parsed", parse_thresholds(self.thresholds_s))
-
-    @classmethod
-    def from_env(cls, **overrides: Any) -> WatchdogSettings:
-        """Settings from ``OTEL_AGENTLOOP_WATCHDOG*``, then ``overrides`` (a bad variable warns, keeps the default)."""
-        arguments = {"watchdog_" + name: value for name, value in overrides.items()}
-        return cls.from_settings(resolve(arguments, only=["watchdog_" + name for name in WATCHDOG_FIELDS]))
-
-    @classmethod
-    def from_settings(cls, settings: Settings) -> WatchdogSettings:
-        """The watchdog part (``watchdog_*`` fields) of resolved :class:`~otel_agentloop.config._settings.Settings`."""
-        return cls(**{name: getattr(settings, "watchdog_" + name) for name in WATCHDOG_FIELDS})
-
-    def arguments(self) -> dict[str, Any]:
-        """These settings as ``Settings`` arguments (``watchdog_*`` field name -> value)."""
-        return {"watchdog_" + name: getattr(self, name) for name in WATCHDOG_FIELDS}
-
-    def worker_env(self) -> dict[str, str]:
-        """Environment that gives another process's ``configure()`` these settings."""
-        return resolve(self.arguments(), environ={}).worker_env()
-
-
-WATCHDOG_FIELDS = (
-    "enabled",
-    "interval_s",
-    "thresholds_s",
-    "p99_multiple",
-    "min_s",
-    "default_s",
-    "min_observations",
-    "window",
-    "max_warnings_per_check",
-)
 
 
 def learned_thresholds(

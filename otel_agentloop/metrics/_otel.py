@@ -28,8 +28,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from .. import semconv as sc
 from .._version import __version__
-from ..config._environment import compression
-from ..config._settings import env_str
+from ..config._environment import compression, otlp_variable, variable
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
 
@@ -69,12 +68,9 @@ _SAMPLE_ATTRS: tuple[str, ...] = (sc.RL_VALIDATE, sc.ERROR_TYPE)
 
 def exporter_choice(endpoint: str | None) -> str:
     """``OTEL_METRICS_EXPORTER`` (first supported entry), default ``otlp`` with an OTLP endpoint, else ``none``."""
-    raw = env_str("OTEL_METRICS_EXPORTER")
+    raw = variable("OTEL_METRICS_EXPORTER")
     if raw is None:
-        configured = (
-            endpoint or env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") or env_str("OTEL_EXPORTER_OTLP_ENDPOINT")
-        )
-        return "otlp" if configured else "none"
+        return "otlp" if endpoint or otlp_variable("METRICS", "ENDPOINT") else "none"
     for item in raw.lower().split(","):
         if item.strip() in ("otlp", "console", "none"):
             return item.strip()
@@ -92,9 +88,7 @@ def grpc_compression(signal: str) -> Any:
 
 
 def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
-    proto = (
-        protocol or env_str("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL") or env_str("OTEL_EXPORTER_OTLP_PROTOCOL") or "grpc"
-    ).lower()
+    proto = (protocol or otlp_variable("METRICS", "PROTOCOL") or "grpc").lower()
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
@@ -121,7 +115,7 @@ def build_readers(
 
         exporter: Any = ConsoleMetricExporter()
     else:
-        explicit = endpoint if not env_str("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
+        explicit = endpoint if not variable("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
         exporter = _otlp_metric_exporter(explicit, protocol)
     return [
         PeriodicExportingMetricReader(
@@ -207,15 +201,9 @@ class LibraryMetrics:
 
 
 def worker_env(endpoint: str | None) -> dict[str, str]:
-    """The metric variables another process's ``configure()`` needs to export metrics like this one."""
-    keys = (
-        "OTEL_METRICS_EXPORTER",
-        "OTEL_METRICS_EXEMPLAR_FILTER",
-        "OTEL_EXPORTER_OTLP_METRICS_ENDPOINT",
-        "OTEL_EXPORTER_OTLP_METRICS_PROTOCOL",
-        "OTEL_EXPORTER_OTLP_METRICS_HEADERS",
-    )
-    env = {key: value for key in keys if (value := env_str(key)) is not None}
-    if endpoint and "OTEL_METRICS_EXPORTER" not in env:
-        env["OTEL_METRICS_EXPORTER"] = exporter_choice(endpoint)
-    return env
+    """``OTEL_METRICS_EXPORTER`` for another process's ``configure()`` to export metrics like this one, when it
+    is unset here and ``endpoint`` (this process's OTLP endpoint) makes it ``otlp`` (the metric variables set
+    here reach it with ``config._environment.handed_over``)."""
+    if endpoint and variable("OTEL_METRICS_EXPORTER") is None:
+        return {"OTEL_METRICS_EXPORTER": exporter_choice(endpoint)}
+    return {}
