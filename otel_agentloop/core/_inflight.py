@@ -28,6 +28,7 @@ from typing import Any, NamedTuple
 
 from .. import semconv as sc
 from ._guard import internal_error
+from ._record import FastSpan
 from ._scope import OpenSpan, span_of
 
 _GONE = object()
@@ -188,16 +189,14 @@ class InflightRegistry:
         (``time.monotonic_ns``); the record to hand to :meth:`phase_started` and :meth:`sample_ended`, or
         ``None`` when the span is not recorded. Never raises."""
         try:
-            if not span.is_recording():
+            if isinstance(span, FastSpan):  # its fields, not a SpanContext built for the purpose
+                ids = (span.trace_id, span.span_id, span.flags, span.start_ns)
+            elif span.is_recording():
+                ctx = span.get_span_context()
+                ids = (ctx.trace_id, ctx.span_id, int(ctx.trace_flags), getattr(span, "start_time", None) or 0)
+            else:
                 return None
-            ctx = span.get_span_context()
-            try:
-                start = span._start_time
-            except AttributeError:
-                start = getattr(span, "start_time", None)
-            sample = _Sample(
-                self, attrs, span.name, ctx.trace_id, ctx.span_id, int(ctx.trace_flags), start or 0, start_mono_ns
-            )
+            sample = _Sample(self, attrs, span.name, *ids, start_mono_ns)
             with self._lock:
                 samples = self._samples
                 while len(samples) >= self.max_samples:

@@ -26,7 +26,7 @@ from typing import Any
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.sdk.trace.id_generator import IdGenerator
-from opentelemetry.sdk.trace.sampling import Sampler
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace import Span as ApiSpan
@@ -58,6 +58,9 @@ class Recorder:
         self.scope = scope
         self.limits = limits
         self.sampler = sampler
+        self.sample_roots = sampler.get_description() != DEFAULT_ON.get_description()
+        """``False``: the default sampler (``ParentBased(ALWAYS_ON)``), which samples every root and every span
+        below a sampled parent: not asked for those."""
         self.max_attributes = limits.max_span_attributes
         self.new_span_id = id_generator.generate_span_id
         self.new_trace_id = id_generator.generate_trace_id
@@ -110,6 +113,11 @@ class Recorder:
         ctx = parent.get_span_context() if parent is not None else None
         valid = ctx is not None and ctx.is_valid
         trace_id = ctx.trace_id if valid else self.new_trace_id()  # type: ignore[union-attr]
+        if not self.sample_roots and not valid:  # ParentBased(ALWAYS_ON), a root: sampled, as it would answer
+            span = FastSpan(self, name, trace_id, self.new_span_id(), 0, 1, start_ns, attributes)
+            if links:
+                span.links = tuple(links)
+            return span
         result = self.sampler.should_sample(context, trace_id, name, SpanKind.INTERNAL, attributes, links)
         if not result.decision.is_recording():
             return None
