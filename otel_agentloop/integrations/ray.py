@@ -315,7 +315,7 @@ class _RemoteScope(Scope):
             if self.ctx is not None:
                 self.otel_token = otel_context.attach(self.ctx)
             if self.state is not None:
-                self.step_token = _context._STEP.set(self.state)
+                self.step_token = _context.enter_step_state(self.state)
         except Exception:
             internal_error("traced_remote.enter")
 
@@ -324,7 +324,7 @@ class _RemoteScope(Scope):
         otel_token, self.otel_token = self.otel_token, None
         try:
             if step_token is not None:
-                _context._STEP.reset(step_token)
+                _context.leave_step_state(step_token)
             if otel_token is not None:
                 otel_context.detach(otel_token)  # type: ignore[arg-type]
         except Exception:

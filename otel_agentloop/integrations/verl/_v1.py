@@ -185,7 +185,7 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
                 sc.GROUP_SPAN, context=Context() if per_sample else None, attributes=attrs, links=links
             )
             token = otel_context.attach(trace.set_span_in_context(span))
-            step_token = _context._STEP.set(_context.StepState(step, validate, "step", span))
+            step_token = _context.enter_step_state(_context.StepState(step, validate, "step", span))
         except Exception:
             internal_error("verl.v1._run_prompt.start")
         try:
@@ -197,7 +197,7 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
         finally:
             try:
                 if step_token is not None:
-                    _context._STEP.reset(step_token)
+                    _context.leave_step_state(step_token)
                 if token is not None:
                     otel_context.detach(token)
                 if span is not None:
