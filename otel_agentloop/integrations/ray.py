@@ -265,7 +265,7 @@ def carrier() -> dict[str, Any]:
     if step is not None:
         out[sc.RL_STEP] = step.step
         out[sc.RL_VALIDATE] = step.validate
-        out["rl.trace_per"] = step.trace_per
+        out[sc.RL_TRACE_PER] = step.trace_per
     return out
 
 
@@ -289,10 +289,7 @@ class _RemoteScope(Scope):
             parent_ctx = _propagator.extract(dict(carrier))
             self.ctx = parent_ctx
             tracer = current_tracer() if worker_span else None
-            step = validate = None
-            if sc.RL_STEP in carrier:
-                step = int(carrier[sc.RL_STEP])
-                validate = bool(carrier.get(sc.RL_VALIDATE, False))
+            step, validate = sc.step_key(carrier)  # the driver's step (see carrier()), if any
             if tracer is not None:
                 attrs: dict[str, Any] = {sc.RL_WORKER: state.defaults.worker}
                 if step is not None:
@@ -303,8 +300,8 @@ class _RemoteScope(Scope):
             if step is not None:
                 self.state = _context.StepState(
                     step,
-                    bool(validate),
-                    carrier.get("rl.trace_per") or state.defaults.trace_per,
+                    validate,
+                    carrier.get(sc.RL_TRACE_PER) or state.defaults.trace_per,
                     trace.get_current_span(parent_ctx),
                 )
         except Exception:

@@ -418,7 +418,7 @@ def _consume_span(rows: list[Mapping[str, Any]], consumed_step: int, staleness: 
         links.append(Link(ctx, {sc.RL_STEP: int(row.get(TAG + "step", -1)), sc.RL_STALENESS: float(stale)}))
     attrs = {
         sc.RL_CONSUMED_STEP: consumed_step,
-        "rl.consume.num_samples": len(rows),
-        "rl.staleness.max": float(staleness.max()),
+        sc.RL_CONSUME_NUM_SAMPLES: len(rows),
+        sc.RL_STALENESS_MAX: float(staleness.max()),
     }
     tracer.start_span(sc.CONSUME_SPAN, attributes=attrs, links=links).end()
