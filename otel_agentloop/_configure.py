@@ -33,6 +33,7 @@ from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
 from .health._watchdog import WatchdogSettings
 from .metrics import _otel as _otel_metrics
+from .metrics._hooks import StepHooks
 from .metrics._processor import PhaseMetricsProcessor
 from .metrics._summary import StepSummary
 from .metrics._table import PhaseTable, StepMetrics
@@ -193,6 +194,18 @@ class Handle:
 
     def __repr__(self) -> str:
         return f"<otel_agentloop.Handle {self.description}>"
+
+
+class _ExportCounters(StepHooks):
+    """The hooks that put ``handle``'s :meth:`Handle.export_counters` in each ``collect()`` result."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+
+    def telemetry_counters(self) -> Mapping[str, int]:
+        return self.handle.export_counters()
 
 
 def _release(handle: Handle) -> None:
@@ -609,7 +622,7 @@ def _build(
             max_buffered_bytes=s.max_buffered_bytes,
         )
         provider.add_span_processor(keeper)
-        metrics.add_release_listener(keeper.close_step)
+        metrics.add_hooks(keeper)
     else:
         for proc in export_processors:
             provider.add_span_processor(proc)
@@ -642,11 +655,10 @@ def _build(
                 timeout_s=s.metric_export_timeout_s,
             ),
         ],
-        on_step_metrics=metrics.add_step_source,
     )
     handle.summaries = StepSummaryWriter(resource, export_processors)
-    metrics.add_collect_listener(handle.summaries.write)
+    metrics.add_hooks(handle.summaries)
     handle.worker_env = _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None)
     handle._parent, handle._saved, state.handle = state.handle, saved, handle
-    metrics.add_counter_source(handle.export_counters)
+    metrics.add_hooks(_ExportCounters(handle))
     return handle
