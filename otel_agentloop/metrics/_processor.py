@@ -48,7 +48,8 @@ class PhaseMetricsProcessor(SpanProcessor):
     is late there.
 
     Thread-safe and fork-safe (a forked child starts empty). ``on_end`` is O(1) for the usual span orders and
-    never raises.
+    never raises. Releases, collects and the provider's flush and shutdown reach the handle's other parts
+    through :class:`~._hooks.StepHooks` (:meth:`add_hooks`).
     """
 
     def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:
