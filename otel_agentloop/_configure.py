@@ -8,7 +8,7 @@ import secrets
 import socket
 import threading
 import time
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -38,6 +38,7 @@ from .export._sampling import BudgetSampler
 from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
 from .metrics import _otel as _otel_metrics
+from .metrics._hooks import StepHooks
 from .metrics._processor import PhaseMetricsProcessor
 from .metrics._summary import StepSummary
 from .metrics._table import PhaseTable, StepMetrics
@@ -209,6 +210,18 @@ class Handle:
 
     def __repr__(self) -> str:
         return f"<otel_agentloop.Handle {self.description}>"
+
+
+class _ExportCounters(StepHooks):
+    """The hooks that put ``handle``'s :meth:`Handle.export_counters` in each ``collect()`` result."""
+
+    __slots__ = ("handle",)
+
+    def __init__(self, handle: Handle) -> None:
+        self.handle = handle
+
+    def telemetry_counters(self) -> Mapping[str, int]:
+        return self.handle.export_counters()
 
 
 def _release(handle: Handle) -> None:
@@ -488,9 +501,9 @@ def _build(s: Settings, options: Options) -> Handle:
     handle = Handle(provider, metrics, export_processors, previous, description, keeper, settings=s)
     handle.live = _live_view(s, provider, metrics, export_processors, options.get("metric_readers") or ())
     handle.summaries = StepSummaryWriter(resource, export_processors)
-    metrics.add_collect_listener(handle.summaries.write)
+    metrics.add_hooks(handle.summaries)
     _make_current(handle, saved, _worker_env(s, s.endpoint if s.traces_exporter == "otlp" else None))
-    metrics.add_counter_source(handle.export_counters)
+    metrics.add_hooks(_ExportCounters(handle))
     return handle
 
 
@@ -594,7 +607,7 @@ def _keeper(
         max_buffered_bytes=s.max_buffered_bytes,
     )
     provider.add_span_processor(keeper)
-    metrics.add_release_listener(keeper.close_step)
+    metrics.add_hooks(keeper)
     return keeper
 
 
@@ -635,5 +648,4 @@ def _live_view(
         settings=WatchdogSettings.from_settings(s),
         max_inflight=s.max_inflight_samples,
         readers=[*metric_readers, *readers],
-        on_step_metrics=metrics.add_step_source,
     )

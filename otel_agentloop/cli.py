@@ -113,14 +113,8 @@ def _report_or_fail(args: argparse.Namespace) -> int:
             source=source,
             jaeger_ui=args.jaeger_ui or args.jaeger,
         )
-    available = sorted(
-        set(steps_in(records))
-        | {
-            (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
-            for r in loaded
-            if is_snapshot(r) and type(r.attributes.get(sc.RL_STEP)) is int
-        }
-    )
+    snapshot_keys = [sc.step_key(r.attributes) for r in loaded if is_snapshot(r)]
+    available = sorted(set(steps_in(records)) | {(s, v) for s, v in snapshot_keys if s is not None})
     if not available:
         print("report: no sample spans found", file=sys.stderr)
         return 1

@@ -10,6 +10,7 @@ Metric attributes (spanmetrics, health) must only use the low-cardinality keys l
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import Final
 
 # -- verl phase keys (the value of ``rl.phase`` and the middle part of the metric keys) --------
@@ -50,6 +51,29 @@ RL_CANCELLED: Final = "rl.cancelled"
 RL_SAMPLED: Final = "rl.sample.exported"
 RL_PROMPT_CONTENT: Final = "rl.sample.prompt"
 RL_RESPONSE_CONTENT: Final = "rl.sample.response"
+RL_AGENT_NAME: Final = "rl.agent.name"
+"""verl's ``agent_name`` of a sample's agent loop (``tool_agent``, ``single_turn_agent``, ...)."""
+RL_TRACE_PER: Final = "rl.trace_per"
+"""Not a span attribute: the key of the driver step's ``trace_per`` in the Ray carrier dict (next to
+:data:`RL_STEP` and :data:`RL_VALIDATE`)."""
+RL_HEALTH_ALERT: Final = "rl.health.alert"
+"""The span event a training-health rule adds when it trips, with ``rule``, ``key``, ``value``, ``threshold``
+and :data:`RL_STEP`."""
+
+# -- the step key: which step a span belongs to -----------------------------------------------------
+StepKey = tuple[int | None, bool]
+"""``(step, validate)``: the step a span, a sample or a collect belongs to, a training step and a validation
+step with the same number being two steps. ``None`` as the step: no step (a sample outside any
+``otel_agentloop.step``, released by ``collect(None)``; a span whose ``rl.step`` is absent or not an int)."""
+
+
+def step_key(attributes: Mapping[str, object]) -> StepKey:
+    """The :data:`StepKey` of a span from its attributes, the one reading every part of the package uses:
+    ``rl.step`` when it is an int (``bool`` is not), else ``None``; ``rl.validate`` only when it is ``True``
+    (absent or any other value: a training step). Never raises for a mapping."""
+    step = attributes.get(RL_STEP)
+    return (step if type(step) is int else None, attributes.get(RL_VALIDATE) is True)
+
 
 # -- OpenTelemetry GenAI and general conventions -------------------------------------------------
 GEN_AI_OPERATION_NAME: Final = "gen_ai.operation.name"
@@ -92,6 +116,10 @@ RL_CONSUMED_STEP: Final = "rl.consumed_step"
 """The trainer step that trained a sample (async modes: later than its dispatch ``rl.step``)."""
 RL_STALENESS: Final = "rl.staleness"
 """consumed step - dispatch step."""
+RL_STALENESS_MAX: Final = "rl.staleness.max"
+"""On a :data:`CONSUME_SPAN`: the largest :data:`RL_STALENESS` of its batch."""
+RL_CONSUME_NUM_SAMPLES: Final = "rl.consume.num_samples"
+"""On a :data:`CONSUME_SPAN`: how many samples the trained batch holds."""
 CONSUME_SPAN: Final = "rl.consume"
 """One trained step's batch in the trainer, linked to the sample spans it trained."""
 

@@ -197,8 +197,7 @@ def _sample_spans(records: Iterable[SpanRecord], step: int, validate: bool) -> l
     return [
         r
         for r in records
-        if r.attributes.get(sc.RL_STEP) == step
-        and bool(r.attributes.get(sc.RL_VALIDATE, False)) == validate
+        if sc.step_key(r.attributes) == (step, validate)
         and not r.attributes.get(sc.RL_SNAPSHOT)
         and r.name != sc.STEP_SUMMARY_SPAN
     ]

@@ -143,13 +143,7 @@ def _step_spans(records: list[SpanRecord], step: int, validate: bool) -> dict[Sp
     chosen: dict[SpanKey, SpanRecord] = {}
     for rec in records:
         attrs = rec.attributes
-        value = attrs.get(sc.RL_STEP)
-        if (
-            value == step
-            and type(value) is int
-            and bool(attrs.get(sc.RL_VALIDATE, False)) == validate
-            and rec.name != sc.STEP_SUMMARY_SPAN
-        ):
+        if sc.step_key(attrs) == (step, validate) and rec.name != sc.STEP_SUMMARY_SPAN:
             chosen.setdefault((rec.trace_id, rec.span_id), rec)
     traces = {trace for trace, _ in chosen}
     children: dict[SpanKey, list[SpanRecord]] = {}

@@ -96,7 +96,7 @@ def build_report(
     hung = verdicts.hung if verdicts is not None else {}
     for rec in records:
         attrs = rec.attributes
-        if attrs.get(sc.RL_STEP) != step or bool(attrs.get(sc.RL_VALIDATE, False)) != validate:
+        if sc.step_key(attrs) != (step, validate):
             continue
         index = attrs.get(sc.RL_SAMPLE_INDEX)
         if isinstance(index, int):
@@ -135,7 +135,7 @@ def step_verdicts(
     roots: dict[SampleKey, SpanRecord] = {}
     for rec in records:
         attrs = rec.attributes
-        if attrs.get(sc.RL_STEP) != step or bool(attrs.get(sc.RL_VALIDATE, False)) != validate:
+        if sc.step_key(attrs) != (step, validate):
             continue
         index = attrs.get(sc.RL_SAMPLE_INDEX)
         if type(index) is not int:
@@ -166,11 +166,12 @@ def step_verdicts(
 
 def steps_in(records: Iterable[SpanRecord]) -> list[tuple[int, bool]]:
     """The (step, validate) pairs that have sample spans in ``records``, sorted."""
-    found = {
-        (r.attributes[sc.RL_STEP], bool(r.attributes.get(sc.RL_VALIDATE, False)))
-        for r in records
-        if r.name == sc.SAMPLE_SPAN and type(r.attributes.get(sc.RL_STEP)) is int
-    }
+    found: set[tuple[int, bool]] = set()
+    for r in records:
+        if r.name == sc.SAMPLE_SPAN:
+            step, validate = sc.step_key(r.attributes)
+            if step is not None:
+                found.add((step, validate))
     return sorted(found)
 
 

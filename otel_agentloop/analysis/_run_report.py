@@ -264,9 +264,9 @@ def run_steps(
 
     by_step: dict[StepKey, list[SpanRecord]] = {}
     for rec in selection.records:
-        step = rec.attributes.get(sc.RL_STEP)
-        if type(step) is int and rec.name != sc.STEP_SUMMARY_SPAN:
-            key = (step, bool(rec.attributes.get(sc.RL_VALIDATE, False)))
+        step, validate = sc.step_key(rec.attributes)
+        if step is not None and rec.name != sc.STEP_SUMMARY_SPAN:
+            key = (step, validate)
             if wanted(key):
                 by_step.setdefault(key, []).append(rec)
     summaries = {k: s for k, s in stored_summaries(selection.records).items() if wanted(k)}
@@ -406,9 +406,9 @@ def _fetch_step_spans(args: argparse.Namespace, run: Run, chosen: Sequence[StepK
         records = [r for step in sorted({k[0] for k in wanted}) for r in _jaeger_search(args, None, step)]
     selection = select_run(records, run.label)
     for rec in selection.records if selection else ():
-        step = rec.attributes.get(sc.RL_STEP)
-        if type(step) is int and rec.name != sc.STEP_SUMMARY_SPAN:
-            key = (step, bool(rec.attributes.get(sc.RL_VALIDATE, False)))
+        step, validate = sc.step_key(rec.attributes)
+        if step is not None and rec.name != sc.STEP_SUMMARY_SPAN:
+            key = (step, validate)
             if key in wanted:
                 out.setdefault(key, []).append(rec)
     return out

@@ -23,6 +23,7 @@ NO_RUN_ID = "(no run id)"
 """The label's prefix of a run made of records without ``rl.run.id``: ``(no run id) service NAME``."""
 
 StepKey = tuple[int, bool]
+"""A :data:`semconv.StepKey` whose step is an int: the steps a run lists (spans of no step are in none)."""
 
 
 def run_label(resource: Mapping[str, Any]) -> str:
@@ -40,8 +41,8 @@ def attempt_of(resource: Mapping[str, Any]) -> str:
 
 
 def _step_key(rec: SpanRecord) -> StepKey | None:
-    step = rec.attributes.get(sc.RL_STEP)
-    return (step, bool(rec.attributes.get(sc.RL_VALIDATE, False))) if type(step) is int else None
+    step, validate = sc.step_key(rec.attributes)
+    return (step, validate) if step is not None else None
 
 
 @dataclass

@@ -198,7 +198,7 @@ def build_step_view(
     snapshots: dict[SampleKey, list[SpanRecord]] = {}
     for rec in records:
         attrs = rec.attributes
-        if attrs.get(sc.RL_STEP) != step or bool(attrs.get(sc.RL_VALIDATE, False)) != validate:
+        if sc.step_key(attrs) != (step, validate):
             continue
         key = _key(attrs)
         if key is None:

@@ -12,7 +12,6 @@ from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._records import SpanRecord
 
 SampleKey = tuple[int, int]
-StepKey = tuple[int | None, bool]
 
 
 class TimelineRecorder(SpanProcessor):
@@ -23,8 +22,8 @@ class TimelineRecorder(SpanProcessor):
     def __init__(self, *, max_spans_per_step: int = 200_000, max_steps: int = 4) -> None:
         self.max_spans_per_step = max_spans_per_step
         self.max_steps = max_steps
-        self._steps: dict[StepKey, dict[SampleKey, list[SpanRecord]]] = {}
-        self._counts: dict[StepKey, int] = {}
+        self._steps: dict[sc.StepKey, dict[SampleKey, list[SpanRecord]]] = {}
+        self._counts: dict[sc.StepKey, int] = {}
         self._lock = threading.Lock()
         self.dropped = 0
         after_fork_in_child(self, "_after_fork")
@@ -42,7 +41,7 @@ class TimelineRecorder(SpanProcessor):
             if not isinstance(index, int):
                 return
             rollout = attrs.get(sc.RL_ROLLOUT_N)
-            step_key: StepKey = (attrs.get(sc.RL_STEP), bool(attrs.get(sc.RL_VALIDATE, False)))  # type: ignore[assignment]
+            step_key = sc.step_key(attrs)
             record = SpanRecord.from_span(span)
             with self._lock:
                 samples = self._steps.get(step_key)

@@ -163,14 +163,14 @@ def current_sample() -> SampleHandle | None:
     return _SAMPLE.get()
 
 
-def enter_step_state(state: StepState) -> contextvars.Token[StepState | None]:
-    """Make ``state`` the current step (for an integration that opens the step's span itself); undo with
-    :func:`leave_step_state`."""
+def enter_step_state(state: StepState | None) -> contextvars.Token[StepState | None]:
+    """Make ``state`` this context's step (an integration that rebuilds a step elsewhere); returns the token
+    for :func:`leave_step_state`."""
     return _STEP.set(state)
 
 
 def leave_step_state(token: contextvars.Token[StepState | None]) -> None:
-    """Undo :func:`enter_step_state`."""
+    """Undo :func:`enter_step_state` (the step entered before it is this context's step again)."""
     _STEP.reset(token)
 
 

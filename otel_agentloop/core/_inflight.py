@@ -73,8 +73,7 @@ class _Sample:
     ) -> None:
         self.registry = registry
         get = attrs.get
-        self.step: int | None = get(sc.RL_STEP)
-        self.validate = get(sc.RL_VALIDATE) is True
+        self.step, self.validate = sc.step_key(attrs)
         self.index: int | None = get(sc.RL_SAMPLE_INDEX)
         self.rollout: int | None = get(sc.RL_ROLLOUT_N)
         self.worker: str | None = get(sc.RL_WORKER)

@@ -27,6 +27,7 @@ from .. import semconv as sc
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import EndedSpan, FastSpan
 from ..metrics._accumulate import PHASE_INDEX, add_interval
+from ..metrics._hooks import StepHooks
 from ._processor import ExportProcessor, timeout_s
 
 _BASE_BYTES = 256  # rough fixed cost of a span, on top of its string attributes
@@ -60,8 +61,11 @@ class _Buffer:
         self.spilled = False
 
 
-class SampleKeeper(SpanProcessor):
-    """Forwards sampled spans to ``exporters`` and decides the fate of record-only samples (see module doc)."""
+class SampleKeeper(SpanProcessor, StepHooks):
+    """Forwards sampled spans to ``exporters`` and decides the fate of record-only samples (see module doc).
+
+    A span processor of the provider (after the metrics processor) and a :class:`StepHooks` of the metrics
+    processor: a step's release (its metrics taken) closes the step here (``step_released``)."""
 
     accepts_records = True
     """Takes the fast path's records as they are (``export._pipeline``)."""
@@ -85,7 +89,7 @@ class SampleKeeper(SpanProcessor):
         self.max_buffered_bytes = max_buffered_bytes
         self.max_open_steps = max_open_steps
         self._buffers: dict[tuple[object, ...], _Buffer] = {}
-        self._heaps: OrderedDict[tuple[object, bool], list[tuple[int, int, _Buffer]]] = OrderedDict()
+        self._heaps: OrderedDict[sc.StepKey, list[tuple[int, int, _Buffer]]] = OrderedDict()
         self._seq = itertools.count()
         self._spans = 0
         self._bytes = 0
@@ -121,8 +125,7 @@ class SampleKeeper(SpanProcessor):
             internal_error("SampleKeeper.on_end")
 
     def _close_from(self, span: ReadableSpan) -> None:
-        attrs = span.attributes or {}
-        self.close_step(attrs.get(sc.RL_STEP), attrs.get(sc.RL_VALIDATE) is True)  # type: ignore[arg-type]
+        self.close_step(*sc.step_key(span.attributes or {}))
 
     def _buffer(self, span: ReadableSpan) -> None:
         attrs = span.attributes or {}
@@ -132,7 +135,7 @@ class SampleKeeper(SpanProcessor):
         index = attrs.get(sc.RL_SAMPLE_INDEX)
         if not isinstance(index, int):
             return  # record-only and outside any sample: not ours to keep
-        step_key = (attrs.get(sc.RL_STEP), attrs.get(sc.RL_VALIDATE) is True)
+        step_key = sc.step_key(attrs)
         key = (*step_key, index, attrs.get(sc.RL_ROLLOUT_N))
         release: list[ReadableSpan] = []
         with self._lock:
@@ -191,7 +194,7 @@ class SampleKeeper(SpanProcessor):
         spans, buf.spans, buf.bytes = buf.spans, [], 0
         return spans
 
-    def _close_locked(self, step_key: tuple[object, bool]) -> list[ReadableSpan]:
+    def _close_locked(self, step_key: sc.StepKey) -> list[ReadableSpan]:
         out: list[ReadableSpan] = []
         for _, _, buf in self._heaps.pop(step_key, []):
             self.counters["kept_slowest"] += 1
@@ -206,6 +209,10 @@ class SampleKeeper(SpanProcessor):
             release = self._close_locked((step, validate))
         if release:
             self._forward(release)
+
+    def step_released(self, step: int | None, validate: bool) -> None:
+        """The step's metrics were taken: close it (:meth:`close_step`)."""
+        self.close_step(step, validate)
 
     def shutdown(self, timeout_millis: float | None = None) -> None:
         """Export every kept sample still waiting for its step to close, then shut the exporters down within

@@ -72,7 +72,7 @@ class BudgetSampler(Sampler):
             return True
         assert attributes is not None
         index = attributes.get(sc.RL_SAMPLE_INDEX)
-        key = (attributes.get(sc.RL_STEP), attributes.get(sc.RL_VALIDATE) is True)
+        key = sc.step_key(attributes)
         with self._lock:
             entry = self._admitted.get(key)
             if entry is None:

@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import SpanProcessor
 
 from .. import semconv as sc
 from ..core._guard import after_fork_in_child, internal_error
+from ..metrics._hooks import StepHooks
 from ..metrics._summary import StepSummary, summarize
 from ..metrics._table import PhaseTable, StepMetrics
 from ._side import side_tracer
@@ -35,8 +36,11 @@ NO_STEP = -1
 """The step a summary records for ``collect(None)`` (a step-less collect), as verl marks an unknown step."""
 
 
-class StepSummaryWriter:
-    """Writes ``rl.step.summary`` spans into ``export`` (span processors) with ``resource``; see the module."""
+class StepSummaryWriter(StepHooks):
+    """Writes ``rl.step.summary`` spans into ``export`` (span processors) with ``resource``; see the module.
+
+    As a :class:`StepHooks` of the metrics processor it writes the summary of each ``collect()``
+    (``step_collected``)."""
 
     def __init__(self, resource: Resource, export: Sequence[SpanProcessor]) -> None:
         # no attribute length limit: OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT never truncates the JSON
@@ -93,6 +97,10 @@ class StepSummaryWriter:
         with self._lock:
             self.written += 1
         return summary
+
+    def step_collected(self, table: PhaseTable, metrics: StepMetrics, step: int | None, validate: bool) -> None:
+        """``collect()`` returned ``metrics``: write the step's summary (:meth:`write`)."""
+        self.write(table, metrics, step, validate)
 
     def close(self) -> None:
         self.closed = True

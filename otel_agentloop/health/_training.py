@@ -22,10 +22,11 @@ from typing import Any
 
 from opentelemetry import trace
 
+from .. import semconv as sc
 from ..core._guard import internal_error, safe_str, warn_once
 
 logger = logging.getLogger("otel_agentloop.health")
-ALERT_EVENT = "rl.health.alert"
+ALERT_EVENT = sc.RL_HEALTH_ALERT
 
 
 def _as_step(step: Any) -> int:
@@ -337,7 +338,7 @@ class HealthMonitor:
             if span.is_recording():
                 span.add_event(
                     ALERT_EVENT,
-                    {"rule": a.rule, "key": a.key, "value": a.value, "threshold": a.threshold, "rl.step": a.step},
+                    {"rule": a.rule, "key": a.key, "value": a.value, "threshold": a.threshold, sc.RL_STEP: a.step},
                 )
 
     def summary(self) -> HealthSummary:

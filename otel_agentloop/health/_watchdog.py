@@ -23,7 +23,7 @@ import os
 import threading
 import time
 import weakref
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
@@ -39,7 +39,9 @@ from ..core import _tracer
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase, _Sample
 from ..export._side import side_tracer
-from ..metrics._table import OverdueSample
+from ..metrics._hooks import StepHooks
+from ..metrics._processor import PhaseMetricsProcessor
+from ..metrics._table import OverdueSample, StepMetrics
 from ..metrics._verdicts import HUNG, Verdict, apply_verdicts, classify_reported
 
 if TYPE_CHECKING:
@@ -68,8 +70,13 @@ def learned_thresholds(
     }
 
 
-class LiveMonitor:
+class LiveMonitor(StepHooks):
     """The background thread and what it maintains: learned thresholds, reports, step verdicts.
+
+    A :class:`StepHooks` of the metrics processor: a step's release makes its verdict, ``collect`` gets it and
+    the registry's counters, the provider's flush and shutdown reach the thread and the library's metrics
+    (through the metrics processor, which runs on every span anyway: a processor of the monitor's own would
+    add three calls to every span).
 
     ``export`` are the span processors snapshot spans are handed to (the handle's export processors: a
     snapshot is exported whether or not its sample is, and skips budget buffering). ``metrics`` is a
@@ -246,7 +253,7 @@ class LiveMonitor:
             internal_error("LiveMonitor.snapshot")
 
     # -- steps ------------------------------------------------------------------------------------
-    def on_release(self, step: int | None, validate: bool) -> None:
+    def step_released(self, step: int | None, validate: bool) -> None:
         """A step was collected: classify its reported samples, learn thresholds from what ended so far."""
         try:
             with self._lock:
@@ -268,17 +275,27 @@ class LiveMonitor:
                     self._verdicts.pop(next(iter(self._verdicts)))
                 self._verdicts[(step, validate)] = Verdict(tuple(slow), tuple(hung))
         except Exception:
-            internal_error("LiveMonitor.on_release")
+            internal_error("LiveMonitor.step_released")
 
     def verdict(self, step: int | None, validate: bool = False) -> Verdict:
         """The classification made when ``step`` was collected (forgotten once read)."""
         with self._lock:
             return self._verdicts.pop((step, validate), Verdict())
 
-    def add_to_metrics(self, step: int | None, validate: bool, metrics: dict[str, float]) -> None:
+    def step_metrics(self, step: int | None, validate: bool, metrics: StepMetrics) -> None:
         """The step's verdict into ``metrics``: keys only when the watchdog reported a sample in that step."""
         if self.settings.enabled:
             apply_verdicts(metrics, [self.verdict(step, validate)])
+
+    def telemetry_counters(self) -> Mapping[str, int]:
+        """The registry's counters (not the gauge of running samples)."""
+        return {k: v for k, v in self.registry.stats.items() if k != "inflight_samples"}
+
+    def provider_flush(self, timeout_s: float) -> bool:
+        return self.force_flush(timeout_s)
+
+    def provider_shutdown(self) -> None:
+        self.shutdown()
 
     # -- lifecycle --------------------------------------------------------------------------------
     def force_flush(self, timeout_s: float = 5.0) -> bool:
@@ -311,16 +328,15 @@ class LiveMonitor:
 
 def install(
     provider: TracerProvider,
-    metrics_processor: Any,
+    metrics_processor: PhaseMetricsProcessor,
     export: Sequence[SpanProcessor],
     *,
     settings: WatchdogSettings,
     max_inflight: int,
     readers: Sequence[Any],
-    on_step_metrics: Callable[[Callable[..., None]], None] | None = None,
 ) -> LiveMonitor:
-    """Create the registry (fed by the spans the library starts through ``provider``) and the monitor; hook
-    the provider's shutdown and flush, step release and collect."""
+    """Create the registry (fed by the spans the library starts through ``provider``) and the monitor, the
+    hooks of ``metrics_processor`` (the provider's shutdown and flush, step release and collect)."""
     from ..metrics._otel import LibraryMetrics
 
     registry = InflightRegistry(
@@ -328,12 +344,6 @@ def install(
     )
     lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
     monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
-    # provider.shutdown() stops the thread, provider.force_flush() drains: through the metrics processor, which
-    # runs on every span anyway (a processor of the registry's own would add three calls to every span)
-    metrics_processor.add_lifecycle_listener(shutdown=monitor.shutdown, flush=monitor.force_flush)
+    metrics_processor.add_hooks(monitor)
     _tracer.set_live(provider, registry)  # fed by the library's span lifecycle (sample(), the phase wrappers)
-    metrics_processor.add_release_listener(monitor.on_release)
-    metrics_processor.add_counter_source(lambda: {k: v for k, v in registry.stats.items() if k != "inflight_samples"})
-    if on_step_metrics is not None:
-        on_step_metrics(monitor.add_to_metrics)
     return monitor

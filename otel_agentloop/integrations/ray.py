@@ -266,7 +266,7 @@ def carrier() -> dict[str, Any]:
     if step is not None:
         out[sc.RL_STEP] = step.step
         out[sc.RL_VALIDATE] = step.validate
-        out["rl.trace_per"] = step.trace_per
+        out[sc.RL_TRACE_PER] = step.trace_per
     return out
 
 
@@ -290,10 +290,7 @@ class _RemoteScope(Scope):
             parent_ctx = _propagator.extract(dict(carrier))
             self.ctx = parent_ctx
             tracer = current_tracer() if worker_span else None
-            step = validate = None
-            if sc.RL_STEP in carrier:
-                step = int(carrier[sc.RL_STEP])
-                validate = bool(carrier.get(sc.RL_VALIDATE, False))
+            step, validate = sc.step_key(carrier)  # the driver's step (see carrier()), if any
             if tracer is not None:
                 attrs: dict[str, Any] = {sc.RL_WORKER: state.defaults.worker}
                 if step is not None:
@@ -305,8 +302,8 @@ class _RemoteScope(Scope):
             if step is not None:
                 self.state = _context.StepState(
                     step,
-                    bool(validate),
-                    carrier.get("rl.trace_per") or state.defaults.trace_per,
+                    validate,
+                    carrier.get(sc.RL_TRACE_PER) or state.defaults.trace_per,
                     trace.get_current_span(parent_ctx),
                 )
         except Exception:
@@ -317,7 +314,7 @@ class _RemoteScope(Scope):
             if self.ctx is not None:
                 self.otel_token = otel_context.attach(self.ctx)
             if self.state is not None:
-                self.step_token = _context._STEP.set(self.state)
+                self.step_token = _context.enter_step_state(self.state)
         except Exception:
             internal_error("traced_remote.enter")
 
@@ -326,7 +323,7 @@ class _RemoteScope(Scope):
         otel_token, self.otel_token = self.otel_token, None
         try:
             if step_token is not None:
-                _context._STEP.reset(step_token)
+                _context.leave_step_state(step_token)
             if otel_token is not None:
                 otel_context.detach(otel_token)  # type: ignore[arg-type]
         except Exception:

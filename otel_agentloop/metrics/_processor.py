@@ -15,13 +15,13 @@ from opentelemetry.trace import StatusCode
 from .. import semconv as sc
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import EndedSpan, FastSpan
+from ..semconv import StepKey, step_key
 from ._accumulate import PHASE_INDEX, StepRows
+from ._hooks import StepHooks
 from ._records import SpanRecord
 from ._table import PhaseTable, StepMetrics, compute_metrics
 
-StepKey = tuple[int | None, bool]
 _PHASE, _SAMPLE, _INDEX, _ROLLOUT = sc.RL_PHASE, sc.SAMPLE_SPAN, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N
-_STEP, _VALIDATE = sc.RL_STEP, sc.RL_VALIDATE
 _SNAPSHOT = sc.RL_SNAPSHOT
 _ERROR = StatusCode.ERROR
 _MAX_RUNNING_ROOTS = 1 << 18
@@ -52,7 +52,8 @@ class PhaseMetricsProcessor(SpanProcessor):
     is late there.
 
     Thread-safe and fork-safe (a forked child starts empty). ``on_end`` is O(1) for the usual span orders and
-    never raises.
+    never raises. Releases, collects and the provider's flush and shutdown reach the handle's other parts
+    through :class:`~._hooks.StepHooks` (:meth:`add_hooks`).
     """
 
     def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:
@@ -62,14 +63,9 @@ class PhaseMetricsProcessor(SpanProcessor):
             raise ValueError(f"max_samples_per_step must be >= 1, not {max_samples_per_step}")
         self.max_steps = max_steps
         self.max_samples_per_step = max_samples_per_step
-        # hooks of the handle's other parts (watchdog, keeper, registry): kept across fork, where those parts
-        # carry on (each resets its own state in the child)
-        self._release_listeners: list[Callable[[int | None, bool], None]] = []
-        self._counter_sources: list[Callable[[], Mapping[str, int]]] = []
-        self._step_sources: list[Callable[[int | None, bool, StepMetrics], None]] = []
-        self._collect_listeners: list[Callable[[PhaseTable, StepMetrics, int | None, bool], object]] = []
-        self._on_shutdown: list[Callable[[], None]] = []
-        self._on_flush: list[Callable[[float], bool]] = []
+        # the handle's other parts (keeper, watchdog, summaries, export counters): kept across fork, where
+        # those parts carry on (each resets its own state in the child)
+        self._hooks: tuple[StepHooks, ...] = ()
         self.pending: Callable[[], object] | None = None
         """Called before a step is read (``take``/``collect``): the export pipeline hands over what it queued."""
         self._init_state()
@@ -110,7 +106,7 @@ class PhaseMetricsProcessor(SpanProcessor):
             if type(index) is not int:
                 return
             rollout = attrs.get(_ROLLOUT, -1)
-            key: StepKey = (attrs.get(_STEP), attrs.get(_VALIDATE) is True)  # type: ignore[assignment]
+            key = step_key(attrs)
             sample = (index, rollout if type(rollout) is int else -1)
             ctx = span.get_span_context()
             with self._lock:
@@ -178,19 +174,21 @@ class PhaseMetricsProcessor(SpanProcessor):
             internal_error("PhaseMetricsProcessor.on_end")
 
     def shutdown(self) -> None:
-        for hook in self._on_shutdown:
+        """Fires every hook's ``provider_shutdown``."""
+        for hooks in self._hooks:
             try:
-                hook()
+                hooks.provider_shutdown()
             except Exception:
-                internal_error("PhaseMetricsProcessor.shutdown_listener")
+                internal_error("PhaseMetricsProcessor.provider_shutdown")
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Fires every hook's ``provider_flush``; ``False`` if one returned ``False`` or raised."""
         ok = True
-        for hook in self._on_flush:
+        for hooks in self._hooks:
             try:
-                ok = bool(hook(timeout_millis / 1000)) and ok
+                ok = bool(hooks.provider_flush(timeout_millis / 1000)) and ok
             except Exception:
-                internal_error("PhaseMetricsProcessor.flush_listener")
+                internal_error("PhaseMetricsProcessor.provider_flush")
                 ok = False
         return ok
 
@@ -230,28 +228,28 @@ class PhaseMetricsProcessor(SpanProcessor):
                 )
             return
         rollout = get(_ROLLOUT, -1)
-        step_key: StepKey = (get(_STEP), get(_VALIDATE) is True)
+        key = step_key(attrs)
         sample = (index, rollout if type(rollout) is int else -1)
         self._acquire()  # not `with`: ~0.25 us cheaper per span here
         try:
             started = self._roots.pop(span_id, None) if p < 0 and span_id and self._roots else None
-            if step_key == self._last_key:
+            if key == self._last_key:
                 rows = self._last_rows
             else:
-                rows = self._steps.get(step_key)
-                if rows is None and step_key not in self._released:
-                    rows = self._open(step_key)
-            if (rows is None or rows.late) and started is None and not self._counts_after_collect(step_key, sample):
+                rows = self._steps.get(key)
+                if rows is None and key not in self._released:
+                    rows = self._open(key)
+            if (rows is None or rows.late) and started is None and not self._counts_after_collect(key, sample):
                 # a span of a sample already in an earlier result of its step (a task that outlived its sample)
                 self._late += 1
                 return
             if rows is None:
-                rows = self._open(step_key)
-            self._last_key, self._last_rows = step_key, rows
+                rows = self._open(key)
+            self._last_key, self._last_rows = key, rows
             if started is not None:
                 self._sample_ended(*started)
             elif p < 0 and self._running and not span_id:  # a span that reached on_end only (ingest())
-                self._sample_ended(step_key, sample)
+                self._sample_ended(key, sample)
             rows.add(sample, p, start, end, attrs, trace_id, error)
         finally:
             self._release()
@@ -314,8 +312,8 @@ class PhaseMetricsProcessor(SpanProcessor):
         ``stats["samples_in_flight"]`` (this collect) and ``samples_in_flight_total``. On release, what they
         accumulated so far is kept as the step's new state, so their later spans add to it: the next release
         of the step returns them (flagged ``late``), with any other sample of the step that ended since. Each
-        sample is in exactly one released table. The step's release listeners (the watchdog's verdict) run on
-        every release, also when no span of the step has ended.
+        sample is in exactly one released table. Every release fires the hooks' ``step_released`` (the
+        keeper's export of kept samples, the watchdog's verdict), also when no span of the step has ended.
         """
         if self.pending is not None:
             try:
@@ -351,68 +349,47 @@ class PhaseMetricsProcessor(SpanProcessor):
                         if len(carried):
                             self._open(key, carried)
         if release:
-            for listener in self._release_listeners:
+            for hooks in self._hooks:
                 try:
-                    listener(step, validate)
+                    hooks.step_released(step, validate)
                 except Exception:
-                    internal_error("PhaseMetricsProcessor.release_listener")
+                    internal_error("PhaseMetricsProcessor.step_released")
         return table
 
     def collect(self, step: int | None, validate: bool = False) -> StepMetrics:
         """verl's metric dict for ``step`` (see :func:`otel_agentloop.compute_metrics`), releasing its state.
 
         Also holds this process's telemetry counters since start, ``agent_loop/telemetry/<name>`` (spans
-        dropped or failed in export, samples not kept or spilled under a budget, spans outside any sample).
+        dropped or failed in export, samples not kept or spilled under a budget, spans outside any sample), and
+        what the hooks add (:class:`~._hooks.StepHooks`: release, counters, step metrics, then collected).
         """
         table = self.take(step, validate)
         metrics = compute_metrics(table)
-        counters = dict(self.stats)
-        for source in self._counter_sources:
+        counters: dict[str, int] = dict(self.stats)
+        for hooks in self._hooks:
             try:
-                counters.update(source())
+                counters.update(hooks.telemetry_counters())
             except Exception:
-                internal_error("PhaseMetricsProcessor.counter_source")
+                internal_error("PhaseMetricsProcessor.telemetry_counters")
         for name, value in counters.items():
             metrics[f"{sc.METRIC_PREFIX}/telemetry/{name}"] = float(value)
-        for step_source in self._step_sources:
+        for hooks in self._hooks:
             try:
-                step_source(step, validate, metrics)
+                hooks.step_metrics(step, validate, metrics)
             except Exception:
-                internal_error("PhaseMetricsProcessor.step_source")
-        for listener in self._collect_listeners:
+                internal_error("PhaseMetricsProcessor.step_metrics")
+        for hooks in self._hooks:
             try:
-                listener(table, metrics, step, validate)
+                hooks.step_collected(table, metrics, step, validate)
             except Exception:
-                internal_error("PhaseMetricsProcessor.collect_listener")
+                internal_error("PhaseMetricsProcessor.step_collected")
         return metrics
 
-    def add_collect_listener(self, listener: Callable[[PhaseTable, StepMetrics, int | None, bool], object]) -> None:
-        """Call ``listener(table, metrics, step, validate)`` at the end of each :meth:`collect`, with the table it
-        computed from and the dict it returns (the step summary writer)."""
-        self._collect_listeners.append(listener)
-
-    def add_release_listener(self, listener: Callable[[int | None, bool], None]) -> None:
-        """Call ``listener(step, validate)`` whenever a step's state is released (``take``/``collect``)."""
-        self._release_listeners.append(listener)
-
-    def add_lifecycle_listener(
-        self, *, shutdown: Callable[[], None] | None = None, flush: Callable[[float], bool] | None = None
-    ) -> None:
-        """Call ``shutdown()`` from :meth:`shutdown` and ``flush(timeout_s)`` from :meth:`force_flush`, so the
-        provider's shutdown and flush reach a component (the watchdog) that has no span processor of its own
-        (one would cost three calls on every span). This processor comes first: they run before export's."""
-        if shutdown is not None:
-            self._on_shutdown.append(shutdown)
-        if flush is not None:
-            self._on_flush.append(flush)
-
-    def add_counter_source(self, source: Callable[[], Mapping[str, int]]) -> None:
-        """Report ``source()``'s counters in :meth:`collect` under ``agent_loop/telemetry/``."""
-        self._counter_sources.append(source)
-
-    def add_step_source(self, source: Callable[[int | None, bool, StepMetrics], None]) -> None:
-        """Let ``source(step, validate, metrics)`` add keys to :meth:`collect`'s result (after release)."""
-        self._step_sources.append(source)
+    def add_hooks(self, hooks: StepHooks) -> None:
+        """Fire ``hooks``' events (:class:`~._hooks.StepHooks`: its contract) after those of the hooks added
+        before; the provider's flush and shutdown reach through it parts that have no span processor of their
+        own (one would cost calls on every span)."""
+        self._hooks = (*self._hooks, hooks)
 
     def open_steps(self) -> list[StepKey]:
         """(step, validate) pairs holding uncollected state."""

@@ -86,7 +86,7 @@ class PhaseTable:
     end_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     ordered: bool = False
     tools: ToolCalls = field(default_factory=dict)
-    step_key: tuple[int | None, bool] | None = None
+    step_key: sc.StepKey | None = None
 
     def __post_init__(self) -> None:
         n = self.sample_index.shape[0]

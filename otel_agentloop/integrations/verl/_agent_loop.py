@@ -250,7 +250,7 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
         attrs: dict[str, Any] = {}
         agent = kwargs.get("agent_name")
         if agent:
-            attrs["rl.agent.name"] = str(agent)
+            attrs[sc.RL_AGENT_NAME] = str(agent)
         v1 = "session_id" in kwargs
         call_rows = None
         verl_key: tuple[int, int] | None = None

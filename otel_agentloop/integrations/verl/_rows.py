@@ -162,12 +162,7 @@ class OpenSampleRows(SpanProcessor):
             p = PHASE_INDEX.get(phase)
             if p is None:
                 return
-            key = (
-                attrs.get(sc.RL_STEP),
-                attrs.get(sc.RL_VALIDATE),
-                attrs.get(sc.RL_SAMPLE_INDEX),
-                attrs.get(sc.RL_ROLLOUT_N),
-            )
+            key = (*sc.step_key(attrs), attrs.get(sc.RL_SAMPLE_INDEX), attrs.get(sc.RL_ROLLOUT_N))
             start, end = span.start_time or 0, span.end_time or 0
             with self._lock:
                 rows = self._open.get(key)

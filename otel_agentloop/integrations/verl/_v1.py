@@ -184,7 +184,7 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
             scope = open_span(tracer, sc.GROUP_SPAN, attrs, context=Context() if per_sample else None, links=links)
             if scope is not None:
                 state_ = _context.StepState(step, validate, "step", span_of(scope))
-                step_token = _context._STEP.set(state_)
+                step_token = _context.enter_step_state(state_)
         except Exception:
             internal_error("verl.v1._run_prompt.start")
         error: BaseException | None = None
@@ -196,7 +196,7 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
         finally:
             try:
                 if step_token is not None:
-                    _context._STEP.reset(step_token)
+                    _context.leave_step_state(step_token)
                 if scope is not None:
                     finish(scope, error)
             except Exception:
@@ -415,7 +415,7 @@ def _consume_span(rows: list[Mapping[str, Any]], consumed_step: int, staleness: 
         links.append(Link(ctx, {sc.RL_STEP: int(row.get(TAG + "step", -1)), sc.RL_STALENESS: float(stale)}))
     attrs = {
         sc.RL_CONSUMED_STEP: consumed_step,
-        "rl.consume.num_samples": len(rows),
-        "rl.staleness.max": float(staleness.max()),
+        sc.RL_CONSUME_NUM_SAMPLES: len(rows),
+        sc.RL_STALENESS_MAX: float(staleness.max()),
     }
     tracer.start_span(sc.CONSUME_SPAN, attributes=attrs, links=links).end()
