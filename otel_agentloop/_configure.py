@@ -413,7 +413,7 @@ def _fast_path(provider: PipelineProvider, metrics: PhaseMetricsProcessor, limit
     )
     pipeline = RecordPipeline(recorder, s.schedule_delay_s)
     provider.pipeline = pipeline
-    metrics.pending = pipeline.drain
+    metrics.add_hooks(pipeline)  # first: a collect drains the pipeline before it reads
     _tracer.set_recorder(provider, recorder)
 
 

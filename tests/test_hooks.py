@@ -12,6 +12,7 @@ import pytest
 import otel_agentloop
 from otel_agentloop import semconv as sc
 from otel_agentloop.export._keep import SampleKeeper
+from otel_agentloop.export._pipeline import RecordPipeline
 from otel_agentloop.export._step_summary import StepSummaryWriter
 from otel_agentloop.health._watchdog import LiveMonitor
 from otel_agentloop.metrics import PhaseTable, StepMetrics
@@ -176,14 +177,24 @@ def test_a_raising_hook_stops_neither_the_others_nor_the_collect(
 
 
 def test_the_handle_registers_its_parts_as_hooks_in_the_order_they_had() -> None:
-    """Keeper before the watchdog (a step's kept samples leave before its verdict), then the summary writer,
-    then the handle's export counters."""
-    with capture() as plain:
+    """The fast path's pipeline first (a step is read only after its spans are accounted), keeper before the
+    watchdog (a step's kept samples leave before its verdict), then the summary writer, then the handle's export
+    counters."""
+    with capture(fast_path=False) as plain:
         kinds = [type(h).__name__ for h in plain.handle.metrics._hooks]
         assert kinds == [LiveMonitor.__name__, StepSummaryWriter.__name__, "_ExportCounters"]
+    with capture() as fast:
+        kinds = [type(h).__name__ for h in fast.handle.metrics._hooks]
+        assert kinds == [RecordPipeline.__name__, LiveMonitor.__name__, StepSummaryWriter.__name__, "_ExportCounters"]
     with capture(max_exported_samples_per_step=1) as budget:
         kinds = [type(h).__name__ for h in budget.handle.metrics._hooks]
-        assert kinds == [SampleKeeper.__name__, LiveMonitor.__name__, StepSummaryWriter.__name__, "_ExportCounters"]
+        assert kinds == [
+            RecordPipeline.__name__,
+            SampleKeeper.__name__,
+            LiveMonitor.__name__,
+            StepSummaryWriter.__name__,
+            "_ExportCounters",
+        ]
         _run_step(1, samples=4)
         result = budget.handle.metrics.collect(1)
         assert result["agent_loop/telemetry/samples_not_kept"] == 0.0  # keep_slowest (5) kept the other 3

@@ -28,6 +28,7 @@ from opentelemetry.trace import SpanKind
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import UNSET, FastSpan
 from ..core._recorder import Recorder
+from ..metrics._hooks import StepHooks
 
 _NO_PROCESSOR = SpanProcessor()
 
@@ -122,9 +123,10 @@ class _Foreign(SpanProcessor):
                 internal_error(f"{type(p).__name__}.on_end")
 
 
-class RecordPipeline:
+class RecordPipeline(StepHooks):
     """Drains ``recorder`` into the span processors (see the module docstring). ``interval_s``: the longest a
-    record waits when fewer than a batch are queued."""
+    record waits when fewer than a batch are queued. As the metrics' hooks (``add_hooks``, first), it drains
+    before a step is read."""
 
     def __init__(self, recorder: Recorder, interval_s: float = 1.0) -> None:
         self.recorder = recorder
@@ -191,6 +193,9 @@ class RecordPipeline:
                 materialise(span, self.foreign)
             else:
                 p.on_end(span)  # type: ignore[arg-type]
+
+    def step_reading(self, step: int | None, validate: bool) -> None:
+        self.drain()
 
     def shutdown(self) -> None:
         """Process what is queued and stop the thread (spans ending later are counted as dropped)."""

@@ -23,15 +23,19 @@ class StepHooks:
       ``take``/``collect`` (the training loop's thread), ``provider_flush``/``provider_shutdown`` from the
       provider's ``force_flush``/``shutdown`` (the metrics processor is the provider's first span processor:
       they run before the export processors').
-    - **Order:** hooks in registration order for each event; one ``collect`` fires ``step_released`` (from its
-      ``take``), then ``telemetry_counters``, ``step_metrics``, ``step_collected``, each over every hook
-      before the next event.
+    - **Order:** hooks in registration order for each event; one ``collect`` fires ``step_reading`` then
+      ``step_released`` (from its ``take``), then ``telemetry_counters``, ``step_metrics``, ``step_collected``,
+      each over every hook before the next event.
     - **Never raises:** a hook should not raise; one that does is logged once (``internal_error``) and
       skipped: the other hooks and the collect go on (a raising ``provider_flush`` counts as ``False``).
     - **Fork:** hooks stay registered in a forked child, where each part resets its own state.
     """
 
     __slots__ = ()
+
+    def step_reading(self, step: int | None, validate: bool) -> None:
+        """Step ``(step, validate)`` is about to be read (each ``take``/``collect``): a part that holds ended
+        spans the processor has not seen yet (the fast path's export pipeline) hands them over now."""
 
     def step_released(self, step: int | None, validate: bool) -> None:
         """The state of step ``(step, validate)`` was released (each ``take(release=True)``/``collect``), also

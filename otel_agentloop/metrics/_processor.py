@@ -5,7 +5,7 @@ from __future__ import annotations
 import dataclasses
 import threading
 from collections import OrderedDict
-from collections.abc import Callable, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from typing import Any
 
 from opentelemetry.context import Context
@@ -66,8 +66,6 @@ class PhaseMetricsProcessor(SpanProcessor):
         # the handle's other parts (keeper, watchdog, summaries, export counters): kept across fork, where
         # those parts carry on (each resets its own state in the child)
         self._hooks: tuple[StepHooks, ...] = ()
-        self.pending: Callable[[], object] | None = None
-        """Called before a step is read (``take``/``collect``): the export pipeline hands over what it queued."""
         self._init_state()
         after_fork_in_child(self, "_init_state")
 
@@ -315,11 +313,11 @@ class PhaseMetricsProcessor(SpanProcessor):
         sample is in exactly one released table. Every release fires the hooks' ``step_released`` (the
         keeper's export of kept samples, the watchdog's verdict), also when no span of the step has ended.
         """
-        if self.pending is not None:
+        for hooks in self._hooks:  # before the lock: a part holding spans not yet accounted hands them over
             try:
-                self.pending()
+                hooks.step_reading(step, validate)
             except Exception:
-                internal_error("PhaseMetricsProcessor.pending")
+                internal_error("PhaseMetricsProcessor.step_reading")
         with self._lock:
             key: StepKey = (step, validate)
             rows = self._steps.pop(key, None) if release else self._steps.get(key)
