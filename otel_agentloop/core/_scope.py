@@ -14,7 +14,7 @@ from typing import Any
 
 
 class Scope:
-    """One call's instrumentation, driven by :func:`~otel_agentloop.core._phase.instrument`: ``enter``/``leave``
+    """One call's instrumentation, driven by :func:`~otel_agentloop.core._instrument.instrument`: ``enter``/``leave``
     make it current (around the whole call, or around each resume of a generator), ``close(exc)`` ends it once.
     Implementations never raise from these methods (internal errors are logged once and swallowed)."""
 

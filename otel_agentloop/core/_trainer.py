@@ -91,7 +91,7 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
     """A span ``rl.train.<name>`` (and, optionally, verl-style timing accumulation) around a block or function.
 
     As a decorator it uses the library's one lifecycle (sync, async, generators, async generators, callables
-    returning awaitables: see :func:`otel_agentloop.core._phase.instrument`)."""
+    returning awaitables: see :func:`otel_agentloop.core._instrument.instrument`)."""
 
     __slots__ = ("_scope", "name", "timing_raw")
 
