@@ -129,6 +129,9 @@ class OTLPJsonHttpExporter(SpanExporter):
     followed, not retried). Spans that cannot be encoded are left out and counted in ``spans_unencodable``.
     """
 
+    accepts_records = True
+    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
+
     def __init__(
         self,
         endpoint: str,
