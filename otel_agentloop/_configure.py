@@ -343,16 +343,11 @@ def _otlp_exporter(
     if headers:  # an item HTTP/2 or HTTP cannot carry (CR/LF, controls) would fail every export: skip it, warned
         headers = checked_headers(headers)
     if protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        from .export._grpc import OTLPGrpcExporter, grpc_target
 
-        insecure = None
-        if endpoint is not None and endpoint.startswith("http://"):
-            insecure = True
-        return GrpcExporter(
-            endpoint=endpoint,
-            insecure=insecure,
-            headers=dict(headers) if headers else None,
-            timeout=timeout_s,
+        return OTLPGrpcExporter(
+            grpc_target(endpoint, headers or None),
+            timeout_s or 10.0,
             compression=_otel_metrics.grpc_compression("TRACES"),
         )
     if protocol == "http/json":
@@ -365,11 +360,10 @@ def _otlp_exporter(
             raw = env_str("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or env_str("OTEL_EXPORTER_OTLP_HEADERS")
             headers = headers or parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS")
         return OTLPJsonHttpExporter(endpoint, headers, timeout_s or 10.0)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from .export._http_proto import OTLPProtoHttpExporter, http_target
 
-    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    return HttpExporter(endpoint=endpoint, headers=dict(headers) if headers else None, timeout=timeout_s)
+    url, all_headers = http_target(endpoint, headers)
+    return OTLPProtoHttpExporter(url, all_headers, timeout_s or 10.0)
 
 
 RESERVED_ATTRIBUTES = 16

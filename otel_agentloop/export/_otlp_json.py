@@ -108,12 +108,12 @@ def _attrs(attrs: Mapping[str, Any] | None) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _span(s: ReadableSpan) -> str:
+def _span(s: ReadableSpan | FastSpan) -> str:
     """One span as OTLP-JSON: a fast-path record from its fields; an SDK span from the SDK's own fields (each
     public property costs a call), or, when they are missing or moved (another SDK version, a
     ReadableSpan-like object), from the public API: the same JSON."""
-    if type(s) is FastSpan:
-        f: FastSpan = s
+    if isinstance(s, FastSpan):
+        f = s
         return _span_json(
             f.trace_id,
             f.span_id,
@@ -235,7 +235,7 @@ def _span_json(
     return out + "}"
 
 
-def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
+def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
     """The request as text, and how many spans were left out because they could not be encoded at all (each
     span is encoded on its own: one broken span never costs the batch)."""
     by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]] = {}
@@ -243,7 +243,9 @@ def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
     for s in spans:
         try:
             span_json = _span(s)
-            if type(s) is FastSpan:
+            resource: Any
+            scope: Any
+            if isinstance(s, FastSpan):
                 resource, scope = s.recorder.resource, s.recorder.scope
             else:
                 resource, scope = s.resource, s.instrumentation_scope
@@ -271,13 +273,13 @@ def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
     return '{"resourceSpans":[' + ",".join(resources) + "]}", skipped
 
 
-def encode_spans(spans: Sequence[ReadableSpan]) -> str:
+def encode_spans(spans: Sequence[ReadableSpan | FastSpan]) -> str:
     """One OTLP ``ExportTraceServiceRequest`` as a single line of OTLP-JSON, grouped by resource and scope;
     spans that cannot be encoded are left out (see :func:`encode_request`)."""
     return _encode(spans)[0]
 
 
-def encode_request(spans: Sequence[ReadableSpan], end: str = "") -> tuple[bytes, int]:
+def encode_request(spans: Sequence[ReadableSpan | FastSpan], end: str = "") -> tuple[bytes, int]:
     """The request as UTF-8 (``end`` appended), and the number of spans left out because they could not be
     encoded. Never raises on user text: a lone surrogate anywhere (span or event name, attribute key or value,
     nested ones too, status message, resource, scope) becomes U+FFFD; the repair runs only when the plain

@@ -26,7 +26,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
-from ..core._guard import internal_error
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._clean import clean_text
 
@@ -261,6 +261,8 @@ def _record(f: FastSpan) -> bytes:
 def _sdk_span(s: ReadableSpan) -> bytes:
     """An SDK span, from its public read surface."""
     ctx, parent, status = s.context, s.parent, s.status
+    if ctx is None:
+        raise ValueError("a span without a context")  # the SDK's encoder cannot encode it either
     events = s.events
     return _span(
         ctx.trace_id,
@@ -355,7 +357,7 @@ class _Groups:
         return b"".join(out)
 
 
-def encode_request(spans: Sequence[ReadableSpan]) -> tuple[bytes, int]:
+def encode_request(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[bytes, int]:
     """One serialized ``ExportTraceServiceRequest`` for ``spans``, and how many spans were left out because
     they could not be encoded at all (each span is encoded on its own: one broken span never costs the
     batch). Never raises."""
@@ -363,7 +365,9 @@ def encode_request(spans: Sequence[ReadableSpan]) -> tuple[bytes, int]:
     skipped = 0
     for s in spans:
         try:
-            if type(s) is FastSpan:
+            resource: Any
+            scope: Any
+            if isinstance(s, FastSpan):
                 recorder = s.recorder
                 body = _record(s)
                 resource, scope = recorder.resource, recorder.scope
@@ -379,3 +383,31 @@ def encode_request(spans: Sequence[ReadableSpan]) -> tuple[bytes, int]:
     except Exception:
         internal_error("otlp_proto.encode")
         return b"", len(spans)
+
+
+def rejected(answer: bytes) -> tuple[int, str] | None:
+    """An ``ExportTraceServiceResponse``'s partial success, ``(rejected_spans, error_message)``; ``None`` when the
+    answer reports none or does not parse."""
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+    try:
+        partial = ExportTraceServiceResponse.FromString(answer).partial_success
+    except Exception:
+        return None
+    if not (partial.rejected_spans or partial.error_message):
+        return None
+    return int(partial.rejected_spans), str(partial.error_message)
+
+
+def warn_rejected(answer: bytes, endpoint: str) -> None:
+    """Warn (once per endpoint) when the receiver accepted only part of a request."""
+    partial = rejected(answer)
+    if partial is not None:
+        count, message = partial
+        warn_once(
+            f"otlp-partial-success:{endpoint}",
+            "otel_agentloop: the OTLP receiver at %s rejected %d span(s) of an export: %s",
+            endpoint,
+            count,
+            message or "(no message)",
+        )
