@@ -267,3 +267,58 @@ def test_http_protobuf_retries_503_and_warns_a_partial_success(caplog: pytest.Lo
         exporter.shutdown()
         server.shutdown()
     assert "rejected 3 span(s)" in caplog.text and "quota" in caplog.text
+
+
+# -- configure() ----------------------------------------------------------------------------------------------
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json", "file"])
+def test_configure_exports_records_without_materialising_them(protocol, tmp_path, monkeypatch) -> None:
+    """configure() builds our exporters, and they take the fast path's records as they are: no SDK span is
+    built for export (the processor's ``materialise`` is never called)."""
+    import otel_agentloop as oal
+    from otel_agentloop.analysis import read_jsonl
+    from otel_agentloop.export import _processor
+    from otel_agentloop.export._file import OTLPJsonFileExporter
+    from otel_agentloop.export._http_json import OTLPJsonHttpExporter
+
+    built: list[Any] = []
+    real = _processor.materialise
+    monkeypatch.setattr(_processor, "materialise", lambda span: built.append(span) or real(span))
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    receiver = Receiver()
+    server: Any = None
+    if protocol == "file":
+        handle = oal.configure("records", file=str(tmp_path / "t.jsonl"), set_global=False, schedule_delay_s=0.05)
+    else:
+        server, endpoint = start_grpc(receiver) if protocol == "grpc" else start_http(receiver)
+        handle = oal.configure("records", endpoint=endpoint, protocol=protocol, set_global=False, schedule_delay_s=0.05)
+    try:
+        (processor,) = handle.export_processors
+        kinds = {
+            "grpc": OTLPGrpcExporter,
+            "http/protobuf": OTLPProtoHttpExporter,
+            "http/json": OTLPJsonHttpExporter,
+            "file": OTLPJsonFileExporter,
+        }
+        assert type(processor.exporter) is kinds[protocol]
+
+        @oal.trace_tool("search")
+        def search() -> int:
+            return 1
+
+        for i in range(3):
+            with oal.sample(i, step=1):
+                search()
+        assert handle.force_flush(10)
+        stats = handle.stats
+    finally:
+        handle.shutdown(5)
+        if server is not None:
+            server.stop(0) if protocol == "grpc" else server.shutdown()
+    names = (
+        [s.name for s in read_jsonl(str(tmp_path / "t.jsonl"))]
+        if protocol == "file"
+        else [r.name for r in receiver.records]
+    )
+    assert sorted(names) == ["execute_tool search"] * 3 + ["rl.sample"] * 3, names
+    assert stats["exported"] == 6 and stats["failed"] == stats["dropped"] == 0, stats
+    assert not built

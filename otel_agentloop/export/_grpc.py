@@ -64,7 +64,10 @@ def grpc_target(endpoint: str | None, headers: Mapping[str, str] | None) -> Grpc
     """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): ``endpoint``
     and ``headers`` arguments win over the variables."""
     endpoint = endpoint or _both("ENDPOINT") or DEFAULT_ENDPOINT
-    parsed = urlparse(endpoint)
+    try:
+        parsed = urlparse(endpoint)
+    except ValueError:  # "http://[::1": gRPC is handed the text as it is, and fails to connect (counted)
+        parsed = urlparse("")
     flag = _both("INSECURE")
     if parsed.scheme in ("https", "http"):
         insecure = parsed.scheme == "http"
