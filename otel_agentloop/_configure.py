@@ -350,13 +350,11 @@ def _otlp_exporter(s: Settings) -> SpanExporter:
     if headers:  # an item HTTP/2 or HTTP cannot carry (CR/LF, controls) would fail every export: skip it, warned
         headers = checked_headers(headers)
     if s.protocol == "grpc":
-        from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter as GrpcExporter
+        from .export._grpc import OTLPGrpcExporter, grpc_target
 
-        return GrpcExporter(
-            endpoint=endpoint,
-            insecure=True if endpoint is not None and endpoint.startswith("http://") else None,
-            headers=dict(headers) if headers else None,
-            timeout=s.otlp_timeout_s,
+        return OTLPGrpcExporter(
+            grpc_target(endpoint, headers or None),
+            s.otlp_timeout_s or 10.0,
             compression=_otel_metrics.grpc_compression("TRACES"),
         )
     if s.protocol == "http/json":
@@ -366,11 +364,10 @@ def _otlp_exporter(s: Settings) -> SpanExporter:
             endpoint = _traces_url(s)
             headers = headers or s.headers or resolve(only=("headers",)).headers
         return OTLPJsonHttpExporter(endpoint, headers, s.otlp_timeout_s)
-    from opentelemetry.exporter.otlp.proto.http.trace_exporter import OTLPSpanExporter as HttpExporter
+    from .export._http_proto import OTLPProtoHttpExporter, http_target
 
-    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/traces"):
-        endpoint = endpoint.rstrip("/") + "/v1/traces"
-    return HttpExporter(endpoint=endpoint, headers=dict(headers) if headers else None, timeout=s.otlp_timeout_s)
+    url, all_headers = http_target(endpoint, headers)
+    return OTLPProtoHttpExporter(url, all_headers, s.otlp_timeout_s or 10.0)
 
 
 def _traces_url(s: Settings) -> str:

@@ -25,6 +25,9 @@ class OTLPJsonFileExporter(SpanExporter):
     ``spans_unencodable`` (the export processor reports it as dropped).
     """
 
+    accepts_records = True
+    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._lock = threading.Lock()

@@ -121,6 +121,14 @@ class OTLPJsonHttpExporter(SpanExporter):
     followed, not retried). Spans that cannot be encoded are left out and counted in ``spans_unencodable``.
     """
 
+    accepts_records = True
+    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
+    protocol = "http/json"
+    """The protocol's name, in warnings (a subclass sends another body: ``export._http_proto``)."""
+    content_type = "application/json"
+    default_compression = "gzip"
+    """When neither the argument nor ``OTEL_EXPORTER_OTLP[_TRACES]_COMPRESSION`` says (JSON shrinks ~10x)."""
+
     def __init__(
         self,
         endpoint: str,
@@ -133,23 +141,25 @@ class OTLPJsonHttpExporter(SpanExporter):
         client_certificate_file: str | None = None,
     ) -> None:
         self.endpoint = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-        chosen = (compression or otlp_variable("TRACES", "COMPRESSION") or "gzip").lower()
+        chosen = (compression or otlp_variable("TRACES", "COMPRESSION") or self.default_compression).lower()
         if chosen not in COMPRESSIONS:
             warn_once(
-                "http-json-compression",
-                "otel_agentloop: OTLP compression %r is not one of %s; using gzip",
+                f"{self.protocol}-compression",
+                "otel_agentloop: OTLP compression %r is not one of %s; using %s",
                 chosen,
                 ", ".join(COMPRESSIONS),
+                self.default_compression,
             )
-            chosen = "gzip"
+            chosen = self.default_compression
         self.compression = chosen
-        self.headers = {"Content-Type": "application/json", **checked_headers(headers)}
+        self.headers = {"Content-Type": self.content_type, **checked_headers(headers)}
         if chosen != "none":
             self.headers["Content-Encoding"] = chosen
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
             warn_once(
-                "http-json-timeout",
-                "otel_agentloop: OTLP http/json timeout %r is not a positive finite number of seconds; using %g",
+                f"{self.protocol}-timeout",
+                "otel_agentloop: OTLP %s timeout %r is not a positive finite number of seconds; using %g",
+                self.protocol,
                 timeout_s,
                 DEFAULT_TIMEOUT_S,
             )
@@ -191,7 +201,7 @@ class OTLPJsonHttpExporter(SpanExporter):
 
     def _body(self, spans: Sequence[ReadableSpan]) -> bytes | None:
         """The compressed request; ``None`` when no span of the batch could be encoded."""
-        data, skipped = encode_request(spans)
+        data, skipped = self._encode(spans)
         if skipped:
             self.spans_unencodable += skipped
             if skipped == len(spans):
@@ -202,6 +212,13 @@ class OTLPJsonHttpExporter(SpanExporter):
             return zlib.compress(data, 1)
         return data
 
+    def _encode(self, spans: Sequence[ReadableSpan]) -> tuple[bytes, int]:
+        """The request body (uncompressed), and how many spans could not be encoded."""
+        return encode_request(spans)
+
+    def _answered(self, response: Any, body: bytes) -> None:
+        """A 2xx answer arrived; ``body``: at most ``MAX_ANSWER_BYTES`` of it, as sent (not decoded)."""
+
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         if self._shutdown:
             return SpanExportResult.FAILURE
@@ -210,7 +227,7 @@ class OTLPJsonHttpExporter(SpanExporter):
                 return self._export(spans)
             except Exception:
                 if not self._shutdown:  # shutdown closed the session under an export in flight: not a bug
-                    internal_error("OTLPJsonHttpExporter.export")
+                    internal_error(f"{type(self).__name__}.export")
                 return SpanExportResult.FAILURE
 
     def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
@@ -237,15 +254,17 @@ class OTLPJsonHttpExporter(SpanExporter):
                     allow_redirects=False,
                     stream=True,
                 )
-                _discard_answer(response, deadline)
+                answer = _discard_answer(response, deadline)
                 status = response.status_code
                 if 200 <= status < 300:
+                    self._answered(response, answer)
                     return SpanExportResult.SUCCESS
                 if 300 <= status < 400:
                     warn_once(
-                        "http-json-redirect",
-                        "otel_agentloop: OTLP http/json endpoint %s answered HTTP %d (Location: %r); redirects "
+                        f"{self.protocol}-redirect",
+                        "otel_agentloop: OTLP %s endpoint %s answered HTTP %d (Location: %r); redirects "
                         "are not followed, so spans are counted as failed: set the endpoint to the final URL",
+                        self.protocol,
                         self.endpoint,
                         status,
                         response.headers.get("Location"),
@@ -271,9 +290,9 @@ class OTLPJsonHttpExporter(SpanExporter):
                 backoff = min(backoff * 2, 2.0)
             if not retry or self._shutdown or time.monotonic() + wait >= deadline:
                 warn_once(
-                    "http-json-export",
-                    "otel_agentloop: OTLP http/json export to %s failed (%s); spans are "
-                    "counted as failed, see handle.stats",
+                    f"{self.protocol}-export",
+                    "otel_agentloop: OTLP %s export to %s failed (%s); spans are counted as failed, see handle.stats",
+                    self.protocol,
                     self.endpoint,
                     reason,
                 )
@@ -290,21 +309,24 @@ class OTLPJsonHttpExporter(SpanExporter):
             try:
                 session.close()
             except Exception:
-                internal_error("OTLPJsonHttpExporter.shutdown")
+                internal_error(f"{type(self).__name__}.shutdown")
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return True
 
 
-def _discard_answer(response: Any, deadline: float) -> None:
-    """Read and discard the answer, at most ``MAX_ANSWER_BYTES`` of it, undecoded (no decompression bomb),
-    and only until ``deadline``. An answer read to its end returns the connection to the pool; a longer,
+def _discard_answer(response: Any, deadline: float) -> bytes:
+    """Read the answer, at most ``MAX_ANSWER_BYTES`` of it, undecoded (no decompression bomb), and only until
+    ``deadline``; what was read. An answer read to its end returns the connection to the pool; a longer,
     slower or broken one is cut, closing its connection (the status line already decided the result)."""
     raw = response.raw
     left = MAX_ANSWER_BYTES
+    chunks: list[bytes] = []
     with contextlib.suppress(Exception), contextlib.closing(response):
         while left > 0 and time.monotonic() < deadline:
             chunk = raw.read(min(left, 16384), decode_content=False)
             if not chunk:
-                return  # read to the end: urllib3 has put the connection back in the pool
+                break  # read to the end: urllib3 has put the connection back in the pool
+            chunks.append(chunk)
             left -= len(chunk)
+    return b"".join(chunks)

@@ -4,6 +4,10 @@ The encoder writes the OTLP/JSON mapping the Collector's file exporter writes (h
 enums as integers): one ``{"resourceSpans": [...]}`` object per export, built as a string directly. Export
 shares the GIL with training, so this matters. Per span on a 2-core EPYC: dicts + ``json.dumps`` ~77 us (as
 much as protobuf's ``json_format``), the SDK's protobuf encoder ~150 us, these strings ~23 us.
+
+A batch may mix the fast path's records (:class:`~otel_agentloop.core._record.FastSpan`, encoded from their
+fields: no SDK span is built) and SDK spans; a record encodes to the same bytes as the SDK span
+``export._pipeline.materialise`` builds from it.
 """
 
 from __future__ import annotations
@@ -18,6 +22,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from ..core._guard import internal_error
+from ..core._record import FastSpan
 from ._clean import clean_text
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
@@ -103,13 +108,33 @@ def _attrs(attrs: Mapping[str, Any] | None) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _span(s: ReadableSpan) -> str:
-    """One span as OTLP-JSON. Reads the SDK's own fields (each public property costs a call); when they are
-    missing or moved (another SDK version, a ReadableSpan-like object), reads the public API: same JSON."""
-    try:
+def _span(s: ReadableSpan | FastSpan) -> str:
+    """One span as OTLP-JSON: a fast-path record from its fields; an SDK span from the SDK's own fields (each
+    public property costs a call), or, when they are missing or moved (another SDK version, a
+    ReadableSpan-like object), from the public API: the same JSON."""
+    if isinstance(s, FastSpan):
+        f = s
         return _span_json(
-            s._context,
-            s._parent,
+            f.trace_id,
+            f.span_id,
+            f.parent_id or None,
+            f.status.status_code,
+            f.status.description,
+            f.name,
+            0,  # INTERNAL
+            f.start_ns,
+            f.end_ns,
+            f.attributes,
+            _record_events(f.events) if f.events else "",
+            _links(f.links) if f.links else "",
+            f.dropped_attributes,
+        )
+    try:
+        ctx, parent = s._context, s._parent
+        return _span_json(
+            ctx.trace_id if ctx else None,
+            ctx.span_id if ctx else 0,
+            parent.span_id if parent is not None else None,
             s._status.status_code,
             s._status.description,
             s._name,
@@ -117,15 +142,16 @@ def _span(s: ReadableSpan) -> str:
             s._start_time,
             s._end_time,
             _raw(s._attributes),
-            s._events,
-            s._links,
+            _events(s._events) if s._events else "",
+            _links(s._links) if s._links else "",
             s.dropped_attributes,
         )
     except Exception:
-        status = s.status
+        status, ctx, parent = s.status, s.context, s.parent
         return _span_json(
-            s.context,
-            s.parent,
+            ctx.trace_id if ctx else None,
+            ctx.span_id if ctx else 0,
+            parent.span_id if parent is not None else None,
             status.status_code,
             status.description,
             s.name,
@@ -133,15 +159,51 @@ def _span(s: ReadableSpan) -> str:
             s.start_time,
             s.end_time,
             _raw(s.attributes),
-            s.events,
-            s.links,
+            _events(s.events) if s.events else "",
+            _links(s.links) if s.links else "",
             s.dropped_attributes,
         )
 
 
+def _events(events: Sequence[Any]) -> str:
+    return (
+        ',"events":['
+        + ",".join(
+            f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
+            for e in events
+        )
+        + "]"
+    )
+
+
+def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int]]) -> str:
+    """A fast-path record's events: ``(name, attributes, time_ns)``."""
+    return (
+        ',"events":['
+        + ",".join(
+            f'{{"name":{_quote(name)},"timeUnixNano":"{ts}","attributes":{_attrs(attrs)}}}'
+            for name, attrs, ts in events
+        )
+        + "]"
+    )
+
+
+def _links(links: Sequence[Any]) -> str:
+    return (
+        ',"links":['
+        + ",".join(
+            f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
+            f'"attributes":{_attrs(_raw(link.attributes))}}}'
+            for link in links
+        )
+        + "]"
+    )
+
+
 def _span_json(
-    ctx: Any,
-    parent: Any,
+    trace_id: int | None,
+    span_id: int,
+    parent_id: int | None,
     code: StatusCode,
     description: str | None,
     name: str,
@@ -149,13 +211,15 @@ def _span_json(
     start: int | None,
     end: int | None,
     attributes: Mapping[str, Any] | None,
-    events: Sequence[Any],
-    links: Sequence[Any],
+    events: str,
+    links: str,
     dropped: int,
 ) -> str:
-    out = f'{{"traceId":"{ctx.trace_id:032x}","spanId":"{ctx.span_id:016x}",' if ctx else "{"
-    if parent is not None:
-        out += f'"parentSpanId":"{parent.span_id:016x}",'
+    """``events`` and ``links``: their JSON members (``,"events":[...]``), or ``""``. ``trace_id`` ``None``:
+    a span without a context (no ids)."""
+    out = f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}",' if trace_id is not None else "{"
+    if parent_id is not None:
+        out += f'"parentSpanId":"{parent_id:016x}",'
     # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
     out += (
         f'"name":{_quote(name)},"kind":{kind + 1},"startTimeUnixNano":"{start or 0}",'
@@ -165,31 +229,13 @@ def _span_json(
         out += f',"status":{{"code":{_STATUS[code]},"message":{_quote(description)}}}'
     else:
         out += f',"status":{{"code":{_STATUS[code]}}}'
-    if events:
-        out += (
-            ',"events":['
-            + ",".join(
-                f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
-                for e in events
-            )
-            + "]"
-        )
-    if links:
-        out += (
-            ',"links":['
-            + ",".join(
-                f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
-                f'"attributes":{_attrs(_raw(link.attributes))}}}'
-                for link in links
-            )
-            + "]"
-        )
+    out += events + links
     if dropped:
         out += f',"droppedAttributesCount":{dropped}'
     return out + "}"
 
 
-def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
+def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
     """The request as text, and how many spans were left out because they could not be encoded at all (each
     span is encoded on its own: one broken span never costs the batch)."""
     by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]] = {}
@@ -197,11 +243,15 @@ def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
     for s in spans:
         try:
             span_json = _span(s)
-            resource = s.resource
+            resource: Any
+            scope: Any
+            if isinstance(s, FastSpan):
+                resource, scope = s.recorder.resource, s.recorder.scope
+            else:
+                resource, scope = s.resource, s.instrumentation_scope
             entry = by_resource.get(id(resource))
             if entry is None:
                 entry = by_resource[id(resource)] = (resource, {})
-            scope = s.instrumentation_scope
             key = (str(scope.name), str(scope.version or "")) if scope is not None else ("", "")
         except Exception:
             skipped += 1
@@ -223,13 +273,13 @@ def _encode(spans: Sequence[ReadableSpan]) -> tuple[str, int]:
     return '{"resourceSpans":[' + ",".join(resources) + "]}", skipped
 
 
-def encode_spans(spans: Sequence[ReadableSpan]) -> str:
+def encode_spans(spans: Sequence[ReadableSpan | FastSpan]) -> str:
     """One OTLP ``ExportTraceServiceRequest`` as a single line of OTLP-JSON, grouped by resource and scope;
     spans that cannot be encoded are left out (see :func:`encode_request`)."""
     return _encode(spans)[0]
 
 
-def encode_request(spans: Sequence[ReadableSpan], end: str = "") -> tuple[bytes, int]:
+def encode_request(spans: Sequence[ReadableSpan | FastSpan], end: str = "") -> tuple[bytes, int]:
     """The request as UTF-8 (``end`` appended), and the number of spans left out because they could not be
     encoded. Never raises on user text: a lone surrogate anywhere (span or event name, attribute key or value,
     nested ones too, status message, resource, scope) becomes U+FFFD; the repair runs only when the plain

@@ -1,0 +1,257 @@
+"""OTLP over gRPC, encoded by our own encoder (:mod:`._otlp_proto`): the bytes go out through a plain
+``unary_unary`` call to ``TraceService/Export``, no protobuf objects are built.
+
+It honours what the SDK's gRPC span exporter honours, read by :func:`grpc_target` as the SDK reads it: the
+endpoint (``https://`` is TLS, ``http://`` is plain; without a scheme, TLS unless
+``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE`` says ``true``), the headers (as gRPC metadata, names
+lowercased), the timeout, the compression (passed in), the TLS files
+(``OTEL_EXPORTER_OTLP[_TRACES]_CERTIFICATE``, ``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``) and the retryable
+status codes (``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
+"""
+
+from __future__ import annotations
+
+import random
+import threading
+import time
+from collections.abc import Iterable, Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+from urllib.parse import urlparse
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from ..config._environment import variable
+from ..config._values import parse_headers
+from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ._http_json import checked_headers
+from ._otlp_proto import encode_request, warn_rejected
+from ._processor import suppressed
+
+EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
+DEFAULT_ENDPOINT = "http://localhost:4317"
+RETRYABLE = (
+    "CANCELLED",
+    "DEADLINE_EXCEEDED",
+    "RESOURCE_EXHAUSTED",
+    "ABORTED",
+    "OUT_OF_RANGE",
+    "UNAVAILABLE",
+    "DATA_LOSS",
+)
+"""The status codes retried (the SDK's list), unless ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``
+names others."""
+MAX_TRIES = 6
+_TLS_FILES = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
+
+
+@dataclass(frozen=True)
+class GrpcTarget:
+    """Where and how to connect (see :func:`grpc_target`). ``tls``: (root certificates, client key, client
+    certificate chain) file paths, each possibly ``None``; ``None`` for a plain connection."""
+
+    target: str
+    tls: tuple[str | None, str | None, str | None] | None
+    headers: tuple[tuple[str, str], ...]
+    retryable: tuple[str, ...]
+
+
+def _both(name: str) -> str | None:
+    return variable(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or variable(f"OTEL_EXPORTER_OTLP_{name}")
+
+
+def grpc_target(endpoint: str | None, headers: Mapping[str, str] | None) -> GrpcTarget:
+    """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): ``endpoint``
+    and ``headers`` arguments win over the variables."""
+    endpoint = endpoint or _both("ENDPOINT") or DEFAULT_ENDPOINT
+    try:
+        parsed = urlparse(endpoint)
+    except ValueError:  # "http://[::1": gRPC is handed the text as it is, and fails to connect (counted)
+        parsed = urlparse("")
+    flag = _both("INSECURE")
+    if parsed.scheme in ("https", "http"):
+        insecure = parsed.scheme == "http"
+    elif flag is not None:
+        insecure = flag.lower() == "true"
+    else:
+        insecure = parsed.scheme == "http"
+    tls = None
+    if not insecure:
+        kind = "TRACES_" if variable("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE") else ""
+        tls = tuple(
+            variable(f"OTEL_EXPORTER_OTLP_{kind}{name}") for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
+        )
+    if headers is None:
+        raw = variable("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or variable("OTEL_EXPORTER_OTLP_HEADERS")
+        headers = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS")
+    headers = checked_headers(headers)  # an item HTTP/2 cannot carry would fail every export: skipped, warned
+    codes = variable("OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES")
+    retryable = tuple(c.strip().upper() for c in codes.split(",") if c.strip()) if codes else RETRYABLE
+    return GrpcTarget(
+        target=parsed.netloc or endpoint,
+        tls=tls,  # type: ignore[arg-type]
+        headers=tuple((str(k).lower(), str(v)) for k, v in headers.items()),
+        retryable=retryable,
+    )
+
+
+def _read(path: str | None) -> bytes | None:
+    if not path:
+        return None
+    try:
+        with open(path, "rb") as f:
+            return f.read()
+    except OSError as exc:
+        warn_once(f"grpc-tls-file:{path}", "otel_agentloop: cannot read the OTLP TLS file %s: %s", path, exc)
+        return None
+
+
+class OTLPGrpcExporter(SpanExporter):
+    """Export spans to ``target`` with one gRPC ``Export`` call per batch (see the module docstring).
+
+    Contract: :meth:`export` never raises and starts no try and no wait past ``timeout_s`` from its start. A
+    retryable status is retried after the receiver's ``RetryInfo`` delay when it gives one, else after an
+    exponential back-off (1 s, 2 s, 4 s..., jittered), at most ``MAX_TRIES`` tries; the first UNAVAILABLE
+    opens a fresh channel. Any other status, or a wait past the deadline, reports FAILURE (counted by the
+    export processor), warned once. A receiver's partial success is warned once. :meth:`shutdown` closes the
+    channel (an export in flight ends) and aborts a back-off wait. The channel is opened on the first export;
+    a forked child opens its own. Spans that cannot be encoded are left out and counted in
+    ``spans_unencodable``.
+    """
+
+    accepts_records = True
+    """Encodes the fast path's records directly (see ``export._pipeline``)."""
+
+    def __init__(self, target: GrpcTarget, timeout_s: float = 10.0, compression: Any = None) -> None:
+        self.target = target
+        self.timeout_s = float(timeout_s)
+        self.compression = compression
+        self.spans_unencodable = 0
+        self._shutdown = False
+        self._init_state()
+        after_fork_in_child(self, "_init_state")
+
+    def _init_state(self) -> None:
+        # a forked child must not use its parent's channel: it opens its own on its first export
+        self._channel: Any = None
+        self._call: Any = None
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if self._shutdown:
+            self._stop.set()
+
+    def _connect(self) -> Any:
+        import grpc  # type: ignore[import-untyped]
+        from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+        with self._lock:
+            if self._call is not None:
+                return self._call
+            tls = self.target.tls
+            if tls is None:
+                channel = grpc.insecure_channel(self.target.target, compression=self.compression)
+            else:
+                root, key, chain = (_read(path) for path in tls)
+                credentials = grpc.ssl_channel_credentials(
+                    root_certificates=root, private_key=key, certificate_chain=chain
+                )
+                channel = grpc.secure_channel(self.target.target, credentials, compression=self.compression)
+            self._channel = channel
+            self._call = channel.unary_unary(
+                EXPORT_METHOD,
+                request_serializer=None,  # the request is already bytes
+                response_deserializer=ExportTraceServiceResponse.FromString,
+            )
+            return self._call
+
+    def _reconnect(self) -> None:
+        with self._lock:
+            channel, self._channel, self._call = self._channel, None, None
+        if channel is not None:
+            try:
+                channel.close()
+            except Exception:
+                internal_error("OTLPGrpcExporter.reconnect")
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._shutdown:
+            return SpanExportResult.FAILURE
+        with suppressed():
+            try:
+                return self._export(spans)
+            except Exception:
+                if not self._shutdown:
+                    internal_error("OTLPGrpcExporter.export")
+                return SpanExportResult.FAILURE
+
+    def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        import grpc
+
+        deadline = time.monotonic() + self.timeout_s
+        body, skipped = encode_request(spans)
+        if skipped:
+            self.spans_unencodable += skipped
+            if skipped == len(spans):
+                return SpanExportResult.SUCCESS  # nothing left to send (counted as unencodable)
+        for attempt in range(MAX_TRIES):
+            if self._shutdown:
+                return SpanExportResult.FAILURE
+            call = self._connect()
+            try:
+                answer = call(body, metadata=self.target.headers, timeout=max(deadline - time.monotonic(), 0.001))
+            except grpc.RpcError as error:
+                code = error.code()
+                name = getattr(code, "name", str(code))
+                wait = _retry_delay(error)
+                if wait is None:
+                    wait = 2.0**attempt * random.uniform(0.8, 1.2)
+                if code == grpc.StatusCode.UNAVAILABLE and attempt == 0:
+                    self._reconnect()  # as the SDK does: a fresh channel reconnects at once
+                if (
+                    name not in self.target.retryable
+                    or attempt + 1 == MAX_TRIES
+                    or self._shutdown
+                    or time.monotonic() + wait >= deadline
+                ):
+                    if not self._shutdown:
+                        warn_once(
+                            "grpc-export",
+                            "otel_agentloop: OTLP grpc export to %s failed (%s: %s); spans are counted as "
+                            "failed, see handle.stats",
+                            self.target.target,
+                            name,
+                            error.details(),
+                        )
+                    return SpanExportResult.FAILURE
+                if self._stop.wait(wait):
+                    return SpanExportResult.FAILURE
+                continue
+            if answer.HasField("partial_success"):
+                warn_rejected(answer.SerializeToString(), self.target.target)
+            return SpanExportResult.SUCCESS
+        return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        """Stop: close the channel (an export in flight ends) and abort a back-off wait; never blocks."""
+        self._shutdown = True
+        self._stop.set()
+        self._reconnect()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
+
+
+def _retry_delay(error: Any) -> float | None:
+    """The receiver's ``RetryInfo`` delay in seconds (``google.rpc.retryinfo-bin`` trailer), if it sent one."""
+    try:
+        trailers: Iterable[tuple[str, Any]] = error.trailing_metadata() or ()
+        raw = dict(trailers).get("google.rpc.retryinfo-bin")
+        if raw is None:
+            return None
+        from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
+
+        info = RetryInfo.FromString(raw)
+        return float(info.retry_delay.seconds + info.retry_delay.nanos / 1e9)
+    except Exception:
+        return None

@@ -1,0 +1,268 @@
+"""Our OTLP encoders read the fast path's records (``FastSpan``) directly: the JSON they write for a record is the
+JSON of the SDK span ``materialise`` builds from it, byte for byte, and the protobuf bytes parse (with the
+official ``opentelemetry.proto`` classes) to the message the SDK's own ``encode_spans`` builds from the
+materialised spans. The records are made by a real ``Recorder`` through the OpenTelemetry Span API, ended and
+finalized as the export pipeline does."""
+
+from __future__ import annotations
+
+import time
+from typing import Any
+
+import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans as sdk_encode_spans
+from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
+from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
+
+from otel_agentloop.core._record import FastSpan
+from otel_agentloop.core._recorder import Recorder
+from otel_agentloop.export import _otlp_json, _otlp_proto
+from otel_agentloop.export._pipeline import finalize, materialise
+
+RESOURCE = Resource({"service.name": "encode-test", "host.name": "h1", "rl.ranks": (0, 1)})
+SCOPE = InstrumentationScope("otel_agentloop", "9.9.9")
+
+# every attribute type the SDK accepts: scalars, homogeneous arrays, empty arrays, bytes; no None
+VALUES: dict[str, Any] = {
+    "s": "text é ✓",
+    "empty": "",
+    "b.true": True,
+    "b.false": False,
+    "i": 7,
+    "i.neg": -3,
+    "i.max": (1 << 63) - 1,
+    "i.min": -(1 << 63),
+    "i.zero": 0,
+    "f": 0.25,
+    "f.neg": -1e300,
+    "f.inf": float("inf"),
+    "bytes": b"\x00\xffraw",
+    "a.s": ("x", "", "z"),
+    "a.b": (True, False),
+    "a.i": (1, -2, 1 << 40),
+    "a.f": (1.5, -0.0),
+    "a.empty": (),
+}
+
+
+def _recorder(**limits: Any) -> Recorder:
+    return Recorder(
+        resource=RESOURCE,
+        scope=SCOPE,
+        limits=SpanLimits(**limits),
+        sampler=ParentBased(ALWAYS_ON),
+        id_generator=RandomIdGenerator(),
+    )
+
+
+def _start(recorder: Recorder, name: str, attrs: dict[str, Any], **kw: Any) -> FastSpan:
+    span = recorder.start(name, attrs, time.time_ns(), **kw)
+    assert span is not None
+    span.init(None, None, time.monotonic_ns())
+    return span
+
+
+def _end(recorder: Recorder, span: FastSpan, exc: BaseException | None = None) -> FastSpan:
+    recorder.finish(span, exc, time.time_ns() + 1000)
+    finalize(span)  # as the pipeline does before any processor sees it
+    return span
+
+
+def _records() -> list[FastSpan]:
+    rec = _recorder()
+    out: list[FastSpan] = []
+    root = _start(rec, "rl.sample", {"rl.sample.index": 3, "rl.step": 1}, context=trace.Context())
+    child = _start(rec, "generate", {"rl.phase": "generate"}, parent=root)
+    for key, value in VALUES.items():
+        child.set_attribute(key, value)
+    child.add_event("tokens", {"n": 5, "who": "model", "a": (1, 2)})
+    child.add_event("bare")
+    out.append(_end(rec, child))
+    tool = _start(rec, "execute_tool search", {"gen_ai.tool.name": "search"}, parent=root)
+    tool.set_status(Status(StatusCode.ERROR, "ValueError: boom"))
+    out.append(_end(rec, tool, ValueError("boom")))  # ERROR, error.type, an exception event
+    ok = _start(rec, "reward", {"rl.phase": "reward"}, parent=root)
+    ok.set_status(StatusCode.OK)
+    out.append(_end(rec, ok))
+    out.append(_end(rec, root))
+    # a remote parent with a trace state, and links with attributes (one remote)
+    remote = SpanContext(
+        0x0AF7651916CD43DD8448EB211C80319C,
+        0xB7AD6B7169203331,
+        is_remote=True,
+        trace_flags=TraceFlags(1),
+        trace_state=TraceState([("vendor", "v1"), ("rojo", "00f067aa0ba902b7")]),
+    )
+    linked = SpanContext(0x1234, 0x5678, is_remote=False, trace_flags=TraceFlags(1))
+    linked_remote = SpanContext(0x9ABC, 0xDEF0, is_remote=True, trace_flags=TraceFlags(0))
+    ctx = trace.set_span_in_context(NonRecordingSpan(remote))
+    joined = _start(
+        rec,
+        "rl.sample",
+        {"rl.sample.index": 4},
+        context=ctx,
+        links=[Link(linked, {"link.kind": "batch", "n": 2}), Link(linked_remote)],
+    )
+    joined.add_link(SpanContext(0x77, 0x88, is_remote=False), {"late": True})
+    assert joined.parent_remote and joined.trace_state
+    out.append(_end(rec, joined))
+    # an empty name, no attributes at all
+    out.append(_end(rec, _start(rec, "", {}, context=trace.Context())))
+    return out
+
+
+def _over_limits() -> FastSpan:
+    """A record past the count limits: dropped attributes and events are counted."""
+    rec = _recorder(max_span_attributes=4, max_events=2)
+    span = _start(rec, "busy", {"k0": 0}, context=trace.Context())
+    for i in range(1, 9):
+        span.set_attribute(f"k{i}", i)
+    for i in range(5):
+        span.add_event(f"e{i}", {"i": i})
+    return _end(rec, span)
+
+
+def _parse(data: bytes) -> ExportTraceServiceRequest:
+    msg = ExportTraceServiceRequest()
+    msg.ParseFromString(data)
+    return msg
+
+
+def _sdk_bytes(spans: list[Any]) -> bytes:
+    return sdk_encode_spans(spans).SerializeToString()
+
+
+# -- JSON -----------------------------------------------------------------------------------------------------
+def test_json_of_a_record_is_the_json_of_its_materialised_span() -> None:
+    records = _records()
+    for span in records:
+        assert _otlp_json.encode_spans([span]) == _otlp_json.encode_spans([materialise(span)]), span.name
+    assert _otlp_json.encode_request(records) == _otlp_json.encode_request([materialise(s) for s in records])
+    text = _otlp_json.encode_spans(records)
+    assert '"bytesValue":"AP9yYXc="' in text and '"message":"ValueError: boom"' in text
+    assert text.count('"parentSpanId"') == 4  # three children, and the one under a remote parent
+
+
+def test_json_batch_mixing_records_and_sdk_spans_groups_them_by_resource() -> None:
+    records = _records()
+    provider = TracerProvider(resource=RESOURCE)
+    with provider.get_tracer("user.code", "1.0").start_as_current_span("user span") as sdk_span:
+        sdk_span.set_attribute("x", 1)
+    mixed = [records[0], sdk_span, records[1]]
+    text = _otlp_json.encode_spans(mixed)  # type: ignore[list-item]
+    assert text == _otlp_json.encode_spans([materialise(records[0]), sdk_span, materialise(records[1])])
+    assert text.count('"resource"') == 1 and text.count('"scope"') == 2
+
+
+def test_json_counts_the_attributes_a_record_dropped() -> None:
+    span = _over_limits()
+    assert span.dropped_attributes == 5 and span.dropped_events == 3
+    assert '"droppedAttributesCount":5' in _otlp_json.encode_spans([span])
+
+
+# -- protobuf -------------------------------------------------------------------------------------------------
+def test_proto_of_records_parses_to_the_sdk_encoders_message() -> None:
+    records = _records()
+    data, skipped = _otlp_proto.encode_request(records)
+    assert skipped == 0
+    materialised = [materialise(s) for s in records]
+    expected = sdk_encode_spans(materialised)
+    got = _parse(data)
+    assert got == expected
+    assert data == expected.SerializeToString()  # even the bytes: every field in field-number order
+    spans = got.resource_spans[0].scope_spans[0].spans
+    joined = spans[4]
+    assert joined.trace_state == "vendor=v1,rojo=00f067aa0ba902b7" and joined.flags == 0x300
+    assert [len(link.attributes) for link in joined.links] == [2, 0, 1] and joined.links[1].flags == 0x300
+    assert spans[1].status.code == 2 and spans[1].status.message == "ValueError: boom"
+    assert spans[1].events[0].name == "exception"
+    assert {kv.key for kv in spans[0].attributes} >= set(VALUES)
+    assert spans[5].name == "" and not spans[5].attributes
+
+
+def test_proto_of_one_record_at_a_time_matches_too() -> None:
+    for span in _records():
+        assert _otlp_proto.encode_request([span])[0] == _sdk_bytes([materialise(span)]), span.name
+
+
+def test_proto_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
+    records = _records()
+    provider = TracerProvider(resource=RESOURCE)
+    other = TracerProvider(resource=Resource({"service.name": "other"}))
+    tracer = provider.get_tracer("user.code", "1.0", schema_url="https://opentelemetry.io/schemas/1.21.0")
+    with tracer.start_as_current_span("user span", attributes={"x": 1, "a": ["p", "q"]}) as user:
+        user.add_event("ev", {"k": b"b"})
+        user.set_status(Status(StatusCode.ERROR, "bad"))
+    with other.get_tracer("other").start_as_current_span("elsewhere", kind=trace.SpanKind.CLIENT) as elsewhere:
+        pass
+    # the same resource as an equal, distinct object: grouped with the records' (the SDK groups by equality)
+    same = TracerProvider(resource=Resource(dict(RESOURCE.attributes)))
+    with same.get_tracer("otel_agentloop", "9.9.9").start_as_current_span("twin") as twin:
+        pass
+    mixed = [records[0], user, elsewhere, records[1], twin, records[3]]
+    expected = [materialise(s) if type(s) is FastSpan else s for s in mixed]
+    data, skipped = _otlp_proto.encode_request(mixed)  # type: ignore[arg-type]
+    assert skipped == 0
+    assert _parse(data) == sdk_encode_spans(expected)
+    assert data == _sdk_bytes(expected)
+    assert len(_parse(data).resource_spans) == 2
+    assert len(_parse(data).resource_spans[0].scope_spans) == 2
+
+
+def test_proto_counts_what_a_record_dropped_as_an_sdk_span_does() -> None:
+    span = _over_limits()
+    provider = TracerProvider(resource=RESOURCE, span_limits=SpanLimits(max_span_attributes=4, max_events=2))
+    with provider.get_tracer("t").start_as_current_span("busy", attributes={"k0": 0}) as sdk_span:
+        for i in range(1, 9):
+            sdk_span.set_attribute(f"k{i}", i)
+        for i in range(5):
+            sdk_span.add_event(f"e{i}", {"i": i})
+    got = _parse(_otlp_proto.encode_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
+    want = sdk_encode_spans([sdk_span]).resource_spans[0].scope_spans[0].spans[0]
+    assert got.dropped_attributes_count == want.dropped_attributes_count == 5
+    assert got.dropped_events_count == want.dropped_events_count == 3
+    assert [kv.key for kv in got.attributes] == [kv.key for kv in want.attributes]
+    assert [e.name for e in got.events] == [e.name for e in want.events]
+
+
+@pytest.mark.parametrize(
+    ("value", "kept"),
+    [
+        (1 << 63, False),  # outside int64: the SDK drops the key too
+        ([1, 1 << 64], False),
+        ({"nested": "map", "n": 1}, True),
+        (None, True),
+        (bytearray(b"ab"), True),
+    ],
+)
+def test_proto_values_the_sdk_cleaning_lets_through(value: Any, kept: bool) -> None:
+    """Values a record can hold when written past the SDK's cleaning (the hot path takes attributes by
+    reference): each is encoded as the SDK's encoder encodes it, or its key dropped as the SDK drops it."""
+    rec = _recorder()
+    span = _end(rec, _start(rec, "odd", {"v": value, "ok": 1}, context=trace.Context()))
+    got = _parse(_otlp_proto.encode_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
+    assert [kv.key for kv in got.attributes] == (["v", "ok"] if kept else ["ok"])
+    # the SDK's own encoder, on the record's attributes as they are
+    from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
+
+    assert list(got.attributes) == _encode_attributes(span.attributes)
+
+
+def test_proto_repairs_lone_surrogates_and_skips_only_a_broken_span() -> None:
+    rec = _recorder()
+    bad = _start(rec, "tool \udce9", {"k\udce9": "v\udce9", "ok": 1}, context=trace.Context())
+    bad = _end(rec, bad)
+    broken = _end(rec, _start(rec, "broken", {}, context=trace.Context()))
+    broken.status = None  # type: ignore[assignment]  # a span no encoder can read
+    good = _end(rec, _start(rec, "good", {}, context=trace.Context()))
+    data, skipped = _otlp_proto.encode_request([bad, broken, good])
+    assert skipped == 1
+    spans = _parse(data).resource_spans[0].scope_spans[0].spans
+    assert [s.name for s in spans] == ["tool \ufffd", "good"]
+    assert spans[0].attributes[0].key == "k\ufffd" and spans[0].attributes[0].value.string_value == "v\ufffd"
