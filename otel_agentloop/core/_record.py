@@ -72,6 +72,8 @@ class FastSpan(OpenSpan, trace.Span):
     dropped_attributes: int = 0  # set when the limits are applied (off the hot path)
     dropped_events: int = 0
     materialised: object = None  # the SDK span built from this one, for processors and exporters not ours
+    recorded: tuple[dict[str, Any], list[tuple[str, Mapping[str, Any], int]] | None] | None = None
+    """(attributes, events) as recorded, kept when applying the limits changed them."""
     _context: SpanContext | None = None
 
     def __init__(

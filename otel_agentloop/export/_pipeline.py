@@ -48,6 +48,7 @@ def finalize(span: FastSpan) -> None:
     length = limits.max_span_attribute_length
     if span.dirty or (count is not None and len(attrs) > count) or (length is not None and _too_long(attrs, length)):
         bounded = BoundedAttributes(count, attrs, immutable=True, max_value_len=length)
+        span.recorded = (attrs, span.events)  # as recorded: what a materialised span starts from
         span.attributes = dict(bounded)
         span.owned = True
         span.dropped_attributes = bounded.dropped
@@ -55,6 +56,7 @@ def finalize(span: FastSpan) -> None:
     if events:
         max_events = limits.max_events
         if max_events is not None and len(events) > max_events:
+            span.recorded = (span.recorded[0] if span.recorded else span.attributes, list(events))
             span.dropped_events = len(events) - max_events
             del events[: len(events) - max_events]
         per_event = limits.max_event_attributes
@@ -79,12 +81,13 @@ def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> Reada
     if isinstance(built, ReadableSpan) and processor is None:
         return built
     recorder = span.recorder
+    attributes, events = span.recorded or (span.attributes, span.events)  # the SDK applies the limits itself
     sdk = _Materialised(
         span.name,
         span.get_span_context(),
         parent=span.parent,
         resource=recorder.resource,
-        attributes=span.attributes,
+        attributes=attributes,
         links=span.links,
         kind=SpanKind.INTERNAL,
         span_processor=processor or _NO_PROCESSOR,
@@ -92,7 +95,7 @@ def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> Reada
         limits=recorder.limits,
     )
     sdk.start(start_time=span.start_ns)
-    for name, attrs, ts in span.events or ():
+    for name, attrs, ts in events or ():
         sdk.add_event(name, attrs, ts)
     if span.status is not UNSET:
         sdk.set_status(span.status)

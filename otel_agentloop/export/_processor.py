@@ -173,7 +173,7 @@ class ExportProcessor(SpanProcessor):
             return
         queue.append(span)
         self._queued += 1
-        if len(queue) >= self.max_export_batch_size:
+        if len(queue) >= self.max_export_batch_size and not self._wake.is_set():
             self._wake.set()
 
     # -- worker -----------------------------------------------------------------------------------
