@@ -66,7 +66,8 @@ def open_rows() -> OpenSampleRows | None:
         with patching.lock:
             rows = _rows_by_provider.get(id(provider))
             if rows is None:
-                rows = OpenSampleRows()
+                pipeline = getattr(provider, "pipeline", None)
+                rows = OpenSampleRows(drain=pipeline.drain if pipeline is not None else None)
                 provider.add_span_processor(rows)
                 _rows_by_provider[id(provider)] = rows
     return rows

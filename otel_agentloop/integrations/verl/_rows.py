@@ -12,15 +12,16 @@ from __future__ import annotations
 import json
 import sys
 import threading
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.sdk.trace import Span, SpanProcessor
 
 from ... import semconv as sc
 from ...core._guard import internal_error, safe_str, warn_once
+from ...core._record import EndedSpan
 from ...metrics._accumulate import PHASE_INDEX, StepRows
 from ...metrics._table import PhaseTable, bound_tools
 
@@ -105,13 +106,18 @@ class OpenSampleRows(SpanProcessor):
     """Phase totals of registered open samples (bounded: at most ``max_open`` at once). Thread-safe.
 
     Each open sample is one row of the metrics processor's own accumulator (:class:`StepRows`), so phase time
-    and verl's num_preempted rule are computed by the same code as ``collect()``.
+    and verl's num_preempted rule are computed by the same code as ``collect()``. It takes the fast path's
+    records as they are; ``drain`` (the provider's export pipeline's) runs before a sample's totals are read,
+    so its spans that ended are in them.
     """
 
-    def __init__(self, max_open: int = 1 << 16) -> None:
+    accepts_records = True
+
+    def __init__(self, max_open: int = 1 << 16, drain: Callable[[], object] | None = None) -> None:
         self._open: dict[Key, StepRows] = {}
         self._lock = threading.Lock()
         self.max_open = max_open
+        self.drain = drain
 
     def open(self, key: Key) -> None:
         with self._lock:
@@ -120,6 +126,7 @@ class OpenSampleRows(SpanProcessor):
 
     def close(self, key: Key) -> dict[str, Any] | None:
         """The sample's totals (seconds) and num_preempted, releasing it; ``None`` if not registered."""
+        self._ended_spans_in()
         with self._lock:
             rows = self._open.pop(key, None)
         if rows is None:
@@ -127,9 +134,17 @@ class OpenSampleRows(SpanProcessor):
         return self._values(rows)
 
     def peek(self, key: Key) -> dict[str, Any] | None:
+        self._ended_spans_in()
         with self._lock:
             rows = self._open.get(key)
             return None if rows is None else self._values(rows)
+
+    def _ended_spans_in(self) -> None:
+        if self.drain is not None:
+            try:
+                self.drain()
+            except Exception:
+                internal_error("verl.OpenSampleRows.drain")
 
     @staticmethod
     def _values(rows: StepRows) -> dict[str, Any]:
@@ -151,7 +166,7 @@ class OpenSampleRows(SpanProcessor):
     def on_start(self, span: Span, parent_context: Context | None = None) -> None:
         return None
 
-    def on_end(self, span: ReadableSpan) -> None:
+    def on_end(self, span: EndedSpan) -> None:
         try:
             if not self._open:
                 return
