@@ -1,0 +1,463 @@
+"""Issue 20: the recording fast path against a bare SDK span, side by side in one process (numbers, not tests).
+
+For each wrapper kind (a sync, an async and a generator ``@otel_agentloop.phase("tool_calls")`` function,
+called inside ``sample(i)`` inside ``step(s)``), interleaved rounds of:
+
+- ``fast``: the decorated phase, ``configure(file=..., set_global=False, fast_path=True)`` (OTLP-JSON file);
+- ``sdk``: the same with ``fast_path=False`` (every span through the OpenTelemetry SDK, as before issue 20);
+- ``bare``: a bare SDK span with the same name and attributes (read back from an exported phase span, and
+  checked equal on the first round), ``tracer.start_span(...)``/``span.end()`` around the same undecorated
+  function, through an SDK ``TracerProvider`` whose only processor is our ``ExportProcessor`` (same queue and
+  batch settings) on the same ``OTLPJsonFileExporter``, as a child of bare step and sample spans;
+- ``disabled``: the decorated phase with ``configure(enabled=False)``;
+- ``plain``: the undecorated function.
+
+Each traced round uses a fresh handle (or provider) and file, and measures per call: wall time on the training
+thread while the export thread runs (its GIL share included; it wakes every full batch of 512), the training
+thread's CPU (``time.thread_time_ns``), and process CPU per span (``time.process_time_ns``, every thread)
+from before the scopes open until ``force_flush`` returned, i.e. every span materialised, encoded and
+written. Spans exported and dropped are counted (expected: calls + one sample and one step span per round).
+Medians over the rounds; ratios are ratios of the medians. On a tree without the fast path the ``fast`` and
+``sdk`` configurations are the same code (the section says so).
+
+Run: .venv/bin/python bench/fast_path.py [--calls N] [--rounds R] [--step-pairs P] [--write bench/RESULTS.md]
+(``--write`` replaces the "Fast path (issue 20)" section of that file, or appends it.)
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import contextlib
+import gc
+import os
+import re
+import shutil
+import statistics
+import sys
+import tempfile
+import time
+from collections.abc import Callable, Generator
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry import trace
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+
+sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
+import step_overhead
+from paths import configure_on, has_fast_path, path_used
+from run import machine
+
+import otel_agentloop as oal
+from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.export._file import OTLPJsonFileExporter
+from otel_agentloop.export._processor import ExportProcessor
+
+SECTION = "## Fast path (issue 20)"
+KINDS = ("sync", "async", "generator")
+TRACED = ("fast", "sdk", "bare")
+CONFIGS = (*TRACED, "disabled", "plain")
+EXPORT = {"max_queue_size": 1 << 21, "max_export_batch_size": 512, "schedule_delay_s": 0.2}
+STEP, SAMPLE = 7, 3
+UNTRACED_FACTOR = 10  # the disabled path and the plain call are ~100x cheaper: more calls per round
+
+
+# -- the functions measured ---------------------------------------------------------------------------
+def plain_sync() -> None:
+    return None
+
+
+async def plain_async() -> None:
+    return None
+
+
+def plain_generator() -> Generator[None, None, None]:
+    yield None
+
+
+PLAIN: dict[str, Callable[[], Any]] = {"sync": plain_sync, "async": plain_async, "generator": plain_generator}
+DECORATED: dict[str, Callable[[], Any]] = {kind: oal.phase("tool_calls")(fn) for kind, fn in PLAIN.items()}
+
+
+# -- the loops: one per kind, each call through ``call`` --------------------------------------------------
+def _loop_sync(call: Callable[[], Any], n: int) -> tuple[int, int]:
+    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(n):
+        call()
+    return time.perf_counter_ns() - t0, time.thread_time_ns() - c0
+
+
+async def _loop_async(call: Callable[[], Any], n: int) -> tuple[int, int]:
+    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(n):
+        await call()
+    return time.perf_counter_ns() - t0, time.thread_time_ns() - c0
+
+
+def _loop_generator(call: Callable[[], Any], n: int) -> tuple[int, int]:
+    t0, c0 = time.perf_counter_ns(), time.thread_time_ns()
+    for _ in range(n):
+        for _ in call():
+            pass
+    return time.perf_counter_ns() - t0, time.thread_time_ns() - c0
+
+
+_EVENT_LOOP = asyncio.new_event_loop()
+
+
+def drive(kind: str, call: Callable[[], Any], n: int, scopes: Callable[[], Any]) -> tuple[int, int]:
+    """(wall ns, training-thread CPU ns) of ``n`` calls of ``call`` inside ``scopes()`` (a context manager
+    entered and left outside the timed loop; inside the coroutine for the async kind)."""
+    if kind == "async":
+
+        async def run() -> tuple[int, int]:
+            with scopes():
+                return await _loop_async(call, n)
+
+        return _EVENT_LOOP.run_until_complete(run())
+    loop = _loop_generator if kind == "generator" else _loop_sync
+    with scopes():
+        return loop(call, n)
+
+
+@contextlib.contextmanager
+def our_scopes() -> Generator[None, None, None]:
+    with oal.step(STEP), oal.sample(SAMPLE):
+        yield
+
+
+# -- the bare SDK baseline ------------------------------------------------------------------------------
+@dataclass
+class Shape:
+    """Name and attributes of one exported phase span, and of its sample and step spans."""
+
+    name: str
+    attributes: dict[str, Any]
+    sample_attributes: dict[str, Any]
+    step_attributes: dict[str, Any]
+
+
+def read_shapes(path: str) -> dict[str, Shape]:
+    """Each phase span name in ``path`` -> its shape (the sample and step spans it sits in)."""
+    records = list(read_jsonl(path))
+    by_name = {r.name: r for r in records}
+    sample, step = by_name.get("rl.sample"), by_name.get("rl.step")
+    out = {}
+    for r in records:
+        if r.attributes.get("rl.phase") == "tool_calls":
+            out[r.name] = Shape(
+                r.name,
+                dict(r.attributes),
+                dict(sample.attributes) if sample else {},
+                dict(step.attributes) if step else {},
+            )
+    return out
+
+
+def bare_calls(kind: str, tracer: trace.Tracer, shape: Shape) -> Callable[[], Any]:
+    """A call of the undecorated function inside a bare SDK span of ``shape``."""
+    name, attrs, fn = shape.name, shape.attributes, PLAIN[kind]
+    start = tracer.start_span
+    if kind == "async":
+
+        async def bare_async() -> None:
+            span = start(name, attributes=attrs)
+            await fn()
+            span.end()
+
+        return bare_async
+    if kind == "generator":
+
+        def bare_generator() -> Generator[None, None, None]:
+            span = start(name, attributes=attrs)
+            yield from fn()
+            span.end()
+
+        return bare_generator
+
+    def bare_sync() -> None:
+        span = start(name, attributes=attrs)
+        fn()
+        span.end()
+
+    return bare_sync
+
+
+def bare_provider(path: str) -> tuple[TracerProvider, ExportProcessor]:
+    provider = TracerProvider(resource=Resource.create({"service.name": "bench-bare"}), shutdown_on_exit=False)
+    export = ExportProcessor(OTLPJsonFileExporter(path), export_timeout_s=30, name="bench-bare", **EXPORT)  # type: ignore[arg-type]
+    provider.add_span_processor(export)
+    return provider, export
+
+
+def bare_scopes(tracer: trace.Tracer, shape: Shape) -> Callable[[], Any]:
+    @contextlib.contextmanager
+    def scopes() -> Generator[None, None, None]:
+        with (
+            tracer.start_as_current_span("rl.step", attributes=shape.step_attributes),
+            tracer.start_as_current_span("rl.sample", attributes=shape.sample_attributes),
+        ):
+            yield
+
+    return scopes
+
+
+# -- one measurement ------------------------------------------------------------------------------------
+@dataclass
+class Result:
+    wall_us: float
+    thread_us: float
+    process_us: float = float("nan")
+    exported: int = 0
+    dropped: int = 0
+    expected: int = 0
+    path: str = ""
+
+
+def measure(kind: str, config: str, n: int, tmp: str, shapes: dict[str, Shape]) -> tuple[Result, str]:
+    """One round of ``config`` for ``kind``: the result, and the file written (empty when untraced)."""
+    path = os.path.join(tmp, f"{kind}-{config}.jsonl")
+    gc.collect()
+    if config in ("disabled", "plain"):
+        calls = n * UNTRACED_FACTOR
+        handle = oal.configure("bench-off", enabled=False) if config == "disabled" else None
+        call = DECORATED[kind] if config == "disabled" else PLAIN[kind]
+        scopes = our_scopes if config == "disabled" else contextlib.nullcontext
+        wall, cpu = drive(kind, call, calls, scopes)
+        if handle is not None:
+            handle.shutdown(5)
+        return Result(wall / calls / 1e3, cpu / calls / 1e3, path="off"), ""
+    p0 = time.process_time_ns()
+    if config == "bare":
+        shape = shapes[f"execute_tool {PLAIN[kind].__name__}"]
+        provider, export = bare_provider(path)
+        tracer = provider.get_tracer("bench")
+        wall, cpu = drive(kind, bare_calls(kind, tracer, shape), n, bare_scopes(tracer, shape))
+        provider.force_flush(120_000)
+        p1 = time.process_time_ns()
+        stats, used = export.stats, "SDK span"
+        provider.shutdown()
+    else:
+        handle = configure_on(config, service_name="bench-fast", file=path, set_global=False, **EXPORT)
+        wall, cpu = drive(kind, DECORATED[kind], n, our_scopes)
+        handle.force_flush(120)
+        p1 = time.process_time_ns()
+        stats, used = handle.stats, path_used(handle)
+        handle.shutdown(30)
+    result = Result(
+        wall / n / 1e3,
+        cpu / n / 1e3,
+        (p1 - p0) / n / 1e3,
+        stats["exported"],
+        stats["dropped"],
+        n + 2,  # the phase spans, the sample span and the step span
+        used,
+    )
+    return result, path
+
+
+def check_same_shape(bare_path: str, ours: dict[str, Shape]) -> list[str]:
+    """Differences between the bare SDK spans and ours (name, attributes, parentage): none expected."""
+    problems = []
+    bare = read_shapes(bare_path)
+    for name, shape in bare.items():
+        mine = ours.get(name)
+        if mine is None:
+            problems.append(f"bare span {name!r} has no phase span of that name")
+        elif mine.attributes != shape.attributes:
+            problems.append(f"{name}: attributes differ: ours {mine.attributes}, bare {shape.attributes}")
+    parents = {r.span_id for r in read_jsonl(bare_path) if r.name == "rl.sample"}
+    if any(r.parent_id not in parents for r in read_jsonl(bare_path) if r.name in bare):
+        problems.append("a bare span is not a child of its sample span")
+    return problems
+
+
+def bench(calls: int, rounds: int) -> dict[str, Any]:
+    """Warm up (and read the phase spans' shape), then ``rounds`` interleaved rounds, the order of the
+    configurations rotating every round."""
+    tmp = tempfile.mkdtemp(prefix="bench-fast-")
+    try:
+        shapes: dict[str, Shape] = {}
+        problems: list[str] = []
+        for kind in KINDS:  # warm-up: every code path once, and the shape of our phase spans
+            _, path = measure(kind, "fast", 200, tmp, shapes)
+            shapes.update(read_shapes(path))
+            for config in CONFIGS[1:]:
+                _, path = measure(kind, config, 200, tmp, shapes)
+                if config == "bare":
+                    problems += check_same_shape(path, shapes)
+        results: dict[tuple[str, str], list[Result]] = {(k, c): [] for k in KINDS for c in CONFIGS}
+        for r in range(rounds):
+            for kind in KINDS:
+                shift = (r + KINDS.index(kind)) % len(CONFIGS)
+                for config in CONFIGS[shift:] + CONFIGS[:shift]:
+                    result, path = measure(kind, config, calls, tmp, shapes)
+                    results[kind, config].append(result)
+                    if path:
+                        os.remove(path)
+    finally:
+        shutil.rmtree(tmp, ignore_errors=True)
+    return {"results": results, "problems": problems, "shapes": shapes}
+
+
+# -- the section ----------------------------------------------------------------------------------------
+def _median(rs: list[Result], field: str) -> float:
+    return float(statistics.median(float(getattr(r, field)) for r in rs))
+
+
+def _verdict(ratio: float, target: float) -> str:
+    return f"target <= {target}x: {'met' if ratio <= target else 'NOT met'}"
+
+
+def table(results: dict[tuple[str, str], list[Result]]) -> str:
+    def row(label: str, cells: Callable[[str], str], note: str = "") -> str:
+        return f"| {label} | " + " | ".join(cells(k) for k in KINDS) + f" | {note} |"
+
+    def us(config: str, field: str, digits: int = 2) -> Callable[[str], str]:
+        return lambda k: f"{_median(results[k, config], field):.{digits}f} us"
+
+    def ratio(a: str, b: str, field: str) -> Callable[[str], str]:
+        return lambda k: f"{_median(results[k, a], field) / _median(results[k, b], field):.2f}x"
+
+    def worst(a: str, field: str) -> float:
+        return max(_median(results[k, a], field) / _median(results[k, "bare"], field) for k in KINDS)
+
+    rows = [
+        "| measure | sync | async | generator | |",
+        "|---|---|---|---|---|",
+        row("wall per call, fast path", us("fast", "wall_us"), "training thread; export thread running"),
+        row("wall per call, SDK path (`fast_path=False`)", us("sdk", "wall_us")),
+        row("wall per call, bare SDK span", us("bare", "wall_us"), "same attributes, same export"),
+        row("**fast / bare SDK, wall**", ratio("fast", "bare", "wall_us"), _verdict(worst("fast", "wall_us"), 0.25)),
+        row("SDK path / bare SDK, wall", ratio("sdk", "bare", "wall_us")),
+        row("training-thread CPU per call, fast path", us("fast", "thread_us"), "`time.thread_time_ns`"),
+        row("training-thread CPU per call, SDK path", us("sdk", "thread_us")),
+        row("training-thread CPU per call, bare SDK span", us("bare", "thread_us")),
+        row(
+            "**fast / bare SDK, training-thread CPU**",
+            ratio("fast", "bare", "thread_us"),
+            _verdict(worst("fast", "thread_us"), 0.25),
+        ),
+        row("process CPU per span, fast path", us("fast", "process_us"), "all threads, until flushed and written"),
+        row("process CPU per span, SDK path", us("sdk", "process_us")),
+        row("process CPU per span, bare SDK span", us("bare", "process_us")),
+        row(
+            "**fast / bare SDK, process CPU**",
+            ratio("fast", "bare", "process_us"),
+            _verdict(worst("fast", "process_us"), 0.5),
+        ),
+        row("SDK path / bare SDK, process CPU", ratio("sdk", "bare", "process_us")),
+        row(
+            "disabled (`configure(enabled=False)`), wall",
+            us("disabled", "wall_us", 3),
+            "must stay as before the fast path",
+        ),
+        row("disabled, training-thread CPU", us("disabled", "thread_us", 3)),
+        row("undecorated call, wall", us("plain", "wall_us", 3)),
+    ]
+    return "\n".join(rows)
+
+
+def counts(results: dict[tuple[str, str], list[Result]]) -> str:
+    parts = []
+    for config in TRACED:
+        rs = [r for k in KINDS for r in results[k, config]]
+        exported, expected = sum(r.exported for r in rs), sum(r.expected for r in rs)
+        dropped = sum(r.dropped for r in rs)
+        ok = "" if exported == expected and dropped == 0 else " **MISMATCH**"
+        parts.append(f"{config}: {exported:,} exported of {expected:,}, {dropped} dropped{ok}")
+    return "; ".join(parts)
+
+
+def step_table(step: dict[str, Any]) -> str:
+    rows = [
+        f"| step ({step['samples']:,} samples per process) | median step wall | overhead vs. off | target |",
+        "|---|---|---|---|",
+    ]
+    off = step["median"]["off"]
+    rows.append(f"| tracing off | {off:.3f} s | | |")
+    for path in step["paths"]:
+        m = step["median"][path]
+        over = (m - off) / off * 100
+        label = {"fast": "fast path", "sdk": "SDK path (`fast_path=False`)"}[path]
+        verdict = "met" if over < 0.5 else "NOT met"
+        rows.append(f"| {label} (ran: {step['used'][path]}) | {m:.3f} s | **{over:+.2f}%** | < 0.5%: {verdict} |")
+    return "\n".join(rows)
+
+
+def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256) -> str:
+    out = bench(calls, rounds)
+    results = out["results"]
+    used = {c: sorted({r.path for k in KINDS for r in results[k, c]}) for c in ("fast", "sdk")}
+    if has_fast_path():
+        paths_line = f"Paths used: fast column {used['fast']}, SDK path column {used['sdk']}."
+    else:
+        paths_line = (
+            "**This tree has no fast path**: `fast_path` is not a setting here, so the fast-path and SDK-path "
+            "columns run the same code (today's SDK path); they differ only by noise. The lead re-runs this "
+            "after the fast path lands."
+        )
+    shape = out["shapes"].get("execute_tool plain_sync")
+    attrs = ", ".join(f"`{k}`" for k in shape.attributes) if shape else "?"
+    checked = "; ".join(out["problems"]) if out["problems"] else "checked equal on the warm-up round"
+    text = f"""{SECTION}
+
+Machine: {machine()}. `bench/fast_path.py --calls {calls} --rounds {rounds} --step-pairs {step_pairs}
+--step-prompts {step_prompts}`.
+{paths_line}
+
+One process; for each kind a `@otel_agentloop.phase("tool_calls")` function inside `sample({SAMPLE})` inside
+`step({STEP})`, {rounds} interleaved rounds (order rotating) of {calls:,} calls, median. Fast and SDK path:
+`configure(file=..., set_global=False)` (OTLP-JSON file export), a fresh handle per round. Bare SDK span:
+`tracer.start_span(name, attributes=...)`/`span.end()` around the same undecorated function, with the phase
+span's attributes ({attrs}; {checked}) as a child of bare sample and step spans, through an SDK
+`TracerProvider` whose only processor is our `ExportProcessor` (queue 2^21, batch 512, delay 0.2 s, as ours) on
+`OTLPJsonFileExporter`. Wall: the calls' loop, with the export thread running (it wakes per full batch):
+its GIL share included. Process CPU: every thread, from before the scopes open until `force_flush` returned
+(materialised, encoded, written), per span. Disabled and undecorated: {calls * UNTRACED_FACTOR:,} calls per
+round. Spans: {counts(results)}.
+
+{table(results)}
+"""
+    if step_pairs:
+        step = step_overhead.measure(pairs=step_pairs, prompts=step_prompts, paths=("fast", "sdk"))
+        text += f"""
+`bench/step_overhead.py` at the same time: {step["samples"]:,} samples per step in one process, {step_pairs}
+interleaved triples of fresh processes (off, fast path, SDK path) x {step["steps"]} steps each, file export.
+
+{step_table(step)}
+"""
+    return text
+
+
+def write_section(path: str, text: str) -> None:
+    """Replace the section in ``path`` (up to the next ``## `` heading), or append it."""
+    with open(path) as f:
+        old = f.read()
+    pattern = re.compile(rf"^{re.escape(SECTION)}\n.*?(?=^## |\Z)", re.S | re.M)
+    new = pattern.sub(lambda _: text.rstrip("\n") + "\n\n", old, count=1) if pattern.search(old) else None
+    if new is None:
+        new = old.rstrip("\n") + "\n\n" + text
+    with open(path, "w") as f:
+        f.write(new.rstrip("\n") + "\n")
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser()
+    ap.add_argument("--calls", type=int, default=20_000)
+    ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--step-pairs", type=int, default=3, help="step_overhead triples (0: skip)")
+    ap.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 samples)")
+    ap.add_argument("--write", help="replace (or append) the section in this RESULTS.md")
+    args = ap.parse_args()
+    text = section(args.calls, args.rounds, args.step_pairs, args.step_prompts)
+    print(text)
+    if args.write:
+        write_section(args.write, text)
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
