@@ -397,8 +397,14 @@ def step_table(step: dict[str, Any]) -> str:
     return "\n".join(rows)
 
 
+def _load() -> str:
+    return f"{os.getloadavg()[0]:.1f}"
+
+
 def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256) -> str:
+    load_start = _load()
     out = bench(calls, rounds)
+    load_calls = _load()
     results = out["results"]
     used = {c: sorted({r.path for k in KINDS for r in results[k, c]}) for c in ("fast", "sdk")}
     if has_fast_path():
@@ -415,7 +421,8 @@ def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256) -
     text = f"""{SECTION}
 
 Machine: {machine()}. `bench/fast_path.py --calls {calls} --rounds {rounds} --step-pairs {step_pairs}
---step-prompts {step_prompts}`.
+--step-prompts {step_prompts}`. Load average (1 min; the machine is shared): {load_start} at the start,
+{load_calls} after the per-call rounds.
 {paths_line}
 
 One process; for each kind a `@otel_agentloop.phase("tool_calls")` function inside `sample({SAMPLE})` inside
@@ -435,10 +442,14 @@ round. Spans: {counts(results)}.
     if step_pairs:
         step = step_overhead.measure(pairs=step_pairs, prompts=step_prompts, paths=("fast", "sdk"))
         text += f"""
-`bench/step_overhead.py` at the same time: {step["samples"]:,} samples per step in one process, {step_pairs}
-interleaved triples of fresh processes (off, fast path, SDK path) x {step["steps"]} steps each, file export.
+Then, in the same run, `bench/step_overhead.py`'s step: {step["samples"]:,} samples per step in one process,
+{step_pairs} interleaved triples of fresh processes (off, fast path, SDK path) x {step["steps"]} steps each, file
+export; load average {_load()} at the end.
 
 {step_table(step)}
+
+Per-step walls (s): {"; ".join(f"{m} {[round(w, 3) for w in ws]}" for m, ws in step["walls"].items())}.
+Start burst (median, all samples started): {", ".join(f"{m} {b:.0f} ms" for m, b in step["burst_ms"].items())}.
 """
     return text
 
