@@ -262,19 +262,23 @@ def measure(kind: str, config: str, n: int, tmp: str, shapes: dict[str, Shape]) 
     return result, path
 
 
-def check_same_shape(bare_path: str, ours: dict[str, Shape]) -> list[str]:
-    """Differences between the bare SDK spans and ours (name, attributes, parentage): none expected."""
+def check_same_shape(path: str, ours: dict[str, Shape], what: str) -> list[str]:
+    """Differences between the phase spans in ``path`` and ``ours`` (name, attributes, parentage): none
+    expected. ``what`` names the spans of ``path`` in the messages."""
     problems = []
-    bare = read_shapes(bare_path)
-    for name, shape in bare.items():
+    theirs = read_shapes(path)
+    if not theirs:
+        problems.append(f"{what}: no phase span exported")
+    for name, shape in theirs.items():
         mine = ours.get(name)
         if mine is None:
-            problems.append(f"bare span {name!r} has no phase span of that name")
+            problems.append(f"{what}: span {name!r} has no fast-path phase span of that name")
         elif mine.attributes != shape.attributes:
-            problems.append(f"{name}: attributes differ: ours {mine.attributes}, bare {shape.attributes}")
-    parents = {r.span_id for r in read_jsonl(bare_path) if r.name == "rl.sample"}
-    if any(r.parent_id not in parents for r in read_jsonl(bare_path) if r.name in bare):
-        problems.append("a bare span is not a child of its sample span")
+            problems.append(f"{what}: {name}: attributes differ: fast path {mine.attributes}, {shape.attributes}")
+    records = list(read_jsonl(path))
+    parents = {r.span_id for r in records if r.name == "rl.sample"}
+    if any(r.parent_id not in parents for r in records if r.name in theirs):
+        problems.append(f"{what}: a phase span is not a child of its sample span")
     return problems
 
 
@@ -290,8 +294,8 @@ def bench(calls: int, rounds: int) -> dict[str, Any]:
             shapes.update(read_shapes(path))
             for config in CONFIGS[1:]:
                 _, path = measure(kind, config, 200, tmp, shapes)
-                if config == "bare":
-                    problems += check_same_shape(path, shapes)
+                if config in TRACED:
+                    problems += check_same_shape(path, shapes, f"{kind} {config}")
         results: dict[tuple[str, str], list[Result]] = {(k, c): [] for k in KINDS for c in CONFIGS}
         for r in range(rounds):
             for kind in KINDS:
@@ -417,7 +421,11 @@ def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256) -
         )
     shape = out["shapes"].get("execute_tool plain_sync")
     attrs = ", ".join(f"`{k}`" for k in shape.attributes) if shape else "?"
-    checked = "; ".join(out["problems"]) if out["problems"] else "checked equal on the warm-up round"
+    checked = (
+        "; ".join(out["problems"])
+        if out["problems"]
+        else "checked equal, and equal to the SDK path's, on the warm-up round"
+    )
     text = f"""{SECTION}
 
 Machine: {machine()}. `bench/fast_path.py --calls {calls} --rounds {rounds} --step-pairs {step_pairs}
