@@ -113,6 +113,7 @@ def measure(
     rollout_n: int = 4,
     endpoint: str | None = None,
     paths: tuple[str, ...] = ("fast",),
+    time_scale: float = 1.0,
 ) -> dict[str, Any]:
     """``pairs`` rounds of fresh processes, off then each of ``paths`` (interleaved, so drift hits all):
     per-mode step walls and start bursts, their medians, the path each mode used, the last run's stats."""
@@ -123,7 +124,7 @@ def measure(
     stats: dict[str, dict[str, int]] = {}
     for _ in range(pairs):
         for mode in modes:
-            r = spawn(mode, steps, prompts, rollout_n, 1.0, None if mode == "off" else endpoint)
+            r = spawn(mode, steps, prompts, rollout_n, time_scale, None if mode == "off" else endpoint)
             walls[mode] += r["walls"]
             bursts[mode] += r["bursts"]
             used[mode] = r["path"]
