@@ -65,7 +65,7 @@ def child(mode: str, steps: int, prompts: int, rollout_n: int, time_scale: float
     else:
         handle = oal.configure("bench-step", enabled=False)
         used = "off"
-    walls, rss, bursts = [], [], []
+    walls, rss, bursts, cpus = [], [], [], []
     for step in range(1, steps + 1):
 
         async def run(step: int = step) -> None:
@@ -75,15 +75,16 @@ def child(mode: str, steps: int, prompts: int, rollout_n: int, time_scale: float
             with oal.step(step):
                 await run_samples(cfg, step, cfg.work())
 
-        t0 = time.perf_counter()
+        t0, c0 = time.perf_counter(), time.process_time()
         asyncio.run(run())
         handle.metrics.collect(step)
         walls.append(time.perf_counter() - t0)
+        cpus.append(time.process_time() - c0)  # every thread: the loop's, export's, the watchdog's
         rss.append(_rss_mb())
     handle.force_flush(30)
     stats = handle.stats
     handle.shutdown(30)
-    print(json.dumps({"walls": walls, "rss": rss, "bursts": bursts, "stats": stats, "path": used}))
+    print(json.dumps({"walls": walls, "cpus": cpus, "rss": rss, "bursts": bursts, "stats": stats, "path": used}))
 
 
 def spawn(
@@ -120,6 +121,7 @@ def measure(
     modes = ("off", *paths)
     walls: dict[str, list[float]] = {m: [] for m in modes}
     bursts: dict[str, list[float]] = {m: [] for m in modes}
+    cpus: dict[str, list[float]] = {m: [] for m in modes}
     used: dict[str, str] = {}
     stats: dict[str, dict[str, int]] = {}
     for _ in range(pairs):
@@ -127,6 +129,7 @@ def measure(
             r = spawn(mode, steps, prompts, rollout_n, time_scale, None if mode == "off" else endpoint)
             walls[mode] += r["walls"]
             bursts[mode] += r["bursts"]
+            cpus[mode] += r["cpus"]
             used[mode] = r["path"]
             stats[mode] = r["stats"]
     return {
@@ -135,6 +138,7 @@ def measure(
         "bursts": bursts,
         "median": {m: statistics.median(w) for m, w in walls.items()},
         "burst_ms": {m: statistics.median(b) * 1e3 for m, b in bursts.items()},
+        "cpu": {m: statistics.median(c) for m, c in cpus.items()},
         "used": used,
         "stats": stats,
         "samples": prompts * rollout_n,
@@ -186,6 +190,7 @@ def summary_line(r: dict[str, Any]) -> str:
         lines.append(
             f"path {path} (ran: {r['used'][path]}): {m:.3f} s, overhead {(m - off) / off * 100:+.2f}% (target < 0.5%), "
             f"start burst {r['burst_ms'][path]:.0f} ms (off {r['burst_ms']['off']:.0f} ms), "
+            f"process CPU per step {r['cpu'][path]:.3f} s (off {r['cpu']['off']:.3f} s), "
             f"exported {s.get('exported')}, dropped {s.get('dropped')}"
         )
     return "\n".join(lines)
