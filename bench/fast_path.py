@@ -30,6 +30,7 @@ import argparse
 import asyncio
 import contextlib
 import gc
+import math
 import os
 import re
 import shutil
@@ -215,6 +216,8 @@ class Result:
     expected: int = 0
     path: str = ""
     during: float = float("nan")  # share of the spans already exported when the loop and scopes ended
+    flushed_us: float = float("nan")  # wall per span from before the scopes open until force_flush returned
+    calls: int = 0
 
 
 def measure(kind: str, config: str, n: int, tmp: str, shapes: dict[str, Shape]) -> tuple[Result, str]:
@@ -230,23 +233,23 @@ def measure(kind: str, config: str, n: int, tmp: str, shapes: dict[str, Shape]) 
         if handle is not None:
             handle.shutdown(5)
         return Result(wall / calls / 1e3, cpu / calls / 1e3, path="off"), ""
-    p0 = time.process_time_ns()
+    p0, w0 = time.process_time_ns(), time.perf_counter_ns()
     if config == "bare":
         shape = shapes[f"execute_tool {PLAIN[kind].__name__}"]
         provider, export = bare_provider(path)
         tracer = provider.get_tracer("bench")
         wall, cpu = drive(kind, bare_calls(kind, tracer, shape), n, bare_scopes(tracer, shape))
         during = export.stats["exported"] / (n + 2)
-        provider.force_flush(120_000)
-        p1 = time.process_time_ns()
+        provider.force_flush(600_000)
+        p1, w1 = time.process_time_ns(), time.perf_counter_ns()
         stats, used = export.stats, "SDK span"
         provider.shutdown()
     else:
         handle = configure_on(config, service_name="bench-fast", file=path, set_global=False, **EXPORT)
         wall, cpu = drive(kind, DECORATED[kind], n, our_scopes)
         during = handle.stats["exported"] / (n + 2)
-        handle.force_flush(120)
-        p1 = time.process_time_ns()
+        handle.force_flush(600)
+        p1, w1 = time.process_time_ns(), time.perf_counter_ns()
         stats, used = handle.stats, path_used(handle)
         handle.shutdown(30)
     result = Result(
@@ -258,6 +261,8 @@ def measure(kind: str, config: str, n: int, tmp: str, shapes: dict[str, Shape]) 
         n + 2,  # the phase spans, the sample span and the step span
         used,
         during,
+        (w1 - w0) / n / 1e3,
+        n,
     )
     return result, path
 
@@ -282,32 +287,44 @@ def check_same_shape(path: str, ours: dict[str, Shape], what: str) -> list[str]:
     return problems
 
 
-def bench(calls: int, rounds: int) -> dict[str, Any]:
-    """Warm up (and read the phase spans' shape), then ``rounds`` interleaved rounds, the order of the
-    configurations rotating every round."""
+def calibrated(calls: int, round_s: float, wall_us: float) -> int:
+    """At least ``calls``, and enough calls to last ``round_s`` at ``wall_us`` per call (thousands)."""
+    return max(calls, math.ceil(round_s / (wall_us * 1e-6) / 1000) * 1000)
+
+
+def bench(calls: int, rounds: int, round_s: float) -> dict[str, Any]:
+    """Warm up (read the phase spans' shape, time each configuration), then ``rounds`` interleaved rounds, the
+    order of the configurations rotating every round. A traced configuration makes at least ``calls`` calls
+    per round, and as many as last ``round_s`` by the warm-up's timing: several export periods, so the export
+    thread runs while the calls do (a pipeline that wakes on a timer, or at a fraction of a large queue, would
+    otherwise run only in ``force_flush``, after the timed loop)."""
     tmp = tempfile.mkdtemp(prefix="bench-fast-")
     try:
         shapes: dict[str, Shape] = {}
         problems: list[str] = []
+        sizes: dict[tuple[str, str], int] = {}
         for kind in KINDS:  # warm-up: every code path once, and the shape of our phase spans
-            _, path = measure(kind, "fast", 200, tmp, shapes)
-            shapes.update(read_shapes(path))
-            for config in CONFIGS[1:]:
-                _, path = measure(kind, config, 200, tmp, shapes)
-                if config in TRACED:
+            for config in CONFIGS:
+                warm, path = measure(kind, config, 2000, tmp, shapes)
+                if config == "fast":
+                    shapes.update(read_shapes(path))
+                elif config in TRACED:
                     problems += check_same_shape(path, shapes, f"{kind} {config}")
+                sizes[kind, config] = calibrated(calls, round_s, warm.wall_us) if config in TRACED else calls
+                if path:
+                    os.remove(path)
         results: dict[tuple[str, str], list[Result]] = {(k, c): [] for k in KINDS for c in CONFIGS}
         for r in range(rounds):
             for kind in KINDS:
                 shift = (r + KINDS.index(kind)) % len(CONFIGS)
                 for config in CONFIGS[shift:] + CONFIGS[:shift]:
-                    result, path = measure(kind, config, calls, tmp, shapes)
+                    result, path = measure(kind, config, sizes[kind, config], tmp, shapes)
                     results[kind, config].append(result)
                     if path:
                         os.remove(path)
     finally:
         shutil.rmtree(tmp, ignore_errors=True)
-    return {"results": results, "problems": problems, "shapes": shapes}
+    return {"results": results, "problems": problems, "shapes": shapes, "sizes": sizes}
 
 
 # -- the section ----------------------------------------------------------------------------------------
@@ -342,6 +359,9 @@ def table(results: dict[tuple[str, str], list[Result]]) -> str:
 
         return cell
 
+    def sizes(k: str) -> str:
+        return " / ".join(f"{results[k, c][0].calls:,}" for c in TRACED)
+
     def worst(a: str, field: str) -> float:
         return max(_median(results[k, a], field) / _median(results[k, "bare"], field) for k in KINDS)
 
@@ -354,6 +374,10 @@ def table(results: dict[tuple[str, str], list[Result]]) -> str:
         row("**fast / bare SDK, wall**", ratio("fast", "bare", "wall_us"), _verdict(worst("fast", "wall_us"), 0.25)),
         row("fast / bare SDK, wall, median of per-round ratios", paired("fast", "wall_us"), "rounds back to back"),
         row("SDK path / bare SDK, wall", ratio("sdk", "bare", "wall_us")),
+        row("wall per span until flushed, fast path", us("fast", "flushed_us"), "loop + scopes + `force_flush`"),
+        row("wall per span until flushed, SDK path", us("sdk", "flushed_us")),
+        row("wall per span until flushed, bare SDK span", us("bare", "flushed_us")),
+        row("fast / bare SDK, wall until flushed", ratio("fast", "bare", "flushed_us")),
         row("training-thread CPU per call, fast path", us("fast", "thread_us"), "`time.thread_time_ns`"),
         row("training-thread CPU per call, SDK path", us("sdk", "thread_us")),
         row("training-thread CPU per call, bare SDK span", us("bare", "thread_us")),
@@ -373,6 +397,7 @@ def table(results: dict[tuple[str, str], list[Result]]) -> str:
         ),
         row("fast / bare SDK, process CPU, median of per-round ratios", paired("fast", "process_us")),
         row("SDK path / bare SDK, process CPU", ratio("sdk", "bare", "process_us")),
+        row("calls per round, fast / SDK path / bare", sizes, "calibrated on the warm-up"),
         row("exported while the calls ran, fast path", share("fast"), "the rest waited for `force_flush`"),
         row("exported while the calls ran, SDK path", share("sdk")),
         row("exported while the calls ran, bare SDK span", share("bare")),
@@ -422,9 +447,9 @@ def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256) -> str:
+def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256, round_s: float = 1.0) -> str:
     load_start = _load()
-    out = bench(calls, rounds)
+    out = bench(calls, rounds, round_s)
     load_calls = _load()
     results = out["results"]
     used = {c: sorted({r.path for k in KINDS for r in results[k, c]}) for c in ("fast", "sdk")}
@@ -445,19 +470,22 @@ def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256) -
     )
     text = f"""{SECTION}
 
-Machine: {machine()}. `bench/fast_path.py --calls {calls} --rounds {rounds} --step-pairs {step_pairs}
---step-prompts {step_prompts}`. Load average (1 min; the machine is shared): {load_start} at the start,
-{load_calls} after the per-call rounds.
+Machine: {machine()}. `bench/fast_path.py --calls {calls} --rounds {rounds} --round-s {round_s}
+--step-pairs {step_pairs} --step-prompts {step_prompts}`. Load average (1 min; the machine is shared):
+{load_start} at the start, {load_calls} after the per-call rounds.
 {paths_line}
 
 One process; for each kind a `@otel_agentloop.phase("tool_calls")` function inside `sample({SAMPLE})` inside
-`step({STEP})`, {rounds} interleaved rounds (order rotating) of {calls:,} calls, median. Fast and SDK path:
+`step({STEP})`, {rounds} interleaved rounds (order rotating), median. Each traced configuration makes at least
+{calls:,} calls per round, and as many as last {round_s} s by the warm-up's timing (several export periods, so
+the export thread runs while the calls do; "calls per round" row). Fast and SDK path:
 `configure(file=..., set_global=False)` (OTLP-JSON file export), a fresh handle per round. Bare SDK span:
 `tracer.start_span(name, attributes=...)`/`span.end()` around the same undecorated function, with the phase
 span's attributes ({attrs}; {checked}) as a child of bare sample and step spans, through an SDK
 `TracerProvider` whose only processor is our `ExportProcessor` (queue 2^21, batch 512, delay 0.2 s, as ours) on
-`OTLPJsonFileExporter`. Wall: the calls' loop, with the export thread running (it wakes per full batch): its
-GIL share included as far as it exported while the calls ran (the "exported while the calls ran" rows).
+`OTLPJsonFileExporter`. Wall: the calls' loop, with the export thread running: its GIL share included as far
+as it exported while the calls ran (the "exported while the calls ran" rows); "until flushed" adds the wait for
+`force_flush` (what is left to materialise and encode after the loop), per span.
 Process CPU: every thread, from before the scopes open until `force_flush` returned (materialised, encoded,
 written), per span. Disabled and undecorated: {calls * UNTRACED_FACTOR:,} calls per
 round. Spans: {counts(results)}.
@@ -495,11 +523,12 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=9)
+    ap.add_argument("--round-s", type=float, default=1.0, help="seconds of calls per traced round, at least")
     ap.add_argument("--step-pairs", type=int, default=3, help="step_overhead triples (0: skip)")
     ap.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 samples)")
     ap.add_argument("--write", help="replace (or append) the section in this RESULTS.md")
     args = ap.parse_args()
-    text = section(args.calls, args.rounds, args.step_pairs, args.step_prompts)
+    text = section(args.calls, args.rounds, args.step_pairs, args.step_prompts, args.round_s)
     print(text)
     if args.write:
         write_section(args.write, text)

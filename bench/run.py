@@ -229,7 +229,7 @@ def main() -> int:
         import fast_path
 
         steps = 0 if "step" in only else args.step_pairs  # the step section measures it then
-        sections.append(fast_path.section(args.fast_calls, max(args.rounds, 9), steps))
+        sections.append(fast_path.section(args.fast_calls, max(args.rounds, 9), steps, args.step_prompts))
     if "step" in only:
         sections.append(
             step_overhead.overhead_section(

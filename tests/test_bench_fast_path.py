@@ -39,7 +39,8 @@ def test_fast_path_section_counts_every_span_and_replaces_its_section(tmp_path: 
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\n## Fast path (issue 20)\n\nold numbers\n\n## Later section\n\nkept\n")
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    cmd = [sys.executable, str(BENCH / "fast_path.py"), "--calls", "100", "--rounds", "1", "--step-pairs", "0"]
+    cmd = [sys.executable, str(BENCH / "fast_path.py"), "--calls", "100", "--rounds", "1", "--round-s", "0"]
+    cmd += ["--step-pairs", "0"]
     proc = subprocess.run([*cmd, "--write", str(results)], capture_output=True, text=True, env=env, timeout=300)
     assert proc.returncode == 0, proc.stderr
     text = results.read_text()
