@@ -447,7 +447,7 @@ def _load() -> str:
     return f"{os.getloadavg()[0]:.1f}"
 
 
-def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256, round_s: float = 1.0) -> str:
+def section(calls: int, rounds: int, step_pairs: int, step_prompts: int = 256, round_s: float = 0.5) -> str:
     load_start = _load()
     out = bench(calls, rounds, round_s)
     load_calls = _load()
@@ -523,7 +523,7 @@ def main() -> int:
     ap = argparse.ArgumentParser()
     ap.add_argument("--calls", type=int, default=20_000)
     ap.add_argument("--rounds", type=int, default=9)
-    ap.add_argument("--round-s", type=float, default=1.0, help="seconds of calls per traced round, at least")
+    ap.add_argument("--round-s", type=float, default=0.5, help="seconds of calls per traced round, at least")
     ap.add_argument("--step-pairs", type=int, default=3, help="step_overhead triples (0: skip)")
     ap.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 samples)")
     ap.add_argument("--write", help="replace (or append) the section in this RESULTS.md")
