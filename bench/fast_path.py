@@ -12,15 +12,19 @@ called inside ``sample(i)`` inside ``step(s)``), interleaved rounds of:
 - ``disabled``: the decorated phase with ``configure(enabled=False)``;
 - ``plain``: the undecorated function.
 
-Each traced round uses a fresh handle (or provider) and file, and measures per call: wall time on the training
-thread while the export thread runs (its GIL share included; it wakes every full batch of 512), the training
-thread's CPU (``time.thread_time_ns``), and process CPU per span (``time.process_time_ns``, every thread)
-from before the scopes open until ``force_flush`` returned, i.e. every span materialised, encoded and
+Each traced round uses a fresh handle (or provider) and file, makes at least ``--calls`` calls and as many as
+last ``--round-s`` seconds (calibrated on the warm-up, so the export thread runs during the calls whatever its
+wake-up rule), and measures per call: wall time on the training thread while the export thread runs (its GIL
+share included, as far as it exported during the calls: reported), the wall until ``force_flush`` returned, the
+training thread's CPU (``time.thread_time_ns``), and process CPU per span (``time.process_time_ns``, every
+thread) from before the scopes open until ``force_flush`` returned, i.e. every span materialised, encoded and
 written. Spans exported and dropped are counted (expected: calls + one sample and one step span per round).
-Medians over the rounds; ratios are ratios of the medians. On a tree without the fast path the ``fast`` and
-``sdk`` configurations are the same code (the section says so).
+Medians over the rounds; ratios are ratios of the medians, and for the key ones also the median of the
+per-round ratios. On a tree without the fast path the ``fast`` and ``sdk`` configurations are the same code
+(the section says so). With ``--step-pairs``, ``step_overhead.measure`` then runs off, fast and SDK processes.
 
-Run: .venv/bin/python bench/fast_path.py [--calls N] [--rounds R] [--step-pairs P] [--write bench/RESULTS.md]
+Run: .venv/bin/python bench/fast_path.py [--calls N] [--rounds R] [--round-s S] [--step-pairs P]
+[--step-prompts P] [--write bench/RESULTS.md]
 (``--write`` replaces the "Fast path (issue 20)" section of that file, or appends it.)
 """
 
