@@ -209,22 +209,32 @@ def main() -> int:
     parser.add_argument("--out", default=os.path.join(os.path.dirname(__file__), "RESULTS.md"))
     parser.add_argument(
         "--only",
-        default="core,step,memory,throughput",
-        help="comma list of: core, step, memory, throughput (needs Go: builds the stack)",
+        default="core,fast,step,memory,throughput",
+        help="comma list of: core, fast (issue 20: fast path vs. SDK), step, memory, throughput (needs Go: "
+        "builds the stack)",
     )
     parser.add_argument("--throughput-seconds", type=float, default=60.0)
     parser.add_argument("--step-pairs", type=int, default=3)
     parser.add_argument("--step-prompts", type=int, default=256, help="prompts per step (x4 rollouts)")
     parser.add_argument("--endpoint", help="OTLP endpoint for the step run (default: file export)")
+    parser.add_argument("--step-path", choices=("fast", "sdk"), default="fast", help="recording path when on")
+    parser.add_argument("--fast-calls", type=int, default=20_000, help="calls per round of the fast-path section")
     args = parser.parse_args()
     only = set(args.only.split(","))
     sections = []
 
     if "core" in only:
         sections.append(core_section(args))
+    if "fast" in only:
+        import fast_path
+
+        steps = 0 if "step" in only else args.step_pairs  # the step section measures it then
+        sections.append(fast_path.section(args.fast_calls, max(args.rounds, 9), steps, args.step_prompts))
     if "step" in only:
         sections.append(
-            step_overhead.overhead_section(pairs=args.step_pairs, prompts=args.step_prompts, endpoint=args.endpoint)
+            step_overhead.overhead_section(
+                pairs=args.step_pairs, prompts=args.step_prompts, endpoint=args.endpoint, path=args.step_path
+            )
         )
     if "memory" in only:
         sections.append(step_overhead.memory_section())
