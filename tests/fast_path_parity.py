@@ -96,7 +96,7 @@ class Run:
         if source == "processor":
             return [from_readable(s) for s in self.processor.ended()]
         if source == "file":
-            return [span for line in self.file_lines for span in from_proto(_parse_json_line(line))]
+            return [span for line in self.file_lines for span in from_proto(parse_json_line(line))]
         if source == "grpc":
             return [span for request in self.grpc for span in from_proto(request)]
         raise ValueError(source)
@@ -262,7 +262,7 @@ def from_proto(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dic
     return out
 
 
-def _parse_json_line(line: str) -> trace_service_pb2.ExportTraceServiceRequest:
+def parse_json_line(line: str) -> trace_service_pb2.ExportTraceServiceRequest:
     request = trace_service_pb2.ExportTraceServiceRequest()
     json_format.Parse(json.dumps(_hex_ids_to_base64(json.loads(line))), request)
     return request

@@ -7,9 +7,17 @@ from __future__ import annotations
 
 import asyncio
 import concurrent.futures
+import importlib.util
+import json
+import os
+import subprocess
+import sys
+import textwrap
 import threading
 import time
+from collections import Counter
 from collections.abc import AsyncGenerator, Generator
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -21,13 +29,22 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.core._state import state
 
 from .fast_path_parity import (
+    MODES,
     SOURCES,
+    RawReceiver,
+    assert_same,
     check_processor_starts,
     compare_runs,
     end_order,
+    from_proto,
     mask_metrics,
+    normalise,
+    parse_json_line,
     run_both,
 )
+from .otlp_receiver import start_grpc, wait_for
+
+ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 # -- the user's code --------------------------------------------------------------------------------------------
 
@@ -665,3 +682,197 @@ def test_watchdog_snapshot_of_a_hung_phase(tmp_path, monkeypatch) -> None:
     assert runs["fast"].result["inflight"] == [(5, sc.TOOL_CALLS, "hang", True)]
     snaps = [s for s in spans["exporter"] if s["name"].endswith(sc.SNAPSHOT_SUFFIX)]
     assert len(snaps) == 1
+
+
+# -- Ray: a driver script's code, in __main__, on a real local cluster --------------------------------------------
+
+RAY_DRIVER = textwrap.dedent('''
+    """A user's Ray driver: decorated code in __main__, a task and an actor, the step carried across."""
+    import asyncio
+    import json
+    import os
+    import sys
+
+    import ray
+
+    import otel_agentloop as oal
+    from otel_agentloop.integrations import ray as oal_ray
+
+
+    @oal.trace_tool("search")
+    def search(q):
+        return q.upper()
+
+
+    @oal.trace_generate(model="m")
+    async def generate(prompt):
+        await asyncio.sleep(0.001)
+        oal.record_generation(output_tokens=len(prompt), finish_reason="stop")
+        return prompt + "!"
+
+
+    @oal.phase("tool_calls", tool="stream")
+    def stream(n):
+        for i in range(n):
+            yield i
+
+
+    @oal.trace_reward
+    def reward(text):
+        if text == "BAD!":
+            raise ValueError("no reward for " + text)
+        return float(len(text))
+
+
+    def flush():
+        assert oal.current_handle().force_flush(10)
+
+
+    @ray.remote
+    def task(i, carrier):
+        with oal_ray.remote_step(carrier):
+            with oal.sample(i, rollout_n=0):
+                text = asyncio.run(generate(search("q")))
+                parts = list(stream(2))
+                score = reward(text)
+                oal.record_sample(reward=score, turns=1)
+        flush()
+        return text, parts, score
+
+
+    @ray.remote
+    class Agent:
+        @oal_ray.traced_remote
+        async def episode(self, i, bad):
+            async with oal.sample(i):
+                text = await generate(search("bad" if bad else "a"))
+                with oal.trainer_phase("inner"):
+                    pass
+                try:
+                    score = reward(text)
+                except ValueError as exc:
+                    score = str(exc)
+            return text, score
+
+        def done(self):
+            flush()
+
+
+    if __name__ == "__main__":
+        endpoint, root, path = sys.argv[1:4]
+        handle = oal.configure("ray-parity", endpoint=endpoint, protocol="grpc", file=path, schedule_delay_s=0.05)
+        base = {"env_vars": {"PYTHONPATH": root, "OTEL_AGENTLOOP_FAST_PATH": os.environ["OTEL_AGENTLOOP_FAST_PATH"]}}
+        ray.init(
+            address="local",
+            num_cpus=2,
+            include_dashboard=False,
+            log_to_driver=False,
+            configure_logging=False,
+            runtime_env=oal_ray.runtime_env(handle, base=base),
+        )
+        try:
+            with oal.step(3, trace_per="step"):
+                carrier = oal_ray.carrier()
+                tasks = [ray.get(task.remote(i, carrier), timeout=120) for i in range(2)]
+            agent = Agent.remote()
+            with oal.step(4):
+                episodes = [
+                    ray.get(agent.episode.remote(i, i == 11, otel_carrier=oal_ray.carrier()), timeout=120)
+                    for i in (10, 11)
+                ]
+            ray.get(agent.done.remote(), timeout=60)
+        finally:
+            ray.shutdown()
+        handle.shutdown(5)
+        print(json.dumps({"tasks": tasks, "episodes": episodes}))
+''')
+
+
+def _ray_run(mode: str, tmp_path: Path) -> tuple[Any, list[Any], list[str]]:
+    receiver = RawReceiver()
+    server, endpoint = start_grpc(receiver)
+    script = tmp_path / "driver.py"
+    script.write_text(RAY_DRIVER)
+    path = tmp_path / f"ray-{mode}.jsonl"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env.update(
+        PYTHONPATH=ROOT, OTEL_AGENTLOOP_FAST_PATH="true" if mode == "fast" else "false", OTEL_METRICS_EXPORTER="none"
+    )
+    try:
+        out = subprocess.run(
+            [sys.executable, str(script), endpoint, ROOT, str(path)],
+            cwd=tmp_path,
+            env=env,
+            capture_output=True,
+            text=True,
+            timeout=300,
+        )
+        assert out.returncode == 0, out.stderr[-4000:]
+        result = json.loads(out.stdout.strip().splitlines()[-1])
+        expected = 2 * 5 + 2 + 2 * 5 + 2 + 2  # 2 task samples of 5 spans, 2 episodes of 5, 4 worker spans, 2 steps
+        assert wait_for(lambda: len(receiver.records) >= expected, 30), Counter(r.name for r in receiver.records)
+        time.sleep(0.5)  # anything late
+    finally:
+        server.stop(0)
+    lines = path.read_text().splitlines()
+    return result, list(receiver.requests), lines
+
+
+def _per_process(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Pids and run ids (different in every launch) replaced by their order of appearance."""
+    pids: dict[Any, str] = {}
+
+    def pid_of(value: Any) -> str:
+        return pids.setdefault(int(value), f"pid{len(pids)}")
+
+    def worker(value: Any) -> Any:
+        host, _, pid = str(value[1]).rpartition(":")
+        return (value[0], f"{host}:{pid_of(pid)}" if pid.isdigit() else value[1])
+
+    out = []
+    for s in sorted(spans, key=lambda s: s["start"]):
+        attrs, schema = s["resource"]
+        resource = []
+        for key, value in attrs:
+            if key == "process.pid":
+                value = (value[0], pid_of(value[1]))
+            elif key in (sc.RL_RUN_ID, sc.RL_RUN_ATTEMPT, "service.instance.id", "ray.node.id"):
+                value = (value[0], "<per launch>")
+            elif key == sc.RL_WORKER:
+                value = worker(value)
+            resource.append((key, value))
+        attributes = [(key, worker(value) if key == sc.RL_WORKER else value) for key, value in s["attributes"]]
+        out.append({**s, "resource": (resource, schema), "attributes": attributes})
+    return out
+
+
+@pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
+def test_ray_task_and_actor_from_a_driver_script(tmp_path) -> None:
+    """A driver script (code in ``__main__``) on a real local cluster: a task re-entering the driver's step and
+    an actor's ``traced_remote`` method; the workers' spans over OTLP/gRPC and into the shared file."""
+    runs = {mode: _ray_run(mode, tmp_path) for mode in MODES}
+    assert runs["fast"][0] == runs["sdk"][0]
+    assert runs["fast"][0]["episodes"][1] == ["BAD!", "no reward for BAD!"]
+    failures = []
+    for source in ("grpc", "file"):
+        per_mode = {}
+        for mode, (_, requests, lines) in runs.items():
+            if source == "grpc":
+                spans = [s for r in requests for s in from_proto(r)]
+            else:
+                spans = [s for line in lines for s in from_proto(parse_json_line(line))]
+            per_mode[mode] = [
+                {k: v for k, v in s.items() if k != "random_trace_id"} for s in normalise(_per_process(spans))
+            ]
+            if source == "file":
+                per_mode[mode] = [{**s, "parent_remote": None} for s in per_mode[mode]]
+        try:
+            assert_same(per_mode["fast"], per_mode["sdk"], f"ray {source}: fast vs sdk")
+        except AssertionError as exc:
+            failures.append(str(exc))
+    assert not failures, "\n".join(failures)
+    spans = normalise(_per_process([s for r in runs["fast"][1] for s in from_proto(r)]))
+    workers = [s for s in spans if s["name"] == sc.WORKER_SPAN]
+    assert len(workers) == 4 and all(s["parent_remote"] is True for s in workers)  # below the driver's step
+    assert sum(1 for s in spans if s["name"] == sc.SAMPLE_SPAN) == 4
+    assert [s["status"][0] for s in spans if s["name"] == sc.REWARD_SPAN].count("ERROR") == 1
