@@ -396,9 +396,20 @@ def assert_same(a: Any, b: Any, what: str) -> None:
             if x != y and isinstance(x, dict) and isinstance(y, dict):
                 for key in x:
                     if x[key] != y.get(key):
-                        diffs.append(f"span {i} ({x['name']}) {key}: fast {x[key]!r} != sdk {y.get(key)!r}")
+                        diffs.append(f"span {i} ({x['name']}) {key}: {_diff(x[key], y.get(key))}")
         assert not diffs, f"{what}: {len(diffs)} differences:\n" + "\n".join(diffs[:40])
     assert a == b, what
+
+
+def _diff(fast: Any, sdk: Any) -> str:
+    """Both values; for attribute lists, only the entries that differ."""
+    if isinstance(fast, list) and isinstance(sdk, list) and all(isinstance(x, tuple) for x in [*fast, *sdk]):
+        only_fast = [x for x in fast if x not in sdk]
+        only_sdk = [x for x in sdk if x not in fast]
+        if only_fast or only_sdk:
+            return f"only fast {only_fast!r}, only sdk {only_sdk!r}"
+        return f"same entries, order: fast {[x[0] for x in fast]!r} != sdk {[x[0] for x in sdk]!r}"
+    return f"fast {fast!r} != sdk {sdk!r}"
 
 
 def _names(spans: list[dict[str, Any]]) -> list[str]:
@@ -456,15 +467,17 @@ def _side_span(name: str) -> bool:
     return name == SUMMARY_SPAN or name.endswith(sc.SNAPSHOT_SUFFIX)
 
 
-def end_order(run: Run) -> list[str]:
+def end_order(run: Run, per_trace: bool = False) -> Any:
     """The order in which the user's processor saw the library's spans end, as normalised span names
-    (``name#position``). A user's own SDK spans are left out: on the fast path they reach the processor as they
-    end, the library's when the pipeline drains (by design)."""
+    (``name#position``); with ``per_trace``, per normalised trace id (concurrent samples whose phases take
+    measured times end in an order of their own). A user's own SDK spans are left out: on the fast path they
+    reach the processor as they end, the library's when the pipeline drains (by design)."""
     spans = run.canonical("processor")
     ids = {
-        s["span_id"]: f"{n['name']}#{n['span_id']}" for s, n in zip(_tree_order(spans), normalise(spans), strict=True)
+        s["span_id"]: (n["trace_id"], f"{n['name']}#{n['span_id']}")
+        for s, n in zip(_tree_order(spans), normalise(spans), strict=True)
     }
-    return [
+    ended = [
         ids[sid]
         for kind, sid, _, span in run.processor.calls
         if kind == "end"
@@ -472,6 +485,12 @@ def end_order(run: Run) -> list[str]:
         and span.instrumentation_scope is not None
         and span.instrumentation_scope.name == LIBRARY_SCOPE
     ]
+    if not per_trace:
+        return [name for _, name in ended]
+    out: dict[str, list[str]] = {}
+    for trace_id, name in ended:
+        out.setdefault(trace_id, []).append(name)
+    return out
 
 
 def check_processor_starts(runs: Mapping[str, Run]) -> None:
@@ -506,3 +525,32 @@ def check_processor_starts(runs: Mapping[str, Run]) -> None:
                 assert starts[parent] < starts[child], f"{mode}: on_start of {sp['name']} came before its parent's"
             else:  # the parent's on the pipeline after it ended: after its children's
                 assert starts[child] < starts[parent], f"fast: on_start of {sp['name']} came after its parent's"
+
+
+def per_launch(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
+    """Values that differ in every launch (pids, run ids, instance and node ids) replaced: pids by their order of
+    appearance (also inside ``rl.worker``), the others by a mark."""
+    pids: dict[Any, str] = {}
+
+    def pid_of(value: Any) -> str:
+        return pids.setdefault(int(value), f"pid{len(pids)}")
+
+    def worker(value: Any) -> Any:
+        host, _, pid = str(value[1]).rpartition(":")
+        return (value[0], f"{host}:{pid_of(pid)}" if pid.isdigit() else value[1])
+
+    out = []
+    for s in sorted(spans, key=lambda s: s["start"]):
+        attrs, schema = s["resource"]
+        resource = []
+        for key, value in attrs:
+            if key == "process.pid":
+                value = (value[0], pid_of(value[1]))
+            elif key in (sc.RL_RUN_ID, sc.RL_RUN_ATTEMPT, "service.instance.id", "ray.node.id"):
+                value = (value[0], "<per launch>")
+            elif key == sc.RL_WORKER:
+                value = worker(value)
+            resource.append((key, value))
+        attributes = [(key, worker(value) if key == sc.RL_WORKER else value) for key, value in s["attributes"]]
+        out.append({**s, "resource": (resource, schema), "attributes": attributes})
+    return out

@@ -40,6 +40,7 @@ from .fast_path_parity import (
     mask_metrics,
     normalise,
     parse_json_line,
+    per_launch,
     run_both,
 )
 from .otlp_receiver import start_grpc, wait_for
@@ -728,6 +729,12 @@ RAY_DRIVER = textwrap.dedent('''
         assert oal.current_handle().force_flush(10)
 
 
+    def fast_path():
+        from otel_agentloop.core import _tracer
+
+        return [os.environ.get("OTEL_AGENTLOOP_FAST_PATH"), _tracer.current_recorder() is not None]
+
+
     @ray.remote
     def task(i, carrier):
         with oal_ray.remote_step(carrier):
@@ -737,7 +744,7 @@ RAY_DRIVER = textwrap.dedent('''
                 score = reward(text)
                 oal.record_sample(reward=score, turns=1)
         flush()
-        return text, parts, score
+        return text, parts, score, fast_path()
 
 
     @ray.remote
@@ -752,7 +759,7 @@ RAY_DRIVER = textwrap.dedent('''
                     score = reward(text)
                 except ValueError as exc:
                     score = str(exc)
-            return text, score
+            return text, score, fast_path()
 
         def done(self):
             flush()
@@ -761,7 +768,9 @@ RAY_DRIVER = textwrap.dedent('''
     if __name__ == "__main__":
         endpoint, root, path = sys.argv[1:4]
         handle = oal.configure("ray-parity", endpoint=endpoint, protocol="grpc", file=path, schedule_delay_s=0.05)
-        base = {"env_vars": {"PYTHONPATH": root, "OTEL_AGENTLOOP_FAST_PATH": os.environ["OTEL_AGENTLOOP_FAST_PATH"]}}
+        # until the setting is declared, a worker drops an OTEL_* variable its driver's handle does not hand over
+        handle.worker_env["OTEL_AGENTLOOP_FAST_PATH"] = os.environ["OTEL_AGENTLOOP_FAST_PATH"]
+        base = {"env_vars": {"PYTHONPATH": root}}
         ray.init(
             address="local",
             num_cpus=2,
@@ -784,7 +793,7 @@ RAY_DRIVER = textwrap.dedent('''
         finally:
             ray.shutdown()
         handle.shutdown(5)
-        print(json.dumps({"tasks": tasks, "episodes": episodes}))
+        print(json.dumps({"tasks": tasks, "episodes": episodes, "driver": fast_path()}))
 ''')
 
 
@@ -818,41 +827,17 @@ def _ray_run(mode: str, tmp_path: Path) -> tuple[Any, list[Any], list[str]]:
     return result, list(receiver.requests), lines
 
 
-def _per_process(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
-    """Pids and run ids (different in every launch) replaced by their order of appearance."""
-    pids: dict[Any, str] = {}
-
-    def pid_of(value: Any) -> str:
-        return pids.setdefault(int(value), f"pid{len(pids)}")
-
-    def worker(value: Any) -> Any:
-        host, _, pid = str(value[1]).rpartition(":")
-        return (value[0], f"{host}:{pid_of(pid)}" if pid.isdigit() else value[1])
-
-    out = []
-    for s in sorted(spans, key=lambda s: s["start"]):
-        attrs, schema = s["resource"]
-        resource = []
-        for key, value in attrs:
-            if key == "process.pid":
-                value = (value[0], pid_of(value[1]))
-            elif key in (sc.RL_RUN_ID, sc.RL_RUN_ATTEMPT, "service.instance.id", "ray.node.id"):
-                value = (value[0], "<per launch>")
-            elif key == sc.RL_WORKER:
-                value = worker(value)
-            resource.append((key, value))
-        attributes = [(key, worker(value) if key == sc.RL_WORKER else value) for key, value in s["attributes"]]
-        out.append({**s, "resource": (resource, schema), "attributes": attributes})
-    return out
-
-
 @pytest.mark.skipif(importlib.util.find_spec("ray") is None, reason="ray is not installed")
 def test_ray_task_and_actor_from_a_driver_script(tmp_path) -> None:
     """A driver script (code in ``__main__``) on a real local cluster: a task re-entering the driver's step and
     an actor's ``traced_remote`` method; the workers' spans over OTLP/gRPC and into the shared file."""
     runs = {mode: _ray_run(mode, tmp_path) for mode in MODES}
-    assert runs["fast"][0] == runs["sdk"][0]
-    assert runs["fast"][0]["episodes"][1] == ["BAD!", "no reward for BAD!"]
+    for mode, (result, _, _) in runs.items():  # each process recorded on the path it was asked to
+        used = [result["driver"], *(t[-1] for t in result["tasks"]), *(e[-1] for e in result["episodes"])]
+        assert used == [["true", True] if mode == "fast" else ["false", False]] * 5, (mode, used)
+    strip = lambda result: {k: [x[:-1] for x in v] for k, v in result.items() if k != "driver"}  # noqa: E731
+    assert strip(runs["fast"][0]) == strip(runs["sdk"][0])
+    assert runs["fast"][0]["episodes"][1][:2] == ["BAD!", "no reward for BAD!"]
     failures = []
     for source in ("grpc", "file"):
         per_mode = {}
@@ -862,7 +847,7 @@ def test_ray_task_and_actor_from_a_driver_script(tmp_path) -> None:
             else:
                 spans = [s for line in lines for s in from_proto(parse_json_line(line))]
             per_mode[mode] = [
-                {k: v for k, v in s.items() if k != "random_trace_id"} for s in normalise(_per_process(spans))
+                {k: v for k, v in s.items() if k != "random_trace_id"} for s in normalise(per_launch(spans))
             ]
             if source == "file":
                 per_mode[mode] = [{**s, "parent_remote": None} for s in per_mode[mode]]
@@ -871,7 +856,7 @@ def test_ray_task_and_actor_from_a_driver_script(tmp_path) -> None:
         except AssertionError as exc:
             failures.append(str(exc))
     assert not failures, "\n".join(failures)
-    spans = normalise(_per_process([s for r in runs["fast"][1] for s in from_proto(r)]))
+    spans = normalise(per_launch([s for r in runs["fast"][1] for s in from_proto(r)]))
     workers = [s for s in spans if s["name"] == sc.WORKER_SPAN]
     assert len(workers) == 4 and all(s["parent_remote"] is True for s in workers)  # below the driver's step
     assert sum(1 for s in spans if s["name"] == sc.SAMPLE_SPAN) == 4
