@@ -64,6 +64,8 @@ class Recorder:
         self.max_attributes = limits.max_span_attributes
         self.new_span_id = id_generator.generate_span_id
         self.new_trace_id = id_generator.generate_trace_id
+        self.random_ids = 2 if id_generator.is_trace_id_random() else 0
+        """The W3C random-trace-id flag (0x02) a new trace carries, as the SDK sets it."""
         self.max_queue = max_queue
         self.batch = max(1, min(batch, max_queue))  # wake the pipeline at this many queued spans
         self.wake: Callable[[], object] = _nothing
@@ -113,8 +115,9 @@ class Recorder:
         ctx = parent.get_span_context() if parent is not None else None
         valid = ctx is not None and ctx.is_valid
         trace_id = ctx.trace_id if valid else self.new_trace_id()  # type: ignore[union-attr]
+        random = self.random_ids if not valid else int(ctx.trace_flags) & 2  # type: ignore[union-attr]
         if not self.sample_roots and not valid:  # ParentBased(ALWAYS_ON), a root: sampled, as it would answer
-            span = FastSpan(self, name, trace_id, self.new_span_id(), 0, 1, start_ns, attributes)
+            span = FastSpan(self, name, trace_id, self.new_span_id(), 0, 1 | random, start_ns, attributes)
             if links:
                 span.links = tuple(links)
             return span
@@ -123,7 +126,7 @@ class Recorder:
             return None
         if result.attributes and dict(result.attributes) != attributes:
             attributes = dict(result.attributes)  # a sampler may add attributes: the span gets the result's
-        flags = 1 if result.decision.is_sampled() else 0
+        flags = (1 if result.decision.is_sampled() else 0) | random
         parent_id = ctx.span_id if ctx is not None and valid else 0
         span = FastSpan(self, name, trace_id, self.new_span_id(), parent_id, flags, start_ns, attributes)
         span.parent_remote = bool(ctx is not None and valid and ctx.is_remote)
@@ -143,7 +146,7 @@ class Recorder:
                 mark_error(span, exc)
             limit = self.max_attributes
             if limit is not None and span.started is not None and len(span.attributes) > limit:
-                _restore_identity(span, span.started)
+                _restore_identity(span, span.started, limit)
             if end_time is None:
                 offset = span.offset
                 end_time = monotonic_ns() + offset if offset is not None else time.time_ns()
@@ -183,15 +186,19 @@ class Recorder:
         return [queue.popleft() for _ in range(len(queue))]
 
 
-def _restore_identity(span: FastSpan, started: Mapping[str, object]) -> None:
-    """Before a span with more attributes than the limit ends: make its identity the newest (the SDK evicts the
-    oldest), as :func:`~otel_agentloop.core._errors.restore_identity` does for an SDK span."""
+def _restore_identity(span: FastSpan, started: Mapping[str, object], limit: int) -> None:
+    """Before a span with more attributes than ``limit`` ends: write back each identity attribute the SDK would
+    have evicted (the oldest go first) or that was changed, which makes it the newest, as
+    :func:`~otel_agentloop.core._errors.restore_identity` does for an SDK span."""
     attrs = span.attributes
     if not span.owned:
         attrs = span.attributes = dict(attrs)
         span.owned = True
     for key in IDENTITY_KEYS:
-        if key in started:
+        if key not in started:
+            continue
+        kept = list(attrs)[-limit:] if limit else []  # what a count limit keeps: the newest
+        if key not in kept or attrs[key] != started[key]:
             attrs.pop(key, None)
             attrs[key] = started[key]
 
