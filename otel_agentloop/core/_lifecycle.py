@@ -45,14 +45,6 @@ class SdkScope(OpenSpan):
         except Exception:
             internal_error("span.attach")
 
-    def leave(self) -> None:
-        token, self.token = self.token, None
-        if token is not None:
-            try:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            except Exception:
-                internal_error("span.detach")
-
     def close(self, exc: BaseException | None, end_time: int | None = None) -> None:
         """End the span at ``end_time`` (ns since the epoch; ``None``: now on its monotonic timeline), recording
         ``exc``; tell the in-flight registry. Never raises."""

@@ -103,24 +103,11 @@ class FastSpan(OpenSpan, trace.Span):
         except Exception:
             internal_error("span.attach")
 
-    def leave(self) -> None:
-        token, self.token = self.token, None
-        if token is not None:
-            try:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            except Exception:
-                internal_error("span.detach")
-
     def close(self, exc: BaseException | None) -> None:
         self.recorder.finish(self, exc, None)
 
     def exit(self, exc: BaseException | None) -> None:
-        token, self.token = self.token, None
-        if token is not None:
-            try:
-                otel_context.detach(token)  # type: ignore[arg-type]
-            except Exception:
-                internal_error("span.detach")
+        self.leave()
         self.recorder.finish(self, exc, None)
 
     # -- the OpenTelemetry Span API ------------------------------------------------------------------------

@@ -12,6 +12,10 @@ from __future__ import annotations
 from collections.abc import Callable, Mapping
 from typing import Any
 
+from opentelemetry import context as otel_context
+
+from ._guard import internal_error
+
 
 class Scope:
     """One call's instrumentation, driven by :func:`~otel_agentloop.core._instrument.instrument`: ``enter``/``leave``
@@ -59,11 +63,22 @@ class OpenSpan(Scope):
 
     __slots__ = ("offset", "phase", "sample", "start_mono", "started", "token", "tool", "tracked", "window")
 
+    token: object
+
+    def leave(self) -> None:
+        """Detach the context entering attached (nothing when not entered). Never raises."""
+        token, self.token = self.token, None
+        if token is not None:
+            try:
+                otel_context.detach(token)  # type: ignore[arg-type]
+            except Exception:
+                internal_error("span.detach")
+
     def init(self, offset: int | None, started: Mapping[str, object] | None, start_mono: int) -> None:
         self.offset = offset
         self.started = started
         self.start_mono = start_mono
-        self.token: object = None
+        self.token = None
         self.sample: Any = None
         self.phase: str | None = None
         self.tool: str | None = None
