@@ -52,8 +52,8 @@ from opentelemetry.sdk.trace import TracerProvider
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
 import step_overhead
+from machine import machine
 from paths import configure_on, has_fast_path, path_used
-from run import machine
 
 import otel_agentloop as oal
 from otel_agentloop.analysis import read_jsonl

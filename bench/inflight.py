@@ -29,7 +29,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 sys.path.insert(0, os.path.dirname(os.path.abspath(__file__)))
-from run import machine
+from machine import machine
 
 import otel_agentloop as oal
 from otel_agentloop.core import _tracer

@@ -32,10 +32,10 @@ import sys
 import tempfile
 import time
 
+from machine import machine  # bench/ is on the path when run as a script, as bench/run.py's own imports are
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
-from run import machine  # bench/ is on the path when run as a script, as bench/run.py's own imports are
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl

@@ -12,7 +12,6 @@ import argparse
 import contextlib
 import gc
 import os
-import platform
 import statistics
 import sys
 import tempfile
@@ -20,24 +19,14 @@ import time
 from collections.abc import Callable
 
 import step_overhead
+from machine import machine
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
-from opentelemetry.version import __version__ as otel_version
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core import _tracer
 from otel_agentloop.metrics import PhaseMetricsProcessor
-
-
-def machine() -> str:
-    cpu = "unknown cpu"
-    with contextlib.suppress(OSError), open("/proc/cpuinfo") as f:
-        cpu = next((line.split(":", 1)[1].strip() for line in f if line.startswith("model name")), cpu)
-    return (
-        f"{cpu}, {os.cpu_count()} cores, Python {platform.python_version()}, "
-        f"OpenTelemetry SDK {otel_version}, {platform.system()} {platform.release()}"
-    )
 
 
 @contextlib.contextmanager
