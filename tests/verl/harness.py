@@ -127,9 +127,15 @@ class FakeLoadBalancer:
         self.release_server = _Remote(lambda **_: None, awaited=False)
 
 
+_TOOL_DELAY: list[Callable[[str, int], float]] = [lambda name, x: 0.0]
+
+
 def make_tools(tool_delay: Callable[[str, int], float]) -> list[Any]:
-    """Real verl FunctionTools (schema from type hints and docstring), registered once per process."""
+    """Real verl FunctionTools (schema from type hints and docstring), registered once per process; they sleep
+    ``tool_delay(name, x)`` of the latest call (a test module running after another gets its own delays)."""
     from verl.tools.function_tool import FUNCTION_TOOL_REGISTRY, function_tool
+
+    _TOOL_DELAY[0] = tool_delay
 
     if "add" not in FUNCTION_TOOL_REGISTRY:
 
@@ -141,7 +147,7 @@ def make_tools(tool_delay: Callable[[str, int], float]) -> list[Any]:
                 a: first number.
                 b: second number.
             """
-            await asyncio.sleep(tool_delay("add", a))
+            await asyncio.sleep(_TOOL_DELAY[0]("add", a))
             return str(a + b)
 
         @function_tool("lookup")
@@ -151,7 +157,7 @@ def make_tools(tool_delay: Callable[[str, int], float]) -> list[Any]:
             Args:
                 key: the key.
             """
-            await asyncio.sleep(tool_delay("lookup", int(key[1:])))
+            await asyncio.sleep(_TOOL_DELAY[0]("lookup", int(key[1:])))
             return f"value of {key}"
 
     return [FUNCTION_TOOL_REGISTRY["add"], FUNCTION_TOOL_REGISTRY["lookup"]]
