@@ -100,6 +100,11 @@ class Handle:
         return self.live.registry.snapshot(limit) if self.live is not None and not self._closed else []
 
     @property
+    def _pipeline(self) -> RecordPipeline | None:
+        """The fast path's export pipeline of :attr:`provider` (``None``: tracing off, or ``fast_path=False``)."""
+        return self.provider.pipeline if isinstance(self.provider, PipelineProvider) else None
+
+    @property
     def enabled(self) -> bool:
         return self.provider is not None and not self._closed
 
@@ -124,7 +129,7 @@ class Handle:
         if not self.enabled:
             return True
         deadline = time.monotonic() + max(wait_s, 0.0)
-        pipeline = getattr(self.provider, "pipeline", None)
+        pipeline = self._pipeline
         if pipeline is not None:  # the fast path's ended spans into the export queues first (CPU only, bounded)
             pipeline.drain()
         ok = True
@@ -159,8 +164,9 @@ class Handle:
             return max(int((deadline - time.monotonic()) * 1000), 0)
 
         try:
-            if isinstance(provider, PipelineProvider) and provider.pipeline is not None:
-                provider.pipeline.shutdown()  # the fast path's queued spans reach the exporters before they stop
+            pipeline = self._pipeline
+            if pipeline is not None:
+                pipeline.shutdown()  # the fast path's queued spans reach the exporters before they stop
             if self.keeper is not None:
                 self.keeper.shutdown(remaining_ms())
             else:
@@ -179,7 +185,7 @@ class Handle:
         for proc in self.export_processors:
             for key, value in proc.stats.items():
                 out[key] += value
-        pipeline = getattr(self.provider, "pipeline", None)
+        pipeline = self._pipeline
         if pipeline is not None:  # spans ended after shutdown, never handed to an exporter
             out["dropped"] += pipeline.recorder.dropped
         if self.keeper is not None:

@@ -46,8 +46,6 @@ class SdkScope(OpenSpan):
             internal_error("span.attach")
 
     def close(self, exc: BaseException | None, end_time: int | None = None) -> None:
-        """End the span at ``end_time`` (ns since the epoch; ``None``: now on its monotonic timeline), recording
-        ``exc``; tell the in-flight registry. Never raises."""
         span = self.span
         try:
             if exc is not None:
@@ -132,12 +130,7 @@ def finish(scope: OpenSpan, exc: BaseException | None = None, end_time: int | No
     """Leave ``scope`` and end its span at ``end_time`` (ns since the epoch; ``None``: now on its timeline, the
     usual case; a time for a duration measured elsewhere, verl's timers), recording ``exc``. Never raises."""
     scope.leave()
-    if end_time is None:
-        scope.close(exc)
-    elif isinstance(scope, SdkScope):
-        scope.close(exc, end_time)
-    else:
-        scope.recorder.finish(scope, exc, end_time)  # type: ignore[attr-defined]
+    scope.close(exc, end_time)
 
 
 def announce(scope: OpenSpan) -> None:

@@ -103,8 +103,8 @@ class FastSpan(OpenSpan, trace.Span):
         except Exception:
             internal_error("span.attach")
 
-    def close(self, exc: BaseException | None) -> None:
-        self.recorder.finish(self, exc, None)
+    def close(self, exc: BaseException | None, end_time: int | None = None) -> None:
+        self.recorder.finish(self, exc, end_time)
 
     def exit(self, exc: BaseException | None) -> None:
         self.leave()

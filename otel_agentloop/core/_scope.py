@@ -74,6 +74,10 @@ class OpenSpan(Scope):
             except Exception:
                 internal_error("span.detach")
 
+    def close(self, exc: BaseException | None, end_time: int | None = None) -> None:
+        """End the span at ``end_time`` (ns since the epoch; ``None``: now on its monotonic timeline), recording
+        ``exc``; tell the in-flight registry. Never raises."""
+
     def init(self, offset: int | None, started: Mapping[str, object] | None, start_mono: int) -> None:
         self.offset = offset
         self.started = started

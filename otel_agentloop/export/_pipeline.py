@@ -134,10 +134,8 @@ class RecordPipeline(StepHooks):
     def __init__(self, recorder: Recorder, interval_s: float = 1.0) -> None:
         self.recorder = recorder
         self.interval_s = max(0.01, min(interval_s, 1.0))
-        self.native: list[SpanProcessor] = []  # in the order added; the foreign ones at their place
         self.foreign = _Foreign()
-        self.processed = 0
-        self._order: list[SpanProcessor] = []
+        self._order: list[SpanProcessor] = []  # in the order added; the foreign ones behind one, at its place
         self._stopping = False
         self._init_state()
         after_fork_in_child(self, "_init_state")
@@ -181,7 +179,6 @@ class RecordPipeline(StepHooks):
                         self._ended(item)
                 except Exception:
                     internal_error("RecordPipeline.process")
-            self.processed += len(items)
         return len(items)
 
     def _started(self, span: FastSpan) -> None:
