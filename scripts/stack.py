@@ -1,17 +1,18 @@
 #!/usr/bin/env python3
 """A real Jaeger v2 and OpenTelemetry Collector on 127.0.0.1, built from the Go module proxy and cached.
 
-    python scripts/stack.py build     # once: ~minutes cold, instant when cached
+    python scripts/stack.py build     # once: minutes cold, instant when cached
     python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger's query API on 16686
-    python scripts/stack.py status | down   # status exits 0 only when both run and answer
+    python scripts/stack.py status    # exit 0 only when both run and answer; says where they listen
+    python scripts/stack.py down      # returns once both have exited and their ports are free
 
-`up` saves what it started in ${OTEL_AGENTLOOP_RUN_DIR:-$OTEL_AGENTLOOP_CACHE/run}/stack.json (ports, directories,
-and each process's PID, start time and command line); `up`, `down` and `status` all decide what runs from that
-state checked against /proc (:func:`survey`), so they agree after any crash: a process that has exited is
-forgotten, a PID now held by another program is left alone (scripts/stack_procs.py), `up` restarts what is
-missing of a half-up stack on its saved ports, and `down` returns once the processes have exited and their
-ports are free (SIGTERM, then SIGKILL after 30 s). Ports come from the variables the config files substitute
-(OTELCOL_GRPC_PORT, JAEGER_QUERY_PORT, ...: :data:`PORT_VARS`), defaults :data:`DEFAULT_PORTS`.
+`up` saves what it started in ${OTEL_AGENTLOOP_RUN_DIR:-<cache>/run}/stack.json (ports, directories, and each
+process's PID, start time and command line); `up`, `down` and `status` all decide what runs from that state
+checked against /proc (:func:`survey`), so they agree after any crash: a process that has exited is forgotten,
+a PID now held by another program is left alone (scripts/stack_procs.py), `up` restarts what is missing of a
+half-up stack on its saved ports, and `down` sends SIGTERM, then SIGKILL after ${OTEL_AGENTLOOP_STOP_TIMEOUT:-30}
+s. Ports come from the variables the config files substitute (OTELCOL_GRPC_PORT, JAEGER_QUERY_PORT, ...:
+:data:`PORT_VARS`), else :data:`DEFAULT_PORTS`.
 
 Binaries are cached in ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/bin, keyed by version (and, for the
 Collector, by collector/manifest.yaml's content). The processes run with the repo's config files
@@ -517,7 +518,8 @@ PORTS_OF = {
     "jaeger": ("query", "query_grpc", "jaeger_health", "jaeger_metrics", "jaeger_otlp_grpc", "jaeger_otlp_http"),
     "collector": ("grpc", "http", "prometheus", "otelcol_health", "otelcol_metrics"),
 }
-STOP_TIMEOUT = 30.0  # s from SIGTERM to SIGKILL: a Collector hands on what it holds, Jaeger closes its store
+# s from SIGTERM to SIGKILL: a Collector hands on what it holds, Jaeger closes its store
+STOP_TIMEOUT = float(os.environ.get("OTEL_AGENTLOOP_STOP_TIMEOUT") or 30)
 PORT_TIMEOUT = 10.0  # s after exit for the ports to be free
 
 
@@ -565,7 +567,7 @@ class Saved:
 
 @dataclass
 class Survey:
-    """What runs of `up`'s stack (``running``: verified ours), and what ``saved`` listed that does not."""
+    """`up`'s saved state (None when none of it runs) and those of its processes that still run (verified)."""
 
     saved: Saved | None
     running: dict[str, Identity]
@@ -575,26 +577,31 @@ class Survey:
         return [name for name in UP if name not in self.running]
 
 
-def _unreadable_state(exc: Exception) -> None:
+def _unreadable_state(exc: Exception, forget: bool) -> None:
     """Forget a state file this version cannot read (an older stack.py saved bare PIDs): nothing is signalled."""
-    text = state_file().read_text(errors="replace")[:500]
-    state_file().unlink(missing_ok=True)
+    try:
+        text = state_file().read_text(errors="replace")[:500]
+    except OSError:
+        text = ""
+    if forget:
+        state_file().unlink(missing_ok=True)
     pids = [int(p) for p in re.findall(r'"\w+": (\d+)\s*[,}]', text)]
     now = [f"pid {pid} now runs `{ident.command()}`" for pid in pids if (ident := stack_procs.identity(pid))]
     hint = f" ({'; '.join(now)}: stop it by hand if it is an old stack)" if now else ""
     print(f"stack: forgot {state_file()}: not a state this version wrote ({exc!r}); no PID in it signalled{hint}")
 
 
-def survey() -> Survey:
+def survey(forget: bool = True) -> Survey:
     """What runs of `up`'s stack, from the saved state checked against /proc: the one place `up`, `down` and
     `status` decide it. A saved process that has exited, or whose PID another program now holds (left alone),
-    is forgotten; a state with none left is removed; one line says so."""
+    is forgotten (unless not ``forget``: another `up` or `down` holds the lock); a state with none left is
+    removed; one line says so."""
     if not state_file().exists():
         return Survey(None, {})
     try:
         saved = Saved.read()
     except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
-        _unreadable_state(exc)
+        _unreadable_state(exc, forget)
         return Survey(None, {})
     running, lost = {}, []
     for name, ident in saved.procs.items():
@@ -605,7 +612,9 @@ def survey() -> Survey:
             lost.append(f"{name} (pid {ident.pid}) has exited")
         else:
             lost.append(f"pid {ident.pid} is no longer our {name} but `{now.command()}`: left alone")
-    if lost and running:
+    if lost and not forget:
+        print(f"stack: {'; '.join(lost)} (`up` or `down` runs now: {state_file()} left as it is)")
+    elif lost and running:
         saved.procs = dict(running)
         saved.write()
         print(f"stack: {'; '.join(lost)}: forgot it in {state_file()}")
@@ -616,12 +625,17 @@ def survey() -> Survey:
 
 
 @contextlib.contextmanager
-def _locked() -> Generator[None, None, None]:
-    """One `up` or `down` at a time."""
+def _locked(wait: bool = True) -> Generator[bool, None, None]:
+    """One `up` or `down` at a time; yields whether the lock is held (without ``wait``, False if another
+    process holds it)."""
     RUN_DIR.mkdir(parents=True, exist_ok=True)
     with open(RUN_DIR / "stack.lock", "w") as lock:
-        fcntl.flock(lock, fcntl.LOCK_EX)
-        yield
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
 
 
 def _busy(ports: dict[str, int], names: Sequence[str]) -> list[str]:
@@ -651,6 +665,7 @@ def _start(saved: Saved, names: Sequence[str]) -> None:
             "`docker compose up`?): stop it, or set those variables to free ports"
         )
     build()
+    os.environ["JAEGER_RETENTION"] = saved.retention  # a restarted Jaeger keeps the store's retention
     stack = prepare(saved.ports, None, saved.data_dir, saved.queue_dir)
     for name in names:
         stack.start_process(name)
@@ -696,14 +711,15 @@ def down() -> int:
         saved, stuck = found.saved, {}
         for name in (n for n in STOP_ORDER if n in found.running):
             ident = found.running[name]
-            outcome = stack_procs.stop(ident, STOP_TIMEOUT)
-            line = f"{name} (pid {ident.pid}) {outcome}"
-            if stack_procs.identity(ident.pid) == ident:
-                stuck[name] = ident
-            elif not outcome.startswith("left alone"):
+            stopped, line = stack_procs.stop(ident, STOP_TIMEOUT)
+            if stopped:
                 busy = stack_procs.wait_ports_free([saved.ports[k] for k in PORTS_OF[name]], PORT_TIMEOUT)
-                line += f"; its ports still in use: {busy}" if busy else "; its ports are free"
-            print(line)
+                line += (
+                    f"; its ports still in use after {PORT_TIMEOUT:.0f} s: {busy}" if busy else "; its ports are free"
+                )
+            elif stack_procs.identity(ident.pid) == ident:
+                stuck[name] = ident
+            print(f"{name} (pid {ident.pid}) {line}")
         if stuck:
             saved.procs = stuck
             saved.write()
@@ -713,7 +729,10 @@ def down() -> int:
 
 
 def status() -> int:
-    found = survey()
+    with _locked(wait=False) as locked:  # never waits for a build of `up`
+        found = survey(forget=locked)
+    if not locked:
+        print(f"stack: `up` or `down` runs now (it holds {RUN_DIR / 'stack.lock'})")
     if found.saved is None:
         print("   ".join(f"{name}: down" for name in UP))
         ports = ports_from_env()

@@ -123,26 +123,26 @@ def _wait(saved: Identity, fd: int | None, timeout: float) -> bool:
     return _wait_fd(fd, timeout) if fd is not None else _wait_gone(saved, timeout)
 
 
-def stop(saved: Identity, timeout: float, kill_timeout: float = 10) -> str:
+def stop(saved: Identity, timeout: float, kill_timeout: float = 10) -> tuple[bool, str]:
     """Stop ``saved`` if it is still ours: SIGTERM, wait up to ``timeout`` s for it to exit, then SIGKILL and
-    wait up to ``kill_timeout`` s. Returns what happened, as the end of a sentence ("exited 0.4 s after
-    SIGTERM", "was not running", "left alone: ..."). Never signals a process that is not ``saved``."""
+    wait up to ``kill_timeout`` s. Returns whether it no longer runs, and what happened as the end of a
+    sentence ("exited 0.4 s after SIGTERM", "left alone: ..."). Never signals a process that is not ``saved``."""
     try:
         with _pidfd(saved.pid) as fd:
             state, now = verdict(saved)
             if state == "gone":
-                return "was not running"
+                return True, "was not running"
             if state == "foreign":
                 assert now is not None
-                return f"left alone: pid {saved.pid} is now another program ({now.command()})"
+                return False, f"left alone: pid {saved.pid} is now another program ({now.command()})"
             t0 = time.monotonic()
             if not _signal(saved, fd, signal.SIGTERM) or _wait(saved, fd, timeout):
-                return f"exited {time.monotonic() - t0:.1f} s after SIGTERM"
+                return True, f"exited {time.monotonic() - t0:.1f} s after SIGTERM"
             if not _signal(saved, fd, signal.SIGKILL) or _wait(saved, fd, kill_timeout):
-                return f"did not exit within {timeout:.0f} s of SIGTERM: killed with SIGKILL"
-            return f"still running {kill_timeout:.0f} s after SIGKILL (stuck in the kernel?)"
+                return True, f"did not exit within {timeout:.0f} s of SIGTERM: killed with SIGKILL"
+            return False, f"still running {kill_timeout:.0f} s after SIGKILL (stuck in the kernel?)"
     except ProcessLookupError:
-        return "was not running"
+        return True, "was not running"
 
 
 def port_busy(port: int) -> bool:

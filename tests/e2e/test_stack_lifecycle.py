@@ -6,6 +6,7 @@ Each test gets its own run dir (state and logs), data dir and free ports through
 
 from __future__ import annotations
 
+import fcntl
 import json
 import os
 import signal
@@ -225,6 +226,44 @@ def test_down_stops_a_process_whose_identity_matches(cli: Cli, sleeper: subproce
     assert f"jaeger (pid {me.pid}) exited" in out and "after SIGTERM" in out
     assert sleeper.wait(10) == -signal.SIGTERM
     assert not cli.state_file.exists()
+
+
+def test_status_does_not_touch_the_state_while_up_or_down_runs(cli: Cli, sleeper: subprocess.Popen[bytes]) -> None:
+    me = stack_procs.identity(sleeper.pid)
+    assert me is not None
+    cli.write_state({"jaeger": FOREIGN["pid reused"](me)})
+    with open(cli.run_dir / "stack.lock", "w") as lock:  # as `up` holds it while it builds and starts
+        fcntl.flock(lock, fcntl.LOCK_EX)
+        out = _ok(cli("status"), 1)
+        assert "`up` or `down` runs now" in out and "left as it is" in out and cli.state_file.exists()
+    out = _ok(cli("status"), 1)
+    assert "stale state removed" in out and not cli.state_file.exists()
+    assert sleeper.poll() is None
+
+
+def test_down_kills_a_process_that_ignores_sigterm(cli: Cli) -> None:
+    stubborn = subprocess.Popen(
+        [
+            sys.executable,
+            "-c",
+            "import signal, sys, time; signal.signal(signal.SIGTERM, signal.SIG_IGN); "
+            "print('ready', flush=True); time.sleep(300)",
+        ],
+        stdout=subprocess.PIPE,
+        text=True,
+    )
+    try:
+        assert stubborn.stdout is not None and stubborn.stdout.readline() == "ready\n"
+        me = stack_procs.identity(stubborn.pid)
+        assert me is not None
+        cli.write_state({"collector": me.to_json()})
+        cli.env["OTEL_AGENTLOOP_STOP_TIMEOUT"] = "1"
+        out = _ok(cli("down"))
+        assert f"collector (pid {me.pid}) did not exit within 1 s of SIGTERM: killed with SIGKILL" in out
+        assert stubborn.wait(10) == -signal.SIGKILL
+    finally:
+        stubborn.kill()
+        stubborn.wait(10)
 
 
 def test_build_progress_gives_measured_ranges_and_says_when_load_makes_it_longer() -> None:
