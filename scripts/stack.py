@@ -5,6 +5,7 @@
     python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger's query API on 16686
     python scripts/stack.py status    # exit 0 only when both run and answer; says where they listen
     python scripts/stack.py down      # returns once both have exited and their ports are free
+    python scripts/stack.py which collector|jaeger   # the cached binary's path (built if missing)
 
 `up` saves what it started in ${OTEL_AGENTLOOP_RUN_DIR:-<cache>/run}/stack.json (ports, directories, and each
 process's PID, start time and command line); `up`, `down` and `status` all decide what runs from that state
@@ -756,8 +757,24 @@ def status() -> int:
     return 1 if unhealthy or found.missing else 0
 
 
+def which(name: str) -> int:
+    """Print the cached binary's path (``jaeger`` or ``collector``), building it first if missing: what a
+    cluster node copies (docs/cluster.md)."""
+    binaries = {"jaeger": (JAEGER_BIN, build_jaeger), "collector": (COLLECTOR_BIN, build_collector)}
+    if name not in binaries:
+        print("usage: scripts/stack.py which jaeger|collector", file=sys.stderr)
+        return 2
+    path, make = binaries[name]
+    if not path.exists():
+        make(verbose=True)
+    print(path)
+    return 0
+
+
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "status"
+    if command == "which":
+        return which(argv[2] if len(argv) > 2 else "")
     commands = {"build": _build, "up": up, "down": down, "status": status}
     if command not in commands:
         print(__doc__)
