@@ -274,3 +274,18 @@ def test_build_progress_gives_measured_ranges_and_says_when_load_makes_it_longer
     assert late.startswith("past the 2.8-5.7 min on 2 cores at load average 1-8: a loaded machine takes longer (")
     assert "load average now" in late and "~28 min" in late and "usually" not in late
     assert stack_mod.COLLECTOR_COLD.usual() == "2.0-4.1 min on 2 cores at load average 1-8"
+
+
+def test_which_prints_the_cached_binaries_a_cluster_node_copies(tmp_path: Path) -> None:
+    """docs/cluster.md copies these paths to each node: they are the binaries `up` runs, and they run."""
+    cli = Cli(tmp_path)
+    for name, expected in (("collector", stack_mod.COLLECTOR_BIN), ("jaeger", stack_mod.JAEGER_BIN)):
+        out = subprocess.run(
+            [sys.executable, str(SCRIPT), "which", name], env=cli.env, capture_output=True, text=True, timeout=600
+        )
+        assert out.returncode == 0, out.stderr
+        path = Path(out.stdout.strip().splitlines()[-1])
+        assert path == expected and os.access(path, os.X_OK)
+        assert subprocess.run([str(path), "--help"], capture_output=True, timeout=60).returncode == 0
+    bad = subprocess.run([sys.executable, str(SCRIPT), "which", "nope"], capture_output=True, text=True, timeout=60)
+    assert bad.returncode == 2 and "which jaeger|collector" in bad.stderr
