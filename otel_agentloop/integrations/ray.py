@@ -215,7 +215,10 @@ def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
         "ray.no_driver_settings",
         "otel_agentloop: Ray worker on node %s (pid %d) got no tracing settings from its driver (no %s in its "
         "runtime_env) and its node sets no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): its spans are not "
-        "exported (metrics are still recorded). Start the driver with `opentelemetry-instrument`, or pass "
+        "exported (metrics are still recorded). A setup hook named in a config file (Hydra --config-name) or in "
+        "the driver's code runs only in workers: start the driver with `opentelemetry-instrument`, or put the "
+        "flag on its command line (verl: +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
+        "otel_agentloop.integrations.verl.setup_worker), or pass "
         "runtime_env=otel_agentloop.integrations.ray.runtime_env() to ray.init.",
         _describe(node),
         os.getpid(),
