@@ -21,15 +21,15 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from . import semconv as sc
 from ._version import __version__
 from .config._environment import handed_over
+from .config._headers import env_headers
 from .config._options import Options, settings_from_options
-from .config._settings import DEFAULT_FILE, Settings, resolve
+from .config._settings import DEFAULT_FILE, Settings
 from .config._watchdog import WatchdogSettings
 from .core import _tracer
 from .core._guard import internal_error, logger
 from .core._recorder import Recorder
 from .core._state import Saved, state
 from .export._file import OTLPJsonFileExporter
-from .export._http_json import checked_headers
 from .export._keep import SampleKeeper
 from .export._pipeline import PipelineProvider, RecordPipeline
 from .export._processor import ExportProcessor
@@ -352,9 +352,8 @@ def _otlp_exporter(s: Settings) -> SpanExporter:
     """The OTLP exporter for ``s.protocol``. The SDK's exporters read the environment's endpoint and headers
     themselves (only arguments are passed); ours (http/json) gets them from the settings, as the SDK reads them."""
     endpoint = s.endpoint if s.sources.get("endpoint") == "argument" else None
+    # each exporter skips, with a warning, an item its transport cannot carry (config._headers)
     headers = s.headers if endpoint is not None or s.sources.get("headers") == "argument" else None
-    if headers:  # an item HTTP/2 or HTTP cannot carry (CR/LF, controls) would fail every export: skip it, warned
-        headers = checked_headers(headers)
     if s.protocol == "grpc":
         from .export._grpc import OTLPGrpcExporter, grpc_target
 
@@ -368,8 +367,7 @@ def _otlp_exporter(s: Settings) -> SpanExporter:
 
         if endpoint is None:
             endpoint = _traces_url(s)
-            headers = headers or s.headers or resolve(only=("headers",)).headers
-        return OTLPJsonHttpExporter(endpoint, headers, s.otlp_timeout_s)
+        return OTLPJsonHttpExporter(endpoint, env_headers("TRACES") if headers is None else headers, s.otlp_timeout_s)
     from .export._http_proto import OTLPProtoHttpExporter, http_target
 
     url, all_headers = http_target(endpoint, headers)
