@@ -12,6 +12,7 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
@@ -26,9 +27,9 @@ from .config._options import Options, settings_from_options
 from .config._settings import DEFAULT_FILE, Settings
 from .config._watchdog import WatchdogSettings
 from .core import _tracer
-from .core._guard import internal_error, logger
+from .core._guard import after_fork_in_child, internal_error, logger
 from .core._recorder import Recorder
-from .core._state import Saved, state
+from .core._state import Saved, forked_worker, state
 from .export._file import OTLPJsonFileExporter
 from .export._keep import SampleKeeper
 from .export._pipeline import PipelineProvider, RecordPipeline
@@ -77,6 +78,12 @@ class Handle:
         self._closed = False
         self._parent: Handle | None = None  # the handle that was current when this one was configured
         self._saved: Saved | None = None  # what configure() replaced, restored by shutdown()
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        """In a forked child: the resource names this process (:func:`_fork_identity`)."""
+        if self.provider is not None and not self._closed:
+            _fork_identity(self.provider.resource)
 
     live: Any = None
     """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
@@ -530,6 +537,22 @@ def _resource(s: Settings) -> tuple[Settings, Resource]:
         resource = resource.merge(Resource({"service.name": "otel-agentloop"}))
     service_name = str(resource.attributes["service.name"])
     return dataclasses.replace(s, run_id=run_id, run_attempt=run_attempt, service_name=service_name), resource
+
+
+def _fork_identity(resource: Resource) -> None:
+    """In a forked child, make ``resource`` carry this process's ``process.pid`` and ``rl.worker``
+    (:func:`~otel_agentloop.core._state.forked_worker`), not the parent's. Changed in place: the one object is
+    shared by the provider, its tracers, the fast path's recorder, the step summaries' tracer and the meter
+    provider, and every one of them must see it (``Resource`` has no public way to change it)."""
+    attrs = dict(resource.attributes)
+    parent, pid = attrs.get("process.pid"), os.getpid()
+    if type(parent) is not int or parent == pid:
+        return
+    attrs["process.pid"] = pid
+    worker = attrs.get(sc.RL_WORKER)
+    if isinstance(worker, str):
+        attrs[sc.RL_WORKER] = forked_worker(worker, parent, pid)
+    resource._attributes = BoundedAttributes(attributes=attrs, immutable=True)  # pyright: ignore[reportPrivateUsage]
 
 
 def _provider(
