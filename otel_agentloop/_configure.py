@@ -81,9 +81,13 @@ class Handle:
         after_fork_in_child(self, "_after_fork")
 
     def _after_fork(self) -> None:
-        """In a forked child: the resource names this process (:func:`_fork_identity`)."""
-        if self.provider is not None and not self._closed:
-            _fork_identity(self.provider.resource)
+        """In a forked child: the resource names this process (:func:`_fork_identity`), and so does the worker
+        name this handle's shutdown restores."""
+        if self.provider is None or self._closed:
+            return
+        parent = _fork_identity(self.provider.resource)
+        if parent is not None and self._saved is not None:
+            self._saved = self._saved._replace(worker=forked_worker(self._saved.worker, parent, os.getpid()))
 
     live: Any = None
     """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
@@ -539,20 +543,22 @@ def _resource(s: Settings) -> tuple[Settings, Resource]:
     return dataclasses.replace(s, run_id=run_id, run_attempt=run_attempt, service_name=service_name), resource
 
 
-def _fork_identity(resource: Resource) -> None:
+def _fork_identity(resource: Resource) -> int | None:
     """In a forked child, make ``resource`` carry this process's ``process.pid`` and ``rl.worker``
-    (:func:`~otel_agentloop.core._state.forked_worker`), not the parent's. Changed in place: the one object is
-    shared by the provider, its tracers, the fast path's recorder, the step summaries' tracer and the meter
-    provider, and every one of them must see it (``Resource`` has no public way to change it)."""
+    (:func:`~otel_agentloop.core._state.forked_worker`), not the parent's; the parent's pid (``None``: nothing
+    changed). Changed in place: the one object is shared by the provider, its tracers, the fast path's
+    recorder, the step summaries' tracer and the meter provider, and every one of them must see it
+    (``Resource`` has no public way to change it)."""
     attrs = dict(resource.attributes)
     parent, pid = attrs.get("process.pid"), os.getpid()
     if type(parent) is not int or parent == pid:
-        return
+        return None
     attrs["process.pid"] = pid
     worker = attrs.get(sc.RL_WORKER)
     if isinstance(worker, str):
         attrs[sc.RL_WORKER] = forked_worker(worker, parent, pid)
     resource._attributes = BoundedAttributes(attributes=attrs, immutable=True)  # pyright: ignore[reportPrivateUsage]
+    return parent
 
 
 def _provider(

@@ -19,8 +19,9 @@ from otel_agentloop.analysis import read_jsonl
 pytestmark = pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 
 
-def _fork_and_trace(path: str, **options: Any) -> int:
-    """Configure, trace sample 0 here, sample 1 in a forked child, then sample 2 here; the child's pid."""
+def _fork_and_trace(path: str, *, reconfigure: bool = False, **options: Any) -> int:
+    """Configure, trace sample 0 here, sample 1 in a forked child, then sample 2 here; the child's pid. With
+    ``reconfigure`` the child then shuts its handle down and traces sample 3 through a new plain one."""
     handle = oal.configure("fork-identity", file=path, set_global=False, schedule_delay_s=0.05, **options)
     try:
         with oal.sample(0, step=1):
@@ -32,6 +33,12 @@ def _fork_and_trace(path: str, **options: Any) -> int:
                 with oal.sample(1, step=1):
                     pass
                 code = 0 if handle.force_flush(5) and handle.stats["exported"] >= 1 else 2
+                if reconfigure:
+                    handle.shutdown(5)  # restores the worker name configure() replaced: the child's own
+                    again = oal.configure("fork-identity", file=path, set_global=False)
+                    with oal.sample(3, step=1):
+                        pass
+                    again.shutdown(5)
             finally:
                 os._exit(code)
         _, status = os.waitpid(pid, 0)
@@ -70,7 +77,9 @@ def test_a_forked_childs_spans_carry_its_pid_and_worker(tmp_path, fast_path: boo
 
 def test_a_worker_name_the_user_chose_gets_the_childs_pid(tmp_path) -> None:
     path = str(tmp_path / "fork.jsonl")
-    child = _fork_and_trace(path, worker="rollout-a")
+    child = _fork_and_trace(path, reconfigure=True, worker="rollout-a")
     samples = _samples(path)
     assert samples[0].attributes[sc.RL_WORKER] == samples[2].attributes[sc.RL_WORKER] == "rollout-a"
     assert samples[1].attributes[sc.RL_WORKER] == f"rollout-a:{child}"
+    assert samples[3].attributes[sc.RL_WORKER] == f"{socket.gethostname()}:{child}"
+    assert samples[3].resource["process.pid"] == child
