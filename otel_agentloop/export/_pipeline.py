@@ -236,7 +236,12 @@ class RecordPipeline(StepHooks):
     def _ended(self, span: FastSpan) -> None:
         finalize(span)
         foreign = self.foreign
-        sdk = foreign.start(span) if foreign.processors else None  # before any on_end: all see their edits
+        sdk = None
+        if foreign.processors:
+            try:
+                sdk = foreign.start(span)  # before any on_end: every processor and exporter sees the edits
+            except Exception:  # the span still reaches the metrics and the library's exporters
+                internal_error("RecordPipeline.foreign")
         for p in self._order:
             if p is foreign:
                 if sdk is not None:
