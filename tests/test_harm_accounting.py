@@ -406,3 +406,41 @@ def test_stats_add_up_while_the_exporter_works_through_its_queue(
         handle.shutdown(2)
     assert readings > 0 and not wrong, (readings, wrong[:3])
     assert wait_for(lambda: len(rec.records) == made, 10, 0.05)
+
+
+class ManyAttributes(SpanProcessor):
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        for i in range(30):
+            span.set_attribute(f"p{i}", i)
+
+
+def test_processor_edits_over_the_count_limit_keep_the_identity(
+    monkeypatch: pytest.MonkeyPatch, receiver: tuple[Receiver, str]
+) -> None:
+    """A processor's edits past the attribute count limit evict the oldest attributes, then the sample's identity
+    is written back, on both paths alike: the exported spans are the same."""
+    monkeypatch.setenv("OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT", "2")
+    rec, endpoint = receiver
+    exported: dict[bool, dict[str, dict[str, Any]]] = {}
+    for fast_path in (True, False):
+        handle = oal.configure(
+            "limit",
+            endpoint=endpoint,
+            protocol="grpc",
+            processors=[ManyAttributes()],
+            set_global=False,
+            fast_path=fast_path,
+        )
+        with oal.step(7), oal.sample(3, 1):
+            _lookup()
+        assert handle.force_flush(5)
+        assert wait_for(lambda: len(rec.records) == 3, 5, 0.05)
+        handle.shutdown(2)
+        exported[fast_path] = {r.name: r.attributes for r in rec.records}
+        rec.records.clear()
+    for name, attrs in exported[True].items():
+        assert attrs == exported[False][name], name
+        assert attrs["rl.step"] == 7, (name, attrs)
+        assert "p29" in attrs and "p0" not in attrs
+    tool = exported[True]["execute_tool lookup"]
+    assert tool["rl.sample.index"] == 3 and tool["rl.sample.rollout_n"] == 1

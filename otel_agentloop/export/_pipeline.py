@@ -27,6 +27,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.trace import SpanKind
 
+from ..core._errors import IDENTITY_KEYS
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import UNSET, FastSpan
 from ..core._recorder import Recorder
@@ -134,11 +135,17 @@ class _Foreign(SpanProcessor):
         record = self._starting
         if parent_context is None and record is not None:
             parent_context = getattr(record, "parent_context", None)  # the context the record started in
+        attrs = span.attributes or {}
+        identity = {key: attrs[key] for key in IDENTITY_KEYS if key in attrs}
         for p in self.processors:
             try:
                 p.on_start(span, parent_context)
             except Exception:
                 internal_error(f"{type(p).__name__}.on_start")
+        attrs = span.attributes or {}
+        for key, value in identity.items():  # evicted or changed by an edit: written back, as the SDK path does
+            if attrs.get(key) != value:
+                span.set_attribute(key, value)
 
     def on_end(self, span: ReadableSpan) -> None:
         if self._starting is not None:
