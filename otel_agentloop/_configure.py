@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -16,7 +17,7 @@ from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from . import semconv as sc
@@ -35,7 +36,7 @@ from .export._keep import SampleKeeper
 from .export._pipeline import PipelineProvider, RecordPipeline
 from .export._processor import ExportProcessor
 from .export._processor import timeout_s as _timeout_s
-from .export._sampling import BudgetSampler
+from .export._sampling import BudgetSampler, RecordingSampler
 from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
 from .metrics import _otel as _otel_metrics
@@ -191,14 +192,23 @@ class Handle:
     def stats(self) -> dict[str, int]:
         """Export counters summed over exporters (``queued``, ``exported``, ``dropped``, ``failed``, ``pending``),
         the keeper's (``kept_slowest``, ``kept_errors``, ``samples_not_kept``, ``samples_spilled``, buffered)
-        and the metrics processor's counters."""
+        and the metrics processor's counters.
+
+        One accounting: at any moment every sampled span that ended is in exactly one of ``exported``,
+        ``failed``, ``dropped`` or ``pending``, once per exporter. ``pending`` includes the fast path's queue
+        (spans not yet handed to the exporters); ``dropped`` includes the spans that queue lost (ended after
+        shutdown). The export counters are read under the fast path's queue lock, which the pipeline holds
+        while it hands spans over, so none is counted twice or missed."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
-        for proc in self.export_processors:
-            for key, value in proc.stats.items():
-                out[key] += value
         pipeline = self._pipeline
-        if pipeline is not None:  # spans ended after shutdown, never handed to an exporter
-            out["dropped"] += pipeline.recorder.dropped
+        with pipeline.recorder.lock if pipeline is not None else contextlib.nullcontext():
+            for proc in self.export_processors:
+                for key, value in proc.stats.items():
+                    out[key] += value
+            if pipeline is not None:  # each exporter would have received these: counted once per exporter
+                exporters = len(self.export_processors)
+                out["pending"] += pipeline.recorder.waiting() * exporters
+                out["dropped"] += pipeline.recorder.dropped * exporters
         if self.keeper is not None:
             out.update(self.keeper.stats)
         if self.summaries is not None:
@@ -572,7 +582,8 @@ def _provider(
     # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
     inner = options.get("sampler") or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
-    effective = BudgetSampler(inner, budget) if selective else inner
+    recording = RecordingSampler(inner)  # the spans the metrics read are never dropped, only not exported
+    effective: Sampler = BudgetSampler(recording, budget) if selective else recording
     provider = PipelineProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
     if s.fast_path:
         _fast_path(provider, metrics, limits, s)
