@@ -7,13 +7,14 @@ of a user's SDK span or of a remote context) asks the provider's sampler, exactl
 it answers DROP, the caller falls back to the SDK (a non-recording span).
 
 End (:meth:`Recorder.finish`): the one place a fast-path span ends: error recorded, identity restored if a
-count limit would evict it, end time on the span's monotonic timeline, the in-flight registry told, the span
-queued. The queue is drained off the hot path by the export pipeline (``export._pipeline``), which applies the
-span limits, feeds the metrics and hands the spans to the exporters; ``wake`` is called when it reaches
-``batch`` spans. It is bounded (``max_queue``): when it is full, the span's thread drains it first
-(``overflow``: the metrics stay exact, the exporters' own bounded queues drop and count what they cannot take);
-after shutdown (``closed``) sampled spans are counted in ``dropped``, start markers never. Until the pipeline
-takes them, the queued sampled spans are ``pending`` in ``Handle.stats`` (:meth:`waiting`).
+count limit evicted anything (``FastSpan.restore_identity``), end time on the span's monotonic timeline, the
+in-flight registry told, the span queued. The queue is drained off the hot path by the export pipeline
+(``export._pipeline``), which bounds the attributes a span started with, feeds the metrics and hands the spans
+to the exporters; ``wake`` is called when it reaches ``batch`` spans. It is bounded (``max_queue``): when it is
+full, the span's thread drains it first (``overflow``: the metrics stay exact, the exporters' own bounded queues
+drop and count what they cannot take); after shutdown (``closed``) sampled spans are counted in ``dropped``,
+start markers never. Until the pipeline takes them, the queued sampled spans are ``pending`` in
+``Handle.stats`` (:meth:`waiting`).
 """
 
 from __future__ import annotations
@@ -21,7 +22,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.context import Context, get_current
@@ -33,7 +34,7 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace import Span as ApiSpan
 
 from ._clock import monotonic_ns
-from ._errors import IDENTITY_KEYS, mark_error
+from ._errors import mark_error
 from ._guard import after_fork_in_child, internal_error
 from ._record import FastSpan
 
@@ -111,7 +112,7 @@ class Recorder:
             span = self._sampled(name, attributes, start_ns, parent, context, links)
         if self.keep_context and span is not None:
             # an instance attribute (FastSpan's instance dict): read back by export._pipeline, then freed
-            span.parent_context = context if context is not None else get_current()  # type: ignore[attr-defined]
+            span.parent_context = context if context is not None else get_current()
         return span
 
     def _sampled(
@@ -156,8 +157,12 @@ class Recorder:
             if exc is not None:
                 mark_error(span, exc)
             limit = self.max_attributes
-            if limit is not None and span.started is not None and len(span.attributes) > limit:
-                _restore_identity(span, span.started, limit)
+            if (
+                limit is not None
+                and span.started is not None
+                and (span.dropped_attributes or len(span.attributes) > limit)
+            ):
+                span.restore_identity(span.started)
             if end_time is None:
                 offset = span.offset
                 end_time = monotonic_ns() + offset if offset is not None else time.time_ns()
@@ -206,23 +211,6 @@ class Recorder:
         while the caller holds :attr:`lock` and no other thread ends a span: the pipeline hands a drained batch
         over under that lock, so no span is between the queue and the exporters then."""
         return sum(1 for item in list(self.queue) if type(item) is not tuple and item.flags & 1)
-
-
-def _restore_identity(span: FastSpan, started: Mapping[str, object], limit: int) -> None:
-    """Before a span with more attributes than ``limit`` ends: write back each identity attribute the SDK would
-    have evicted (the oldest go first) or that was changed, which makes it the newest, as
-    :func:`~otel_agentloop.core._errors.restore_identity` does for an SDK span."""
-    attrs = span.attributes
-    if not span.owned:
-        attrs = span.attributes = dict(attrs)
-        span.owned = True
-    for key in IDENTITY_KEYS:
-        if key not in started:
-            continue
-        kept = list(attrs)[-limit:] if limit else []  # what a count limit keeps: the newest
-        if key not in kept or attrs[key] != started[key]:
-            attrs.pop(key, None)
-            attrs[key] = started[key]
 
 
 def _nothing() -> None:

@@ -176,13 +176,13 @@ def _events(events: Sequence[Any]) -> str:
     )
 
 
-def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int]]) -> str:
-    """A fast-path record's events: ``(name, attributes, time_ns)``."""
+def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int, int]]) -> str:
+    """A fast-path record's events: ``(name, attributes, time_ns, dropped_attributes)``."""
     return (
         ',"events":['
         + ",".join(
             f'{{"name":{_quote(name)},"timeUnixNano":"{ts}","attributes":{_attrs(attrs)}}}'
-            for name, attrs, ts in events
+            for name, attrs, ts, _ in events
         )
         + "]"
     )
