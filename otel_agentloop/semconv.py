@@ -156,3 +156,34 @@ STEP_SUMMARY_SPAN: Final = "rl.step.summary"
 the compact record the run page and ``report --compare`` read instead of the step's sample spans."""
 RL_STEP_SUMMARY: Final = "rl.step.summary"
 """On a :data:`STEP_SUMMARY_SPAN`: the step's :class:`~otel_agentloop.metrics.StepSummary` as versioned JSON."""
+
+# -- inside a generation turn: the inference engine's own timing (issue 28) -----------------------
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+"""GenAI convention: the engine's request id of the turn (vLLM's ``request_id``, SGLang's ``rid``)."""
+RL_ENGINE_NAME: Final = "rl.engine.name"
+"""The inference engine that served the turn: ``vllm`` or ``sglang``."""
+RL_ENGINE_QUEUE_S: Final = "rl.engine.queue_s"
+"""Seconds the turn's request waited in the engine's queue before it was scheduled (vLLM's
+``gen_ai.latency.time_in_queue``)."""
+RL_ENGINE_TTFT_S: Final = "rl.engine.time_to_first_token_s"
+"""Seconds from the engine's arrival of the request to its first output token."""
+RL_ENGINE_PREFILL_S: Final = "rl.engine.prefill_s"
+"""Seconds the engine spent prefilling the prompt (scheduled to first token)."""
+RL_ENGINE_DECODE_S: Final = "rl.engine.decode_s"
+"""Seconds the engine spent decoding (first to last token)."""
+RL_ENGINE_PREEMPTIONS: Final = "rl.engine.preemptions"
+"""Times the engine preempted the request, where it reports it (also summed into :data:`RL_NUM_PREEMPTED`)."""
+ENGINE_ATTRIBUTES: Final = (
+    GEN_AI_RESPONSE_ID,
+    RL_ENGINE_NAME,
+    RL_ENGINE_QUEUE_S,
+    RL_ENGINE_TTFT_S,
+    RL_ENGINE_PREFILL_S,
+    RL_ENGINE_DECODE_S,
+    RL_ENGINE_PREEMPTIONS,
+)
+"""What a generation turn span may carry of the engine's timing, besides ``gen_ai.usage.*_tokens`` and
+``gen_ai.response.finish_reasons``. Seconds are floats; an attribute the engine does not report is absent."""
+ENGINE_METRIC: Final = "engine"
+"""Per step, ``agent_loop/engine/{queue_s,time_to_first_token_s,decode_s,output_tokens,decode_tokens_per_s}/
+{p50,p90,p99,max}`` over the step's generation turns that carry the engine's timing."""
