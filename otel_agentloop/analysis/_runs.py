@@ -195,7 +195,7 @@ def select_run(
     runs = group_runs(records)
     if not runs:
         if run_id is not None:
-            raise RunNotFoundError(f"no run {printable(run_id)!r}: the source holds no spans")
+            raise RunNotFoundError(f"no run '{printable(run_id)}': the source holds no spans")
         return None
     if key is not None:
         found = [r for r in runs if r.key == key]
@@ -205,7 +205,7 @@ def select_run(
         found = [r for r in runs if r.named(run_id)] or [r for r in runs if not r.has_id and r.label == run_id]
     if not found:
         known = ", ".join(printable(r.label, max_chars=MAX_ID_CHARS) for r in runs[:20])
-        raise RunNotFoundError(f"no run {printable(run_id or '')!r} (runs: {known})")
+        raise RunNotFoundError(f"no run '{printable(run_id or '')}' (runs: {known})")
     run = found[0]
     kept, rerun = latest_attempts(run.records, run.attempts)
     return Selection(run, kept, rerun, len(runs) - 1)
