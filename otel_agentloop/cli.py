@@ -78,7 +78,7 @@ def _nothing(args: argparse.Namespace, jaeger: JaegerSource | None, found: list[
     if jaeger is None:
         return f"{what} found in {printable(args.file, 200)}; {runs_text(found)}"
     if not found and args.step is not None:  # the search was for that step: list the steps there are
-        found = jaeger.search(_note, operation=sc.STEP_SUMMARY_SPAN)
+        found = jaeger.search(_note, operation=sc.STEP_SUMMARY_SPAN) or jaeger.search(_note)
     if not found:
         return jaeger.nothing(what)
     return f"{what} found in Jaeger {printable(jaeger.label, 300)} over {jaeger.window_text()}; {runs_text(found)}"
@@ -166,7 +166,7 @@ def _report_step(
     view = build_step_view(loaded, step, args.validate, verdicts) if (args.html or args.timeline_png) else None
     if not len(report.table) and not (view and view.samples):
         kind = " (validation)" if args.validate else ""
-        say(f"report: no samples for step {step}{kind} (found steps: {steps_text(available)})", err=True)
+        say(f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True)
         return 1
     written = []
     if view is not None and args.html:

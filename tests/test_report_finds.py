@@ -110,7 +110,7 @@ def test_help_shows_every_default(tmp_path: Path, command: str) -> None:
 def test_found_steps_lists_each_step_once_and_marks_validation(demo: Path) -> None:
     rc, _, err = _report(demo, "--step", "7")
     assert rc == 1
-    assert _one_line(err) == "report: no samples for step 7 (found steps: 1, 2, 3; validation: 2)"
+    assert _one_line(err) == "report: no samples for step 7 in run.jsonl (found steps: 1, 2, 3; validation: 2)"
 
 
 def test_compare_with_a_missing_step_lists_the_steps_there_are(demo: Path) -> None:

@@ -30,7 +30,7 @@ from ._report import stored_summaries, summary_of
 from ._runs import Run, RunNotFoundError, RunSteps, StepKey, format_table, group_runs, runs_table, select_run
 from ._source import JaegerSource, NothingFoundError, jaeger_error_line, runs_text
 from ._step_view import is_snapshot
-from ._terminal import printable, say, say_json
+from ._terminal import counted, printable, say, say_json
 from ._timeline_html import write_step_pages
 
 FULL_READ_BYTES = 256 << 20
@@ -371,7 +371,10 @@ def _write_run_page(
 
     jaeger_ui = jaeger_ui_base(args.jaeger_ui)
     write_run_page(steps, args.html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
-    say(f"run page written to {args.html} ({len(steps.summaries)} steps, {len(pages)} timeline pages)")
+    say(
+        f"run page written to {args.html} ({counted(len(steps.summaries), 'step')}, "
+        f"{counted(len(pages), 'timeline page')})"
+    )
     return 0
 
 
