@@ -261,9 +261,11 @@ def run_steps(
     missing = _gaps(summaries) if not spans_read else []
     if missing:
         shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+        one = len(missing) == 1
         notes.append(
-            f"steps {shown} have no stored summary and are not shown (their sample spans were not read; "
-            "report --step N reads a step's spans)"
+            f"{'step' if one else 'steps'} {shown} {'has' if one else 'have'} no stored summary and "
+            f"{'is' if one else 'are'} not shown (only step summaries were read; report --step N reads a step's "
+            "spans)"
         )
     ordered = dict(sorted(summaries.items()))
     return RunSteps(selection.run, ordered, rebuilt, by_step, notes)

@@ -32,6 +32,8 @@ from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._jaeger import JaegerClient
 from otel_agentloop.analysis._source import EPOCH
 
+from ..test_runs import DRIVER
+
 SAMPLES = 12
 AGE = timedelta(days=3)
 
@@ -196,3 +198,28 @@ def test_run_page_from_jaeger_has_its_step_pages_and_no_false_warning(stack, tmp
         "run.steps/step-1.html",
         "run.steps/step-2.html",
     ]
+
+
+def test_run_page_from_summaries_warns_of_the_steps_without_one(stack, tmp_path) -> None:
+    """Summaries of steps 1 and 3 only (the live side wrote none for step 2): the page and stderr name step 2."""
+    service = f"gap-{uuid.uuid4().hex[:6]}"
+    (tmp_path / "driver.py").write_text(DRIVER.replace("for step in (1, 2, 3):", "for step in (1, 3):"))
+    env = _env(OTEL_SERVICE_NAME=service)
+    out = subprocess.run(
+        [sys.executable, "driver.py", "gap", stack.otlp_grpc_endpoint],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=60,
+    )  # fmt: skip
+    assert out.returncode == 0, out.stderr
+    client = JaegerClient(stack.jaeger_url)
+    client.wait_for(
+        lambda: client.find_all_traces(service, EPOCH, datetime.now(timezone.utc)).resource_spans,
+        lambda rs: sum(r.name == sc.STEP_SUMMARY_SPAN for r in decode_resource_spans(rs)) == 2,
+        60,
+    )
+    page = _report(stack, tmp_path, "--run", "--html", "run.html", "--step-pages", "0", env=env)
+    assert page.returncode == 0, page.stderr
+    warning = (
+        "report: step 2 has no stored summary and is not shown (only step summaries were read; report --step N "
+        "reads a step's spans)"
+    )
+    assert warning in page.stderr.splitlines(), page.stderr
