@@ -321,10 +321,13 @@ def build_parser() -> argparse.ArgumentParser:
     sim.add_argument(
         "--file",
         type=_output_file,
-        help="also write OTLP-JSON lines here (default: none; without an endpoint, ./otel-agentloop-traces.jsonl)",
+        help="also write OTLP-JSON lines here (default: OTEL_AGENTLOOP_FILE; without an endpoint, "
+        "./otel-agentloop-traces.jsonl)",
     )
     sim.add_argument(
-        "--trace-per", choices=("sample", "step"), help="one trace per sample or per step (default: per sample)"
+        "--trace-per",
+        choices=("sample", "step"),
+        help="one trace per sample or per step (default: OTEL_AGENTLOOP_TRACE_PER, else sample)",
     )
     sim.add_argument("--png", type=_output_file, help="write the slowest sample's waterfall as a PNG")
     sim.add_argument("--json", action="store_true", help="print the metric dicts as JSON")
