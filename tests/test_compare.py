@@ -287,7 +287,9 @@ def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     cwd, _ = slow_search
     out = _report(cwd, "--compare", "2", "9")
     assert out.returncode == 1 and out.stdout == ""
-    assert out.stderr.strip() == "report: no summary or sample spans for step 9"
+    assert out.stderr.strip() == (
+        "report: no summary or sample spans for step 9 (steps with a summary or sample spans: 1, 2, 3, 4, 5)"
+    )
     out = _report(cwd, "--compare", "2")
     assert out.returncode == 2 and "--compare: expected 2 arguments" in out.stderr
     out = _report(cwd, "--compare", "2", "5", "--json", "--html", str(cwd / "no-such-folder" / "c.html"))
@@ -376,6 +378,7 @@ def test_compare_validation_passes_of_the_demo(tmp_path) -> None:
         assert metrics[gen_max] != training[gen_max]  # the validation pass is its own data
     assert "(validation)" in _report(tmp_path, "--compare", "2", "4", "--validate").stdout.splitlines()[0]
     missing = _report(tmp_path, "--compare", "1", "2", "--validate")
-    assert (
-        missing.returncode == 1 and missing.stderr.strip() == "report: no validation summary or sample spans for step 1"
+    assert missing.returncode == 1 and missing.stderr.strip() == (
+        "report: no validation summary or sample spans for step 1 (steps with a summary or sample spans: 1, 2, 3, 4; "
+        "validation: 2, 4)"
     )

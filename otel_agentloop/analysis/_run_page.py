@@ -162,7 +162,7 @@ _PAGE = (
 <div class="chart" id="tools"></div></section>
 <section class="panel wide" id="stale-panel" hidden><h2>Staleness per step (mean and max)</h2>
 <div class="chart short" id="stale"></div></section>
-<section class="panel wide"><h2>Steps</h2><p class="hint">Click a step to open its timeline page.
+<section class="panel wide"><h2>Steps</h2><p class="hint"><span id="steps-hint"></span>
 The slowest sample is verl's (argmax of generation + tool + reward seconds).</p>
 <div class="tablebox"><table id="steps"><thead></thead><tbody></tbody></table></div></section>
 <section class="panel wide" id="val-panel" hidden><h2>Validation passes</h2>
@@ -253,12 +253,17 @@ _JS = r"""
     if (!x.r[F.validate]) wall += x.r[F.wall_s];
   });
   var first = train.length ? train[0].r[F.step] : null, last = train.length ? train[train.length - 1].r[F.step] : null;
-  document.getElementById("title").textContent = "Run " + D.run + ": " + train.length + " training steps" +
-    (train.length ? " (" + first + " to " + last + ")" : "") + (val.length ? " and " + val.length +
-    " validation passes" : "");
-  document.getElementById("summary").textContent = samples + " samples · " + failed + " failed · " + hung +
+  var counted = function (n, noun, plural) { return n + " " + (n === 1 ? noun : plural || noun + "s"); };
+  document.getElementById("title").textContent = "Run " + D.run + ": " + counted(train.length, "training step") +
+    (train.length ? " (" + first + " to " + last + ")" : "") +
+    (val.length ? " and " + counted(val.length, "validation pass", "validation passes") : "");
+  document.getElementById("summary").textContent = counted(samples, "sample") + " · " + failed + " failed · " + hung +
     " hung · " + slowN + " slow · rollout wall time " + secs(wall) + " in all · service " + D.service +
     (D.attempts.length > 1 ? " · attempts " + D.attempts.join(", ") : "") + (D.source ? " · from " + D.source : "");
+  var paged = all.filter(function (x) { return x.r[F.page]; }).length;
+  document.getElementById("steps-hint").textContent = paged === all.length ? "Click a step to open its timeline page." :
+    paged ? "Click a step to open its timeline page (" + paged + " of " + all.length + " steps have one here)." :
+    "No step timeline pages were written with this page (--step-pages); click a step for the command that makes one.";
   var notes = document.getElementById("notes");
   D.notes.forEach(function (n) { notes.appendChild(h("li", null, n)); });
 
@@ -482,6 +487,11 @@ _JS = r"""
           var j = h("a", "jaeger-link", " Jaeger");
           j.setAttribute("href", D.jaeger + "/trace/" + encodeURIComponent(r[F.slowest_trace]));
           j.target = "_blank"; j.rel = "noopener noreferrer"; trace.appendChild(j);
+        } else if (r[F.page]) {  // the sample's waterfall on the step's timeline page
+          var w = h("a", "trace-link", " waterfall");
+          w.setAttribute("href", r[F.page] + "#trace=" + encodeURIComponent(r[F.slowest_trace]) + "&sample=" +
+            r[F.slowest_index] + "/" + r[F.slowest_rollout]);
+          trace.appendChild(w);
         }
       } else trace.textContent = "-";
       row.appendChild(trace);

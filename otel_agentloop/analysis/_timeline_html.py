@@ -4,7 +4,8 @@ Every sample of a step is a row on one time axis (the tail first: hung samples, 
 first), its phase spans
 coloured by ``rl.phase`` and overlapping ones (parallel tool calls) in separate lanes; failed samples, error spans,
 hung and slow samples are marked. Hovering shows the sample's identity and phase times, clicking shows its
-waterfall and a link to the trace in Jaeger; per-phase histograms sit beside it.
+waterfall (and a link to the trace in the Jaeger UI named with ``--jaeger-ui``); per-phase histograms sit beside it.
+``step.html#trace=ID&sample=I/R`` opens with that sample's waterfall shown: the run and compare pages link there.
 
 Safety: the data travels as JSON in a ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
 escaped, and the page's script writes every string through ``textContent``/``setAttribute`` (never HTML), so span
@@ -14,11 +15,13 @@ names and attributes cannot inject markup. The Jaeger link is only made for an h
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import semconv as sc
+from ..metrics._records import SpanRecord
 from ._html import HEAD, fill, jaeger_ui_base, write_page
-from ._step_view import StepView
+from ._step_view import StepView, build_step_view, is_snapshot
 
 _MS = 1e6  # ns per ms
 
@@ -124,6 +127,34 @@ def render_html(view: StepView, *, source: str = "", jaeger_ui: str | None = Non
 def write_html(view: StepView, path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None) -> str:
     """Write the page to ``path``; returns the path."""
     return write_page(path, render_html(view, source=source, jaeger_ui=jaeger_ui))
+
+
+def step_page_name(key: tuple[int, bool]) -> str:
+    return f"step-{key[0]}{'-validation' if key[1] else ''}.html"
+
+
+def write_step_pages(
+    spans: Mapping[tuple[int, bool], Sequence[SpanRecord]],
+    page: str,
+    *,
+    source: str = "",
+    jaeger_ui: str | None = None,
+) -> dict[tuple[int, bool], str]:
+    """The timeline pages of the steps in ``spans`` (step key -> that step's records) that have sample spans or
+    snapshots, written in a folder beside the page ``page`` (``run.html`` -> ``run.steps/step-3.html``); returns
+    their paths relative to ``page``'s folder. Their traces link here (``step-3.html#trace=ID``) by default."""
+    folder_name = os.path.splitext(os.path.basename(page))[0] + ".steps"
+    folder = os.path.join(os.path.dirname(page) or ".", folder_name)
+    written: dict[tuple[int, bool], str] = {}
+    for key, records in spans.items():
+        if not any(r.name == sc.SAMPLE_SPAN or is_snapshot(r) for r in records):
+            continue
+        if not os.path.isdir(folder):
+            os.mkdir(folder)  # beside the page, whose folder exists
+        view = build_step_view(records, key[0], key[1])
+        write_html(view, os.path.join(folder, step_page_name(key)), source=source, jaeger_ui=jaeger_ui)
+        written[key] = f"{folder_name}/{step_page_name(key)}"
+    return written
 
 
 _PAGE = (
@@ -264,7 +295,7 @@ _JS = r"""
 
   // -- rows --------------------------------------------------------------------------------------
   var rows = document.getElementById("rows"), tip = document.getElementById("tip");
-  var selectedRow = null;
+  var selectedRow = null, found = {};
   D.samples.forEach(function (s, n) {
     var row = h("div", "row" + (s.st === "hung" ? " hung" : "") + (s.st === "failed" ? " failed" : ""));
     row.setAttribute("data-sample", s.i + "/" + s.r);
@@ -302,7 +333,22 @@ _JS = r"""
     row.addEventListener("mouseleave", function () { tip.hidden = true; });
     row.addEventListener("click", function () { select(s, row); });
     rows.appendChild(row);
+    found[s.i + "/" + s.r] = found[s.i + "/" + s.r] || [s, row];
+    found[s.tid] = found[s.tid] || [s, row];
   });
+
+  // -- a link to one sample's waterfall: page.html#trace=ID&sample=I/R (the sample wins; a trace holds several
+  // samples with --trace-per step) ----------------------------------------------------------------------------
+  function fromHash() {
+    var want = {};
+    window.location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
+      var at = kv.indexOf("="); if (at > 0) want[kv.slice(0, at)] = decodeURIComponent(kv.slice(at + 1));
+    });
+    var hit = (want.sample && found[want.sample]) || (want.trace && found[want.trace]);
+    if (!hit) return;
+    select(hit[0], hit[1]); hit[1].scrollIntoView({block: "center"});
+  }
+  window.addEventListener("hashchange", fromHash);
 
   function showTip(s, ev) {
     tip.replaceChildren();
@@ -372,10 +418,12 @@ _JS = r"""
     d.appendChild(h("h2", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
     var ids = h("div", "ids"); ids.appendChild(h("span", "trace-id", s.tid)); d.appendChild(ids);
     d.appendChild(h("div", null, stateText(s) + " · gen+tool+score " + secs(s.tot)));
+    var own = h("a", "trace-link", "link to this waterfall");
+    own.href = "#trace=" + encodeURIComponent(s.tid) + "&sample=" + s.i + "/" + s.r; d.appendChild(own);
     if (D.jaeger) {
       var a = h("a", "jaeger-link", "open this trace in Jaeger");
       a.href = D.jaeger + "/trace/" + encodeURIComponent(s.tid); a.target = "_blank"; a.rel = "noopener noreferrer";
-      d.appendChild(a);
+      d.appendChild(document.createTextNode(" · ")); d.appendChild(a);
     }
     var wf = h("div", "waterfall"), t0 = Math.min.apply(null, s.wf.map(function (w) { return w[2]; }));
     var t1 = Math.max.apply(null, s.wf.map(function (w) { return w[3]; })), tot = Math.max(t1 - t0, 1e-3);
@@ -397,5 +445,6 @@ _JS = r"""
     });
     d.appendChild(wf);
   }
+  fromHash();
 })();
 """
