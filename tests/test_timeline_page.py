@@ -2,9 +2,9 @@
 
 Debian's ``chromium`` driven by selenium through Debian's ``chromium-driver`` (``make browser``, a step of
 ``make test``, installs both with ``scripts/install_chromium.sh``; no test installs anything). Without them the
-browser tests skip, except under ``CI=true``, where they fail. The input is real spans: the simulated main job (``simulate --workers 0``) writing a trace file, and a
-step run in-process with the library where one sample really hangs and one is slow, each snapshotted while
-still open the way the watchdog does (``rl.snapshot``).
+browser tests skip, except under ``CI=true``, where they fail. The input is real spans: the simulated main job
+(``simulate --workers 0``) writing a trace file, and a step run in-process with the library where one sample
+really hangs and one is slow, each snapshotted while still open the way the watchdog does (``rl.snapshot``).
 
 The README's pictures come from the commands it names (``scripts/docs_pictures.py``), not from here.
 """
