@@ -15,7 +15,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
 SKIPPED_DIRS = frozenset(
-    {".git", ".venv", "__pycache__", ".pytest_cache", ".ruff_cache", ".mypy_cache", ".hypothesis", "node_modules"}
+    {
+        ".git",
+        ".venv",
+        "__pycache__",
+        ".pytest_cache",
+        ".ruff_cache",
+        ".mypy_cache",
+        ".import_linter_cache",
+        ".hypothesis",
+        "node_modules",
+    }
 )
 
 Snapshot = dict[str, tuple[int, int]]
