@@ -19,11 +19,18 @@ $(STAMP): pyproject.toml constraints.txt
 run: install
 	$(VENV)/bin/otel-agentloop simulate --workers 2 $(ARGS)
 
-## test: first the Go-built Jaeger + Collector (minutes, once; then cached), then the whole test suite except the
-## heavy verl stage (pytest exit 5, no tests, is a failure). The build is its own step, never inside a test timeout.
-test: install stack-build
+## test: first the Go-built Jaeger + Collector (minutes, once; then cached) and Debian's Chromium for the browser
+## tests (`make browser`), then the whole test suite except the heavy verl stage (pytest exit 5, no tests, is a
+## failure). Both are their own steps, never inside a test timeout.
+test: install stack-build browser
 	@$(PY) -m pytest $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+## browser: Debian's chromium + chromium-driver for the browser tests, when missing: apt-get install, as root or
+## through password-less sudo. Without them the browser tests skip with the reason (and fail under CI=true).
+.PHONY: browser
+browser:
+	@bash scripts/install_chromium.sh || echo "make browser: no Chromium: the browser tests will skip (fail under CI=true)" >&2
 
 ## test-verl: real verl 0.9.1 agent-loop code in its own cached venv
 test-verl:
