@@ -320,7 +320,7 @@ WORKER_VARIABLES: tuple[str, ...] = (
 """Of :data:`SDK_VARIABLES`, those handed to other processes (Ray workers) as they are (:func:`handed_over`), so
 that they sample, limit and connect as this one; ``Settings.worker_env`` hands over the settings."""
 
-TOOL_VARIABLES = ("OTEL_AGENTLOOP_CACHE", "OTEL_AGENTLOOP_DATA", "OTEL_AGENTLOOP_UPDATE_DOCS")
+TOOL_VARIABLES = tuple(f"OTEL_AGENTLOOP_{n}" for n in ("CACHE", "DATA", "RUN_DIR", "STOP_TIMEOUT"))
 """``OTEL_AGENTLOOP_*`` variables read by the repository's scripts and tests, not by the library."""
 
 DRIVER_VARIABLE = "OTEL_AGENTLOOP_DRIVER"
