@@ -41,6 +41,8 @@ QUEUE_SHARE = 0.25
 """A sample *waited in the engine queue* when its turns queued for at least this share of its generation time."""
 SLOW_DECODE = 2.0
 """A sample *decoded K times slower* when the step's median decode speed is at least this many times its own."""
+MIN_QUEUE_S = 0.01
+"""...and for at least this many seconds (shorter waits are the scheduler's normal step, not a cause)."""
 LONG_OUTPUT = 1.5
 """A sample *generated N tokens* when its output reaches the step's p90 and this many times the step's median."""
 
@@ -77,7 +79,8 @@ def cause(
     engine's timing (``engine``, ``step``), in this order:
 
     - ``waited N s in the engine queue``: its turns queued for >= :data:`QUEUE_SHARE` (25%) of its generation
-      time (the engine was saturated: more concurrent requests than ``max_num_seqs``, or preemption);
+      time and >= :data:`MIN_QUEUE_S` (10 ms) (the engine was saturated: more concurrent requests than
+      ``max_num_seqs``, or preemption);
     - ``decoded K times slower than the step's median``: its decode speed (its tokens / its decode seconds) is
       <= 1 / :data:`SLOW_DECODE` (half) the step's median turn's (a straggler replica, long-context attention);
     - ``generated N tokens (p99 of the step) at normal speed``: its output tokens reach the step's p90 (the label
@@ -90,7 +93,7 @@ def cause(
     if tool_s > generate_s:
         return f"tool {tool} {tool_s:.2f} s" if tool else f"tools {tool_s:.2f} s"
     if engine is not None and step is not None:
-        if engine.queue_s > 0 and engine.queue_s >= QUEUE_SHARE * generate_s:
+        if engine.queue_s >= MIN_QUEUE_S and engine.queue_s >= QUEUE_SHARE * generate_s:
             return f"waited {engine.queue_s:.2f} s in the engine queue"
         tps, median = engine.tokens_per_s, step.median_tokens_per_s
         if tps is not None and median is not None and tps > 0 and tps * SLOW_DECODE <= median:
