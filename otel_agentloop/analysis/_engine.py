@@ -10,11 +10,11 @@ left of the turn). The terminal waterfall, the step page, the PNG and Perfetto a
 
 from __future__ import annotations
 
-import math
 from collections.abc import Mapping
 from typing import Any
 
 from .. import semconv as sc
+from ..metrics._accumulate import engine_number
 
 ENGINE_PARTS: tuple[str, ...] = ("queue", "prefill", "decode")
 """The engine's phases inside a turn, in time order."""
@@ -23,10 +23,7 @@ Part = tuple[str, int, int]
 
 
 def _seconds(attrs: Mapping[str, Any], key: str) -> float | None:
-    value = attrs.get(key)
-    if type(value) not in (int, float) or not math.isfinite(value) or value < 0:
-        return None
-    return float(value)
+    return engine_number(attrs.get(key))
 
 
 def engine_parts(start_ns: int, end_ns: int, attrs: Mapping[str, Any]) -> list[Part]:

@@ -378,8 +378,8 @@ def _engine_events(
         start = min(max(_us(start_ns, t0), item.start), item.end)
         end = min(max(_us(end_ns, t0), start), item.end)
         if end > start:
-            event = {"name": f"engine {name}", "cat": "engine", "ph": "X", "ts": start, "dur": end - start}
-            event.update(pid=pid, tid=tid, args={"span_id": format(item.rec.span_id, "016x")})
+            event: dict[str, Any] = {"name": f"engine {name}", "cat": "engine", "ph": "X", "ts": start}
+            event.update(dur=end - start, pid=pid, tid=tid, args={"span_id": format(item.rec.span_id, "016x")})
             out.append(((tid, start, start - end, item.depth + 1, item.rec.span_id), event))
     return out
 

@@ -2,10 +2,10 @@
 
 Per training step: the rollout wall time split into the time until the median sample finished and the tail
 (median -> slowest), the slowest sample (identity, verdict, its cause in words, phase mix, trace id linked to
-Jaeger and to the step's timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and staleness; validation passes
-in a table of their own. The charts are drawn on canvas from one inline JSON block (a row of numbers per step),
-so a run of 1000 steps stays light; the step table has one row per step. Clicking a step (a chart or its row)
-opens its timeline page when one was written (``report --run --html run.html`` writes them to
+Jaeger and to the step's timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and
+staleness; validation passes in a table of their own. The charts are drawn on canvas from one inline JSON block
+(a row of numbers per step), so a run of 1000 steps stays light; the step table has one row per step. Clicking a
+step (a chart or its row) opens its timeline page when one was written (``report --run --html run.html`` writes them to
 ``run.steps/``), else shows the command that makes it.
 
 Safety as on the step page: the data is JSON in a ``<script type="application/json">`` block with ``<``, ``>``

@@ -250,6 +250,7 @@ _JS = r"""
   "use strict";
   var D = JSON.parse(document.getElementById("timeline-data").textContent);
   var PH_LABEL = {generate_sequences: "generation", tool_calls: "tool", compute_score: "reward"};
+  var ENGINE = ["queue", "prefill", "decode"];
   var span = Math.max(D.span_ms, 1e-3);
 
   function h(tag, cls, text) {
@@ -370,7 +371,6 @@ _JS = r"""
   window.addEventListener("hashchange", fromHash);
 
   // the engine's queue, prefill and decode drawn inside a turn's bar (parts: [[part, start ms, end ms], ...])
-  var ENGINE = ["queue", "prefill", "decode"];
   function engineParts(bar, parts, s, e, k) {
     if (!parts) return;
     var len = Math.max(e - s, 1e-6);

@@ -54,6 +54,16 @@ _ROW_FIELDS = (
 )
 
 
+def engine_number(value: object) -> float | None:
+    """An engine attribute's value as a float: a finite, non-negative int or float below 1e18 (``None``
+    otherwise: absent, a bool, a string, NaN, negative)."""
+    if type(value) is int or type(value) is float:
+        number = float(value)
+        if 0 <= number < 1e18:  # NaN fails this too
+            return number
+    return None
+
+
 def add_interval(blocks: list[int], start: int, end: int) -> int:
     """Merge ``[start, end]`` into ``blocks`` (flat ``[s0, e0, s1, e1, ...]``, sorted, disjoint).
 
@@ -265,12 +275,8 @@ class StepRows:
             return
         engine[0].append(r)
         for column, name in zip(engine[1:], (_EQ, _ETTFT, _EPF, _EDEC, _EOUT), strict=True):
-            value = attrs.get(name)
-            column.append(
-                float(value)
-                if type(value) in (int, float) and 0 <= value < 1e18 and value == value  # noqa: PLR0124  # not NaN
-                else _NAN
-            )
+            value = engine_number(attrs.get(name))
+            column.append(_NAN if value is None else value)
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
         """A new ``StepRows`` (``late``) holding copies of the rows of ``keys`` that exist here: what a sample

@@ -69,7 +69,12 @@ class StepEngine(NamedTuple):
 
 
 def cause(
-    *, generate_s: float, tool_s: float, score_s: float, tool: str = "", engine: EngineSample | None = None,
+    *,
+    generate_s: float,
+    tool_s: float,
+    score_s: float,
+    tool: str = "",
+    engine: EngineSample | None = None,
     step: StepEngine | None = None,
 ) -> str:
     """Why a sample took its time, in words: the one rule (``report``, the pages, ``--compare``, Perfetto).
@@ -97,7 +102,8 @@ def cause(
             return f"waited {engine.queue_s:.2f} s in the engine queue"
         tps, median = engine.tokens_per_s, step.median_tokens_per_s
         if tps is not None and median is not None and tps > 0 and tps * SLOW_DECODE <= median:
-            return f"decoded {median / tps:.1f} times slower than the step's median ({tps:.0f} vs {median:.0f} tokens/s)"
+            times = median / tps
+            return f"decoded {times:.1f} times slower than the step's median ({tps:.0f} vs {median:.0f} tokens/s)"
         tokens = engine.output_tokens
         if tokens > 0 and tokens >= step.tokens_p90 and tokens >= LONG_OUTPUT * step.tokens_p50:
             rank = "p99" if tokens >= step.tokens_p99 else "p90"
@@ -105,9 +111,9 @@ def cause(
     return f"generation {generate_s:.2f} s"
 
 
-def sample_causes(table: PhaseTable, metrics: Mapping[str, float], keys: Iterable[tuple[int, int]]) -> dict[
-    tuple[int, int], str
-]:
+def sample_causes(
+    table: PhaseTable, metrics: Mapping[str, float], keys: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], str]:
     """:func:`cause` of each sample of ``keys`` that is in ``table`` (``metrics``: ``compute_metrics(table)``)."""
     t = table.canonical()
     rows = {(int(t.sample_index[i]), int(t.rollout_n[i])): i for i in range(len(t))}
@@ -409,13 +415,13 @@ def summarize(
         key = (int(t.sample_index[i]), int(t.rollout_n[i]))
         counts[verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True)] += 1
     slowest = None
-    slowest_key = None
-    if len(t):
-        i = int(np.argmax(t.total))
-        slowest_key = (int(t.sample_index[i]), int(t.rollout_n[i]))
-    causes = sample_causes(t, metrics, [*slow_keys, *([slowest_key] if slowest_key else [])])
-    if slowest_key is not None:
-        key = slowest_key
+    i = int(np.argmax(t.total)) if len(t) else -1
+    wanted = [(index, -1 if r is None else r) for index, r in slow_keys if index is not None]
+    if i >= 0:
+        wanted.append((int(t.sample_index[i]), int(t.rollout_n[i])))
+    causes = sample_causes(t, metrics, wanted)
+    if i >= 0:
+        key = wanted[-1]
         slowest = SlowestSample(
             key[0],
             key[1],

@@ -183,7 +183,9 @@ class PhaseTable:
             if column.shape[0] != n:
                 if column.shape[0]:
                     raise ValueError(f"{name} has {column.shape[0]} rows, the table {n}")
-                object.__setattr__(self, name, np.full(n, "", np.object_) if dtype is np.object_ else np.zeros(n, dtype))
+                object.__setattr__(
+                    self, name, np.full(n, "", np.object_) if dtype is np.object_ else np.zeros(n, dtype)
+                )
 
     def __len__(self) -> int:
         return int(self.sample_index.shape[0])
