@@ -314,7 +314,7 @@ def test_compare_and_run_page_carry_the_cause(engine_file, tmp_path) -> None:
     run = json.loads(blob.group(1))
     cause_at = run["fields"].index("slowest_cause")
     causes = [row[cause_at] for row in run["steps"]]
-    assert causes[0] == "waited 0.12 s in the engine queue" and causes[1].startswith("generation ")
+    assert causes[:2] == ["waited 0.12 s in the engine queue", None]  # step 2: no engine timing, no cause
 
 
 def test_perfetto_nests_the_engine_inside_each_turn(engine_file, tmp_path) -> None:

@@ -114,15 +114,17 @@ def cause(
 def sample_causes(
     table: PhaseTable, metrics: Mapping[str, float], keys: Iterable[tuple[int, int]]
 ) -> dict[tuple[int, int], str]:
-    """:func:`cause` of each sample of ``keys`` that is in ``table`` (``metrics``: ``compute_metrics(table)``)."""
+    """:func:`cause` of each sample of ``keys`` that is in ``table`` (``metrics``: ``compute_metrics(table)``).
+    Only for a step where some turn carries the engine's timing: without it every view stays as it was (the
+    phase mix beside the slowest sample already says as much as the phases alone can)."""
+    if not len(table.engine):
+        return {}
     t = table.canonical()
     rows = {(int(t.sample_index[i]), int(t.rollout_n[i])): i for i in range(len(t))}
-    step = None
-    if len(t.engine):
-        tokens = t.engine.tokens_per_sample()
-        p50, p90, p99 = (float(v) for v in np.percentile(tokens, PERCENTILES))
-        tps_key = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_DECODE_TPS}/p50"
-        step = StepEngine(metrics.get(tps_key), p50, p90, p99)
+    tokens = t.engine.tokens_per_sample()
+    p50, p90, p99 = (float(v) for v in np.percentile(tokens, PERCENTILES))
+    tps_key = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_DECODE_TPS}/p50"
+    step = StepEngine(metrics.get(tps_key), p50, p90, p99)
     out: dict[tuple[int, int], str] = {}
     for key in keys:
         i = rows.get(key)
@@ -133,7 +135,7 @@ def sample_causes(
             tool_s=float(t.tool_calls[i]),
             score_s=float(t.compute_score[i]),
             tool=str(t.top_tool[i]),
-            engine=t.engine.of_sample(key) if step is not None else None,
+            engine=t.engine.of_sample(key),
             step=step,
         )
     return out
@@ -253,7 +255,9 @@ class StepSummary:
         }
         if self.slowest is not None:
             s = self.slowest
-            body["slowest"] = [s.index, s.rollout, s.trace_id, s.generate_s, s.tool_s, s.score_s, s.verdict, s.cause]
+            body["slowest"] = [s.index, s.rollout, s.trace_id, s.generate_s, s.tool_s, s.score_s, s.verdict]
+            if s.cause:
+                body["slowest"].append(s.cause)
         if self.staleness_mean is not None:
             body["staleness"] = [self.staleness_mean, self.staleness_max]
         if self.extra:
