@@ -24,6 +24,8 @@ PHASES: Final = (GENERATE, TOOL_CALLS, COMPUTE_SCORE)
 STEP_SPAN: Final = "rl.step"
 SAMPLE_SPAN: Final = "rl.sample"
 REWARD_SPAN: Final = "rl.reward"
+SPAN_NAME_PREFIX: Final = "rl."
+"""The library's own span names start with it (``rl.sample``, ``rl.step.summary``, ...)."""
 TRAINER_PHASE_SPAN_PREFIX: Final = "rl.train."
 """Trainer phases (rollout, old_log_prob, ref, adv, update_actor, testing) are ``rl.train.<name>``."""
 TOOL_SPAN_PREFIX: Final = "execute_tool"
