@@ -240,8 +240,7 @@ class StepRows:
                 if first < 0 or start < first:
                     self.npre_first[r] = start
                     self.npre_first_missing[r] = not known
-                get = attrs.get  # a turn with the engine's timing (any of its seconds)
-                if get(_EQ) is not None or get(_EDEC) is not None or get(_ETTFT) is not None or get(_EPF) is not None:
+                if _EQ in attrs or _EDEC in attrs or _ETTFT in attrs or _EPF in attrs:  # the engine's timing
                     self._engine_turn(r, attrs)
             elif p == 1:
                 tool = attrs.get(_TOOL)
@@ -268,15 +267,20 @@ class StepRows:
             self.error[r] = 1
 
     def _engine_turn(self, r: int, attrs: Mapping[str, Any]) -> None:
-        """Record the engine's timing of one generation turn of row ``r`` (values that are not finite,
-        non-negative numbers are left out, NaN)."""
-        engine = self.engine
-        if len(engine[0]) >= MAX_ENGINE_TURNS:
+        """Record the engine's timing of one generation turn of row ``r``: each value :func:`engine_number`
+        accepts, else NaN (a float in range is taken inline: the usual case)."""
+        rows, queue, ttft, prefill, decode, tokens = self.engine
+        if len(rows) >= MAX_ENGINE_TURNS:
             return
-        engine[0].append(r)
-        for column, name in zip(engine[1:], (_EQ, _ETTFT, _EPF, _EDEC, _EOUT), strict=True):
-            value = engine_number(attrs.get(name))
-            column.append(_NAN if value is None else value)
+        rows.append(r)
+        get = attrs.get
+        for column, name in ((queue, _EQ), (ttft, _ETTFT), (prefill, _EPF), (decode, _EDEC), (tokens, _EOUT)):
+            v = get(name)
+            if type(v) is float and 0.0 <= v < 1e18:
+                column.append(v)
+            else:
+                number = engine_number(v)
+                column.append(_NAN if number is None else number)
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
         """A new ``StepRows`` (``late``) holding copies of the rows of ``keys`` that exist here: what a sample
