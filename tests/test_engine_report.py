@@ -11,6 +11,7 @@ from __future__ import annotations
 import asyncio
 import json
 import os
+import pickle
 import re
 import subprocess
 import sys
@@ -26,6 +27,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._decode import read_jsonl
 from otel_agentloop.analysis._report import stored_summaries, summary_of
+from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, compute_metrics
 from otel_agentloop.metrics._summary import StepEngine, StepSummary, cause
 from otel_agentloop.metrics._table import EngineSample
 
@@ -170,6 +172,26 @@ def test_engine_metrics_are_exact_live_and_in_report(tmp_path, monkeypatch, fast
     assert stored.engine == rebuilt.engine and stored.engine[sc.ENGINE_DECODE_TPS].count == 3
     assert stored.engine[sc.ENGINE_QUEUE_S].sum == pytest.approx(2.125)
     assert not stored_summaries(records)[(2, False)].engine
+
+
+def test_engine_metrics_merge_exactly_across_workers(tmp_path, monkeypatch) -> None:
+    """Tables of the same step split by sample (as Ray workers hold them), pickled and concatenated: the same keys,
+    bit for bit, as the whole step's."""
+    path = tmp_path / "t.jsonl"
+    _run(path, {1: MIXED}, monkeypatch)
+    records = [r for r in read_jsonl(str(path)) if sc.step_key(r.attributes) == (1, False)]
+    tables = []
+    for part in ({0, 2, 4}, {1, 3}):
+        proc = PhaseMetricsProcessor()
+        proc.ingest_records(r for r in records if r.attributes.get(sc.RL_SAMPLE_INDEX) in part)
+        tables.append(proc.take(1, False))
+    whole = PhaseMetricsProcessor()
+    whole.ingest_records(records)
+    merged = compute_metrics(PhaseTable.concat(pickle.loads(pickle.dumps(tables))))
+    assert {k: v for k, v in merged.items() if "/engine/" in k} == {
+        k: v for k, v in compute_metrics(whole.take(1, False)).items() if "/engine/" in k
+    }
+    assert len([k for k in merged if "/engine/" in k]) == 20
 
 
 def test_summary_v2_round_trips_and_version_1_still_reads(tmp_path, monkeypatch) -> None:
