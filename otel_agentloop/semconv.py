@@ -24,6 +24,8 @@ PHASES: Final = (GENERATE, TOOL_CALLS, COMPUTE_SCORE)
 STEP_SPAN: Final = "rl.step"
 SAMPLE_SPAN: Final = "rl.sample"
 REWARD_SPAN: Final = "rl.reward"
+SPAN_NAME_PREFIX: Final = "rl."
+"""The library's own span names start with it (``rl.sample``, ``rl.step.summary``, ...)."""
 TRAINER_PHASE_SPAN_PREFIX: Final = "rl.train."
 """Trainer phases (rollout, old_log_prob, ref, adv, update_actor, testing) are ``rl.train.<name>``."""
 TOOL_SPAN_PREFIX: Final = "execute_tool"
@@ -187,3 +189,18 @@ ENGINE_ATTRIBUTES: Final = (
 ENGINE_METRIC: Final = "engine"
 """Per step, ``agent_loop/engine/{queue_s,time_to_first_token_s,decode_s,output_tokens,decode_tokens_per_s}/
 {p50,p90,p99,max}`` over the step's generation turns that carry the engine's timing."""
+ENGINE_QUEUE_S: Final = "queue_s"
+"""``agent_loop/engine/queue_s/<stat>``: :data:`RL_ENGINE_QUEUE_S` per turn."""
+ENGINE_TTFT_S: Final = "time_to_first_token_s"
+"""``agent_loop/engine/time_to_first_token_s/<stat>``: :data:`RL_ENGINE_TTFT_S` per turn."""
+ENGINE_DECODE_S: Final = "decode_s"
+"""``agent_loop/engine/decode_s/<stat>``: :data:`RL_ENGINE_DECODE_S` per turn."""
+ENGINE_OUTPUT_TOKENS: Final = "output_tokens"
+"""``agent_loop/engine/output_tokens/<stat>``: :data:`GEN_AI_USAGE_OUTPUT_TOKENS` of each turn with engine timing."""
+ENGINE_DECODE_TPS: Final = "decode_tokens_per_s"
+"""``agent_loop/engine/decode_tokens_per_s/<stat>``: output tokens / :data:`RL_ENGINE_DECODE_S` per turn (turns
+with both, decode time > 0)."""
+ENGINE_STATS: Final = (ENGINE_QUEUE_S, ENGINE_TTFT_S, ENGINE_DECODE_S, ENGINE_OUTPUT_TOKENS, ENGINE_DECODE_TPS)
+"""The per-step engine statistics, in display order."""
+ENGINE_STAT_COLUMNS: Final = ("p50", "p90", "p99", "max")
+"""The columns of each: ``agent_loop/engine/<stat>/<column>`` (linear interpolation, as the phases' p50)."""

@@ -19,7 +19,7 @@ holds the majority (several causes, listed with their shares).
 from __future__ import annotations
 
 import math
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -30,6 +30,7 @@ from ..metrics._records import SpanRecord
 from ..metrics._summary import Distribution, StepSummary
 from ..metrics._table import PhaseTable
 from ._compare_html import write_compare_html
+from ._engine import engine_value
 from ._html import jaeger_ui_base
 from ._report import build_report, steps_in, stored_summaries, summary_of
 from ._runs import steps_text
@@ -337,7 +338,9 @@ class Comparison:
                     sc.GENERATE: slowest.generate_s,
                     sc.TOOL_CALLS: slowest.tool_s,
                     sc.COMPUTE_SCORE: slowest.score_s,
+                    **({"cause": slowest.cause} if slowest.cause else {}),
                 },
+                **({"engine": {k: dist(d) for k, d in m.engine.items()}} if m.engine else {}),
                 "tail_mix": {
                     "basis": tail.basis,
                     "samples": tail.samples,
@@ -510,6 +513,20 @@ def _origin(side: StepSide) -> str:
     return "summary stored by the live side" if side.stored else "summary rebuilt from spans"
 
 
+def _engine_lines(a: StepSummary, b: StepSummary, add: Callable[[str], None]) -> None:
+    """The engine's per-turn statistics of both steps side by side (nothing when neither step has them)."""
+    stats = [k for k in sc.ENGINE_STATS if k in a.engine or k in b.engine]
+    if not stats:
+        return
+    width = max(len("engine, per turn"), *(len(k) for k in stats)) + 2
+    add(f"{'engine, per turn':<{width}}{'step':>8}" + "".join(f"{s:>12}" for s in STATS))
+    for k in stats:
+        for label, s in ((k, a), ("", b)):
+            d = s.engine.get(k)
+            cells = "".join(f"{engine_value(k, getattr(d, c) if d is not None else None):>12}" for c in STATS)
+            add(f"{label:<{width}}{s.step:>8}{cells}")
+
+
 def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | None]]:
     """The comparison for people: (line, rich style) pairs, the cause near the top."""
     a, b = c.a.summary, c.b.summary
@@ -536,6 +553,10 @@ def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | Non
     counts = "; ".join(f"{v} {a.counts.get(v, 0)} -> {b.counts.get(v, 0)}" for v in ("failed", "hung", "slow"))
     add(f"  samples {a.num_samples} -> {b.num_samples}; {counts}")
     add(f"cause: {c.cause.text}", "bold red" if c.cause.clear else "yellow")
+    for s in (a, b):
+        if s.slowest is not None and s.slowest.cause:
+            add(f"  slowest sample of step {s.step}: {s.slowest.index} / {s.slowest.rollout}: {s.slowest.cause}")
+    _engine_lines(a, b, add)
     add()
     add("per phase (seconds per sample) and per tool (seconds per call)", "bold")
     width = max([len("tool_calls"), *(len(r.name) + 5 for r in c.rows)]) + 2

@@ -1,11 +1,11 @@
 """The run page: one self-contained HTML file for a whole run (inline CSS, JS and data; nothing fetched).
 
 Per training step: the rollout wall time split into the time until the median sample finished and the tail
-(median -> slowest), the slowest sample (identity, verdict, phase mix, trace id linked to Jaeger and to the step's
-timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and staleness; validation passes
-in a table of their own. The charts are drawn on canvas from one inline JSON block (a row of numbers per step),
-so a run of 1000 steps stays light; the step table has one row per step. Clicking a step (a chart or its row)
-opens its timeline page when one was written (``report --run --html run.html`` writes them to
+(median -> slowest), the slowest sample (identity, verdict, its cause in words, phase mix, trace id linked to
+Jaeger and to the step's timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and
+staleness; validation passes in a table of their own. The charts are drawn on canvas from one inline JSON block
+(a row of numbers per step), so a run of 1000 steps stays light; the step table has one row per step. Clicking a
+step (a chart or its row) opens its timeline page when one was written (``report --run --html run.html`` writes them to
 ``run.steps/``), else shows the command that makes it.
 
 Safety as on the step page: the data is JSON in a ``<script type="application/json">`` block with ``<``, ``>``
@@ -48,6 +48,7 @@ STEP_FIELDS = [
     "staleness_max",
     "page",
     "rebuilt",
+    "slowest_cause",
 ]
 """The columns of ``steps`` in the page's data (one list per step)."""
 
@@ -97,6 +98,7 @@ def page_data(
                 None if s.staleness_max is None else _r(s.staleness_max),
                 pages.get(key),
                 int(key in steps.rebuilt),
+                slow.cause if slow and slow.cause else None,
             ]
         )
         for p in PHASES:
@@ -202,6 +204,7 @@ td.bad{color:var(--err);font-weight:bold}
 .mix i{display:block;height:100%}
 .trace-id{font:11px ui-monospace,monospace}
 .verdict{font:bold 9px/1 system-ui;padding:2px 3px;border-radius:3px;color:#fff;margin-left:4px}
+.id .cause{font:11px system-ui,sans-serif;color:#555;white-space:normal}
 .verdict.hung,.verdict.failed{background:var(--err)}.verdict.slow{background:#b8860b}
 .rebuilt{color:#8a5a00}
 #tip{position:fixed;z-index:10;background:#222;color:#fff;padding:6px 8px;border-radius:4px;font-size:12px;
@@ -357,6 +360,7 @@ _JS = r"""
       });
       if (x.r[F.slowest_trace]) tip.appendChild(h("div", "mono", "slowest " + x.r[F.slowest_index] + "/" +
         x.r[F.slowest_rollout] + " · trace " + x.r[F.slowest_trace]));
+      if (x.r[F.slowest_cause]) tip.appendChild(h("div", null, "why: " + x.r[F.slowest_cause]));
       tip.appendChild(h("div", null, x.r[F.page] ? "click: open the step's timeline" : "click: find the step"));
       tip.hidden = false;
       var px = ev.clientX + 14, py = ev.clientY + 14;
@@ -464,6 +468,7 @@ _JS = r"""
         if (r[F.slowest_verdict] && r[F.slowest_verdict] !== "ok") {
           who.appendChild(h("span", "verdict " + r[F.slowest_verdict], r[F.slowest_verdict]));
         }
+        if (r[F.slowest_cause]) who.appendChild(h("div", "cause", r[F.slowest_cause]));
       } else who.textContent = "-";
       row.appendChild(who);
       var mixCell = h("td"), mix = h("span", "mix"), tot = Math.max(r[F.gen_s] + r[F.tool_s] + r[F.score_s], 1e-9);

@@ -12,13 +12,13 @@ A "nothing found" line names what was searched and what exists (services, runs, 
 from __future__ import annotations
 
 import argparse
-import os
 import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from .. import semconv as sc
+from ..config._environment import variable
 from ..metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError
@@ -31,7 +31,7 @@ CLOCK_SLACK = timedelta(days=1)
 """How far past now a search ends (spans stamped by a host whose clock runs ahead)."""
 MAX_LISTED = 8
 """The most services or runs one line lists (then ``and N more``)."""
-OUR_PREFIX = "rl."
+OUR_PREFIX = sc.SPAN_NAME_PREFIX
 """A service is ours when one of its operations (span names) starts with this (``rl.sample``, ``rl.step.summary``)."""
 _UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0, "w": 10080.0}
 _DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhdw]?)\s*")
@@ -154,7 +154,7 @@ def open_jaeger(args: argparse.Namespace, note: Callable[[str], None]) -> Jaeger
     if args.service:
         source.services, source.chosen_by = [args.service], "--service"
         return source
-    env = os.environ.get("OTEL_SERVICE_NAME", "").strip()
+    env = variable("OTEL_SERVICE_NAME") or ""
     if env:
         source.services, source.chosen_by = [env], "from OTEL_SERVICE_NAME"
         note(f"reading service {printable(env, 200)} (OTEL_SERVICE_NAME; --service picks another)")

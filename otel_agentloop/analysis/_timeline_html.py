@@ -20,6 +20,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..metrics._records import SpanRecord
+from ._engine import ENGINE_PARTS, Part, engine_note, engine_parts
 from ._html import HEAD, fill, jaeger_ui_base, write_page
 from ._step_view import StepView, build_step_view, is_snapshot
 
@@ -60,6 +61,14 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
     def ms(t: int) -> float:
         return round((t - t0) / _MS, 3)
 
+    def parts(engine: list[Part]) -> list[list[float]]:
+        return [[ENGINE_PARTS.index(name), ms(a), ms(b)] for name, a, b in engine]
+
+    def wf_engine(span: SpanRecord) -> list[Any]:
+        """The engine's parts of a turn and their note (nothing for a span without them: its entry as before)."""
+        found = parts(engine_parts(span.start_ns, span.end_ns, span.attributes))
+        return [found, strings(engine_note(span.attributes))] if found else []
+
     samples = []
     for s in view.samples:
         samples.append(
@@ -82,6 +91,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                         b.lane,
                         int(b.error),
                         int(b.open),
+                        *([parts(b.engine)] if b.engine else []),
                     ]
                     for b in s.bars
                 ],
@@ -94,6 +104,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                         int(span.error),
                         strings(_info(span)),
                         int(span is s.snapshot),
+                        *wf_engine(span),
                     ]
                     for depth, span in s.waterfall
                 ],
@@ -102,6 +113,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                 "ended": s.ended,
                 "errs": s.error_spans,
                 "slowest": s.key == view.slowest,
+                **({"cause": s.cause} if s.cause else {}),
             }
         )
     return {
@@ -115,6 +127,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
         "verdicts_from": view.verdicts.source if view.verdicts is not None else "none",
         "names": strings.items,
         "samples": samples,
+        "engine": any(b.engine for s in view.samples for b in s.bars),
     }
 
 
@@ -204,6 +217,9 @@ main{display:flex;gap:12px;padding:8px 14px;align-items:flex-start}
 .bar.err{background:var(--err);outline:1px solid #7a1f22}
 .bar.open{background-image:repeating-linear-gradient(45deg,rgba(255,255,255,.65) 0 3px,transparent 3px 7px);
  outline:2px solid var(--err)}
+.eng{position:absolute;top:0;bottom:0;pointer-events:auto}
+.eng.e0{background:#c9d6ee}.eng.e1{background:#8fa8d6}.eng.e2{background:#1f3a68}
+.wf-eng{font:10px ui-monospace,monospace;color:#1f3a68;padding-left:14px}
 .snap{position:absolute;top:0;bottom:0;width:0;border-left:2px dotted var(--err)}
 .end-mark{position:absolute;top:50%;transform:translate(3px,-50%);font:bold 9px/1 system-ui;color:var(--err);
  background:#fff;padding:1px 2px;border-radius:2px;white-space:nowrap}
@@ -234,6 +250,7 @@ _JS = r"""
   "use strict";
   var D = JSON.parse(document.getElementById("timeline-data").textContent);
   var PH_LABEL = {generate_sequences: "generation", tool_calls: "tool", compute_score: "reward"};
+  var ENGINE = ["queue", "prefill", "decode"];
   var span = Math.max(D.span_ms, 1e-3);
 
   function h(tag, cls, text) {
@@ -268,14 +285,16 @@ _JS = r"""
   document.getElementById("summary").textContent =
     (c.failed || 0) + " failed · " + (c.hung || 0) + " hung · " + (c.slow || 0) + " slow · step span " +
     secs(D.span_ms / 1e3) +
-    (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score)" : "") +
+    (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score" +
+            (slow.cause ? "; " + slow.cause : "") + ")" : "") +
     (D.verdicts_from === "summary" ? " · hung/slow as collected (step summary)" :
      D.verdicts_from === "snapshots" ? " · hung/slow from watchdog snapshots" : "") +
     (D.source ? " · from " + D.source : "");
   var legend = document.getElementById("legend");
   [["var(--gen)", "generation"], ["var(--tool)", "tool call"], ["var(--score)", "reward"], ["var(--err)", "error"],
    ["repeating-linear-gradient(45deg,#DD8452 0 3px,#fff 3px 6px)", "open phase of a hung sample"]
-  ].forEach(function (x) {
+  ].concat(D.engine ? [["#c9d6ee", "engine queue"], ["#8fa8d6", "engine prefill"], ["#1f3a68", "engine decode"]] : []
+  ).forEach(function (x) {
     var item = h("span"), chip = h("span", "chip");
     chip.style.background = x[0];
     item.appendChild(chip); item.appendChild(document.createTextNode(x[1])); legend.appendChild(item);
@@ -318,6 +337,7 @@ _JS = r"""
       bar.style.left = pct(b[2]); bar.style.width = pct(Math.max(b[3] - b[2], 0));
       bar.style.top = (3 + b[4] * laneH) + "px"; bar.style.height = (laneH - 1) + "px";
       bar.setAttribute("data-bar", String(k));
+      engineParts(bar, b[7], b[2], b[3], String(k));
       track.appendChild(bar);
     });
     if (s.snap !== null) {
@@ -350,11 +370,25 @@ _JS = r"""
   }
   window.addEventListener("hashchange", fromHash);
 
+  // the engine's queue, prefill and decode drawn inside a turn's bar (parts: [[part, start ms, end ms], ...])
+  function engineParts(bar, parts, s, e, k) {
+    if (!parts) return;
+    var len = Math.max(e - s, 1e-6);
+    parts.forEach(function (p) {
+      var x = h("span", "eng e" + p[0]);
+      x.style.left = (100 * (p[1] - s) / len) + "%"; x.style.width = (100 * (p[2] - p[1]) / len) + "%";
+      x.setAttribute("data-engine", ENGINE[p[0]]);
+      if (k !== null) x.setAttribute("data-bar", k);
+      bar.appendChild(x);
+    });
+  }
+
   function showTip(s, ev) {
     tip.replaceChildren();
     tip.appendChild(h("div", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
     tip.appendChild(h("div", "mono", "trace " + s.tid));
     tip.appendChild(h("div", null, stateText(s)));
+    if (s.cause) tip.appendChild(h("div", null, "cause: " + s.cause));
     tip.appendChild(h("div", null, "start +" + secs(s.s / 1e3) + " · end +" + secs(s.e / 1e3) +
                                    " · gen+tool+score " + secs(s.tot)));
     tip.appendChild(h("div", null, D.phases.map(function (p, k) {
@@ -365,6 +399,9 @@ _JS = r"""
       var b = s.bars[+k];
       tip.appendChild(h("div", "mono", "▶ " + D.names[b[1]] + ": " + secs((b[3] - b[2]) / 1e3) + " (+" +
         secs(b[2] / 1e3) + " → +" + secs(b[3] / 1e3) + ")" + (b[5] ? " ERROR" : "") + (b[6] ? " still open" : "")));
+      (b[7] || []).forEach(function (p) {
+        tip.appendChild(h("div", "mono", "  engine " + ENGINE[p[0]] + " " + secs((p[2] - p[1]) / 1e3)));
+      });
     }
     tip.hidden = false;
     var x = ev.clientX + 14, y = ev.clientY + 14;
@@ -418,6 +455,7 @@ _JS = r"""
     d.appendChild(h("h2", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
     var ids = h("div", "ids"); ids.appendChild(h("span", "trace-id", s.tid)); d.appendChild(ids);
     d.appendChild(h("div", null, stateText(s) + " · gen+tool+score " + secs(s.tot)));
+    if (s.cause) d.appendChild(h("div", "cause", "cause: " + s.cause));
     var own = h("a", "trace-link", "link to this waterfall");
     own.href = "#trace=" + encodeURIComponent(s.tid) + "&sample=" + s.i + "/" + s.r; d.appendChild(own);
     if (D.jaeger) {
@@ -438,10 +476,12 @@ _JS = r"""
       bar.className = "bar p" + ph + (w[4] ? " err" : "") + (w[6] ? " open" : "");
       bar.style.top = "1px"; bar.style.height = "10px";
       bar.style.left = (100 * (w[2] - t0) / tot) + "%"; bar.style.width = (100 * (w[3] - w[2]) / tot) + "%";
+      engineParts(bar, w[7], w[2], w[3], null);
       tr.appendChild(bar);
       r.appendChild(name); r.appendChild(tr); r.appendChild(h("span", "wf-dur", secs((w[3] - w[2]) / 1e3)));
       wf.appendChild(r);
       if (D.names[w[5]]) wf.appendChild(h("div", "wf-info", D.names[w[5]]));
+      if (w[7]) wf.appendChild(h("div", "wf-eng", "engine: " + D.names[w[8]]));
     });
     d.appendChild(wf);
   }
