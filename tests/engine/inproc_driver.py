@@ -4,7 +4,8 @@
 
 Run: ``python inproc_driver.py MODEL ENDPOINT SERVICE OUT.json``. Two steps:
 - step 0, every sample traced: 8 samples x 2 turns, all at once;
-- step 1, a 1-in-4 ratio sampler (``configure(sampler=...)``): 8 samples x 2 turns.
+- step 1, a 1-in-4 sampler (``configure(sampler=ParentBased(EveryFourth()))``): 8 samples x 2 turns. Every
+  4th root, not ``TraceIdRatioBased(0.25)``, whose random ids sample none of 8 samples one run in ten.
 Writes what the engine returned per turn (ids, tokens, its timestamps) and the metrics of each step.
 """
 
@@ -70,13 +71,32 @@ async def _step(engine: Any, step: int) -> list[dict[str, Any]]:
         return list(await asyncio.gather(*(_sample(engine, step, i) for i in range(N_SAMPLES))))
 
 
+def every_fourth() -> Any:
+    """A deterministic 1-in-4 root sampler (the step's root counts as one: samples 3 and 7 of 8 are sampled)."""
+    import itertools
+
+    from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+
+    class EveryFourth(Sampler):
+        def __init__(self) -> None:
+            self.count = itertools.count()
+
+        def should_sample(self, *args: Any, **kwargs: Any) -> SamplingResult:
+            return SamplingResult(Decision.RECORD_AND_SAMPLE if next(self.count) % 4 == 0 else Decision.DROP)
+
+        def get_description(self) -> str:
+            return "EveryFourth"
+
+    return EveryFourth()
+
+
 def _metrics(handle: Any, step: int) -> dict[str, float]:
     collected = handle.metrics.collect(step)
     return {k: float(v) for k, v in collected.items() if isinstance(v, (int, float))}
 
 
 async def main(model: str, endpoint: str, service: str) -> dict[str, Any]:
-    from opentelemetry.sdk.trace.sampling import ParentBased, TraceIdRatioBased
+    from opentelemetry.sdk.trace.sampling import ParentBased
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
@@ -93,7 +113,7 @@ async def main(model: str, endpoint: str, service: str) -> dict[str, Any]:
         result["metrics0"] = _metrics(handle, 0)
         handle.shutdown()
         handle = oal.configure(
-            service, endpoint=endpoint, protocol="grpc", set_global=False, sampler=ParentBased(TraceIdRatioBased(0.25))
+            service, endpoint=endpoint, protocol="grpc", set_global=False, sampler=ParentBased(every_fourth())
         )
         result["step1"] = await _step(engine, 1)
         result["metrics1"] = _metrics(handle, 1)
