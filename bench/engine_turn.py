@@ -90,6 +90,7 @@ def main() -> None:
     with oal.step(0), oal.sample(0):
         for _ in range(args.rounds):
             for name, fn in cases.items():
+                handle.force_flush()  # each case starts with the pipeline's queue empty
                 results[name].append(per_call(fn, args.n))
             handle.force_flush()
             with oal.span("generate_sequences"):
