@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import functools
 import os
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
@@ -56,9 +57,7 @@ def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callabl
             except StopAsyncIteration:
                 return
 
-    generate.__wrapped__ = original  # type: ignore[attr-defined]  # function attribute, for signature checks
-    generate.__name__ = getattr(original, "__name__", "generate")
-    generate.__doc__ = getattr(original, "__doc__", None)
+    functools.update_wrapper(generate, original, assigned=("__name__", "__doc__"), updated=())  # + __wrapped__
     return generate
 
 
@@ -74,9 +73,7 @@ def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None])
                 internal_error("vllm.endpoint")
         original(self, vllm_config, *args, **kwargs)
 
-    init.__wrapped__ = original  # type: ignore[attr-defined]
-    init.__name__ = "__init__"
-    init.__doc__ = getattr(original, "__doc__", None)
+    functools.update_wrapper(init, original, assigned=("__name__", "__doc__"), updated=())
     return init
 
 
