@@ -8,7 +8,8 @@ the real export path to an OTLP-JSON file):
 - ``+ record_engine_output``: the turn plus the engine's attributes read from a ``RequestOutput``-shaped
   object (tokens, request id, finish reason, queue/TTFT/prefill/decode, preemptions);
 - ``+ both``: carrier + engine attributes: what ``integrations.vllm`` adds to a turn.
-Also each call alone, outside the turn, and with tracing off. Rounds are interleaved; medians in microseconds.
+Also each call alone, inside a turn, and with tracing off. Rounds are interleaved; medians in microseconds of
+the training thread's CPU (the target) and of wall time (which also carries the export pipeline thread's share).
 
 Run: ``.venv/bin/python bench/engine_turn.py [--n 20000] [--rounds 7]``.
 """
@@ -40,12 +41,14 @@ def fake_output(i: int) -> SimpleNamespace:
     )
 
 
-def per_call(fn: Callable[[], None], n: int) -> float:
+def per_call(fn: Callable[[], None], n: int) -> tuple[float, float]:
+    """(training-thread CPU, wall) per call, in microseconds: the wall time also carries the export pipeline
+    thread's share of the interpreter while the loop runs."""
     gc.collect()
-    t0 = time.perf_counter()
+    c0, t0 = time.thread_time(), time.perf_counter()
     for _ in range(n):
         fn()
-    return (time.perf_counter() - t0) / n * 1e6
+    return (time.thread_time() - c0) / n * 1e6, (time.perf_counter() - t0) / n * 1e6
 
 
 def main() -> None:
@@ -85,8 +88,11 @@ def main() -> None:
         "turn + record_engine_output": turn_engine,
         "turn + both (integrations.vllm)": turn_both,
     }
-    results: dict[str, list[float]] = {name: [] for name in cases}
-    alone: dict[str, list[float]] = {"trace_headers (in a turn)": [], "record_engine_output (in a turn)": []}
+    results: dict[str, list[tuple[float, float]]] = {name: [] for name in cases}
+    alone: dict[str, list[tuple[float, float]]] = {
+        "trace_headers (in a turn)": [],
+        "record_engine_output (in a turn)": [],
+    }
     with oal.step(0), oal.sample(0):
         for _ in range(args.rounds):
             for name, fn in cases.items():
@@ -98,19 +104,22 @@ def main() -> None:
                 alone["record_engine_output (in a turn)"].append(per_call(lambda: record_engine_output(out), args.n))
     handle.shutdown()
     off = oal.configure("bench-off", enabled=False, set_global=False)
-    off_headers = statistics.median(per_call(trace_headers, args.n) for _ in range(args.rounds))
-    off_engine = statistics.median(per_call(lambda: record_engine_output(out), args.n) for _ in range(args.rounds))
+    off_headers = statistics.median(per_call(trace_headers, args.n)[0] for _ in range(args.rounds))
+    off_engine = statistics.median(per_call(lambda: record_engine_output(out), args.n)[0] for _ in range(args.rounds))
     off.shutdown()
 
     print(f"# engine carrier per turn ({machine()}), n={args.n} x {args.rounds} rounds, median us per call")
-    base = statistics.median(results["turn"])
+    print(f"{'':34s} {'thread CPU':>10s} {'over turn':>10s} {'wall':>9s} {'over turn':>10s}")
+    cpu0 = statistics.median(v[0] for v in results["turn"])
+    wall0 = statistics.median(v[1] for v in results["turn"])
     for name, values in results.items():
-        med = statistics.median(values)
-        print(f"{name:34s} {med:8.2f} us   (+{med - base:5.2f} us over today's turn)")
+        cpu, wall = statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
+        print(f"{name:34s} {cpu:10.2f} {cpu - cpu0:+10.2f} {wall:9.2f} {wall - wall0:+10.2f}")
     for name, values in alone.items():
-        print(f"{name:34s} {statistics.median(values):8.2f} us")
-    print(f"{'trace_headers (tracing off)':34s} {off_headers:8.2f} us")
-    print(f"{'record_engine_output (tracing off)':34s} {off_engine:8.2f} us")
+        cpu, wall = statistics.median(v[0] for v in values), statistics.median(v[1] for v in values)
+        print(f"{name:34s} {cpu:10.2f} {'':10s} {wall:9.2f}")
+    print(f"{'trace_headers (tracing off)':34s} {off_headers:10.2f}")
+    print(f"{'record_engine_output (tracing off)':34s} {off_engine:10.2f}")
 
 
 if __name__ == "__main__":
