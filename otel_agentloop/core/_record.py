@@ -11,8 +11,8 @@ an SDK span. Limits, cleaning and encoding happen off the hot path (:meth:`Recor
 Read surface (for the pipeline, the encoders and every consumer of ended spans): ``name``, ``trace_id``,
 ``span_id``, ``parent_id`` (0: a root), ``parent_remote``, ``flags`` (W3C trace flags: bit 0 = sampled),
 ``trace_state``, ``start_ns``, ``end_ns`` (0 while open), ``attributes``, ``status`` (a ``Status``),
-``events`` (``None`` or a list of ``(name, attributes, time_ns)``), ``links`` (a tuple of ``trace.Link``),
-``recorder`` (resource, instrumentation scope, limits); and the ``ReadableSpan``-style properties
+``events`` (``None`` or a list of ``(name, attributes, time_ns, dropped_attributes)``), ``links`` (a tuple of
+``trace.Link``), ``recorder`` (resource, instrumentation scope, limits); and the ``ReadableSpan``-style properties
 ``context``, ``parent``, ``start_time``, ``end_time``, ``kind``, ``resource``, ``instrumentation_scope``.
 """
 
@@ -49,6 +49,8 @@ class Sink(Protocol):
 _logger = logging.getLogger("otel_agentloop")
 _SCALARS = (str, bool, int, float)
 _DEFAULT_STATE = TraceState()
+Event = tuple[str, Mapping[str, Any], int, int]
+"""A record's event: ``(name, attributes, time_ns, dropped_attributes)``."""
 UNSET = Status(StatusCode.UNSET)
 """A span's status until one is set (shared: a Status is immutable)."""
 
@@ -67,12 +69,12 @@ class FastSpan(OpenSpan, trace.Span):
     owned: bool = False  # False: ``attributes`` is shared (a sample's phase spans): copied before a write
     dirty: bool = False  # a value written through the Span API: cleaned off the hot path
     status: Status = UNSET
-    events: list[tuple[str, Mapping[str, Any], int]] | None = None
+    events: list[Event] | None = None
     links: tuple[Link, ...] = ()
     dropped_attributes: int = 0  # set when the limits are applied (off the hot path)
     dropped_events: int = 0
     materialised: object = None  # the SDK span built from this one, for processors and exporters not ours
-    recorded: tuple[dict[str, Any], list[tuple[str, Mapping[str, Any], int]] | None] | None = None
+    recorded: tuple[dict[str, Any], list[Event] | None] | None = None
     """(attributes, events) as recorded, kept when applying the limits changed them."""
     _context: SpanContext | None = None
 
@@ -149,7 +151,7 @@ class FastSpan(OpenSpan, trace.Span):
         if self.events is None:
             self.events = []
         self.events.append(
-            (name, dict(attributes) if attributes else {}, time.time_ns() if timestamp is None else timestamp)
+            (name, dict(attributes) if attributes else {}, time.time_ns() if timestamp is None else timestamp, 0)
         )
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:

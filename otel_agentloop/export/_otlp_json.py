@@ -198,9 +198,9 @@ def _events(events: Sequence[Any]) -> str:
     )
 
 
-def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int]]) -> str:
-    """A fast-path record's events: ``(name, attributes, time_ns)``."""
-    return ',"events":[' + ",".join(_event_json(name, ts, attrs, 0) for name, attrs, ts in events) + "]"
+def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int, int]]) -> str:
+    """A fast-path record's events: ``(name, attributes, time_ns, dropped_attributes)``."""
+    return ',"events":[' + ",".join(_event_json(name, ts, attrs, dropped) for name, attrs, ts, dropped in events) + "]"
 
 
 def _links(links: Sequence[Any]) -> str:

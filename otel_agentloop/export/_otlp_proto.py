@@ -249,7 +249,7 @@ def _record(f: FastSpan) -> bytes:
         f.end_ns,
         f.attributes,
         f.dropped_attributes,
-        b"".join([_event(name, attrs, ts, 0) for name, attrs, ts in events]) if events else b"",
+        b"".join([_event(name, attrs, ts, dropped) for name, attrs, ts, dropped in events]) if events else b"",
         f.dropped_events,
         _links(f.links) if f.links else b"",
         0,

@@ -61,8 +61,8 @@ def finalize(span: FastSpan) -> None:
             del events[: len(events) - max_events]
         per_event = limits.max_event_attributes
         span.events = [
-            (name, dict(BoundedAttributes(per_event, attrs_, immutable=True, max_value_len=length)), ts)
-            for name, attrs_, ts in events
+            (name, dict(BoundedAttributes(per_event, attrs_, immutable=True, max_value_len=length)), ts, dropped)
+            for name, attrs_, ts, dropped in events
         ]
 
 
@@ -95,7 +95,7 @@ def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> Reada
         limits=recorder.limits,
     )
     sdk.start(start_time=span.start_ns)
-    for name, attrs, ts in events or ():
+    for name, attrs, ts, _ in events or ():
         sdk.add_event(name, attrs, ts)
     if span.status is not UNSET:
         sdk.set_status(span.status)
