@@ -29,7 +29,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._tracer import SCOPE
 
-from .otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, wait_for
+from .otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, start_http, wait_for
 
 FAST_PATH_ENV = "OTEL_AGENTLOOP_FAST_PATH"
 MODES = ("fast", "sdk")
@@ -40,6 +40,9 @@ RANDOM_TRACE_ID = 0x02
 ``test_fast_path_parity::test_trace_flags_match_the_sdk_with_the_random_trace_id_flag`` only, so that a
 difference there does not hide the others."""
 _TIMED_PHASES = (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE)
+EXPLICIT_TIMES = 1 << 50
+"""Event times below this (before 1970-01-14) are a user's explicit timestamps: compared as they are; the
+others (taken from the clock) only by their presence."""
 
 
 # -- capture --------------------------------------------------------------------------------------------------
@@ -112,16 +115,25 @@ def run_scenario(
     monkeypatch: pytest.MonkeyPatch,
     *,
     env: Mapping[str, str] | None = None,
+    protocol: str = "grpc",
     **configure_kwargs: Any,
 ) -> Run:
     """``scenario(handle)`` under a fresh ``configure()`` with the fast path on (``mode="fast"``) or off; the
-    handle is flushed and shut down before this returns, and the receiver has every exported span."""
+    handle is flushed and shut down before this returns, and the receiver has every exported span.
+    ``protocol``: ``"grpc"`` or ``"http/protobuf"``, the OTLP exporter and the loopback receiver's
+    (``Run.grpc`` holds what that receiver decoded either way)."""
     monkeypatch.setenv(FAST_PATH_ENV, "true" if mode == "fast" else "false")
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")  # the receiver takes traces only
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, value)
     receiver = RawReceiver()
-    server, endpoint = start_grpc(receiver)
+    stop: Callable[[], Any]
+    if protocol == "grpc":
+        grpc_server, endpoint = start_grpc(receiver)
+        stop = lambda: grpc_server.stop(0)  # noqa: E731
+    else:
+        http_server, endpoint = start_http(receiver)
+        stop = http_server.shutdown
     exporter = InMemorySpanExporter()
     processor = RecordingProcessor()
     path = tmp_path / f"{mode}.jsonl"
@@ -130,7 +142,7 @@ def run_scenario(
         "processors": [processor],
         "file": str(path),
         "endpoint": endpoint,
-        "protocol": "grpc",
+        "protocol": protocol,
         "set_global": False,
         "schedule_delay_s": 0.05,
         **configure_kwargs,
@@ -145,8 +157,8 @@ def run_scenario(
         exported = list(exporter.get_finished_spans())
         assert wait_for(lambda: len(receiver.records) >= len(exported), 10), (len(receiver.records), len(exported))
     finally:
-        server.stop(0)
-    lines = path.read_text().splitlines() if path.exists() else []
+        stop()
+    lines = [line for line in path.read_text().split("\n") if line] if path.exists() else []  # not U+0085
     return Run(mode, exported, processor, lines, list(receiver.requests), result, handle)
 
 
@@ -195,6 +207,7 @@ def from_readable(span: ReadableSpan) -> dict[str, Any]:
         "dropped_attributes": span.dropped_attributes,
         "status": (span.status.status_code.name, span.status.description),
         "events": [(e.name, _attrs(e.attributes)) for e in span.events],
+        "event_times": [e.timestamp for e in span.events],
         "dropped_events": span.dropped_events,
         "links": [(link.context.trace_id, link.context.span_id, _attrs(link.attributes)) for link in span.links],
         "dropped_links": span.dropped_links,
@@ -250,6 +263,7 @@ def from_proto(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dic
                         "dropped_attributes": s.dropped_attributes_count,
                         "status": (_STATUS[s.status.code], s.status.message),
                         "events": [(e.name, _kvs(e.attributes)) for e in s.events],
+                        "event_times": [e.time_unix_nano for e in s.events],
                         "dropped_events": s.dropped_events_count,
                         "links": [(_id(link.trace_id), _id(link.span_id), _kvs(link.attributes)) for link in s.links],
                         "dropped_links": s.dropped_links_count,
@@ -380,6 +394,7 @@ def normalise(spans: list[dict[str, Any]], masked: Iterable[str] = ()) -> list[d
         n["links"] = [(tid(t), sid(i), a) for t, i, a in s["links"]]
         n["attributes"] = _map_attrs(s["attributes"], masked_keys)
         n["events"] = [(name, _map_attrs(attrs, masked_keys)) for name, attrs in s["events"]]
+        n["event_times"] = [t if t < EXPLICIT_TIMES else "<now>" for t in s["event_times"]]
         n["start"], n["end"] = rank[s["span_id"]]
         out.append(n)
     return out
