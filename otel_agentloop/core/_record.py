@@ -5,23 +5,31 @@ monotonic clock, see :mod:`~otel_agentloop.core._clock`), and the attributes *by
 spans share one dict until one of them is written to: copy on write). It implements the OpenTelemetry
 ``Span`` API, so user code that reads ``trace.get_current_span()`` (``record_generation``, ``set_attribute``,
 ``add_event``) and the user's own SDK spans opened inside it (its children, through the context) work as with
-an SDK span. Limits, cleaning and encoding happen off the hot path (:meth:`Recorder.finish
-<otel_agentloop.core._recorder.Recorder.finish>`, the export pipeline).
+an SDK span.
+
+Every value written through the ``Span`` API is checked, converted and bounded the moment it is written, with
+the provider's limits and the SDK's rules (:mod:`~otel_agentloop.core._values`): invalid keys dropped and
+counted, the oldest attribute evicted over ``max_span_attributes``, the newest ``max_events`` events and
+``max_links`` links kept (the others counted), event and link attributes limited, timestamps made ints. An open
+span's memory is bounded by the limits whatever the user writes; a bad value never costs the span. The
+attributes it started with (shared, never written) are bounded off the hot path (``export._pipeline.finalize``).
 
 Read surface (for the pipeline, the encoders and every consumer of ended spans): ``name``, ``trace_id``,
 ``span_id``, ``parent_id`` (0: a root), ``parent_remote``, ``flags`` (W3C trace flags: bit 0 = sampled),
 ``trace_state``, ``start_ns``, ``end_ns`` (0 while open), ``attributes``, ``status`` (a ``Status``),
-``events`` (``None`` or a list of ``(name, attributes, time_ns, dropped_attributes)``), ``links`` (a tuple of
-``trace.Link``), ``recorder`` (resource, instrumentation scope, limits); and the ``ReadableSpan``-style properties
-``context``, ``parent``, ``start_time``, ``end_time``, ``kind``, ``resource``, ``instrumentation_scope``.
+``events`` (``None`` or a sequence of ``(name, attributes, time_ns, dropped_attributes)``), ``links`` (a tuple
+of ``trace.Link``), ``dropped_attributes``, ``dropped_events``, ``dropped_links``, ``recorder`` (resource,
+instrumentation scope, limits); and the ``ReadableSpan``-style properties ``context``, ``parent``,
+``start_time``, ``end_time``, ``kind``, ``resource``, ``instrumentation_scope``.
 """
 
 from __future__ import annotations
 
 import logging
-import time
 import traceback
+from collections import deque
 from collections.abc import Mapping
+from itertools import islice
 from typing import Any, Protocol, Union
 
 from opentelemetry import context as otel_context
@@ -30,8 +38,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
 
-from ._guard import internal_error
+from ._errors import IDENTITY_KEYS
+from ._guard import internal_error, safe_str, warn_once
 from ._scope import OpenSpan
+from ._values import bound_attributes, clean_value, frozen_attributes, safe_repr, timestamp_ns
 
 
 class Sink(Protocol):
@@ -47,7 +57,7 @@ class Sink(Protocol):
 
 
 _logger = logging.getLogger("otel_agentloop")
-_SCALARS = (str, bool, int, float)
+_SCALARS = frozenset((str, bool, int, float))
 _DEFAULT_STATE = TraceState()
 Event = tuple[str, Mapping[str, Any], int, int]
 """A record's event: ``(name, attributes, time_ns, dropped_attributes)``."""
@@ -67,15 +77,14 @@ class FastSpan(OpenSpan, trace.Span):
     parent_remote: bool = False
     trace_state: TraceState | None = None
     owned: bool = False  # False: ``attributes`` is shared (a sample's phase spans): copied before a write
-    dirty: bool = False  # a value written through the Span API: cleaned off the hot path
     status: Status = UNSET
-    events: list[Event] | None = None
+    events: deque[Event] | None = None  # at most ``max_events``: the newest
     links: tuple[Link, ...] = ()
-    dropped_attributes: int = 0  # set when the limits are applied (off the hot path)
+    links_bounded: bool = False  # the links it started with bounded (``bound_links``)
+    dropped_attributes: int = 0
     dropped_events: int = 0
+    dropped_links: int = 0
     materialised: object = None  # the SDK span built from this one, for processors and exporters not ours
-    recorded: tuple[dict[str, Any], list[Event] | None] | None = None
-    """(attributes, events) as recorded, kept when applying the limits changed them."""
     _context: SpanContext | None = None
 
     def __init__(
@@ -112,7 +121,7 @@ class FastSpan(OpenSpan, trace.Span):
         self.leave()
         self.recorder.finish(self, exc, None)
 
-    # -- the OpenTelemetry Span API ------------------------------------------------------------------------
+    # -- the OpenTelemetry Span API: every value checked, converted and bounded here, as it is written --------
     def get_span_context(self) -> SpanContext:
         ctx = self._context
         if ctx is None:
@@ -132,36 +141,131 @@ class FastSpan(OpenSpan, trace.Span):
         if self.end_ns:
             _logger.warning("Setting attribute on ended span.")
             return
+        limits = self.recorder.limits
+        kind = type(value)
+        if type(key) is not str or not key or kind not in _SCALARS:
+            self._set_other(key, value)
+        elif kind is str and (length := limits.max_span_attribute_length) is not None and len(value) > length:  # type: ignore[arg-type]
+            self._put(key, value[:length], limits.max_span_attributes)  # type: ignore[index]
+        else:
+            self._put(key, value, limits.max_span_attributes)
+
+    def _set_other(self, key: object, value: object) -> None:
+        """``set_attribute`` past the common case: an invalid key dropped and counted (as the SDK's
+        ``BoundedAttributes`` counts it), any other value converted as the SDK converts it. Never raises."""
+        try:
+            limits = self.recorder.limits
+            count = limits.max_span_attributes
+            if count == 0 or not isinstance(key, str) or not key:
+                if count != 0:
+                    warn_once("invalid-key", "otel_agentloop: invalid attribute key %s: dropped", safe_repr(key))
+                self.dropped_attributes += 1
+                return
+            self._put(key, clean_value(value, limits.max_span_attribute_length), count)
+        except Exception:
+            internal_error("span.set_attribute")
+
+    def _put(self, key: str, value: object, count: int | None) -> None:
+        """Store one clean attribute as the SDK's ``BoundedAttributes`` does: re-setting a key makes it the newest;
+        over ``count`` the oldest is evicted (counted). The shared dict is copied first (copy on write), bounded
+        as the SDK's constructor would have bounded it."""
         attrs = self.attributes
         if not self.owned:
             attrs = self.attributes = dict(attrs)
             self.owned = True
-        if type(value) not in _SCALARS:
-            self.dirty = True
-        attrs.pop(key, None)  # re-setting a key makes it the newest, as the SDK's BoundedAttributes does
+            if count is not None and len(attrs) > count:
+                self._evict(attrs, len(attrs) - count)
+        if key in attrs:
+            del attrs[key]
+        elif count is not None and len(attrs) >= count:
+            if count == 0:
+                self.dropped_attributes += 1
+                return
+            self._evict(attrs, len(attrs) - count + 1)
         attrs[key] = value
 
+    def _evict(self, attrs: dict[str, Any], n: int) -> None:
+        for key in list(islice(attrs, n)):
+            del attrs[key]
+        self.dropped_attributes += n
+
     def set_attributes(self, attributes: Mapping[str, types.AttributeValue]) -> None:
-        for key, value in attributes.items():
-            self.set_attribute(key, value)
+        if self.end_ns:
+            _logger.warning("Setting attribute on ended span.")
+            return
+        try:
+            limits = self.recorder.limits
+            count = limits.max_span_attributes
+            cleaned, dropped = bound_attributes(attributes, 0 if count == 0 else None, limits.max_span_attribute_length)
+            self.dropped_attributes += dropped
+            for key, value in cleaned.items():
+                self._put(key, value, count)
+        except Exception:
+            internal_error("span.set_attributes")
+
+    def restore_identity(self, started: Mapping[str, object]) -> None:
+        """Before the span ends, when its count limit evicted anything: write back each identity attribute it
+        started with that is gone or changed (it becomes the newest), as ``_errors.restore_identity`` does for
+        an SDK span. Never raises."""
+        try:
+            count = self.recorder.limits.max_span_attributes
+            if count is None or (not self.dropped_attributes and len(self.attributes) <= count):
+                return
+            for key in IDENTITY_KEYS:
+                if key in started and self.attributes.get(key) != started[key]:
+                    self._put(key, started[key], count)
+        except Exception:
+            internal_error("span.restore_identity")
 
     def add_event(self, name: str, attributes: types.Attributes = None, timestamp: int | None = None) -> None:
         if self.end_ns:
             return
-        if self.events is None:
-            self.events = []
-        self.events.append(
-            (name, dict(attributes) if attributes else {}, time.time_ns() if timestamp is None else timestamp, 0)
-        )
+        try:
+            limits = self.recorder.limits
+            attrs, dropped = bound_attributes(attributes, limits.max_event_attributes, limits.max_attribute_length)
+            events = self.events
+            if events is None:
+                events = self.events = deque(maxlen=limits.max_events)
+            if len(events) == events.maxlen:
+                self.dropped_events += 1  # the oldest goes, as the SDK's BoundedList drops it
+            events.append((_text(name), attrs, timestamp_ns(timestamp), dropped))
+        except Exception:
+            internal_error("span.add_event")
 
     def add_link(self, context: SpanContext, attributes: types.Attributes = None) -> None:
-        if self.end_ns or not context.is_valid:
+        if self.end_ns:
             return
-        self.links = (*self.links, Link(context, attributes))
+        try:
+            if not _valid_link(context, attributes):
+                return
+            limits = self.recorder.limits
+            links = self.bound_links()
+            attrs, dropped = bound_attributes(attributes, limits.max_link_attributes, limits.max_attribute_length)
+            self.links = _newest((*links, Link(context, frozen_attributes(attrs, dropped))), limits.max_links, self)
+        except Exception:
+            internal_error("span.add_link")
+
+    def bound_links(self) -> tuple[Link, ...]:
+        """The links the span started with, bounded once as the SDK's span bounds them (invalid ones left out,
+        attributes cleaned and limited, the newest ``max_links`` kept, the others counted)."""
+        if self.links_bounded:
+            return self.links
+        self.links_bounded = True
+        if self.links:
+            limits = self.recorder.limits
+            kept = []
+            for link in self.links:
+                if _valid_link(link.context, link.attributes):
+                    attrs, dropped = bound_attributes(
+                        link.attributes, limits.max_link_attributes, limits.max_attribute_length
+                    )
+                    kept.append(Link(link.context, frozen_attributes(attrs, dropped)))
+            self.links = _newest(tuple(kept), limits.max_links, self)
+        return self.links
 
     def update_name(self, name: str) -> None:
         if not self.end_ns:
-            self.name = name
+            self.name = _text(name)
 
     def set_status(self, status: Status | StatusCode, description: str | None = None) -> None:
         if self.end_ns:
@@ -181,21 +285,29 @@ class FastSpan(OpenSpan, trace.Span):
         timestamp: int | None = None,
         escaped: bool = False,
     ) -> None:
-        """As the SDK's ``Span.record_exception``: an ``exception`` event."""
-        cls = type(exception)
-        module, qualname = cls.__module__, cls.__qualname__
-        event: dict[str, Any] = {
-            "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
-            "exception.message": str(exception),
-            "exception.stacktrace": "".join(traceback.format_exception(exception)),
-            "exception.escaped": str(escaped),
-        }
-        if attributes:
-            event.update(attributes)
-        self.add_event("exception", event, timestamp)
+        """As the SDK's ``Span.record_exception``: an ``exception`` event. Never raises (an exception whose
+        ``str()`` raises is recorded by its guarded text)."""
+        try:
+            cls = type(exception)
+            module, qualname = cls.__module__, cls.__qualname__
+            try:
+                stack = "".join(traceback.format_exception(exception))
+            except Exception:
+                stack = ""
+            event: dict[str, Any] = {
+                "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+                "exception.message": safe_str(exception, 1 << 20),
+                "exception.stacktrace": stack,
+                "exception.escaped": str(escaped),
+            }
+            if attributes:
+                event.update(attributes)
+            self.add_event("exception", event, timestamp)
+        except Exception:
+            internal_error("span.record_exception")
 
     def end(self, end_time: int | None = None) -> None:
-        self.recorder.finish(self, None, end_time)
+        self.recorder.finish(self, None, None if end_time is None else timestamp_ns(end_time))
 
     def duration_ns(self) -> int:
         return self.end_ns - self.start_ns
@@ -239,6 +351,24 @@ class FastSpan(OpenSpan, trace.Span):
 
     def __repr__(self) -> str:
         return f"FastSpan({self.name!r}, trace_id={self.trace_id:032x}, span_id={self.span_id:016x})"
+
+
+def _text(name: object) -> str:
+    """A span or event name: the text of anything that is not a ``str`` (an encoder would fail on it)."""
+    return name if type(name) is str else safe_str(name, 1 << 20)
+
+
+def _valid_link(context: object, attributes: object) -> bool:
+    """The SDK's ``_is_valid_link``: a valid context, or any context with attributes or a trace state."""
+    return isinstance(context, SpanContext) and bool(context.is_valid or attributes or context.trace_state)
+
+
+def _newest(links: tuple[Link, ...], limit: int | None, span: FastSpan) -> tuple[Link, ...]:
+    """The newest ``limit`` of ``links``; the others counted in ``span.dropped_links`` (the SDK's BoundedList)."""
+    if limit is None or len(links) <= limit:
+        return links
+    span.dropped_links += len(links) - limit
+    return links[len(links) - limit :]
 
 
 EndedSpan = Union[ReadableSpan, "FastSpan"]

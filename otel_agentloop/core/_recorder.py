@@ -7,12 +7,12 @@ of a user's SDK span or of a remote context) asks the provider's sampler, exactl
 it answers DROP, the caller falls back to the SDK (a non-recording span).
 
 End (:meth:`Recorder.finish`): the one place a fast-path span ends: error recorded, identity restored if a
-count limit would evict it, end time on the span's monotonic timeline, the in-flight registry told, the span
-queued. The queue is drained off the hot path by the export pipeline (``export._pipeline``), which applies the
-span limits, feeds the metrics and hands the spans to the exporters; ``wake`` is called when it reaches
-``batch`` spans. It is bounded (``max_queue``): when it is full, the span's thread drains it first
-(``overflow``: the metrics stay exact, the exporters' own bounded queues drop and count what they cannot take);
-after shutdown (``closed``) spans are counted in ``dropped``.
+count limit evicted anything (``FastSpan.restore_identity``), end time on the span's monotonic timeline, the
+in-flight registry told, the span queued. The queue is drained off the hot path by the export pipeline
+(``export._pipeline``), which bounds the attributes a span started with, feeds the metrics and hands the spans
+to the exporters; ``wake`` is called when it reaches ``batch`` spans. It is bounded (``max_queue``): when it is
+full, the span's thread drains it first (``overflow``: the metrics stay exact, the exporters' own bounded queues
+drop and count what they cannot take); after shutdown (``closed``) spans are counted in ``dropped``.
 """
 
 from __future__ import annotations
@@ -20,7 +20,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.context import Context
@@ -32,7 +32,7 @@ from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace import Span as ApiSpan
 
 from ._clock import monotonic_ns
-from ._errors import IDENTITY_KEYS, mark_error
+from ._errors import mark_error
 from ._guard import after_fork_in_child, internal_error
 from ._record import FastSpan
 
@@ -61,7 +61,6 @@ class Recorder:
         self.sample_roots = sampler.get_description() != DEFAULT_ON.get_description()
         """``False``: the default sampler (``ParentBased(ALWAYS_ON)``), which samples every root and every span
         below a sampled parent: not asked for those."""
-        self.max_attributes = limits.max_span_attributes
         self.new_span_id = id_generator.generate_span_id
         self.new_trace_id = id_generator.generate_trace_id
         self.random_ids = 2 if id_generator.is_trace_id_random() else 0
@@ -144,9 +143,8 @@ class Recorder:
         try:
             if exc is not None:
                 mark_error(span, exc)
-            limit = self.max_attributes
-            if limit is not None and span.started is not None and len(span.attributes) > limit:
-                _restore_identity(span, span.started, limit)
+            if span.started is not None:
+                span.restore_identity(span.started)
             if end_time is None:
                 offset = span.offset
                 end_time = monotonic_ns() + offset if offset is not None else time.time_ns()
@@ -184,23 +182,6 @@ class Recorder:
         """Everything queued so far, in order (the caller holds :attr:`lock`)."""
         queue = self.queue
         return [queue.popleft() for _ in range(len(queue))]
-
-
-def _restore_identity(span: FastSpan, started: Mapping[str, object], limit: int) -> None:
-    """Before a span with more attributes than ``limit`` ends: write back each identity attribute the SDK would
-    have evicted (the oldest go first) or that was changed, which makes it the newest, as
-    :func:`~otel_agentloop.core._errors.restore_identity` does for an SDK span."""
-    attrs = span.attributes
-    if not span.owned:
-        attrs = span.attributes = dict(attrs)
-        span.owned = True
-    for key in IDENTITY_KEYS:
-        if key not in started:
-            continue
-        kept = list(attrs)[-limit:] if limit else []  # what a count limit keeps: the newest
-        if key not in kept or attrs[key] != started[key]:
-            attrs.pop(key, None)
-            attrs[key] = started[key]
 
 
 def _nothing() -> None:

@@ -28,6 +28,7 @@ from opentelemetry.trace import StatusCode
 
 from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
+from ..core._values import timestamp_ns
 from ._clean import clean_text
 
 _fixed64: Callable[[int], bytes] = struct.Struct("<Q").pack
@@ -234,7 +235,7 @@ def _links(links: Sequence[Any]) -> bytes:
 
 
 def _record(f: FastSpan) -> bytes:
-    """A fast-path record, from its fields (kind INTERNAL; no dropped links: the recorder keeps them all)."""
+    """A fast-path record, from its fields (kind INTERNAL; its values were bounded when written)."""
     status = f.status
     events = f.events
     return _span(
@@ -252,7 +253,7 @@ def _record(f: FastSpan) -> bytes:
         b"".join([_event(name, attrs, ts, dropped) for name, attrs, ts, dropped in events]) if events else b"",
         f.dropped_events,
         _links(f.links) if f.links else b"",
-        0,
+        f.dropped_links,
         _CODES[status.status_code],
         status.description,
     )
@@ -276,7 +277,7 @@ def _sdk_span(s: ReadableSpan) -> bytes:
         s.end_time,
         _raw(s.attributes),
         s.dropped_attributes,
-        b"".join([_event(e.name, _raw(e.attributes), e.timestamp, e.dropped_attributes) for e in events])
+        b"".join([_event(e.name, _raw(e.attributes), _time(e.timestamp, s), e.dropped_attributes) for e in events])
         if events
         else b"",
         s.dropped_events,
@@ -285,6 +286,12 @@ def _sdk_span(s: ReadableSpan) -> bytes:
         _CODES[status.status_code],
         status.description,
     )
+
+
+def _time(ts: Any, s: ReadableSpan) -> int:
+    """An SDK span's event time as OTLP carries it: a user's float read as nanoseconds, anything that cannot be
+    a time replaced by the span's end (:func:`~otel_agentloop.core._values.timestamp_ns`): the event is kept."""
+    return ts if type(ts) is int else timestamp_ns(ts, s.end_time or 0)
 
 
 # -- the request (ExportTraceServiceRequest 1 resource_spans; ResourceSpans 1 resource, 2 scope_spans,

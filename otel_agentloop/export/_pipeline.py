@@ -21,13 +21,15 @@ from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.trace import SpanKind
+from opentelemetry.sdk.util import BoundedList
+from opentelemetry.trace import Link, SpanKind
 
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import UNSET, FastSpan
 from ..core._recorder import Recorder
+from ..core._values import bound_attributes, frozen_attributes
 from ..metrics._hooks import StepHooks
 
 _NO_PROCESSOR = SpanProcessor()
@@ -36,67 +38,77 @@ _NO_PROCESSOR = SpanProcessor()
 class _Materialised(SdkSpan):
     """The SDK's span class, built here rather than by a tracer (its constructor refuses the base class)."""
 
+    def replay(self, span: FastSpan) -> None:
+        """Add ``span``'s events and carry its dropped counts: its values were bounded when written, so the
+        SDK's own bounding counts nothing more."""
+        for name, attrs, ts, dropped in span.events or ():
+            self._add_event(Event(name, frozen_attributes(attrs, dropped), ts))
+        events, attributes, links = self._events, self._attributes, self._links
+        if isinstance(events, BoundedList):
+            events.dropped = span.dropped_events
+        if isinstance(attributes, BoundedAttributes):
+            attributes.dropped = span.dropped_attributes
+        if isinstance(links, BoundedList):
+            links.dropped = span.dropped_links
+        for link, ours in zip(links, span.links, strict=False):
+            bounded = link.attributes
+            if isinstance(bounded, BoundedAttributes):
+                bounded.dropped = ours.dropped_attributes
+
 
 def finalize(span: FastSpan) -> None:
-    """Apply the provider's span limits to an ended ``span`` (as the SDK's ``BoundedAttributes`` would have):
-    values cleaned and cut to the length limit, the oldest attributes over the count limit evicted (counted in
-    ``dropped_attributes``), the newest ``max_events`` events kept. Costs a type check per attribute when
-    nothing needs doing."""
+    """Apply what is left of the provider's span limits to an ended ``span``: the attributes it started with
+    (a sample's shared dict, never written to, so not bounded when written) cleaned, cut to the length limit,
+    the oldest over the count limit evicted (counted in ``dropped_attributes``), as the SDK's
+    ``BoundedAttributes`` would; the links it started with bounded. What the user wrote through the ``Span`` API
+    was bounded as it was written (``core._record``). Costs a type check per attribute when nothing needs
+    doing."""
     limits = span.recorder.limits
     attrs = span.attributes
     count = limits.max_span_attributes
-    length = limits.max_span_attribute_length
-    if span.dirty or (count is not None and len(attrs) > count) or (length is not None and _too_long(attrs, length)):
-        bounded = BoundedAttributes(count, attrs, immutable=True, max_value_len=length)
-        span.recorded = (attrs, span.events)  # as recorded: what a materialised span starts from
-        span.attributes = dict(bounded)
+    if (count is not None and len(attrs) > count) or _too_long(attrs, limits.max_span_attribute_length):
+        span.attributes, dropped = bound_attributes(attrs, count, limits.max_span_attribute_length)
         span.owned = True
-        span.dropped_attributes = bounded.dropped
-    events = span.events
-    if events:
-        max_events = limits.max_events
-        if max_events is not None and len(events) > max_events:
-            span.recorded = (span.recorded[0] if span.recorded else span.attributes, list(events))
-            span.dropped_events = len(events) - max_events
-            del events[: len(events) - max_events]
-        per_event = limits.max_event_attributes
-        span.events = [
-            (name, dict(BoundedAttributes(per_event, attrs_, immutable=True, max_value_len=length)), ts, dropped)
-            for name, attrs_, ts, dropped in events
-        ]
+        span.dropped_attributes += dropped
+    if span.links and not span.links_bounded:
+        span.bound_links()
 
 
-def _too_long(attrs: Mapping[str, Any], length: int) -> bool:
-    for value in attrs.values():  # noqa: SIM110 - a plain loop: cheaper than any() over a generator
-        if type(value) is str and len(value) > length:
+def _too_long(attrs: Mapping[str, Any], length: int | None) -> bool:
+    """Whether a value of ``attrs`` needs the SDK's cleaning: not a plain ``str``/``int``/``float``/``bool``,
+    or a ``str`` over ``length``."""
+    for value in attrs.values():
+        kind = type(value)
+        if kind is str:
+            if length is not None and len(value) > length:
+                return True
+        elif kind is not int and kind is not float and kind is not bool:
             return True
     return False
 
 
 def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> ReadableSpan:
-    """``span`` as the SDK's own span (started and ended again, off the hot path, at its recorded times):
-    what a processor or exporter that is not the library's receives. ``processor`` sees its ``on_start`` and
-    ``on_end``. Built once per span and kept."""
+    """``span`` as the SDK's own span (started and ended again, off the hot path, at its recorded times, with
+    its values and dropped counts): what a processor or exporter that is not the library's receives.
+    ``processor`` sees its ``on_start`` and ``on_end``. Built once per span and kept."""
     built = span.materialised
     if isinstance(built, ReadableSpan) and processor is None:
         return built
     recorder = span.recorder
-    attributes, events = span.recorded or (span.attributes, span.events)  # the SDK applies the limits itself
     sdk = _Materialised(
         span.name,
         span.get_span_context(),
         parent=span.parent,
         resource=recorder.resource,
-        attributes=attributes,
-        links=span.links,
+        attributes=span.attributes,
+        links=[Link(link.context, link.attributes) for link in span.links],  # the SDK rewraps its links' attributes
         kind=SpanKind.INTERNAL,
         span_processor=processor or _NO_PROCESSOR,
         instrumentation_scope=recorder.scope,
         limits=recorder.limits,
     )
     sdk.start(start_time=span.start_ns)
-    for name, attrs, ts, _ in events or ():
-        sdk.add_event(name, attrs, ts)
+    sdk.replay(span)
     if span.status is not UNSET:
         sdk.set_status(span.status)
     sdk.end(end_time=span.end_ns)
