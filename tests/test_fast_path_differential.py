@@ -88,7 +88,7 @@ class Action:
     key: Any = None
     value: Any = None
     attributes: Any = None
-    timestamp: int | None = None
+    timestamp: float | None = None
 
 
 @dataclass
@@ -114,7 +114,7 @@ _actions = st.one_of(
         st.just("event"),
         key=st.sampled_from(["tick", "token", ""]),
         attributes=st.one_of(st.none(), ATTRIBUTES),
-        timestamp=st.one_of(st.none(), st.integers(1, 1 << 40)),
+        timestamp=st.one_of(st.none(), st.integers(1, 1 << 40), st.floats(1, 1 << 40)),  # a float: as ns
     ),
     st.builds(
         Action,

@@ -25,6 +25,7 @@ from ..core._guard import internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
 from ._groups import Groups
+from ._otlp_proto import _time
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _quote: Callable[[str], str] = encode_basestring  # C-accelerated JSON string quoting
@@ -131,7 +132,7 @@ def _span(s: ReadableSpan | FastSpan) -> str:
             _record_events(f.events) if f.events else "",
             f.dropped_events,
             _links(f.links) if f.links else "",
-            0,  # the recorder keeps every link
+            f.dropped_links,
             f.status,
         )
     try:
@@ -148,7 +149,7 @@ def _span(s: ReadableSpan | FastSpan) -> str:
             s._end_time,
             _raw(s._attributes),
             s.dropped_attributes,
-            _events(s._events) if s._events else "",
+            _events(s._events, s) if s._events else "",
             s.dropped_events,
             _links(s._links) if s._links else "",
             s.dropped_links,
@@ -168,7 +169,7 @@ def _span(s: ReadableSpan | FastSpan) -> str:
             s.end_time,
             _raw(s.attributes),
             s.dropped_attributes,
-            _events(s.events) if s.events else "",
+            _events(s.events, s) if s.events else "",
             s.dropped_events,
             _links(s.links) if s.links else "",
             s.dropped_links,
@@ -190,10 +191,11 @@ def _event_json(name: str, ts: int, attributes: Mapping[str, Any] | None, droppe
     return f'{{"timeUnixNano":"{ts}","name":{_quote(name)},"attributes":{_attrs(attributes)}{_dropped(dropped)}}}'
 
 
-def _events(events: Sequence[Any]) -> str:
+def _events(events: Sequence[Any], s: ReadableSpan) -> str:
+    """An SDK span's events (a user's float time as nanoseconds, as :mod:`._otlp_proto` writes it)."""
     return (
         ',"events":['
-        + ",".join(_event_json(e.name, e.timestamp, _raw(e.attributes), e.dropped_attributes) for e in events)
+        + ",".join(_event_json(e.name, _time(e.timestamp, s), _raw(e.attributes), e.dropped_attributes) for e in events)
         + "]"
     )
 
