@@ -322,7 +322,8 @@ def _map_attrs(attrs: list[tuple[str, Any]], masked: frozenset[str]) -> list[Any
 
 def _tree_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Spans depth first: roots (spans whose parent is not here) by start, each span's children by start
-    (longest first on a tie), then name. Only siblings are compared by time, and siblings share a timeline."""
+    (longest first on a tie), then name; the step summary after its siblings (its times are the metrics', which
+    tie with its first sample's start). Only siblings are compared by time, and siblings share a timeline."""
     here = {s["span_id"] for s in spans}
     children: dict[int, list[dict[str, Any]]] = {}
     for s in spans:
@@ -330,7 +331,7 @@ def _tree_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def visit(parent: int) -> None:
-        for s in sorted(children.get(parent, []), key=lambda s: (s["start"], -s["end"], s["name"])):
+        for s in sorted(children.get(parent, []), key=lambda s: (s["name"] == SUMMARY_SPAN, s["start"], -s["end"], s["name"])):
             out.append(s)
             visit(s["span_id"])
 
@@ -381,9 +382,13 @@ def normalise(spans: list[dict[str, Any]], masked: Iterable[str] = ()) -> list[d
     rank: dict[int, tuple[int, int]] = {}
     roots = siblings.get(0, [])
     for group in siblings.values():
-        starts = sorted(s["start"] for s in group)
-        ends = sorted(s["end"] for s in group)
+        timed = [s for s in group if s["name"] != SUMMARY_SPAN]  # the summary's times: see _tree_order
+        starts = sorted(s["start"] for s in timed)
+        ends = sorted(s["end"] for s in timed)
         for s in group:  # roots: each on its own clock anchor, so only their starts are compared
+            if s["name"] == SUMMARY_SPAN:
+                rank[s["span_id"]] = (-1, -1)
+                continue
             rank[s["span_id"]] = (starts.index(s["start"]), -1 if group is roots else ends.index(s["end"]))
     out = []
     for s in ordered:
