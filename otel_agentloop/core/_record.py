@@ -9,10 +9,11 @@ an SDK span.
 
 Every value written through the ``Span`` API is checked, converted and bounded the moment it is written, with
 the provider's limits and the SDK's rules (:mod:`~otel_agentloop.core._values`): invalid keys dropped and
-counted, the oldest attribute evicted over ``max_span_attributes``, the newest ``max_events`` events and
-``max_links`` links kept (the others counted), event and link attributes limited, timestamps made ints. An open
-span's memory is bounded by the limits whatever the user writes; a bad value never costs the span. The
-attributes it started with (shared, never written) are bounded off the hot path (``export._pipeline.finalize``).
+counted, values converted (nested strings cut), the oldest attribute evicted over ``max_span_attributes``, the
+newest ``max_events`` events and ``max_links`` links kept (the others counted), event and link attributes
+limited, timestamps made ints. An open span's memory is bounded by the limits whatever the user writes; a bad
+value never costs the span. Off the hot path (``export._pipeline.finalize``): the attributes it started with
+(shared, never written) are bounded, and a plain ``str`` attribute over the length limit is cut (same result).
 
 Read surface (for the pipeline, the encoders and every consumer of ended spans): ``name``, ``trace_id``,
 ``span_id``, ``parent_id`` (0: a root), ``parent_remote``, ``flags`` (W3C trace flags: bit 0 = sampled),
@@ -141,14 +142,23 @@ class FastSpan(OpenSpan, trace.Span):
         if self.end_ns:
             _logger.warning("Setting attribute on ended span.")
             return
-        limits = self.recorder.limits
         kind = type(value)
         if type(key) is not str or not key or kind not in _SCALARS:
             self._set_other(key, value)
-        elif kind is str and (length := limits.max_span_attribute_length) is not None and len(value) > length:  # type: ignore[arg-type]
-            self._put(key, value[:length], limits.max_span_attributes)  # type: ignore[index]
-        else:
-            self._put(key, value, limits.max_span_attributes)
+            return
+        # the common case inline: a key set again, or room left (a plain str over the length limit is cut off the
+        # hot path, by ``export._pipeline.finalize``: the same result, the reference the user's anyway)
+        attrs = self.attributes
+        if self.owned:
+            if key in attrs:
+                del attrs[key]  # re-setting a key makes it the newest, as the SDK's BoundedAttributes does
+                attrs[key] = value
+                return
+            count = self.recorder.limits.max_span_attributes
+            if count is None or len(attrs) < count:
+                attrs[key] = value
+                return
+        self._put(key, value, self.recorder.limits.max_span_attributes)
 
     def _set_other(self, key: object, value: object) -> None:
         """``set_attribute`` past the common case: an invalid key dropped and counted (as the SDK's

@@ -61,6 +61,7 @@ class Recorder:
         self.sample_roots = sampler.get_description() != DEFAULT_ON.get_description()
         """``False``: the default sampler (``ParentBased(ALWAYS_ON)``), which samples every root and every span
         below a sampled parent: not asked for those."""
+        self.max_attributes = limits.max_span_attributes
         self.new_span_id = id_generator.generate_span_id
         self.new_trace_id = id_generator.generate_trace_id
         self.random_ids = 2 if id_generator.is_trace_id_random() else 0
@@ -143,7 +144,12 @@ class Recorder:
         try:
             if exc is not None:
                 mark_error(span, exc)
-            if span.started is not None:
+            limit = self.max_attributes
+            if (
+                limit is not None
+                and span.started is not None
+                and (span.dropped_attributes or len(span.attributes) > limit)
+            ):
                 span.restore_identity(span.started)
             if end_time is None:
                 offset = span.offset

@@ -62,16 +62,28 @@ def finalize(span: FastSpan) -> None:
     the oldest over the count limit evicted (counted in ``dropped_attributes``), as the SDK's
     ``BoundedAttributes`` would; the links it started with bounded. What the user wrote through the ``Span`` API
     was bounded as it was written (``core._record``). Costs a type check per attribute when nothing needs
-    doing."""
+    doing, and not even that for a shared dict found clean for the span before (a sample's phases)."""
+    global _clean
     limits = span.recorder.limits
     attrs = span.attributes
-    count = limits.max_span_attributes
-    if (count is not None and len(attrs) > count) or _too_long(attrs, limits.max_span_attribute_length):
-        span.attributes, dropped = bound_attributes(attrs, count, limits.max_span_attribute_length)
+    key = (attrs, limits.max_span_attributes, limits.max_span_attribute_length)
+    shared = not span.owned
+    last = _clean  # one read: another handle's pipeline may replace it meanwhile
+    if shared and last[0] is attrs and last[1:] == key[1:]:
+        pass
+    elif (key[1] is not None and len(attrs) > key[1]) or _too_long(attrs, key[2]):
+        span.attributes, dropped = bound_attributes(attrs, key[1], key[2])
         span.owned = True
         span.dropped_attributes += dropped
+    elif shared:
+        _clean = key  # the dict kept alive (its id is never another dict's); a shared dict is never written to
     if span.links and not span.links_bounded:
         span.bound_links()
+
+
+_clean: tuple[Any, int | None, int | None] = (None, None, None)
+"""The last shared attribute dict :func:`finalize` found clean, with the count and length limits it was checked
+against."""
 
 
 def _too_long(attrs: Mapping[str, Any], length: int | None) -> bool:
