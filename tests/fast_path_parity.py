@@ -331,7 +331,9 @@ def _tree_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def visit(parent: int) -> None:
-        for s in sorted(children.get(parent, []), key=lambda s: (s["name"] == SUMMARY_SPAN, s["start"], -s["end"], s["name"])):
+        for s in sorted(
+            children.get(parent, []), key=lambda s: (s["name"] == SUMMARY_SPAN, s["start"], -s["end"], s["name"])
+        ):
             out.append(s)
             visit(s["span_id"])
 

@@ -13,6 +13,7 @@ fast path does not bound them, by design)."""
 from __future__ import annotations
 
 import asyncio
+import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -29,8 +30,11 @@ import otel_agentloop as oal
 
 from .fast_path_parity import compare_runs, mask_metrics, run_both
 
-EXAMPLES = 6
+EXAMPLES = 20
 """Examples per protocol: each runs the program twice, in fresh configurations (~1 s each on 2 shared cores)."""
+SLOWEST_S = 0.05
+"""Sample 0 generates this long first: the step's slowest sample (the most time in phases, in its summary and
+metrics) is the same in both runs."""
 
 
 class UserError(RuntimeError):
@@ -201,6 +205,9 @@ def _scenario(program: Program) -> Callable[[Any], Any]:
         with oal.step(1, attributes=program.step_attributes):
             for index, (attributes, phases) in enumerate(program.samples):
                 with oal.sample(index, attributes=attributes):
+                    if index == 0:
+                        with oal.span("generate"):
+                            time.sleep(SLOWEST_S)
                     for phase in phases:
                         _call(phase)
         return handle.metrics.collect(1)
@@ -231,6 +238,43 @@ def test_fast_and_sdk_paths_export_the_same_spans(
     program: Program, protocol: str, tmp_path_factory: pytest.TempPathFactory
 ) -> None:
     _check(program, protocol, tmp_path_factory.mktemp("differential"))
+
+
+def test_an_identity_value_cut_by_the_length_limit_stays_in_place(tmp_path: Path) -> None:
+    """Found by the property test: with ``OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT=16`` (``rl.phase`` cut to
+    ``generate_sequenc``) and an invalid key dropped, the SDK path wrote the identity back as if changed, moving
+    ``rl.phase`` last; the fast path kept it in place."""
+    dropped_key = [Action("attr", "k", ""), Action("attr", "", None)]
+    program = Program(
+        {"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "16"},
+        None,
+        [(None, [Phase("sync", "generate", None, [], False), Phase("sync", "generate", None, dropped_key, False)])],
+    )
+    _check(program, "grpc", tmp_path)
+
+
+def test_a_float_event_time_is_nanoseconds_on_the_wire_on_both_paths(tmp_path: Path) -> None:
+    """``add_event(timestamp=1.5)``: read as 1 ns by every encoder on both paths; a user's exporter gets the
+    SDK's span as the SDK stored it (1.5) and the fast path's with the converted time (docs/fast-path.md)."""
+    program = Program(
+        {}, None, [(None, [Phase("sync", "tool", None, [Action("event", "tick", timestamp=1.5)], False)])]
+    )
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        runs = run_both(_scenario(program), tmp_path, monkeypatch, protocol="http/protobuf")
+    times = {
+        (mode, source): [s["event_times"] for s in run.canonical(source) if s["name"] == "execute_tool search"]
+        for mode, run in runs.items()
+        for source in ("exporter", "file", "grpc")
+    }
+    assert times == {
+        ("fast", "exporter"): [[1]],
+        ("fast", "file"): [[1]],
+        ("fast", "grpc"): [[1]],
+        ("sdk", "exporter"): [[1.5]],
+        ("sdk", "file"): [[1]],
+        ("sdk", "grpc"): [[1]],
+    }
+    compare_runs(runs, ignore=["random_trace_id", "event_times"])
 
 
 def test_a_difference_fails_the_comparison(tmp_path: Path) -> None:
