@@ -158,7 +158,10 @@ class FastSpan(OpenSpan, trace.Span):
             if count is None or len(attrs) < count:
                 attrs[key] = value
                 return
-        self._put(key, value, self.recorder.limits.max_span_attributes)
+        try:
+            self._put(key, value, self.recorder.limits.max_span_attributes)
+        except Exception:  # another thread writing the same span while this one evicts
+            internal_error("span.set_attribute")
 
     def _set_other(self, key: object, value: object) -> None:
         """``set_attribute`` past the common case: an invalid key dropped and counted (as the SDK's
