@@ -289,21 +289,31 @@ def is_timing_metric(key: str) -> bool:
     return len(parts) >= 2 and parts[0] == "agent_loop" and (parts[1] in _TIMED_PHASES or parts[-1] in _TIMED_PHASES)
 
 
-def mask_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """``metrics`` with every measured duration replaced by ``"<time>"`` (keys, counts, identities kept)."""
-    return {key: ("<time>" if is_timing_metric(key) else value) for key, value in sorted(metrics.items())}
+WHICH_SLOWEST = f"{SUMMARY_SPAN}/slowest"
+"""In ``masked``: which sample was the step's slowest is masked too (samples that take about the same time)."""
+_SLOWEST_INDEX = "agent_loop/slowest/sample_index"
 
 
-def _mask_summary(text: str) -> Any:
+def mask_metrics(metrics: Mapping[str, Any], which_slowest: bool = False) -> dict[str, Any]:
+    """``metrics`` with every measured duration replaced by ``"<time>"`` (keys, counts, identities kept; with
+    ``which_slowest``, the slowest sample's index too)."""
+    out = {key: ("<time>" if is_timing_metric(key) else value) for key, value in sorted(metrics.items())}
+    if which_slowest and _SLOWEST_INDEX in out:
+        out[_SLOWEST_INDEX] = "<which>"
+    return out
+
+
+def _mask_summary(text: str, which_slowest: bool = False) -> Any:
     """The ``rl.step.summary`` JSON with its durations and times masked (counts, identity and keys kept)."""
     data = json.loads(text)
-    data["metrics"] = mask_metrics(data.get("metrics", {}))
+    data["metrics"] = mask_metrics(data.get("metrics", {}), which_slowest)
     for key in ("phases", "tools"):
         data[key] = {name: row[0] for name, row in data.get(key, {}).items()}  # the count per phase/tool
     data["t"] = len(data.get("t", []))
     slowest = data.get("slowest")
     if slowest:
-        data["slowest"] = [slowest[0], slowest[1], "<trace>", "<time>", "<time>", "<time>", *slowest[6:]]
+        which = "<which>" if which_slowest else slowest[0]
+        data["slowest"] = [which, slowest[1], "<trace>", "<time>", "<time>", "<time>", *slowest[6:]]
     for key in ("hung", "slow"):
         data[key] = len(data.get(key, []))
     return data
@@ -315,7 +325,7 @@ def _map_attrs(attrs: list[tuple[str, Any]], masked: frozenset[str]) -> list[Any
         if key in masked:
             value = "<masked>"
         elif key == SUMMARY_SPAN and kind in ("str", "string_value"):
-            value = _mask_summary(value)
+            value = _mask_summary(value, WHICH_SLOWEST in masked)
         out.append((key, (kind, value)))
     return out
 
