@@ -7,7 +7,10 @@ much as protobuf's ``json_format``), the SDK's protobuf encoder ~150 us, these s
 
 A batch may mix the fast path's records (:class:`~otel_agentloop.core._record.FastSpan`, encoded from their
 fields: no SDK span is built) and SDK spans; a record encodes to the same bytes as the SDK span
-``export._pipeline.materialise`` builds from it.
+``export._pipeline.materialise`` builds from it. Every field the protobuf encoder (:mod:`._otlp_proto`) writes
+is written, as protobuf's JSON mapping spells it (``traceState``, span and link ``flags``, the dropped
+attribute, event and link counts, scope attributes, schema URLs; uint32 as numbers, fixed64 times as strings),
+grouped by resource and scope as it groups them: the JSON parses to the same ``ExportTraceServiceRequest``.
 """
 
 from __future__ import annotations
