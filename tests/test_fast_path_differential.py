@@ -85,7 +85,7 @@ ATTRIBUTES = st.dictionaries(KEYS, VALUES, max_size=4)
 class Action:
     """One thing a phase's body does to ``trace.get_current_span()``."""
 
-    kind: str  # "attr", "attrs", "event", "link", "status", "record_exception"
+    kind: str  # "attr", "attrs", "event", "link", "status", "record_exception", "name"
     key: Any = None
     value: Any = None
     attributes: Any = None
@@ -98,7 +98,7 @@ class Phase:
     phase: str
     attributes: dict[Any, Any] | None
     actions: list[Action]
-    raises: bool
+    raises: type[UserError] | None
 
 
 @dataclass
@@ -123,9 +123,15 @@ _actions = st.one_of(
         st.just("link"),
         value=st.sampled_from([(0xA1, 0xB1, False), (0xA2, 0xB2, True), (0, 0, False)]),  # (0, 0): invalid
         attributes=st.one_of(st.none(), ATTRIBUTES),
-    ),
+    ).filter(lambda a: a.value[0] or not a.attributes or any(isinstance(k, str) and k for k in a.attributes)),
     st.builds(Action, st.just("status"), value=st.sampled_from([StatusCode.OK, StatusCode.ERROR]), key=_text),
-    st.builds(Action, st.just("record_exception"), attributes=st.one_of(st.none(), ATTRIBUTES)),
+    st.builds(
+        Action,
+        st.just("record_exception"),
+        value=st.just(UserError),
+        attributes=st.one_of(st.none(), ATTRIBUTES),
+    ),
+    st.builds(Action, st.just("name"), key=st.one_of(_text, _huge)),
 )
 _phases = st.builds(
     Phase,
@@ -133,7 +139,7 @@ _phases = st.builds(
     phase=st.sampled_from(["generate", "tool", "reward"]),
     attributes=st.one_of(st.none(), ATTRIBUTES),
     actions=st.lists(_actions, max_size=5),
-    raises=st.booleans(),
+    raises=st.sampled_from([None, UserError]),
 )
 _limits = st.fixed_dictionaries(
     {},
@@ -168,15 +174,17 @@ def _act(action: Action) -> None:
         span.add_link(SpanContext(trace_id, span_id, is_remote=remote), action.attributes)
     elif action.kind == "status":
         span.set_status(Status(action.value, action.key if action.value is StatusCode.ERROR else None))
+    elif action.kind == "name":
+        span.update_name(action.key)
     else:
-        span.record_exception(UserError("recorded"), action.attributes)
+        span.record_exception(action.value("recorded"), action.attributes)
 
 
 def _body(phase: Phase) -> None:
     for action in phase.actions:
         _act(action)
-    if phase.raises:
-        raise UserError("raised")
+    if phase.raises is not None:
+        raise phase.raises("raised")
 
 
 def _call(phase: Phase) -> None:
@@ -243,7 +251,7 @@ def test_an_identity_value_cut_by_the_length_limit_stays_in_place(tmp_path: Path
     program = Program(
         {"OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT": "16"},
         None,
-        [(None, [Phase("sync", "generate", None, [], False), Phase("sync", "generate", None, dropped_key, False)])],
+        [(None, [Phase("sync", "generate", None, [], None), Phase("sync", "generate", None, dropped_key, None)])],
     )
     _check(program, "grpc", tmp_path)
 
@@ -251,9 +259,7 @@ def test_an_identity_value_cut_by_the_length_limit_stays_in_place(tmp_path: Path
 def test_a_float_event_time_is_nanoseconds_on_the_wire_on_both_paths(tmp_path: Path) -> None:
     """``add_event(timestamp=1.5)``: read as 1 ns by every encoder on both paths; a user's exporter gets the
     SDK's span as the SDK stored it (1.5) and the fast path's with the converted time (docs/fast-path.md)."""
-    program = Program(
-        {}, None, [(None, [Phase("sync", "tool", None, [Action("event", "tick", timestamp=1.5)], False)])]
-    )
+    program = Program({}, None, [(None, [Phase("sync", "tool", None, [Action("event", "tick", timestamp=1.5)], None)])])
     with pytest.MonkeyPatch.context() as monkeypatch:
         runs = run_both(_scenario(program), tmp_path, monkeypatch, protocol="http/protobuf")
     times = {
@@ -272,9 +278,21 @@ def test_a_float_event_time_is_nanoseconds_on_the_wire_on_both_paths(tmp_path: P
     compare_runs(runs, ignore=["random_trace_id", "event_times"])
 
 
+@pytest.mark.xfail(
+    strict=True,
+    reason="FastSpan.add_link drops a link with an invalid context whose attributes all have invalid keys; the "
+    "SDK keeps it (it tests the attributes as given, before dropping the keys): a user's exporter sees the link on "
+    "the SDK path only (found by the property test, which leaves this case out until it is fixed)",
+)
+def test_a_link_with_an_invalid_context_and_only_invalid_keys(tmp_path: Path) -> None:
+    link = Action("link", value=(0, 0, False), attributes={"": None})
+    program = Program({}, None, [(None, [Phase("sync", "generate", None, [link], None)])])
+    _check(program, "grpc", tmp_path)
+
+
 def test_a_difference_fails_the_comparison(tmp_path: Path) -> None:
     """The comparison can fail: an attribute set on the fast path only is reported."""
-    program = Program({}, None, [(None, [Phase("sync", "tool", None, [Action("attr", "k", "v")], False)])])
+    program = Program({}, None, [(None, [Phase("sync", "tool", None, [Action("attr", "k", "v")], None)])])
     with pytest.MonkeyPatch.context() as monkeypatch:
         runs = run_both(_scenario(program), tmp_path, monkeypatch, protocol="http/protobuf")
     compare_runs(runs)
