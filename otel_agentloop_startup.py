@@ -11,8 +11,11 @@ node. Nothing is imported until Ray is: a one-shot meta-path finder sees ``impor
 has run, instruments it (or at once, when Ray is already imported).
 
 Every other interpreter pays only the ``.pth`` line's scan of ``sys.argv``: this module is not imported.
-Opt out with ``OTEL_AGENTLOOP_STARTUP_HOOK=false`` (or ``OTEL_SDK_DISABLED=true``, or ``ray`` in
-``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``). Never raises: a failure is one line on stderr.
+Opt out with ``OTEL_AGENTLOOP_STARTUP_HOOK`` set to one of :data:`OFF` (``false``, ``disable``, ``none``, ...;
+or ``OTEL_SDK_DISABLED=true``, or ``ray`` in ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``); :data:`ON` or unset
+leaves it on. Any other value turns it off too, with one line on stderr naming the variable and what it does
+(``config._environment`` declares the variable with this module's :func:`switch`). Never raises: a failure is
+one line on stderr.
 """
 
 from __future__ import annotations
@@ -29,6 +32,16 @@ if TYPE_CHECKING:  # nothing more is imported at startup
     from typing import Any
 
 OPT_OUT = "OTEL_AGENTLOOP_STARTUP_HOOK"
+OFF = ("false", "0", "off", "no", "disable", "disabled", "none")
+"""What :data:`OPT_OUT` may say (any case, spaces around) to turn the startup hook off."""
+ON = ("true", "1", "on", "yes", "enable", "enabled")
+"""What :data:`OPT_OUT` may say to leave it on (as unset or empty does)."""
+TRUE = ("true", "1", "yes", "on")
+"""``OTEL_SDK_DISABLED`` is true (as ``config._values.TRUE_TEXT`` reads it)."""
+WHAT = (
+    "the startup hook (it wraps ray.init in a driver whose command line names our Ray setup hook, "
+    "so that the driver's settings reach every Ray worker)"
+)
 HOOKS = (
     "worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker",
     "worker_process_setup_hook=otel_agentloop.integrations.ray.setup_worker",
@@ -42,10 +55,30 @@ def wanted(argv: Sequence[str]) -> bool:
     return any(a.endswith(HOOKS) for a in argv)
 
 
-def _off() -> bool:
-    if os.environ.get(OPT_OUT, "").strip().lower() in ("false", "0", "off", "no"):
+def switch(raw: str | None) -> bool | None:
+    """Whether :data:`OPT_OUT`'s text ``raw`` leaves the startup hook on (unset or empty: on); ``None`` for a
+    value that is neither :data:`ON` nor :data:`OFF` (then the hook is off: the variable exists to turn it
+    off, so a user who set it to anything is not overruled)."""
+    text = (raw or "").strip().lower()
+    if not text or text in ON:
         return True
-    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() == "true":
+    return False if text in OFF else None
+
+
+def reason() -> str:
+    """Why an :data:`OPT_OUT` value is not recognised, and what it does (``config`` warns with it too)."""
+    return f"is not one of {', '.join(OFF)} (off) nor {', '.join(ON)} (on); it switches {WHAT}, now off"
+
+
+def _off() -> bool:
+    raw = os.environ.get(OPT_OUT)
+    on = switch(raw)
+    if on is None and raw is not None:
+        print(f"otel_agentloop: {OPT_OUT}={raw!r} {reason()}; using false", file=sys.stderr)
+        os.environ[OPT_OUT] = "false"  # as config's check rewrites it: said once, here, for workers too
+    if not on:
+        return True
+    if os.environ.get("OTEL_SDK_DISABLED", "").strip().lower() in TRUE:
         return True
     disabled = os.environ.get("OTEL_PYTHON_DISABLED_INSTRUMENTATIONS", "")
     return "ray" in {name.strip() for name in disabled.split(",")}

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import contextlib
 import dataclasses
 import os
 import secrets
@@ -12,29 +13,30 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
+from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from . import semconv as sc
 from ._version import __version__
 from .config._environment import handed_over
+from .config._headers import env_headers
 from .config._options import Options, settings_from_options
-from .config._settings import DEFAULT_FILE, Settings, resolve
+from .config._settings import DEFAULT_FILE, Settings
 from .config._watchdog import WatchdogSettings
 from .core import _tracer
-from .core._guard import internal_error, logger
+from .core._guard import after_fork_in_child, internal_error, logger
 from .core._recorder import Recorder
-from .core._state import Saved, state
+from .core._state import Saved, forked_worker, state
 from .export._file import OTLPJsonFileExporter
-from .export._http_json import checked_headers
 from .export._keep import SampleKeeper
 from .export._pipeline import PipelineProvider, RecordPipeline
 from .export._processor import ExportProcessor
 from .export._processor import timeout_s as _timeout_s
-from .export._sampling import BudgetSampler
+from .export._sampling import BudgetSampler, RecordingSampler
 from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
 from .metrics import _otel as _otel_metrics
@@ -77,6 +79,16 @@ class Handle:
         self._closed = False
         self._parent: Handle | None = None  # the handle that was current when this one was configured
         self._saved: Saved | None = None  # what configure() replaced, restored by shutdown()
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        """In a forked child: the resource names this process (:func:`_fork_identity`), and so does the worker
+        name this handle's shutdown restores."""
+        if self.provider is None or self._closed:
+            return
+        parent = _fork_identity(self.provider.resource)
+        if parent is not None and self._saved is not None:
+            self._saved = self._saved._replace(worker=forked_worker(self._saved.worker, parent, os.getpid()))
 
     live: Any = None
     """The in-flight registry's monitor (``_watchdog.LiveMonitor``), ``None`` when tracing is off."""
@@ -180,14 +192,23 @@ class Handle:
     def stats(self) -> dict[str, int]:
         """Export counters summed over exporters (``queued``, ``exported``, ``dropped``, ``failed``, ``pending``),
         the keeper's (``kept_slowest``, ``kept_errors``, ``samples_not_kept``, ``samples_spilled``, buffered)
-        and the metrics processor's counters."""
+        and the metrics processor's counters.
+
+        One accounting: at any moment every sampled span that ended is in exactly one of ``exported``,
+        ``failed``, ``dropped`` or ``pending``, once per exporter. ``pending`` includes the fast path's queue
+        (spans not yet handed to the exporters); ``dropped`` includes the spans that queue lost (ended after
+        shutdown). The export counters are read under the fast path's queue lock, which the pipeline holds
+        while it hands spans over, so none is counted twice or missed."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
-        for proc in self.export_processors:
-            for key, value in proc.stats.items():
-                out[key] += value
         pipeline = self._pipeline
-        if pipeline is not None:  # spans ended after shutdown, never handed to an exporter
-            out["dropped"] += pipeline.recorder.dropped
+        with pipeline.recorder.lock if pipeline is not None else contextlib.nullcontext():
+            for proc in self.export_processors:
+                for key, value in proc.stats.items():
+                    out[key] += value
+            if pipeline is not None:  # each exporter would have received these: counted once per exporter
+                exporters = len(self.export_processors)
+                out["pending"] += pipeline.recorder.waiting() * exporters
+                out["dropped"] += pipeline.recorder.dropped * exporters
         if self.keeper is not None:
             out.update(self.keeper.stats)
         if self.summaries is not None:
@@ -352,9 +373,8 @@ def _otlp_exporter(s: Settings) -> SpanExporter:
     """The OTLP exporter for ``s.protocol``. The SDK's exporters read the environment's endpoint and headers
     themselves (only arguments are passed); ours (http/json) gets them from the settings, as the SDK reads them."""
     endpoint = s.endpoint if s.sources.get("endpoint") == "argument" else None
+    # each exporter skips, with a warning, an item its transport cannot carry (config._headers)
     headers = s.headers if endpoint is not None or s.sources.get("headers") == "argument" else None
-    if headers:  # an item HTTP/2 or HTTP cannot carry (CR/LF, controls) would fail every export: skip it, warned
-        headers = checked_headers(headers)
     if s.protocol == "grpc":
         from .export._grpc import OTLPGrpcExporter, grpc_target
 
@@ -368,8 +388,7 @@ def _otlp_exporter(s: Settings) -> SpanExporter:
 
         if endpoint is None:
             endpoint = _traces_url(s)
-            headers = headers or s.headers or resolve(only=("headers",)).headers
-        return OTLPJsonHttpExporter(endpoint, headers, s.otlp_timeout_s)
+        return OTLPJsonHttpExporter(endpoint, env_headers("TRACES") if headers is None else headers, s.otlp_timeout_s)
     from .export._http_proto import OTLPProtoHttpExporter, http_target
 
     url, all_headers = http_target(endpoint, headers)
@@ -534,6 +553,24 @@ def _resource(s: Settings) -> tuple[Settings, Resource]:
     return dataclasses.replace(s, run_id=run_id, run_attempt=run_attempt, service_name=service_name), resource
 
 
+def _fork_identity(resource: Resource) -> int | None:
+    """In a forked child, make ``resource`` carry this process's ``process.pid`` and ``rl.worker``
+    (:func:`~otel_agentloop.core._state.forked_worker`), not the parent's; the parent's pid (``None``: nothing
+    changed). Changed in place: the one object is shared by the provider, its tracers, the fast path's
+    recorder, the step summaries' tracer and the meter provider, and every one of them must see it
+    (``Resource`` has no public way to change it)."""
+    attrs = dict(resource.attributes)
+    parent, pid = attrs.get("process.pid"), os.getpid()
+    if type(parent) is not int or parent == pid:
+        return None
+    attrs["process.pid"] = pid
+    worker = attrs.get(sc.RL_WORKER)
+    if isinstance(worker, str):
+        attrs[sc.RL_WORKER] = forked_worker(worker, parent, pid)
+    resource._attributes = BoundedAttributes(attributes=attrs, immutable=True)  # pyright: ignore[reportPrivateUsage]
+    return parent
+
+
 def _provider(
     s: Settings, resource: Resource, metrics: PhaseMetricsProcessor, options: Options
 ) -> tuple[TracerProvider, bool]:
@@ -545,7 +582,8 @@ def _provider(
     # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
     inner = options.get("sampler") or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
-    effective = BudgetSampler(inner, budget) if selective else inner
+    recording = RecordingSampler(inner)  # the spans the metrics read are never dropped, only not exported
+    effective: Sampler = BudgetSampler(recording, budget) if selective else recording
     provider = PipelineProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
     if s.fast_path:
         _fast_path(provider, metrics, limits, s)

@@ -3,26 +3,33 @@
 from __future__ import annotations
 
 import argparse
-import json
 import math
 import os
 import sys
 from collections.abc import Callable, Sequence
-from datetime import datetime, timedelta, timezone
 from typing import NoReturn
 
 from . import semconv as sc
 from .analysis._compare import run_compare
-from .analysis._decode import Skipped, decode_resource_spans, read_jsonl
+from .analysis._decode import Skipped, read_jsonl
 from .analysis._display import Output
 from .analysis._html import jaeger_ui_base
-from .analysis._jaeger import JaegerClient, JaegerError
+from .analysis._jaeger import JaegerError
 from .analysis._perfetto import write_perfetto
 from .analysis._report import build_report, step_verdicts, steps_in, stored_summaries
 from .analysis._run_report import add_run_arguments, run_command
-from .analysis._runs import RunNotFoundError, one_run
+from .analysis._runs import RunNotFoundError, one_run, steps_text
+from .analysis._source import (
+    MAX_SINCE_MINUTES,
+    JaegerSource,
+    NothingFoundError,
+    jaeger_error_line,
+    open_jaeger,
+    runs_text,
+    since_minutes,
+)
 from .analysis._step_view import build_step_view, is_snapshot
-from .analysis._terminal import printable
+from .analysis._terminal import printable, say, say_json
 from .analysis._timeline_html import write_html
 from .analysis._timeline_png import render_timeline_png
 from .analysis._waterfall import render_png
@@ -52,23 +59,29 @@ def _fail(what: str, path: str, exc: OSError) -> CliError:
     return CliError(f"{what} {printable(path)}: {printable(reason)}")
 
 
-def _load_records(args: argparse.Namespace, skipped: Skipped) -> list[SpanRecord]:
-    if args.file:
+def _note(line: str) -> None:
+    say(f"report: {printable(line, max_chars=1000)}", err=True)
+
+
+def _load_records(args: argparse.Namespace, skipped: Skipped, jaeger: JaegerSource | None) -> list[SpanRecord]:
+    if jaeger is None:
         try:
             return list(read_jsonl(args.file, skipped))
         except OSError as exc:  # missing, a directory, not readable
             raise _fail("cannot read", args.file, exc) from None
-    end = datetime.now(timezone.utc)
-    start = end - timedelta(minutes=args.since_minutes)
-    attributes = {sc.RL_STEP: str(args.step)} if args.step is not None else None
-    try:
-        client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-        found = client.find_all_traces(args.service, start, end, attributes=attributes, search_depth=args.search_depth)
-    except JaegerError as exc:
-        raise CliError(f"cannot query Jaeger: {printable(exc, max_chars=400)}") from None
-    if found.full:
-        print(f"report: {found.left_out(args.search_depth)}", file=sys.stderr)
-    return list(decode_resource_spans(found.resource_spans, skipped))
+    return jaeger.search(_note, step=args.step)
+
+
+def _nothing(args: argparse.Namespace, jaeger: JaegerSource | None, found: list[SpanRecord]) -> str:
+    """``no sample spans found``, with what was searched and what exists."""
+    what = "no sample spans" + (f" for step {args.step}" if args.step is not None else "")
+    if jaeger is None:
+        return f"{what} found in {printable(args.file, 200)}; {runs_text(found)}"
+    if not found and args.step is not None:  # the search was for that step: list the steps there are
+        found = jaeger.search(_note, operation=sc.STEP_SUMMARY_SPAN) or jaeger.search(_note)
+    if not found:
+        return jaeger.nothing(what)
+    return f"{what} found in Jaeger {printable(jaeger.label, 300)} over {jaeger.window_text()}; {runs_text(found)}"
 
 
 def _write(what: str, path: str, render: Callable[[], str]) -> str:
@@ -82,25 +95,40 @@ def _report(args: argparse.Namespace) -> int:
     try:
         return _report_or_fail(args)
     except CliError as exc:
-        print(f"report: {exc}", file=sys.stderr)
+        say(f"report: {exc}", err=True)
         return 1
+
+
+def _open_source(args: argparse.Namespace) -> JaegerSource | None:
+    if not args.jaeger:
+        return None
+    try:
+        return open_jaeger(args, _note)
+    except JaegerError as exc:
+        raise CliError(jaeger_error_line(exc, args.jaeger)) from None
+    except NothingFoundError as exc:
+        raise CliError(printable(str(exc), max_chars=1000)) from None
 
 
 def _report_or_fail(args: argparse.Namespace) -> int:
     if not (args.file or args.jaeger):
-        print("report: give --file PATH or --jaeger URL", file=sys.stderr)
+        say("report: give --file PATH or --jaeger URL", err=True)
         return 2
+    jaeger = _open_source(args)
     if args.runs or args.run:
-        return run_command(args)
+        return run_command(args, jaeger)
     skipped = Skipped()
-    loaded = _load_records(args, skipped)
-    source = printable(args.file or f"{args.jaeger} (service {args.service})", max_chars=None)
+    try:
+        everything = _load_records(args, skipped, jaeger)
+    except JaegerError as exc:
+        raise CliError(jaeger_error_line(exc, args.jaeger)) from None
+    source = printable(args.file if jaeger is None else jaeger.label, max_chars=None)
     if skipped.count:
-        print(f"report: {printable(skipped.summary(source), max_chars=400)}", file=sys.stderr)
+        say(f"report: {printable(skipped.summary(source), max_chars=400)}", err=True)
     try:  # one run (--run-id, default the latest), each step from its latest attempt: runs are never merged
-        loaded = one_run(loaded, args.run_id, lambda line: print(f"report: {printable(line)}", file=sys.stderr))
+        loaded = one_run(everything, args.run_id, _note)
     except RunNotFoundError as exc:
-        raise CliError(printable(str(exc), max_chars=400)) from None
+        raise CliError(printable(str(exc), max_chars=1000)) from None
     records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
     if args.compare:
         return run_compare(
@@ -111,13 +139,25 @@ def _report_or_fail(args: argparse.Namespace) -> int:
             as_json=args.json,
             html=args.html,
             source=source,
-            jaeger_ui=args.jaeger_ui or args.jaeger,
+            jaeger_ui=args.jaeger_ui,
         )
     snapshot_keys = [sc.step_key(r.attributes) for r in loaded if is_snapshot(r)]
     available = sorted(set(steps_in(records)) | {(s, v) for s, v in snapshot_keys if s is not None})
     if not available:
-        print("report: no sample spans found", file=sys.stderr)
-        return 1
+        try:
+            raise CliError(_nothing(args, jaeger, everything))
+        except JaegerError as exc:
+            raise CliError(jaeger_error_line(exc, args.jaeger)) from None
+    return _report_step(args, loaded, records, available, source)
+
+
+def _report_step(
+    args: argparse.Namespace,
+    loaded: list[SpanRecord],
+    records: list[SpanRecord],
+    available: list[tuple[int, bool]],
+    source: str,
+) -> int:
     validate_steps = [s for s, v in available if v == args.validate]
     step = args.step if args.step is not None else max(validate_steps or [s for s, _ in available])
     # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
@@ -125,16 +165,14 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     report = build_report(records, step, args.validate, verdicts)
     view = build_step_view(loaded, step, args.validate, verdicts) if (args.html or args.timeline_png) else None
     if not len(report.table) and not (view and view.samples):
-        print(f"report: no samples for step {step} (found steps: {[s for s, _ in available]})", file=sys.stderr)
+        kind = " (validation)" if args.validate else ""
+        say(f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True)
         return 1
     written = []
     if view is not None and args.html:
-        jaeger_ui = args.jaeger_ui or args.jaeger
+        jaeger_ui = args.jaeger_ui
         if jaeger_ui and jaeger_ui_base(jaeger_ui) is None:
-            print(
-                f"report: --jaeger-ui {jaeger_ui!r} is not an http(s) URL; the page has no Jaeger links",
-                file=sys.stderr,
-            )
+            say(f"report: --jaeger-ui {jaeger_ui!r} is not an http(s) URL; the page has no Jaeger links", err=True)
         page = _write("--html", args.html, lambda: write_html(view, args.html, source=source, jaeger_ui=jaeger_ui))
         written.append(f"timeline page written to {page}")
     if args.perfetto:
@@ -148,20 +186,18 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         png = _write("--timeline-png", args.timeline_png, lambda: render_timeline_png(view, args.timeline_png))
         written.append(f"timeline PNG written to {png}")
     if args.json:
-        print(
-            json.dumps(
-                {
-                    "step": step,
-                    "metrics": dict(report.metrics),
-                    "slowest": report.slowest(args.top),
-                    "slowest_trace_id": report.metrics.slowest_trace_id,
-                    "verdicts": report.verdicts_json(),
-                },
-                indent=1,
-            )
+        say_json(
+            {
+                "step": step,
+                "metrics": dict(report.metrics),
+                "slowest": report.slowest(args.top),
+                "slowest_trace_id": report.metrics.slowest_trace_id,
+                "verdicts": report.verdicts_json(),
+            },
+            indent=1,
         )
         for line in written:
-            print(line, file=sys.stderr)
+            say(line, err=True)
         return 0
     show = Output()
     show.metrics(
@@ -186,7 +222,7 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample
     spans = report.samples.get(key) if key is not None else None
     if not spans or key is None:
-        print(f"\nno spans stored for sample {key}", file=sys.stderr)
+        say(f"\nno spans stored for sample {key}", err=True)
         return 1
     title = f"sample {key[0]} (rollout {key[1]}), step {step}, trace {spans[0].trace_id_hex}"
     show.line()
@@ -202,6 +238,17 @@ class _Parser(argparse.ArgumentParser):
 
     def error(self, message: str) -> NoReturn:
         self.exit(2, f"{self.prog}: error: {message} (see --help)\n")
+
+
+class _ShowDefaults(argparse.ArgumentDefaultsHelpFormatter):
+    """``--help`` shows each option's default (``(default: 3)``); an option without one (``None``, a flag) says in
+    its own help what happens without it."""
+
+    def _get_help_string(self, action: argparse.Action) -> str:
+        text = action.help or ""
+        if action.default is None or action.default is False or "default" in text:
+            return text
+        return super()._get_help_string(action) or text
 
 
 def _number(low: float, high: float, *, above: bool = False) -> Callable[[str], float]:
@@ -251,8 +298,10 @@ def _count(low: int, high: int = 1 << 31) -> Callable[[str], int]:
 def build_parser() -> argparse.ArgumentParser:
     parser = _Parser(prog="otel-agentloop", description=__doc__)
     sub = parser.add_subparsers(dest="command", required=True)
-    sim = sub.add_parser("simulate", help="run the simulated agent loop and print per-step metrics")
-    sim.add_argument("--steps", type=_count(1), default=3)
+    sim = sub.add_parser(
+        "simulate", help="run the simulated agent loop and print per-step metrics", formatter_class=_ShowDefaults
+    )
+    sim.add_argument("--steps", type=_count(1), default=3, help="training steps")
     sim.add_argument("--prompts", type=_count(1), default=16, help="prompts per step")
     sim.add_argument("--rollout-n", type=_count(1), default=4, help="rollouts per prompt")
     sim.add_argument(
@@ -261,14 +310,25 @@ def build_parser() -> argparse.ArgumentParser:
         default=0,
         help="run as a manager plus N Ray actor workers on a local Ray cluster (0: in-process)",
     )
-    sim.add_argument("--max-turns", type=_count(1), default=3)
+    sim.add_argument("--max-turns", type=_count(1), default=3, help="generation turns per sample, at most")
     sim.add_argument("--time-scale", type=_number(0, 1000), default=1.0, help="multiply every simulated latency")
-    sim.add_argument("--seed", type=int, default=0)
-    sim.add_argument("--service-name", default="otel-agentloop-sim")
+    sim.add_argument("--seed", type=int, default=0, help="random seed of the simulated latencies")
+    sim.add_argument("--service-name", default="otel-agentloop-sim", help="the traces' service.name")
     sim.add_argument("--endpoint", help="OTLP endpoint (default: OTEL_EXPORTER_OTLP_ENDPOINT, else a file)")
-    sim.add_argument("--protocol", choices=PROTOCOLS)
-    sim.add_argument("--file", type=_output_file, help="also write OTLP-JSON lines here")
-    sim.add_argument("--trace-per", choices=("sample", "step"))
+    sim.add_argument(
+        "--protocol", choices=PROTOCOLS, help="OTLP protocol (default: OTEL_EXPORTER_OTLP_PROTOCOL, else grpc)"
+    )
+    sim.add_argument(
+        "--file",
+        type=_output_file,
+        help="also write OTLP-JSON lines here (default: OTEL_AGENTLOOP_FILE; without an endpoint, "
+        "./otel-agentloop-traces.jsonl)",
+    )
+    sim.add_argument(
+        "--trace-per",
+        choices=("sample", "step"),
+        help="one trace per sample or per step (default: OTEL_AGENTLOOP_TRACE_PER, else sample)",
+    )
     sim.add_argument("--png", type=_output_file, help="write the slowest sample's waterfall as a PNG")
     sim.add_argument("--json", action="store_true", help="print the metric dicts as JSON")
     sim.add_argument("--quiet", action="store_true", help="no progress bar")
@@ -289,12 +349,32 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.set_defaults(func=_simulate)
 
-    rep = sub.add_parser("report", help="rebuild a step's metrics and waterfalls from a trace file or Jaeger")
+    rep = sub.add_parser(
+        "report",
+        help="rebuild a step's metrics and waterfalls from a trace file or Jaeger",
+        formatter_class=_ShowDefaults,
+    )
     src = rep.add_mutually_exclusive_group()
     src.add_argument("--file", help="OTLP-JSON lines (the embedded exporter's or the Collector's file exporter's)")
     src.add_argument("--jaeger", help="Jaeger query URL, e.g. http://127.0.0.1:16686")
-    rep.add_argument("--service", default="otel-agentloop-sim", help="service name to search in Jaeger")
-    rep.add_argument("--since-minutes", type=_number(0, 5e6, above=True), default=60.0, help="Jaeger search window")
+    rep.add_argument(
+        "--service",
+        help="the service to read in Jaeger (default: OTEL_SERVICE_NAME when set, else every service with "
+        "agent-loop spans; stderr says which)",
+    )
+    since = rep.add_mutually_exclusive_group()
+    since.add_argument(
+        "--since",
+        metavar="DURATION",
+        dest="since_minutes",
+        type=since_minutes,
+        help="read Jaeger's traces of the last DURATION only: 90s, 30m, 2h, 7d, 1w (default: all that Jaeger stores)",
+    )
+    since.add_argument(
+        "--since-minutes",
+        type=_number(0, MAX_SINCE_MINUTES, above=True),
+        help="--since in minutes (default: all that Jaeger stores)",
+    )
     rep.add_argument(
         "--search-depth",
         type=_count(1),
@@ -302,7 +382,7 @@ def build_parser() -> argparse.ArgumentParser:
         help="traces per Jaeger search (below its limit); a full page is split in time and searched again",
     )
     rep.add_argument("--timeout", type=_number(0, 3600, above=True), default=10.0, help="seconds per Jaeger call")
-    rep.add_argument("--step", type=int, help="default: the last step found")
+    rep.add_argument("--step", type=int, help="the step to read (default: the last step found)")
     rep.add_argument("--validate", action="store_true", help="the validation pass of that step")
     rep.add_argument(
         "--compare",
@@ -313,7 +393,7 @@ def build_parser() -> argparse.ArgumentParser:
         "the samples that moved (--json, --html FILE)",
     )
     rep.add_argument("--sample", type=int, help="draw this sample index (default: the slowest)")
-    rep.add_argument("--rollout", type=int, default=0)
+    rep.add_argument("--rollout", type=int, default=0, help="with --sample: the rollout to draw")
     rep.add_argument("--top", type=_count(0), default=5, help="how many slowest samples to list")
     rep.add_argument("--png", help="also write the waterfall as a PNG (needs matplotlib: the plot extra)")
     rep.add_argument(
@@ -332,9 +412,12 @@ def build_parser() -> argparse.ArgumentParser:
         "per sample, grouped by worker",
     )
     rep.add_argument(
-        "--jaeger-ui", metavar="URL", help="Jaeger UI base URL for the page's trace links (default: --jaeger)"
+        "--jaeger-ui",
+        metavar="URL",
+        help="link the pages' trace ids to the Jaeger UI at URL (default: to each sample's waterfall on the step's "
+        "own timeline page; a natively built Jaeger serves no UI)",
     )
-    rep.add_argument("--json", action="store_true")
+    rep.add_argument("--json", action="store_true", help="print JSON instead of tables")
     add_run_arguments(rep)
     rep.set_defaults(func=_report)
     return parser

@@ -24,6 +24,8 @@ PHASES: Final = (GENERATE, TOOL_CALLS, COMPUTE_SCORE)
 STEP_SPAN: Final = "rl.step"
 SAMPLE_SPAN: Final = "rl.sample"
 REWARD_SPAN: Final = "rl.reward"
+SPAN_NAME_PREFIX: Final = "rl."
+"""The library's own span names start with it (``rl.sample``, ``rl.step.summary``, ...)."""
 TRAINER_PHASE_SPAN_PREFIX: Final = "rl.train."
 """Trainer phases (rollout, old_log_prob, ref, adv, update_actor, testing) are ``rl.train.<name>``."""
 TOOL_SPAN_PREFIX: Final = "execute_tool"
@@ -156,3 +158,49 @@ STEP_SUMMARY_SPAN: Final = "rl.step.summary"
 the compact record the run page and ``report --compare`` read instead of the step's sample spans."""
 RL_STEP_SUMMARY: Final = "rl.step.summary"
 """On a :data:`STEP_SUMMARY_SPAN`: the step's :class:`~otel_agentloop.metrics.StepSummary` as versioned JSON."""
+
+# -- inside a generation turn: the inference engine's own timing (issue 28) -----------------------
+GEN_AI_RESPONSE_ID: Final = "gen_ai.response.id"
+"""GenAI convention: the engine's request id of the turn (vLLM's ``request_id``, SGLang's ``rid``)."""
+RL_ENGINE_NAME: Final = "rl.engine.name"
+"""The inference engine that served the turn: ``vllm`` or ``sglang``."""
+RL_ENGINE_QUEUE_S: Final = "rl.engine.queue_s"
+"""Seconds the turn's request waited in the engine's queue before it was scheduled (vLLM's
+``gen_ai.latency.time_in_queue``)."""
+RL_ENGINE_TTFT_S: Final = "rl.engine.time_to_first_token_s"
+"""Seconds from the engine's arrival of the request to its first output token."""
+RL_ENGINE_PREFILL_S: Final = "rl.engine.prefill_s"
+"""Seconds the engine spent prefilling the prompt (scheduled to first token)."""
+RL_ENGINE_DECODE_S: Final = "rl.engine.decode_s"
+"""Seconds the engine spent decoding (first to last token)."""
+RL_ENGINE_PREEMPTIONS: Final = "rl.engine.preemptions"
+"""Times the engine preempted the request, where it reports it (also summed into :data:`RL_NUM_PREEMPTED`)."""
+ENGINE_ATTRIBUTES: Final = (
+    GEN_AI_RESPONSE_ID,
+    RL_ENGINE_NAME,
+    RL_ENGINE_QUEUE_S,
+    RL_ENGINE_TTFT_S,
+    RL_ENGINE_PREFILL_S,
+    RL_ENGINE_DECODE_S,
+    RL_ENGINE_PREEMPTIONS,
+)
+"""What a generation turn span may carry of the engine's timing, besides ``gen_ai.usage.*_tokens`` and
+``gen_ai.response.finish_reasons``. Seconds are floats; an attribute the engine does not report is absent."""
+ENGINE_METRIC: Final = "engine"
+"""Per step, ``agent_loop/engine/{queue_s,time_to_first_token_s,decode_s,output_tokens,decode_tokens_per_s}/
+{p50,p90,p99,max}`` over the step's generation turns that carry the engine's timing."""
+ENGINE_QUEUE_S: Final = "queue_s"
+"""``agent_loop/engine/queue_s/<stat>``: :data:`RL_ENGINE_QUEUE_S` per turn."""
+ENGINE_TTFT_S: Final = "time_to_first_token_s"
+"""``agent_loop/engine/time_to_first_token_s/<stat>``: :data:`RL_ENGINE_TTFT_S` per turn."""
+ENGINE_DECODE_S: Final = "decode_s"
+"""``agent_loop/engine/decode_s/<stat>``: :data:`RL_ENGINE_DECODE_S` per turn."""
+ENGINE_OUTPUT_TOKENS: Final = "output_tokens"
+"""``agent_loop/engine/output_tokens/<stat>``: :data:`GEN_AI_USAGE_OUTPUT_TOKENS` of each turn with engine timing."""
+ENGINE_DECODE_TPS: Final = "decode_tokens_per_s"
+"""``agent_loop/engine/decode_tokens_per_s/<stat>``: output tokens / :data:`RL_ENGINE_DECODE_S` per turn (turns
+with both, decode time > 0)."""
+ENGINE_STATS: Final = (ENGINE_QUEUE_S, ENGINE_TTFT_S, ENGINE_DECODE_S, ENGINE_OUTPUT_TOKENS, ENGINE_DECODE_TPS)
+"""The per-step engine statistics, in display order."""
+ENGINE_STAT_COLUMNS: Final = ("p50", "p90", "p99", "max")
+"""The columns of each: ``agent_loop/engine/<stat>/<column>`` (linear interpolation, as the phases' p50)."""

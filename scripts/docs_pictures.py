@@ -1,16 +1,19 @@
-"""Re-take the README's pictures from the demo it names: ``make run ARGS="--misbehave"``, step 3.
+"""Re-take the pictures of the README and docs from commands the README names, on one run of
+``make run ARGS="--misbehave"`` (3 steps; from step 3 one sample hangs in a tool call and one is slow).
 
     .venv/bin/python scripts/docs_pictures.py
 
 Runs ``otel-agentloop simulate --workers 2 --misbehave`` (what ``make run ARGS="--misbehave"`` runs) in a fresh
-folder, so its trace file holds this one run, then ``report --step 3`` on that file, and writes:
+folder, so its trace file holds this one run, then the README's ``report`` commands on that file
+(``R="otel-agentloop report --file otel-agentloop-traces.jsonl"``), and writes:
 
-- ``docs/timeline.png``: the step page (``--html``) in headless Chromium, the hung sample's row clicked;
-- ``docs/timeline-matplotlib.png``: ``--timeline-png``;
-- ``docs/waterfall.png``: ``--png``, the slowest sample's waterfall.
+- ``docs/timeline.png``: ``$R --step 3 --html step3.html`` in headless Chromium, the hung sample's row clicked;
+- ``docs/timeline-matplotlib.png``: ``--timeline-png``; ``docs/waterfall.png``: ``--png``, the slowest sample;
+- ``docs/run-page.png``: ``$R --run --html run.html``;
+- ``docs/compare.png``: ``$R --compare 1 3 --html compare.html``.
 
-Prints the step's verdict counts (for the caption). Needs the ``ray`` and ``plot`` extras, selenium, and Debian's
-chromium + chromium-driver (``scripts/install_chromium.sh``).
+Prints what each picture shows (for the captions). Needs the ``ray`` and ``plot`` extras, selenium, and Debian's
+chromium + chromium-driver (``make browser``).
 """
 
 from __future__ import annotations
@@ -21,78 +24,96 @@ import subprocess
 import sys
 import tempfile
 from pathlib import Path
+from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-CLI = [sys.executable, "-m", "otel_agentloop"]
+REPORT = [sys.executable, "-m", "otel_agentloop", "report", "--file", "otel-agentloop-traces.jsonl"]
+SIMULATE = [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "2", "--misbehave"]
+COMPARE = ("1", "3")
 
 
 def main() -> int:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # traces to the default file
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
-        subprocess.run([*CLI, "simulate", "--workers", "2", "--misbehave"], cwd=cwd, env=env, check=True)
-        page = cwd / "step3.html"
-        report = subprocess.run(
-            [
-                *CLI,
-                "report",
-                "--file",
-                "otel-agentloop-traces.jsonl",
-                "--step",
-                "3",
-                "--json",
-                "--html",
-                str(page),
-                "--timeline-png",
-                str(DOCS / "timeline-matplotlib.png"),
-                "--png",
-                str(DOCS / "waterfall.png"),
-            ],
-            cwd=cwd,
-            env=env,
-            check=True,
-            capture_output=True,
-            text=True,
-        )
-        data = json.loads(report.stdout)
-        _screenshot(page, DOCS / "timeline.png")
-    counts = data["verdicts"]["counts"]
-    hung = ", ".join(
-        f"{h['sample_index']}/{h['rollout_n']} in {h['phase']} {h['tool']}" for h in data["verdicts"]["hung"]
-    )
-    print(f"step 3: {sum(counts.values())} samples: {counts}; hung: {hung}; slowest: {data['slowest'][0]}")
+        subprocess.run(SIMULATE, cwd=cwd, env=env, check=True)
+
+        def report(*args: str) -> str:
+            out = subprocess.run([*REPORT, *args], cwd=cwd, env=env, check=True, capture_output=True, text=True)
+            if "--json" not in args:
+                print(f"report {' '.join(args)}: {[ln for ln in out.stdout.splitlines() if 'written to' in ln]}")
+            return out.stdout
+
+        step = json.loads(report("--step", "3", "--json"))
+        report("--step", "3", "--html", "step3.html", "--timeline-png", str(DOCS / "timeline-matplotlib.png"))
+        report("--step", "3", "--png", str(DOCS / "waterfall.png"))  # report ignores --png next to --json
+        run = json.loads(report("--run", "--json"))
+        report("--run", "--html", "run.html")
+        compare = json.loads(report("--compare", *COMPARE, "--json"))
+        report("--compare", *COMPARE, "--html", "compare.html")
+        with _Browser() as driver:
+            _timeline(driver, cwd / "step3.html", DOCS / "timeline.png")
+            _page(driver, cwd / "run.html", DOCS / "run-page.png", height=1250, ready="document.body.dataset.ready")
+            _page(driver, cwd / "compare.html", DOCS / "compare.png", height=1250)
+    _describe(step, run, compare)
     return 0
 
 
-def _screenshot(page: Path, out: Path) -> None:
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
+def _describe(step: dict[str, Any], run: dict[str, Any], compare: dict[str, Any]) -> None:
+    counts = step["verdicts"]["counts"]
+    hung = ", ".join(
+        f"{h['sample_index']}/{h['rollout_n']} in {h['phase']} {h['tool']}" for h in step["verdicts"]["hung"]
+    )
+    print(f"timeline.png: step 3: {sum(counts.values())} samples: {counts}; hung: {hung}")
+    print(f"waterfall.png: the slowest sample: {step['slowest'][0]}")
+    for s in run["steps"]:
+        kind = "validation" if s["validate"] else "step"
+        print(f"run-page.png: {kind} {s['step']}: {s['n']} finished, {s['counts']}")
+    print(f"compare.png: step {COMPARE[0]} -> step {COMPARE[1]}: {compare['cause']['text']}")
+
+
+class _Browser:
+    """Headless Debian Chromium through selenium, at the tests' window width."""
+
+    def __enter__(self) -> Any:
+        from selenium import webdriver
+        from selenium.webdriver.chrome.service import Service
+
+        options = webdriver.ChromeOptions()
+        options.binary_location = "/usr/bin/chromium"
+        for arg in ("--headless=new", "--no-sandbox", "--disable-gpu", "--hide-scrollbars"):
+            options.add_argument(arg)
+        options.add_argument("--force-device-scale-factor=1")
+        self.driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
+        return self.driver
+
+    def __exit__(self, *exc: object) -> None:
+        self.driver.quit()
+
+
+def _page(driver: Any, page: Path, out: Path, height: int, ready: str = "'true'") -> None:
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.set_window_size(1500, height)
+    driver.get(page.resolve().as_uri())
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script(f"return {ready}") == "true")
+    driver.save_screenshot(str(out))
+
+
+def _timeline(driver: Any, page: Path, out: Path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
-    options = webdriver.ChromeOptions()
-    options.binary_location = "/usr/bin/chromium"
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--hide-scrollbars",
-        "--force-device-scale-factor=1",
-    ):
-        options.add_argument(arg)
-    driver = webdriver.Chrome(service=Service(executable_path="/usr/bin/chromedriver"), options=options)
-    try:
-        driver.set_window_size(1500, 760)
-        driver.get(page.resolve().as_uri())
-        WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
-        hung = driver.find_elements(By.CSS_SELECTOR, '#rows .row[data-state="hung"]')
-        row = (hung or driver.find_elements(By.CSS_SELECTOR, "#rows .row"))[0]
-        driver.execute_script("arguments[0].click()", row)  # its waterfall at the right; no mouse, no tooltip
-        driver.execute_script("document.getElementById('scroller').scrollTop = 0")
-        driver.save_screenshot(str(out))
-    finally:
-        driver.quit()
+    driver.set_window_size(1500, 760)
+    driver.get(page.resolve().as_uri())
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    hung = driver.find_elements(By.CSS_SELECTOR, '#rows .row[data-state="hung"]')
+    row = (hung or driver.find_elements(By.CSS_SELECTOR, "#rows .row"))[0]
+    driver.execute_script("arguments[0].click()", row)  # its waterfall at the right; no mouse, no tooltip
+    driver.execute_script("document.getElementById('scroller').scrollTop = 0")
+    driver.save_screenshot(str(out))
 
 
 if __name__ == "__main__":

@@ -1,9 +1,19 @@
 #!/usr/bin/env python3
 """A real Jaeger v2 and OpenTelemetry Collector on 127.0.0.1, built from the Go module proxy and cached.
 
-    python scripts/stack.py build     # once: ~minutes cold, instant when cached
+    python scripts/stack.py build     # once: minutes cold, instant when cached
     python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger's query API on 16686
-    python scripts/stack.py status | down
+    python scripts/stack.py status    # exit 0 only when both run and answer; says where they listen
+    python scripts/stack.py down      # returns once both have exited and their ports are free
+    python scripts/stack.py which collector|jaeger   # the cached binary's path (built if missing)
+
+`up` saves what it started in ${OTEL_AGENTLOOP_RUN_DIR:-<cache>/run}/stack.json (ports, directories, and each
+process's PID, start time and command line); `up`, `down` and `status` all decide what runs from that state
+checked against /proc (:func:`survey`), so they agree after any crash: a process that has exited is forgotten,
+a PID now held by another program is left alone (scripts/stack_procs.py), `up` restarts what is missing of a
+half-up stack on its saved ports, and `down` sends SIGTERM, then SIGKILL after ${OTEL_AGENTLOOP_STOP_TIMEOUT:-30}
+s. Ports come from the variables the config files substitute (OTELCOL_GRPC_PORT, JAEGER_QUERY_PORT, ...:
+:data:`PORT_VARS`), else :data:`DEFAULT_PORTS`.
 
 Binaries are cached in ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/bin, keyed by version (and, for the
 Collector, by collector/manifest.yaml's content). The processes run with the repo's config files
@@ -26,6 +36,8 @@ go.sum (committed for Jaeger; written by the builder for the Collector).
 
 from __future__ import annotations
 
+import contextlib
+import fcntl
 import hashlib
 import json
 import os
@@ -39,8 +51,12 @@ import tempfile
 import threading
 import time
 import urllib.request
+from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
+
+import stack_procs
+from stack_procs import Identity
 
 ROOT = Path(__file__).resolve().parent.parent
 COLLECTOR_DIR = ROOT / "collector"
@@ -53,10 +69,49 @@ JAEGER_BIN = CACHE / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
 MANIFEST_KEY = hashlib.sha256((COLLECTOR_DIR / "manifest.yaml").read_bytes()).hexdigest()[:12]
 COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}-{MANIFEST_KEY}" / "otelcol-agentloop"
 BUILDER_BIN = CACHE / "bin" / f"builder-{COLLECTOR_VERSION}" / "builder"
-RUN_DIR = CACHE / "run"
+# `up`'s logs and saved state (stack.json); OTEL_AGENTLOOP_RUN_DIR moves them without moving the binaries.
+RUN_DIR = Path(os.environ.get("OTEL_AGENTLOOP_RUN_DIR") or CACHE / "run")
 # Data that must outlive a cache wipe: Jaeger's trace store of `up` (JAEGER_BADGER_DIR overrides it).
 DATA = Path(os.environ.get("OTEL_AGENTLOOP_DATA", Path.home() / ".local" / "share" / "otel-agentloop"))
-JAEGER_COLD, COLLECTOR_COLD = "3-10 min", "1-5 min"  # measured from an empty cache, idle vs busy machine (README)
+
+
+def _span(low_s: float, high_s: float) -> str:
+    if high_s < 180:
+        return f"{low_s:.0f}-{high_s:.0f} s"
+    return f"{low_s / 60:.1f}-{high_s / 60:.1f} min"
+
+
+def _load() -> str:
+    try:
+        return f"load average now {os.getloadavg()[0]:.1f} on {os.cpu_count()} cores"
+    except OSError:
+        return f"{os.cpu_count()} cores"
+
+
+@dataclass(frozen=True)
+class ColdBuild:
+    """A binary's measured build time from an empty cache (``low_s``-``high_s`` on ``machine``), and the
+    slowest build seen with the load it ran under (``slowest``)."""
+
+    low_s: float
+    high_s: float
+    machine: str
+    slowest: str
+
+    def usual(self) -> str:
+        return f"{_span(self.low_s, self.high_s)} on {self.machine}"
+
+    def progress(self, elapsed: float) -> str:
+        """What to say about ``elapsed`` s of building: the measured range, or, past it, why it takes longer."""
+        if elapsed <= self.high_s:
+            return f"cold builds took {self.usual()}"
+        return f"past the {self.usual()}: a loaded machine takes longer ({_load()}; {self.slowest})"
+
+
+# Measured from empty Go module and build caches, builder included for the Collector (2 cores; load averages
+# read while building: 165 s and 246 s came with ~8 from other work, 276-343 s and 122-123 s nearer idle).
+JAEGER_COLD = ColdBuild(165, 343, "2 cores at load average 1-8", "~28 min seen on 2 heavily loaded cores")
+COLLECTOR_COLD = ColdBuild(122, 246, "2 cores at load average 1-8", "not measured under heavier load")
 DEFAULT_PORTS = {
     "grpc": 4317,
     "http": 4318,
@@ -86,9 +141,19 @@ def _go_env() -> dict[str, str]:
     return env
 
 
-def _run(cmd: list[str], cwd: Path, what: str, timeout: float, progress: str | None = None, **extra_env: str) -> None:
-    """Run one Go step; with ``progress`` (the usual duration, e.g. "5-10 min"), say every 30 s that it still runs."""
+def _run(
+    cmd: list[str],
+    cwd: Path,
+    what: str,
+    timeout: float,
+    progress: ColdBuild | None = None,
+    since: float | None = None,
+    **extra_env: str,
+) -> None:
+    """Run one Go step; with ``progress``, say every 30 s how long the binary's build has taken (since
+    ``since``, a monotonic time, default now) against its measured cold build time."""
     t0 = time.monotonic()
+    since = t0 if since is None else since
     try:
         proc = subprocess.Popen(
             cmd, cwd=cwd, env={**_go_env(), **extra_env}, stdout=subprocess.PIPE, stderr=subprocess.STDOUT, text=True
@@ -109,7 +174,8 @@ def _run(cmd: list[str], cwd: Path, what: str, timeout: float, progress: str | N
                 proc.wait()
                 raise StackError(f"{what}: timed out after {timeout:.0f} s ({' '.join(cmd)})") from None
             if progress:
-                print(f"  ... {what}: {elapsed / 60:.1f} min so far (usually {progress} on 2 cores)", flush=True)
+                spent = time.monotonic() - since
+                print(f"  ... {what}: {spent / 60:.1f} min so far ({progress.progress(spent)})", flush=True)
     reader.join(5)
     if proc.returncode != 0:
         tail = "\n".join("".join(output).strip().splitlines()[-15:])
@@ -138,8 +204,8 @@ def build_jaeger(verbose: bool = True) -> float:
     t0 = time.monotonic()
     if verbose:
         print(
-            f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once; usually {JAEGER_COLD} "
-            "on 2 cores, then cached) ...",
+            f"building Jaeger {JAEGER_VERSION} (v2.13.0) into {JAEGER_BIN} (once, then cached; cold builds "
+            f"took {JAEGER_COLD.usual()}, {JAEGER_COLD.slowest}) ...",
             flush=True,
         )
     JAEGER_BIN.parent.mkdir(parents=True, exist_ok=True)
@@ -160,8 +226,8 @@ def build_collector(verbose: bool = True) -> float:
     t0 = time.monotonic()
     if verbose:
         print(
-            f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once; usually "
-            f"{COLLECTOR_COLD} on 2 cores, then cached) ...",
+            f"building the OpenTelemetry Collector {COLLECTOR_VERSION} into {COLLECTOR_BIN} (once, then cached; "
+            f"cold builds took {COLLECTOR_COLD.usual()}, {COLLECTOR_COLD.slowest}) ...",
             flush=True,
         )
     if not BUILDER_BIN.exists():
@@ -171,7 +237,8 @@ def build_collector(verbose: bool = True) -> float:
             ROOT,
             "installing the Collector builder",
             1800,
-            progress="1 min" if verbose else None,
+            progress=COLLECTOR_COLD if verbose else None,
+            since=t0,
             GOBIN=str(BUILDER_BIN.parent),
         )
     out = CACHE / "build" / f"otelcol-{COLLECTOR_VERSION}-{MANIFEST_KEY}"
@@ -182,12 +249,46 @@ def build_collector(verbose: bool = True) -> float:
         "building the Collector",
         3600,
         progress=COLLECTOR_COLD if verbose else None,
+        since=t0,
     )
     COLLECTOR_BIN.parent.mkdir(parents=True, exist_ok=True)
     tmp = COLLECTOR_BIN.with_suffix(".part")  # a concurrent start never sees a half-copied binary
     shutil.copy2(out / "otelcol-agentloop", tmp)
     tmp.replace(COLLECTOR_BIN)
     return time.monotonic() - t0
+
+
+# The variable each config file substitutes for each port of DEFAULT_PORTS (the gateway's spanmetrics port,
+# GATEWAY_PROMETHEUS_PORT, follows "prometheus").
+PORT_VARS = {
+    "grpc": "OTELCOL_GRPC_PORT",
+    "http": "OTELCOL_HTTP_PORT",
+    "prometheus": "OTELCOL_PROMETHEUS_PORT",
+    "otelcol_health": "OTELCOL_HEALTH_PORT",
+    "otelcol_metrics": "OTELCOL_METRICS_PORT",
+    "query": "JAEGER_QUERY_PORT",
+    "query_grpc": "JAEGER_QUERY_GRPC_PORT",
+    "jaeger_health": "JAEGER_HEALTH_PORT",
+    "jaeger_metrics": "JAEGER_METRICS_PORT",
+    "jaeger_otlp_grpc": "JAEGER_OTLP_GRPC_PORT",
+    "jaeger_otlp_http": "JAEGER_OTLP_HTTP_PORT",
+    "gateway_grpc": "GATEWAY_GRPC_PORT",
+    "gateway_http": "GATEWAY_HTTP_PORT",
+    "gateway_health": "GATEWAY_HEALTH_PORT",
+    "gateway_metrics": "GATEWAY_METRICS_PORT",
+}
+
+
+def ports_from_env() -> dict[str, int]:
+    """:data:`DEFAULT_PORTS`, each replaced by its variable of :data:`PORT_VARS` where the environment sets it."""
+    ports = dict(DEFAULT_PORTS)
+    for key, var in PORT_VARS.items():
+        value = os.environ.get(var, "").strip()
+        if value:
+            if not value.isdigit() or not 0 < int(value) < 65536:
+                raise StackError(f"{var}={value!r} is not a port number")
+            ports[key] = int(value)
+    return ports
 
 
 def free_port() -> int:
@@ -201,29 +302,15 @@ def config_env(ports: dict[str, int], data_dir: Path | None = None, queue_dir: P
     ``ports`` on 127.0.0.1, Jaeger's Badger store in ``data_dir`` and the Collectors' disk queues below
     ``queue_dir``. Variables whose directory is not given are left to the caller's environment (or the files'
     defaults)."""
-    env = {
-        "OTELCOL_HOST": "127.0.0.1",
-        "OTELCOL_GRPC_PORT": str(ports["grpc"]),
-        "OTELCOL_HTTP_PORT": str(ports["http"]),
-        "OTELCOL_PROMETHEUS_PORT": str(ports["prometheus"]),
-        "OTELCOL_HEALTH_PORT": str(ports["otelcol_health"]),
-        "OTELCOL_METRICS_PORT": str(ports["otelcol_metrics"]),
-        "OTELCOL_GATEWAY_ENDPOINT": f"127.0.0.1:{ports['gateway_grpc']}",
-        "GATEWAY_HOST": "127.0.0.1",
-        "GATEWAY_GRPC_PORT": str(ports["gateway_grpc"]),
-        "GATEWAY_HTTP_PORT": str(ports["gateway_http"]),
-        "GATEWAY_HEALTH_PORT": str(ports["gateway_health"]),
-        "GATEWAY_METRICS_PORT": str(ports["gateway_metrics"]),
-        "GATEWAY_PROMETHEUS_PORT": str(ports["prometheus"]),
-        "JAEGER_OTLP_ENDPOINT": f"127.0.0.1:{ports['jaeger_otlp_grpc']}",
-        "JAEGER_HOST": "127.0.0.1",
-        "JAEGER_QUERY_PORT": str(ports["query"]),
-        "JAEGER_QUERY_GRPC_PORT": str(ports["query_grpc"]),
-        "JAEGER_HEALTH_PORT": str(ports["jaeger_health"]),
-        "JAEGER_METRICS_PORT": str(ports["jaeger_metrics"]),
-        "JAEGER_OTLP_GRPC_PORT": str(ports["jaeger_otlp_grpc"]),
-        "JAEGER_OTLP_HTTP_PORT": str(ports["jaeger_otlp_http"]),
-    }
+    env = {var: str(ports[key]) for key, var in PORT_VARS.items()}
+    env.update(
+        OTELCOL_HOST="127.0.0.1",
+        GATEWAY_HOST="127.0.0.1",
+        JAEGER_HOST="127.0.0.1",
+        OTELCOL_GATEWAY_ENDPOINT=f"127.0.0.1:{ports['gateway_grpc']}",
+        GATEWAY_PROMETHEUS_PORT=str(ports["prometheus"]),
+        JAEGER_OTLP_ENDPOINT=f"127.0.0.1:{ports['jaeger_otlp_grpc']}",
+    )
     if data_dir is not None:
         env["JAEGER_BADGER_DIR"] = str(data_dir)
     if queue_dir is not None:
@@ -235,7 +322,7 @@ def config_env(ports: dict[str, int], data_dir: Path | None = None, queue_dir: P
 def _healthy(url: str) -> bool:
     try:
         with urllib.request.urlopen(url, timeout=1) as r:
-            return r.status == 200
+            return bool(r.status == 200)
     except OSError:
         return False
 
@@ -426,55 +513,277 @@ def start_cluster(
     return stack
 
 
-def _pid_file() -> Path:
+# `up`'s processes, in start order, and the ports each listens on (`down` waits until they are free).
+UP: tuple[str, ...] = ("jaeger", "collector")
+PORTS_OF = {
+    "jaeger": ("query", "query_grpc", "jaeger_health", "jaeger_metrics", "jaeger_otlp_grpc", "jaeger_otlp_http"),
+    "collector": ("grpc", "http", "prometheus", "otelcol_health", "otelcol_metrics"),
+}
+# s from SIGTERM to SIGKILL: a Collector hands on what it holds, Jaeger closes its store
+STOP_TIMEOUT = float(os.environ.get("OTEL_AGENTLOOP_STOP_TIMEOUT") or 30)
+PORT_TIMEOUT = 10.0  # s after exit for the ports to be free
+
+
+def state_file() -> Path:
     return RUN_DIR / "stack.json"
+
+
+@dataclass
+class Saved:
+    """What `up` saved in :func:`state_file`: the ports, Jaeger's store, the queues, and each process."""
+
+    ports: dict[str, int]
+    data_dir: Path
+    queue_dir: Path
+    retention: str
+    procs: dict[str, Identity]
+
+    def write(self) -> None:
+        data = {
+            "version": 2,
+            "ports": self.ports,
+            "data_dir": str(self.data_dir),
+            "queue_dir": str(self.queue_dir),
+            "retention": self.retention,
+            "processes": {name: ident.to_json() for name, ident in self.procs.items()},
+        }
+        tmp = state_file().with_suffix(".part")
+        tmp.write_text(json.dumps(data, indent=1))
+        tmp.replace(state_file())
+
+    @classmethod
+    def read(cls) -> Saved:
+        """Raises ValueError, KeyError or TypeError on a file this version did not write."""
+        data = json.loads(state_file().read_text())
+        if not isinstance(data, dict) or data.get("version") != 2:
+            raise ValueError("no version 2")
+        ports = {str(k): int(v) for k, v in data["ports"].items()}
+        procs = {str(n): Identity.from_json(i) for n, i in data["processes"].items()}
+        return cls(ports, Path(data["data_dir"]), Path(data["queue_dir"]), str(data["retention"]), procs)
+
+    def stack(self) -> Stack:
+        """The saved stack's addresses and directories (no process handles)."""
+        return Stack(self.ports, RUN_DIR, self.data_dir, self.queue_dir)
+
+
+@dataclass
+class Survey:
+    """`up`'s saved state (None when none of it runs) and those of its processes that still run (verified)."""
+
+    saved: Saved | None
+    running: dict[str, Identity]
+
+    @property
+    def missing(self) -> list[str]:
+        return [name for name in UP if name not in self.running]
+
+
+def _unreadable_state(exc: Exception, forget: bool) -> None:
+    """Forget a state file this version cannot read (an older stack.py saved bare PIDs): nothing is signalled."""
+    try:
+        text = state_file().read_text(errors="replace")[:500]
+    except OSError:
+        text = ""
+    if forget:
+        state_file().unlink(missing_ok=True)
+    pids = [int(p) for p in re.findall(r'"\w+": (\d+)\s*[,}]', text)]
+    now = [f"pid {pid} now runs `{ident.command()}`" for pid in pids if (ident := stack_procs.identity(pid))]
+    hint = f" ({'; '.join(now)}: stop it by hand if it is an old stack)" if now else ""
+    print(f"stack: forgot {state_file()}: not a state this version wrote ({exc!r}); no PID in it signalled{hint}")
+
+
+def survey(forget: bool = True) -> Survey:
+    """What runs of `up`'s stack, from the saved state checked against /proc: the one place `up`, `down` and
+    `status` decide it. A saved process that has exited, or whose PID another program now holds (left alone),
+    is forgotten (unless not ``forget``: another `up` or `down` holds the lock); a state with none left is
+    removed; one line says so."""
+    if not state_file().exists():
+        return Survey(None, {})
+    try:
+        saved = Saved.read()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError) as exc:
+        _unreadable_state(exc, forget)
+        return Survey(None, {})
+    running, lost = {}, []
+    for name, ident in saved.procs.items():
+        verdict, now = stack_procs.verdict(ident)
+        if verdict == "ours":
+            running[name] = ident
+        elif now is None:
+            lost.append(f"{name} (pid {ident.pid}) has exited")
+        else:
+            lost.append(f"pid {ident.pid} is no longer our {name} but `{now.command()}`: left alone")
+    if lost and not forget:
+        print(f"stack: {'; '.join(lost)} (`up` or `down` runs now: {state_file()} left as it is)")
+    elif lost and running:
+        saved.procs = dict(running)
+        saved.write()
+        print(f"stack: {'; '.join(lost)}: forgot it in {state_file()}")
+    elif lost:
+        state_file().unlink()
+        print(f"stack: stale state removed ({state_file()}): {'; '.join(lost)}")
+    return Survey(saved if running else None, running)
+
+
+@contextlib.contextmanager
+def _locked(wait: bool = True) -> Generator[bool, None, None]:
+    """One `up` or `down` at a time; yields whether the lock is held (without ``wait``, False if another
+    process holds it)."""
+    RUN_DIR.mkdir(parents=True, exist_ok=True)
+    with open(RUN_DIR / "stack.lock", "w") as lock:
+        try:
+            fcntl.flock(lock, fcntl.LOCK_EX if wait else fcntl.LOCK_EX | fcntl.LOCK_NB)
+        except BlockingIOError:
+            yield False
+            return
+        yield True
+
+
+def _busy(ports: dict[str, int], names: Sequence[str]) -> list[str]:
+    return [f"{ports[k]} ({PORT_VARS[k]})" for n in names for k in PORTS_OF[n] if stack_procs.port_busy(ports[k])]
+
+
+def describe(saved: Saved) -> None:
+    """Where the stack listens and keeps its data (printed by `up` and `status`)."""
+    stack = saved.stack()
+    ports = saved.ports
+    print(f"Collector: OTLP gRPC 127.0.0.1:{ports['grpc']}, OTLP HTTP 127.0.0.1:{ports['http']}")
+    print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}")
+    print(f"  spanmetrics {stack.prometheus_url}   health http://127.0.0.1:{ports['otelcol_health']}/")
+    print(f"Jaeger query API: {stack.jaeger_url}/api/v3/services")
+    print(f"  {stack.jaeger_url}/ is a placeholder page (this native build has no Jaeger UI); read traces with")
+    print(f"  otel-agentloop report --jaeger {stack.jaeger_url} [--html step.html], or use docker compose for the UI")
+    print(f"  traces on disk in {saved.data_dir} (Badger; kept {saved.retention}: JAEGER_RETENTION changes it)")
+    print(f"logs and state: {RUN_DIR}   stop: make down (scripts/stack.py down)")
+
+
+def _start(saved: Saved, names: Sequence[str]) -> None:
+    """Start ``names`` with ``saved``'s ports and directories, and add them to ``saved``."""
+    busy = _busy(saved.ports, names)
+    if busy:
+        raise StackError(
+            f"port(s) {', '.join(busy)} in use by another program (another Jaeger or Collector, e.g. "
+            "`docker compose up`?): stop it, or set those variables to free ports"
+        )
+    build()
+    os.environ["JAEGER_RETENTION"] = saved.retention  # a restarted Jaeger keeps the store's retention
+    stack = prepare(saved.ports, None, saved.data_dir, saved.queue_dir)
+    for name in names:
+        stack.start_process(name)
+        ident = stack_procs.identity(stack.procs[name].pid)
+        if ident is None:
+            stack.stop()
+            raise StackError(f"{name} exited right after starting: see {RUN_DIR / name}.log")
+        saved.procs[name] = ident
+
+
+def _build() -> int:
+    build()
+    return 0
+
+
+def up() -> int:
+    with _locked():
+        found = survey()
+        if found.saved is not None and not found.missing:
+            print("stack already up: " + ", ".join(f"{n} pid {i.pid}" for n, i in found.running.items()))
+            describe(found.saved)
+            return 0
+        if found.saved is not None:  # half up: the rest on the same ports and store
+            saved, names = found.saved, found.missing
+            print(f"stack half up ({', '.join(found.running)} still runs): starting {', '.join(names)}")
+        else:
+            data_dir = Path(os.environ.get("JAEGER_BADGER_DIR") or DATA / "jaeger")
+            retention = os.environ.get("JAEGER_RETENTION") or "168h"
+            saved, names = Saved(ports_from_env(), data_dir, DATA / "queue", retention, {}), list(UP)
+        _start(saved, names)
+        saved.write()
+        print("started " + ", ".join(f"{n} (pid {saved.procs[n].pid})" for n in names))
+        describe(saved)
+        return 0
+
+
+def down() -> int:
+    with _locked():
+        found = survey()
+        if found.saved is None:
+            print("stack not running")
+            return 0
+        saved, stuck = found.saved, {}
+        for name in (n for n in STOP_ORDER if n in found.running):
+            ident = found.running[name]
+            stopped, line = stack_procs.stop(ident, STOP_TIMEOUT)
+            if stopped:
+                busy = stack_procs.wait_ports_free([saved.ports[k] for k in PORTS_OF[name]], PORT_TIMEOUT)
+                line += (
+                    f"; its ports still in use after {PORT_TIMEOUT:.0f} s: {busy}" if busy else "; its ports are free"
+                )
+            elif stack_procs.identity(ident.pid) == ident:
+                stuck[name] = ident
+            print(f"{name} (pid {ident.pid}) {line}")
+        if stuck:
+            saved.procs = stuck
+            saved.write()
+            return 1
+        state_file().unlink(missing_ok=True)
+        return 0
+
+
+def status() -> int:
+    with _locked(wait=False) as locked:  # never waits for a build of `up`
+        found = survey(forget=locked)
+    if not locked:
+        print(f"stack: `up` or `down` runs now (it holds {RUN_DIR / 'stack.lock'})")
+    if found.saved is None:
+        print("   ".join(f"{name}: down" for name in UP))
+        ports = ports_from_env()
+        busy = _busy(ports, UP)
+        if busy:
+            print(f"  (not started by `make up`, but another program listens on {', '.join(busy)})")
+        print("start: make up (scripts/stack.py up)")
+        return 1
+    saved, unhealthy = found.saved, []
+    for name in found.running:
+        _, health, path, _ = PROCESSES[name]
+        url = f"http://127.0.0.1:{saved.ports[health]}{path}"
+        if not _healthy(url):
+            unhealthy.append(f"{name} runs but does not answer at {url} (see {RUN_DIR / name}.log)")
+    print("   ".join(f"{n}: up (pid {found.running[n].pid})" if n in found.running else f"{n}: down" for n in UP))
+    for line in unhealthy:
+        print(f"  {line}")
+    if found.missing:
+        print(f"  half up: `make up` starts {', '.join(found.missing)} again on the same ports; `make down` stops all")
+    describe(saved)
+    return 1 if unhealthy or found.missing else 0
+
+
+def which(name: str) -> int:
+    """Print the cached binary's path (``jaeger`` or ``collector``), building it first if missing: what a
+    cluster node copies (docs/cluster.md)."""
+    binaries = {"jaeger": (JAEGER_BIN, build_jaeger), "collector": (COLLECTOR_BIN, build_collector)}
+    if name not in binaries:
+        print("usage: scripts/stack.py which jaeger|collector", file=sys.stderr)
+        return 2
+    path, make = binaries[name]
+    if not path.exists():
+        make(verbose=True)
+    print(path)
+    return 0
 
 
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "status"
+    if command == "which":
+        return which(argv[2] if len(argv) > 2 else "")
+    commands = {"build": _build, "up": up, "down": down, "status": status}
+    if command not in commands:
+        print(__doc__)
+        return 2
     try:
-        if command == "build":
-            build()
-        elif command == "up":
-            if _pid_file().exists():
-                print("stack already up (scripts/stack.py down first)")
-                return 0
-            build()
-            data_dir = Path(os.environ.get("JAEGER_BADGER_DIR") or DATA / "jaeger")
-            stack = start(dict(DEFAULT_PORTS), data_dir=data_dir, queue_dir=DATA / "queue")
-            _pid_file().write_text(json.dumps(stack.pids()))
-            retention = os.environ.get("JAEGER_RETENTION") or "168h"
-            print(f"Jaeger: traces on disk in {data_dir} (Badger; kept {retention}: set JAEGER_RETENTION to change)")
-            print(f"Jaeger query API: {stack.jaeger_url}/api/v3/services   (this native build serves no Jaeger UI)")
-            print(f"  pages of a step: otel-agentloop report --jaeger {stack.jaeger_url} --html step.html")
-            print(
-                f"OTLP: export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}   "
-                f"(HTTP: {stack.otlp_http_endpoint})"
-            )
-            print(f"spanmetrics: {stack.prometheus_url}   logs: {RUN_DIR}")
-        elif command == "down":
-            if not _pid_file().exists():
-                print("stack not running")
-                return 0
-            for name, pid in json.loads(_pid_file().read_text()).items():
-                try:
-                    os.killpg(pid, signal.SIGTERM)
-                    print(f"stopped {name} ({pid})")
-                except ProcessLookupError:
-                    pass
-            _pid_file().unlink()
-        elif command == "status":
-            ok_j = _healthy(f"http://127.0.0.1:{DEFAULT_PORTS['jaeger_health']}/status")
-            ok_c = _healthy(f"http://127.0.0.1:{DEFAULT_PORTS['otelcol_health']}/")
-            print(f"jaeger: {'up' if ok_j else 'down'}   collector: {'up' if ok_c else 'down'}")
-            return 0 if ok_j and ok_c else 1
-        else:
-            print(__doc__)
-            return 2
+        return commands[command]()
     except StackError as exc:
         print(f"stack: {exc}", file=sys.stderr)
         return 1
-    return 0
 
 
 if __name__ == "__main__":

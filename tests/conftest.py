@@ -1,19 +1,62 @@
-"""Shared fixtures: a configured otel_agentloop with an in-memory exporter, isolated per test."""
+"""Shared fixtures: a configured otel_agentloop with an in-memory exporter, isolated per test.
+
+Tests never write into the working directory (where ``make run`` leaves the user's
+``otel-agentloop-traces.jsonl``) nor anywhere in the repository: every test runs in its own ``tmp_path`` (so the
+default trace file, a relative path, lands there, and so does any subprocess that inherits the working
+directory), module and session fixtures run in a session temp dir, and the session fails when the repository's
+working tree gained or changed a file that git does not track (see :mod:`tests.tree_guard`).
+"""
 
 from __future__ import annotations
 
 from collections.abc import Iterator
+from pathlib import Path
 
 import pytest
 
 from otel_agentloop import testing
 
+from . import tree_guard
+
 Traced = testing.Captured
 
 
+def pytest_sessionstart(session: pytest.Session) -> None:
+    session.config.stash[tree_guard.BEFORE] = tree_guard.snapshot()
+
+
+def pytest_sessionfinish(session: pytest.Session, exitstatus: int) -> None:
+    """Fail the run (exit 1) when a test wrote into the repository's working tree."""
+    before = session.config.stash.get(tree_guard.BEFORE, None)
+    if before is None:
+        return
+    changed = tree_guard.changed(before, tree_guard.snapshot())
+    if changed:
+        reporter = session.config.pluginmanager.get_plugin("terminalreporter")
+        message = tree_guard.describe(changed)
+        if reporter is not None:
+            reporter.ensure_newline()
+            reporter.write_line(message, red=True, bold=True)
+        else:  # pragma: no cover - pytest always has one, unless -p no:terminal
+            print(message)
+        if session.exitstatus in (pytest.ExitCode.OK, pytest.ExitCode.NO_TESTS_COLLECTED):
+            session.exitstatus = pytest.ExitCode.TESTS_FAILED
+
+
+@pytest.fixture(scope="session", autouse=True)
+def _session_cwd(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Path]:
+    """Session and module fixtures (a Ray cluster, a simulated run) start in a temp dir, not the repository."""
+    with pytest.MonkeyPatch.context() as mp:
+        cwd = tmp_path_factory.mktemp("cwd")
+        mp.chdir(cwd)
+        yield cwd
+
+
 @pytest.fixture(autouse=True)
-def _isolate() -> Iterator[None]:
-    """No OTEL_* from the outer environment; once-only warnings forgotten; process state put back after."""
+def _isolate(tmp_path: Path, monkeypatch: pytest.MonkeyPatch) -> Iterator[None]:
+    """No OTEL_* from the outer environment; once-only warnings forgotten; process state put back after; the
+    test runs in its ``tmp_path``, where the default trace file then goes."""
+    monkeypatch.chdir(tmp_path)
     with testing.isolated():
         yield
 

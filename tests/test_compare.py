@@ -3,7 +3,7 @@ slower from step 3 on (``tests/slow_tool_driver.py``, run as a script writing a 
 names it in the terminal, the JSON and the page (opened in real Chromium), with the numbers of ``report --step``
 and of the live ``collect()``.
 
-``OTEL_AGENTLOOP_UPDATE_DOCS=1`` also writes the page's screenshot to ``docs/compare.png``.
+The picture in the docs comes from ``scripts/docs_pictures.py`` (a test writes only inside its tmp_path).
 """
 
 from __future__ import annotations
@@ -35,9 +35,7 @@ from otel_agentloop.metrics._table import PhaseTable
 
 from .test_timeline_page import _open, _png_size, _severe_console, browser  # noqa: F401 - the browser fixture
 
-ROOT = Path(__file__).resolve().parents[1]
 DRIVER = Path(__file__).resolve().with_name("slow_tool_driver.py")
-UPDATE_DOCS = os.environ.get("OTEL_AGENTLOOP_UPDATE_DOCS") == "1"
 GEN, TOOL, SCORE = sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE
 
 
@@ -287,7 +285,9 @@ def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     cwd, _ = slow_search
     out = _report(cwd, "--compare", "2", "9")
     assert out.returncode == 1 and out.stdout == ""
-    assert out.stderr.strip() == "report: no summary or sample spans for step 9"
+    assert out.stderr.strip() == (
+        "report: no summary or sample spans for step 9 (steps with a summary or sample spans: 1, 2, 3, 4, 5)"
+    )
     out = _report(cwd, "--compare", "2")
     assert out.returncode == 2 and "--compare: expected 2 arguments" in out.stderr
     out = _report(cwd, "--compare", "2", "5", "--json", "--html", str(cwd / "no-such-folder" / "c.html"))
@@ -328,9 +328,6 @@ def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_pa
     assert _severe_console(browser) == []
     shot = tmp_path / "compare.png"
     assert browser.save_screenshot(str(shot)) and _png_size(shot)[0] >= 1000
-    if UPDATE_DOCS:
-        browser.set_window_size(1400, 1250)
-        browser.save_screenshot(str(ROOT / "docs" / "compare.png"))
 
 
 def test_user_strings_on_the_page_are_text(tmp_path) -> None:
@@ -376,6 +373,7 @@ def test_compare_validation_passes_of_the_demo(tmp_path) -> None:
         assert metrics[gen_max] != training[gen_max]  # the validation pass is its own data
     assert "(validation)" in _report(tmp_path, "--compare", "2", "4", "--validate").stdout.splitlines()[0]
     missing = _report(tmp_path, "--compare", "1", "2", "--validate")
-    assert (
-        missing.returncode == 1 and missing.stderr.strip() == "report: no validation summary or sample spans for step 1"
+    assert missing.returncode == 1 and missing.stderr.strip() == (
+        "report: no validation summary or sample spans for step 1 (steps with a summary or sample spans: 1, 2, 3, 4; "
+        "validation: 2, 4)"
     )

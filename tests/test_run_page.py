@@ -5,21 +5,18 @@ steps only, with its own numbers); the misbehaving one makes tool calls slower a
 Checked: every step is a row, the slowest sample's trace id of each step is on the page, a click on a step opens
 that step's timeline page (and the slowest sample is a row there), a click on the wall-time chart does too.
 
-``OTEL_AGENTLOOP_UPDATE_DOCS=1`` also writes the screenshot to ``docs/run-page.png``.
+The README's picture comes from ``scripts/docs_pictures.py`` (a test writes only inside its tmp_path).
 """
 
 from __future__ import annotations
 
 import json
-import os
 from pathlib import Path
 
 import pytest
 
 from .test_runs import _cli
-from .test_timeline_page import ROOT, _open, _severe_console, browser  # noqa: F401 - the fixture
-
-UPDATE_DOCS = os.environ.get("OTEL_AGENTLOOP_UPDATE_DOCS") == "1"
+from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the fixture
 
 JAEGER_UI = "http://127.0.0.1:16686"
 
@@ -64,10 +61,6 @@ def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> 
         assert href == f"{JAEGER_UI}/trace/{trace_id}"
     assert browser.find_element(By.ID, "wall").get_attribute("data-points") == "6"
     assert _severe_console(browser) == []
-    if UPDATE_DOCS:
-        browser.set_window_size(1500, 1250)
-        browser.save_screenshot(str(ROOT / "docs" / "run-page.png"))
-        browser.set_window_size(1500, 1000)
 
     # a click on step 2 opens its timeline page, where the same slowest sample is the one marked slowest
     link = rows[1].find_element(By.CSS_SELECTOR, "a.step-link")

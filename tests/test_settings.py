@@ -3,8 +3,10 @@
 from __future__ import annotations
 
 import logging
+import os
 
 import pytest
+from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_agentloop as oal
 from otel_agentloop.analysis import read_jsonl
@@ -114,3 +116,43 @@ def test_long_attributes_are_truncated_and_bad_numbers_dropped(traced, caplog) -
     assert root.attributes["rl.reward.score"] == 0.5
     assert len(root.attributes["note"]) == 4096
     assert "dropping non-numeric value for rl.sample.prompt_length" in caplog.text
+
+
+# -- OTEL_AGENTLOOP_STARTUP_HOOK: declared and checked like every variable (issue 26) -------------------------
+STARTUP = "OTEL_AGENTLOOP_STARTUP_HOOK"
+
+
+def _configure_twice(caplog: pytest.LogCaptureFixture) -> list[str]:
+    with caplog.at_level(logging.WARNING):
+        for _ in range(2):
+            oal.configure("startup-variable", set_global=False, exporters=[InMemorySpanExporter()]).shutdown(1)
+    return [r.getMessage() for r in caplog.records if STARTUP in r.getMessage()]
+
+
+@pytest.mark.parametrize("value", ["disable", "none", "off", "0", "false", "no", " DISABLED ", "true", "enable"])
+def test_the_startup_hook_words_pass_the_check_unchanged(value, monkeypatch, caplog) -> None:
+    """Every word ``otel_agentloop_startup`` reads as off or on is valid: no warning, the value kept."""
+    monkeypatch.setenv(STARTUP, value)
+    assert _configure_twice(caplog) == []
+    assert os.environ[STARTUP] == value
+
+
+@pytest.mark.parametrize("value", ["maybe", "nope", "disable please"])
+def test_an_unrecognised_startup_hook_value_warns_once_naming_it_and_turns_it_off(value, monkeypatch, caplog) -> None:
+    """One warning naming the variable, the value, what the hook does and what is used (off); the variable is
+    rewritten to ``false``, as the startup hook reads it, so workers and later checks agree and stay quiet."""
+    monkeypatch.setenv(STARTUP, value)
+    lines = _configure_twice(caplog)
+    assert len(lines) == 1, lines
+    assert lines[0].startswith(f"otel_agentloop: {STARTUP}={value!r} is not one of false, 0, off, no, disable")
+    assert "wraps ray.init in a driver" in lines[0] and lines[0].endswith("now off; using false")
+    assert os.environ[STARTUP] == "false"
+
+
+def test_a_misspelt_startup_hook_variable_gets_the_closest_name(monkeypatch, caplog) -> None:
+    monkeypatch.setenv("OTEL_AGENTLOOP_STARTUP_HOOKS", "false")
+    with caplog.at_level(logging.WARNING):
+        oal.configure("startup-typo", set_global=False, exporters=[InMemorySpanExporter()]).shutdown(1)
+    assert f"OTEL_AGENTLOOP_STARTUP_HOOKS is not a variable otel_agentloop reads; did you mean {STARTUP}?" in (
+        caplog.text
+    )

@@ -212,3 +212,48 @@ def test_every_driver_setting_reaches_a_ray_worker(
             assert applied["watchdog"] == kwargs["watchdog"]
     finally:
         handle.shutdown(2)
+
+
+class NoSettingsProbe:
+    """A worker whose driver handed over nothing (no ``runtime_env(handle)``): what ``setup_worker`` says."""
+
+    def setup(self) -> dict[str, Any]:
+        import io
+        import sys
+
+        saved, sys.stderr = sys.stderr, io.StringIO()  # where the worker's warnings go (Ray forwards it)
+        try:
+            handle = oal_ray.setup_worker()
+            oal_ray.setup_worker()  # a second call (or a second thread) says nothing more
+            said = sys.stderr.getvalue()
+        finally:
+            sys.stderr = saved
+        exports = handle.description
+        handle.shutdown(2)
+        return {"stderr": said, "exports": exports, "pid": os.getpid()}
+
+
+def test_a_worker_without_the_drivers_settings_names_the_fixes_for_a_hook_named_off_the_command_line(
+    ray_cluster: None,
+) -> None:
+    """verl's setup hook named in a Hydra config file or in the driver's code (not on its command line) runs only
+    in workers: the driver hands nothing over. Each such worker says once what is missing and how to fix it:
+    ``opentelemetry-instrument``, or the flag on the driver's command line (the installed .pth reads only that),
+    or ``runtime_env()`` in code; it exports nothing and writes no local file."""
+    probe = ray.remote(num_cpus=0)(NoSettingsProbe).options(runtime_env={"env_vars": {"OAL_PROBE": "none"}}).remote()
+    try:
+        got = ray.get(probe.setup.remote(), timeout=120)
+    finally:
+        ray.kill(probe)
+    assert got["exports"] == "no exporter"
+    lines = [line for line in got["stderr"].splitlines() if "got no tracing settings from its driver" in line]
+    assert len(lines) == 1, got["stderr"]
+    line = lines[0]
+    assert f"(pid {got['pid']})" in line and "OTEL_EXPORTER_OTLP_ENDPOINT" in line
+    assert (
+        "A setup hook named in a config file (Hydra --config-name) or in the driver's code runs only in workers" in line
+    )
+    assert "start the driver with `opentelemetry-instrument`" in line
+    flag = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker"
+    assert f"or put the flag on its command line (verl: {flag})" in line
+    assert "runtime_env=otel_agentloop.integrations.ray.runtime_env() to ray.init" in line

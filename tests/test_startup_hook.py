@@ -31,6 +31,11 @@ print(json.dumps({"before": before, "wrapped": ray.init is oal_ray._init.wrapper
 
 
 def _probe(tmp_path: Path, *argv: str, env: dict[str, str] | None = None, code: str = PROBE) -> dict:
+    return _start(tmp_path, *argv, env=env, code=code)[0]
+
+
+def _start(tmp_path: Path, *argv: str, env: dict[str, str] | None = None, code: str = PROBE) -> tuple[dict, str]:
+    """A fresh interpreter with this checkout's .pth: (the probe's JSON line, its stderr)."""
     site_dir = tmp_path / "site"
     site_dir.mkdir(exist_ok=True)
     shutil.copy(PTH, site_dir / PTH.name)
@@ -44,7 +49,7 @@ def _probe(tmp_path: Path, *argv: str, env: dict[str, str] | None = None, code: 
         timeout=120,
     )
     assert out.returncode == 0, out.stderr[-3000:]
-    return json.loads(out.stdout.strip().splitlines()[-1])
+    return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
 @pytest.mark.parametrize(
@@ -86,6 +91,52 @@ print(json.dumps({"ours": sorted(m for m in sys.modules if m.startswith("otel_ag
 def test_opt_out_leaves_ray_init_alone(tmp_path, env):
     got = _probe(tmp_path, FLAG, env=env)
     assert not got["wrapped"] and not got["instrumented"], got
+
+
+STARTUP = "OTEL_AGENTLOOP_STARTUP_HOOK"
+
+
+@pytest.mark.parametrize("value", ["disable", "none", "off", "0", "false", "no", " Disabled ", "NONE"])
+def test_every_off_word_leaves_ray_init_alone_without_a_word(tmp_path, value):
+    """What a careful user writes to turn it off turns it off, at interpreter start; nothing is said (and the
+    library, imported later in that process, does not warn about the value either)."""
+    got, stderr = _start(tmp_path, FLAG, env={STARTUP: value})
+    assert not got["wrapped"] and not got["instrumented"], got
+    assert "otel_agentloop" not in stderr, stderr
+
+
+@pytest.mark.parametrize("value", ["true", "on", "1", "yes", "enable", "enabled", " "])
+def test_on_words_and_an_empty_value_leave_it_on_without_a_word(tmp_path, value):
+    got, stderr = _start(tmp_path, FLAG, env={STARTUP: value})
+    assert got["wrapped"] and got["instrumented"], got
+    assert "otel_agentloop" not in stderr, stderr
+
+
+@pytest.mark.parametrize("value", ["maybe", "nope"])
+def test_an_unrecognised_value_turns_it_off_with_one_line_naming_the_variable_and_what_it_does(tmp_path, value):
+    """Off (the variable exists to turn the hook off: a value set is never overruled), with one line on stderr at
+    interpreter start; the library, imported after Ray in the same process, checks the variable again and
+    stays quiet (the startup hook rewrote it to ``false``, as the check would)."""
+    got, stderr = _start(tmp_path, FLAG, env={STARTUP: value})
+    assert not got["wrapped"] and not got["instrumented"], got
+    lines = [line for line in stderr.splitlines() if STARTUP in line]
+    assert len(lines) == 1, stderr
+    assert lines[0].startswith(f"otel_agentloop: {STARTUP}={value!r} is not one of false, 0, off, no, disable")
+    assert "it wraps ray.init in a driver" in lines[0] and lines[0].endswith("now off; using false"), lines[0]
+
+
+def test_the_startup_words_are_the_declarations():
+    """The declaration (``config._environment``) accepts exactly the words the startup hook reads."""
+    import otel_agentloop_startup as startup
+    from otel_agentloop.config._environment import LIBRARY_VARIABLES, STARTUP_VARIABLE
+
+    (declared,) = LIBRARY_VARIABLES
+    assert declared.name == STARTUP_VARIABLE == startup.OPT_OUT
+    for word in (*startup.OFF, *startup.ON):
+        assert declared.parse(word.upper()) == word.upper()
+    with pytest.raises(ValueError, match="now off") as caught:
+        declared.parse("nope")
+    assert getattr(caught.value, "value", None) == "false"
 
 
 def test_ray_already_imported_is_wrapped_at_once(tmp_path):

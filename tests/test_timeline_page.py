@@ -1,12 +1,12 @@
 """The step timeline page (``report --html``), opened from disk in a real headless browser.
 
-Debian's ``chromium`` driven by selenium through Debian's ``chromium-driver`` (``scripts/install_chromium.sh``
-installs both; ``.ci/run`` calls it). Without them the browser tests skip, except under ``CI=true``, where they
-fail. The input is real spans: the simulated main job (``simulate --workers 0``) writing a trace file, and a
-step run in-process with the library where one sample really hangs and one is slow, each snapshotted while
-still open the way the watchdog does (``rl.snapshot``).
+Debian's ``chromium`` driven by selenium through Debian's ``chromium-driver`` (``make browser``, a step of
+``make test``, installs both with ``scripts/install_chromium.sh``; no test installs anything). Without them the
+browser tests skip, except under ``CI=true``, where they fail. The input is real spans: the simulated main job
+(``simulate --workers 0``) writing a trace file, and a step run in-process with the library where one sample
+really hangs and one is slow, each snapshotted while still open the way the watchdog does (``rl.snapshot``).
 
-The README's pictures come from the demo it names (``tests/test_one_verdict.py``), not from here.
+The README's pictures come from the commands it names (``scripts/docs_pictures.py``), not from here.
 """
 
 from __future__ import annotations
@@ -63,17 +63,12 @@ def _find_chromium() -> tuple[str, str] | None:
 
 @pytest.fixture(scope="module")
 def browser() -> Iterator[object]:
-    found = _find_chromium()
+    found = _find_chromium()  # installed by `make browser`, a step of `make test`: a test never installs it
     if found is None:
-        install = subprocess.run(
-            ["bash", str(ROOT / "scripts" / "install_chromium.sh")], capture_output=True, text=True, timeout=900
-        )
-        found = _find_chromium()
-        if found is None:
-            reason = f"Debian's chromium + chromium-driver not installable here: {install.stderr.strip()[-400:]}"
-            if os.environ.get("CI") == "true":
-                pytest.fail(reason + " (CI must run the browser test)")
-            pytest.skip(reason)
+        reason = "no chromium + chromedriver on PATH (`make browser` installs Debian's chromium + chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + " (CI must run the browser test)")
+        pytest.skip(reason)
     from selenium import webdriver
     from selenium.webdriver.chrome.service import Service
 

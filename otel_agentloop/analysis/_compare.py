@@ -19,8 +19,7 @@ holds the majority (several causes, listed with their shares).
 from __future__ import annotations
 
 import math
-import sys
-from collections.abc import Iterable, Mapping, Sequence
+from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
@@ -31,8 +30,12 @@ from ..metrics._records import SpanRecord
 from ..metrics._summary import Distribution, StepSummary
 from ..metrics._table import PhaseTable
 from ._compare_html import write_compare_html
-from ._report import build_report, stored_summaries, summary_of
-from ._terminal import printable
+from ._engine import engine_value
+from ._html import jaeger_ui_base
+from ._report import build_report, steps_in, stored_summaries, summary_of
+from ._runs import steps_text
+from ._terminal import printable, say, say_json
+from ._timeline_html import write_step_pages
 
 SampleKey = tuple[int, int]
 
@@ -335,7 +338,9 @@ class Comparison:
                     sc.GENERATE: slowest.generate_s,
                     sc.TOOL_CALLS: slowest.tool_s,
                     sc.COMPUTE_SCORE: slowest.score_s,
+                    **({"cause": slowest.cause} if slowest.cause else {}),
                 },
+                **({"engine": {k: dist(d) for k, d in m.engine.items()}} if m.engine else {}),
                 "tail_mix": {
                     "basis": tail.basis,
                     "samples": tail.samples,
@@ -487,7 +492,11 @@ def compare_steps(
     missing = [s for s, side in zip((step_a, step_b), sides, strict=True) if side is None]
     if missing or sides[0] is None or sides[1] is None:
         kind = "validation " if validate else ""
-        return f"no {kind}summary or sample spans for step {', '.join(map(str, missing))}"
+        exists = sorted({*stored, *steps_in(records)})
+        return (
+            f"no {kind}summary or sample spans for step {', '.join(map(str, missing))} (steps with a summary or "
+            f"sample spans: {steps_text(exists)})"
+        )
     return compare(sides[0], sides[1], top=top)
 
 
@@ -502,6 +511,20 @@ def _d(v: float) -> str:
 
 def _origin(side: StepSide) -> str:
     return "summary stored by the live side" if side.stored else "summary rebuilt from spans"
+
+
+def _engine_lines(a: StepSummary, b: StepSummary, add: Callable[[str], None]) -> None:
+    """The engine's per-turn statistics of both steps side by side (nothing when neither step has them)."""
+    stats = [k for k in sc.ENGINE_STATS if k in a.engine or k in b.engine]
+    if not stats:
+        return
+    width = max(len("engine, per turn"), *(len(k) for k in stats)) + 2
+    add(f"{'engine, per turn':<{width}}{'step':>8}" + "".join(f"{s:>12}" for s in STATS))
+    for k in stats:
+        for label, s in ((k, a), ("", b)):
+            d = s.engine.get(k)
+            cells = "".join(f"{engine_value(k, getattr(d, c) if d is not None else None):>12}" for c in STATS)
+            add(f"{label:<{width}}{s.step:>8}{cells}")
 
 
 def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | None]]:
@@ -530,6 +553,10 @@ def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | Non
     counts = "; ".join(f"{v} {a.counts.get(v, 0)} -> {b.counts.get(v, 0)}" for v in ("failed", "hung", "slow"))
     add(f"  samples {a.num_samples} -> {b.num_samples}; {counts}")
     add(f"cause: {c.cause.text}", "bold red" if c.cause.clear else "yellow")
+    for s in (a, b):
+        if s.slowest is not None and s.slowest.cause:
+            add(f"  slowest sample of step {s.step}: {s.slowest.index} / {s.slowest.rollout}: {s.slowest.cause}")
+    _engine_lines(a, b, add)
     add()
     add("per phase (seconds per sample) and per tool (seconds per call)", "bold")
     width = max([len("tool_calls"), *(len(r.name) + 5 for r in c.rows)]) + 2
@@ -567,6 +594,15 @@ def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | Non
     return out
 
 
+def _step_pages(records: Sequence[SpanRecord], c: Comparison, html: str, source: str) -> dict[str, str]:
+    """The two steps' timeline pages beside the comparison page (``cmp.html`` -> ``cmp.steps/``), where its trace
+    ids link (each sample's waterfall); ``{"a": path, "b": path}`` for the steps with sample spans."""
+    keys = {"a": (c.a.summary.step, c.a.summary.validate), "b": (c.b.summary.step, c.b.summary.validate)}
+    spans = {k: [r for r in records if sc.step_key(r.attributes) == k] for k in set(keys.values())}
+    written = write_step_pages(spans, html, source=source)
+    return {side: written[key] for side, key in keys.items() if key in written}
+
+
 def run_compare(
     records: Sequence[SpanRecord],
     step_a: int,
@@ -581,28 +617,27 @@ def run_compare(
 ) -> int:
     """``report --compare A B``: print the comparison (or its JSON, alone on stdout), write the page; the exit
     status (1 with a one-line reason on stderr when a step is missing or the page cannot be written)."""
-    import json
-
     from ._display import Output
 
     found = compare_steps(records, step_a, step_b, validate, top=top)
     if isinstance(found, str):
-        print(f"report: {found}", file=sys.stderr)
+        say(f"report: {found}", err=True)
         return 1
     written = None
     if html:
         try:
-            written = write_compare_html(found.to_json(), html, source=source, jaeger_ui=jaeger_ui)
+            pages = {} if jaeger_ui_base(jaeger_ui) else _step_pages(records, found, html, source)
+            written = write_compare_html(found.to_json(), html, source=source, jaeger_ui=jaeger_ui, pages=pages)
         except OSError as exc:
-            print(
+            say(
                 f"report: cannot write --html {printable(html)}: {printable(exc.strerror or type(exc).__name__)}",
-                file=sys.stderr,
+                err=True,
             )
             return 1
     if as_json:
-        print(json.dumps(found.to_json(), indent=1, allow_nan=False))
+        say_json(found.to_json(), indent=1, allow_nan=False)
         if written:
-            print(f"comparison page written to {written}", file=sys.stderr)
+            say(f"comparison page written to {written}", err=True)
         return 0
     show = Output()
     for text, style in terminal_lines(found, source):

@@ -16,19 +16,32 @@ from typing import Any
 from ._html import HEAD, fill, jaeger_ui_base, write_page
 
 
-def render_compare_html(data: Mapping[str, Any], *, source: str = "", jaeger_ui: str | None = None) -> str:
-    """The page as one string; ``data`` is ``Comparison.to_json()``."""
+def render_compare_html(
+    data: Mapping[str, Any],
+    *,
+    source: str = "",
+    jaeger_ui: str | None = None,
+    pages: Mapping[str, str] | None = None,
+) -> str:
+    """The page as one string; ``data`` is ``Comparison.to_json()``. A trace id links to the Jaeger UI at
+    ``jaeger_ui`` when given, else to its waterfall on the step's timeline page ``pages["a"]``/``pages["b"]``
+    (relative paths), else is plain text."""
     a, b = data["a"], data["b"]
     title = f"step {a['step']} vs step {b['step']}{' (validation)' if a['validate'] else ''}"
-    page_data = {"source": source, "jaeger": jaeger_ui_base(jaeger_ui), **data}
+    page_data = {"source": source, "jaeger": jaeger_ui_base(jaeger_ui), "pages": dict(pages or {}), **data}
     return fill(_PAGE, title=title, css=_CSS, js=_JS, data=page_data)
 
 
 def write_compare_html(
-    data: Mapping[str, Any], path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None
+    data: Mapping[str, Any],
+    path: str | os.PathLike[str],
+    *,
+    source: str = "",
+    jaeger_ui: str | None = None,
+    pages: Mapping[str, str] | None = None,
 ) -> str:
     """Write the page to ``path``; returns the path."""
-    return write_page(path, render_compare_html(data, source=source, jaeger_ui=jaeger_ui))
+    return write_page(path, render_compare_html(data, source=source, jaeger_ui=jaeger_ui, pages=pages))
 
 
 _PAGE = (
@@ -180,13 +193,15 @@ for (const r of D.rows) {
 // the samples that moved most
 const mt = $('moved'), tm = 'moved most', ta = 'trace ' + sa, tb = 'trace ' + sb;
 mt.tHead.appendChild(headRow(['sample / rollout', 'total ' + sa, 'total ' + sb, 'delta', tm, ta, tb], [tm, ta, tb]));
-function trace(tid) {
+function trace(tid, page, sample) {
   const td = el('td', 'l');
   if (!tid) td.textContent = '-';
-  else if (D.jaeger) {
-    const a = el('a', null, tid);
-    a.setAttribute('href', D.jaeger + '/trace/' + encodeURIComponent(tid));
+  else if (D.jaeger || page) {
+    const a = el('a', D.jaeger ? 'jaeger-link' : 'trace-link', tid);
+    a.setAttribute('href', D.jaeger ? D.jaeger + '/trace/' + encodeURIComponent(tid)
+                                    : page + '#trace=' + encodeURIComponent(tid) + '&sample=' + sample);
     a.setAttribute('target', '_blank');
+    a.setAttribute('rel', 'noopener noreferrer');
     td.appendChild(a);
   } else td.textContent = tid;
   return td;
@@ -194,7 +209,8 @@ function trace(tid) {
 for (const m of D.moved) {
   const tr = row([[m.sample_index + ' / ' + m.rollout_n], [f(m.total_a)], [f(m.total_b)], [d(m.delta), dcls(m.delta)],
     [m.moved_most, 'l']]);
-  add(tr, trace(m.trace_id_a), trace(m.trace_id_b));
+  const who = m.sample_index + '/' + m.rollout_n;
+  add(tr, trace(m.trace_id_a, D.pages.a, who), trace(m.trace_id_b, D.pages.b, who));
   mt.tBodies[0].appendChild(tr);
 }
 if (!D.moved.length) $('only').textContent = 'No sample rows: matching samples needs the sample spans of both steps.';

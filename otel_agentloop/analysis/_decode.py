@@ -18,6 +18,7 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
+from .. import semconv as sc
 from ..metrics._records import SpanRecord
 
 _INT64 = 1 << 63
@@ -175,7 +176,21 @@ def _key_value(raw: Any, what: str, depth: int = 0) -> tuple[str, Any]:
                 return key, value["doubleValue"]
         elif "boolValue" in value and type(value["boolValue"]) is bool:
             return key, value["boolValue"]
-    return key, _value(value, f"attribute {key[:40]!r}", depth)
+    decoded = _value(value, f"attribute {key[:40]!r}", depth)
+    if key in LABELS and isinstance(decoded, (dict, tuple)):
+        return key, _label(decoded)
+    return key, decoded
+
+
+LABELS = frozenset(
+    (sc.RL_PHASE, sc.GEN_AI_TOOL_NAME, sc.ERROR_TYPE, sc.RL_WORKER, sc.RL_RUN_ID, sc.RL_RUN_ATTEMPT, "service.name")
+)
+"""Attributes the views group and index by (a phase, a tool, a run): a stored key-value list or array there is
+read as its JSON text, so that no view meets an unhashable value (the live side only writes strings there)."""
+
+
+def _label(value: object) -> str:
+    return json.dumps(value, ensure_ascii=False, default=lambda o: o.hex() if isinstance(o, bytes) else str(o))
 
 
 def _attrs(raw: Any, what: str) -> dict[str, Any]:

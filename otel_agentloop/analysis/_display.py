@@ -14,6 +14,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 
 from .. import semconv as sc
 from ..metrics._summary import OK
+from ._engine import ENGINE_HEAD, engine_cells, engine_table
 from ._terminal import color_enabled, isatty, printable
 
 if TYPE_CHECKING:
@@ -86,10 +87,14 @@ def metrics_footer(metrics: Mapping[str, float]) -> list[str]:
 
 
 def metrics_table(metrics: Mapping[str, float], title: str = "") -> str:
-    """verl's per-phase keys as a grid (phase x min/mean/p50/p90/p99/max, seconds), then the slowest sample."""
+    """verl's per-phase keys as a grid (phase x min/mean/p50/p90/p99/max, seconds), the engine's per-turn grid
+    when some turn carried the engine's timing (:func:`~._engine.engine_table`), then the slowest sample."""
     lines = [title] if title else []
     lines.append(f"{'phase (s)':<20}" + "".join(f"{c:>9}" for c in _STAT_COLS))
     lines += [f"{row[0]:<20}" + "".join(f"{c:>9}" for c in row[1:]) for row in metrics_cells(metrics)]
+    engine = engine_table(metrics)
+    if engine:
+        lines += ["", engine, ""]
     return "\n".join(lines + metrics_footer(metrics))
 
 
@@ -102,8 +107,9 @@ def _flag(row: Mapping[str, object]) -> str:
 
 
 def slowest_cells(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, ...]]:
-    """``PhaseTable.slowest`` rows formatted: sample / rollout, total, gen, tool, score, trace id, and the sample's
-    verdict when it is not ok (``FAILED``, ``SLOW``: the one verdict, ``metrics._summary.verdict``)."""
+    """``PhaseTable.slowest`` rows formatted: sample / rollout, total, gen, tool, score, trace id, the sample's
+    verdict when it is not ok (``FAILED``, ``SLOW``: the one verdict, ``metrics._summary.verdict``), and its
+    cause in words (``metrics._summary.cause``; ``""`` when the row has none)."""
     out = []
     for row in rows:
         secs = (row["total"], row[sc.GENERATE], row[sc.TOOL_CALLS], row[sc.COMPUTE_SCORE])
@@ -113,6 +119,7 @@ def slowest_cells(rows: Sequence[Mapping[str, object]]) -> list[tuple[str, ...]]
                 *(f"{v:.3f}" if isinstance(v, (int, float)) else "-" for v in secs),
                 printable(row["trace_id"]),
                 _flag(row),
+                printable(row.get("cause", "")),
             )
         )
     return out
@@ -126,7 +133,7 @@ def slowest_table(rows: Sequence[Mapping[str, object]]) -> str:
         lines.append(
             f"{row['sample_index']:>6} / {row['rollout_n']!s:<6}"
             + "".join(f"{c:>9}" for c in cells[1:5])
-            + f"  {cells[5]}{'  ' + cells[6] if cells[6] else ''}"
+            + f"  {cells[5]}{'  ' + cells[6] if cells[6] else ''}{'  ' + cells[7] if cells[7] else ''}"
         )
     return "\n".join(lines)
 
@@ -215,6 +222,9 @@ class Output:
             self.line(title, _TITLE_STYLE)
         table = self._table(("phase (s)", *_STAT_COLS), metrics_cells(metrics), flag=None)
         self._print_table(table)
+        engine = engine_cells(metrics)
+        if engine:
+            self._print_table(self._table(ENGINE_HEAD, engine, flag=None))
         for text in metrics_footer(metrics):
             self.line(text)
 
@@ -224,10 +234,15 @@ class Output:
             print(slowest_table(rows), file=self.stream)
             return
         cells = slowest_cells(rows)
-        if any(row[6] for row in cells):
-            table = self._table((*_SLOWEST_HEAD, ""), cells, flag=6, left=(0, 5, 6))
-        else:  # no error column to pad
-            table = self._table(_SLOWEST_HEAD, [row[:6] for row in cells], flag=None, left=(0, 5))
+        width = 8 if any(row[7] for row in cells) else 7  # a cause column only when some row has one
+        head = (*_SLOWEST_HEAD, "", "cause")[:width]
+        if not any(row[6] for row in cells):  # no error column to pad
+            keep = [i for i in range(width) if i != 6]
+            head = tuple(head[i] for i in keep)
+            cells = [tuple(row[i] for i in keep) for row in cells]
+            table = self._table(head, cells, flag=None, left=(0, 5, 6))
+        else:
+            table = self._table(head, [row[:width] for row in cells], flag=6, left=(0, 5, 6, 7))
         self._print_table(table)
 
     def waterfall(self, spans: Sequence[SpanRecord], title: str = "") -> None:

@@ -31,6 +31,10 @@ class JaegerError(RuntimeError):
     search result: an HTTP error other than 'not found', an empty or cut answer, or a body that is not JSON."""
 
 
+class JaegerUnreachableError(JaegerError):
+    """Nothing answered at the URL: refused, unknown host, or timed out while connecting."""
+
+
 def _rfc3339(t: datetime) -> str:
     if t.tzinfo is None:
         t = t.replace(tzinfo=timezone.utc)
@@ -60,7 +64,7 @@ class JaegerClient:
                 detail = b""
             raise JaegerError(f"GET {url}: HTTP {exc.code} {exc.reason}: {detail!r}") from None
         except urllib.error.URLError as exc:  # refused, unknown host, timed out while connecting
-            raise JaegerError(f"GET {url}: {exc.reason}") from None
+            raise JaegerUnreachableError(f"{self.base_url}: {exc.reason}") from None
         except (OSError, http.client.HTTPException, ValueError) as exc:  # reset, timed out, no or bad answer
             raise JaegerError(f"GET {url}: {type(exc).__name__}: {exc}") from None
         if not body.strip():
@@ -80,6 +84,14 @@ class JaegerClient:
         if not isinstance(services, list):
             raise JaegerError("/api/v3/services: 'services' is not a list")
         return [str(s) for s in services]
+
+    def operations(self, service: str) -> list[str]:
+        """The span names (operations) Jaeger has seen for ``service``."""
+        body = self._get("/api/v3/operations", {"service": service}) or {}
+        ops = body.get("operations") or []
+        if not isinstance(ops, list):
+            raise JaegerError("/api/v3/operations: 'operations' is not a list")
+        return [str(o.get("name")) for o in ops if isinstance(o, dict)]
 
     def find_traces(
         self,

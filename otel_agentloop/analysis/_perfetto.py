@@ -12,6 +12,11 @@ Layout (the JSON Object Format of Google's "Trace Event Format" document):
   watchdog snapshot (``rl.snapshot``) of a sample whose span did end, an instant event (``"i"``) at the moment
   the watchdog looked. A hung sample whose span never ended is drawn by its latest snapshot (from the sample's
   start to the snapshot).
+- inside a generation turn that carries the engine's timing and has no child span of its own, the engine's
+  ``queue``, ``prefill`` and ``decode`` (``analysis._engine.engine_parts``) as nested complete events named
+  ``engine queue`` etc. (category ``engine``); the turn's ``args.attributes`` carry the engine's numbers either
+  way. A sample's own event says why it took its time (``args.cause``, ``metrics._summary.cause``) for the
+  slowest and slow samples.
 
 Events on one track must nest strictly (an event that partially overlaps another on its tid is mis-nested by
 both viewers), so a span that would overlap a sibling (parallel tool calls), or that lies outside its parent's
@@ -43,7 +48,8 @@ from .. import semconv as sc
 from ..metrics._records import SpanRecord
 from ..metrics._summary import HUNG, OK, SLOW
 from ..metrics._verdicts import StepVerdicts
-from ._report import step_verdicts, stored_summaries
+from ._engine import engine_parts
+from ._report import build_report, step_verdicts, stored_summaries
 
 SampleKey = tuple[int, int]
 SpanKey = tuple[int, int]
@@ -294,7 +300,9 @@ def _label(verdict_: str) -> str:
     return "" if verdict_ == OK else f" [{verdict_}]"
 
 
-def _group_items(group: _Group, spans: list[SpanRecord], verdicts: StepVerdicts, t0: int) -> dict[str, Any] | None:
+def _group_items(
+    group: _Group, spans: list[SpanRecord], verdicts: StepVerdicts, t0: int, causes: Mapping[SampleKey, str]
+) -> dict[str, Any] | None:
     """Fill ``group.items`` (and the sample's verdict); returns the sample's facts for its events' args."""
     snapshot_events: set[int] = set()
     primary: SpanRecord | None = None
@@ -304,6 +312,8 @@ def _group_items(group: _Group, spans: list[SpanRecord], verdicts: StepVerdicts,
         primary = root if root is not None else (snapshots[-1] if snapshots else None)
         snapshot_events = {id(s) for s in snapshots if s is not primary}
         facts = {"sample": f"{group.key[0]}/{group.key[1]}", "verdict": group.verdict, "worker": group.worker}
+        if group.key in causes:
+            facts["cause"] = causes[group.key]
     for rec in spans:
         item = _Item(rec, _us(rec.start_ns, t0), _us(rec.end_ns, t0), name=rec.name)
         if id(rec) in snapshot_events:
@@ -356,6 +366,24 @@ def _category(rec: SpanRecord) -> str:
     return "span"
 
 
+def _engine_events(
+    item: _Item, pid: int, tid: int, t0: int
+) -> list[tuple[tuple[int, int, int, int, int], dict[str, Any]]]:
+    """The engine's parts of a turn as events nested in it (none for a turn with child spans: they could
+    overlap them), each inside the turn's event, zero-length ones left out."""
+    if item.instant or item.children:
+        return []
+    out = []
+    for name, start_ns, end_ns in engine_parts(item.rec.start_ns, item.rec.end_ns, item.rec.attributes):
+        start = min(max(_us(start_ns, t0), item.start), item.end)
+        end = min(max(_us(end_ns, t0), start), item.end)
+        if end > start:
+            event: dict[str, Any] = {"name": f"engine {name}", "cat": "engine", "ph": "X", "ts": start}
+            event.update(dur=end - start, pid=pid, tid=tid, args={"span_id": format(item.rec.span_id, "016x")})
+            out.append(((tid, start, start - end, item.depth + 1, item.rec.span_id), event))
+    return out
+
+
 def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     """A metadata event (``ts`` 0: some readers want a ``ts`` on every event)."""
     return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
@@ -367,6 +395,7 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
     records = list(records)
     spans = {k: r for k, r in _step_spans(records, step, validate).items() if r.start_ns > 0}
     verdicts = step_verdicts(records, step, validate, stored_summaries(records).get((step, validate)))
+    causes = build_report(records, step, validate, verdicts).causes()
     t0 = min((r.start_ns for r in spans.values()), default=0)
     owners = _owners(spans)
     by_sample: dict[SampleKey, list[SpanRecord]] = {}
@@ -403,7 +432,7 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
     first_tid: dict[int, int] = {}
     for group in groups:
         recs = by_sample[group.key] if group.key is not None else outside[group.worker]
-        facts = _group_items(group, recs, verdicts, t0)
+        facts = _group_items(group, recs, verdicts, t0, causes)
         if group.key is not None:
             counts[group.verdict] = counts.get(group.verdict, 0) + 1
             title = f"sample {group.key[0]}/{group.key[1]}{_label(group.verdict)}"
@@ -431,6 +460,7 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
                 event["dur"] = item.end - item.start
             event["args"] = _args(item, facts)
             events.append(((event["tid"], item.start, item.start - item.end, item.depth, item.rec.span_id), event))
+            events.extend(_engine_events(item, pid, track + item.lane, t0))
     events.sort(key=lambda e: e[0])
     for worker in workers:  # a process's metadata on its first track: every event's (pid, tid) agrees
         pid = pids[worker]

@@ -19,7 +19,7 @@ from dataclasses import dataclass, field
 from .. import semconv as sc
 from ..metrics._processor import PhaseMetricsProcessor
 from ..metrics._records import SpanRecord
-from ..metrics._summary import StepSummary, summarize
+from ..metrics._summary import StepSummary, sample_causes, summarize
 from ..metrics._table import OverdueSample, PhaseTable, StepMetrics, compute_metrics
 from ..metrics._verdicts import FAILED, HUNG, StepVerdicts, Verdict, apply_verdicts, classify_reported, count_verdicts
 
@@ -39,12 +39,22 @@ class StepReport:
     verdicts: StepVerdicts = field(default_factory=lambda: StepVerdicts({}, {}, "none"))
 
     def slowest(self, n: int = 5) -> list[dict[str, object]]:
-        """``PhaseTable.slowest`` rows, each with its ``verdict``."""
+        """``PhaseTable.slowest`` rows, each with its ``verdict`` and its ``cause`` in words
+        (``metrics._summary.cause``)."""
         rows = self.table.slowest(n)
-        for row in rows:
-            key = (int(row["sample_index"]), int(row["rollout_n"]))  # type: ignore[call-overload]
+        keys = [(int(row["sample_index"]), int(row["rollout_n"])) for row in rows]  # type: ignore[call-overload]
+        causes = self.causes(keys)
+        for row, key in zip(rows, keys, strict=True):
             row["verdict"] = self.verdicts.of_sample(key, error=bool(row["error"]))
+            row["cause"] = causes.get(key, "")
         return rows
+
+    def causes(self, keys: Iterable[SampleKey] | None = None) -> dict[SampleKey, str]:
+        """The cause in words of each sample of ``keys`` in the table (default: the slowest and the slow ones),
+        by the one rule (``metrics._summary.cause``) on the table and metrics ``collect()`` had."""
+        if keys is None:
+            keys = [*self.verdicts.slow, *([self.metrics.slowest_sample] if self.metrics.slowest_sample else [])]
+        return sample_causes(self.table, self.metrics, keys)
 
     def sample_verdicts(self) -> dict[SampleKey, str]:
         """Every sample's verdict: the table's (collected) samples and the hung ones."""

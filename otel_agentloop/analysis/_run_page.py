@@ -1,11 +1,11 @@
 """The run page: one self-contained HTML file for a whole run (inline CSS, JS and data; nothing fetched).
 
 Per training step: the rollout wall time split into the time until the median sample finished and the tail
-(median -> slowest), the slowest sample (identity, verdict, phase mix, trace id linked to Jaeger and to the step's
-timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and staleness; validation passes
-in a table of their own. The charts are drawn on canvas from one inline JSON block (a row of numbers per step),
-so a run of 1000 steps stays light; the step table has one row per step. Clicking a step (a chart or its row)
-opens its timeline page when one was written (``report --run --html run.html`` writes them to
+(median -> slowest), the slowest sample (identity, verdict, its cause in words, phase mix, trace id linked to
+Jaeger and to the step's timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and
+staleness; validation passes in a table of their own. The charts are drawn on canvas from one inline JSON block
+(a row of numbers per step), so a run of 1000 steps stays light; the step table has one row per step. Clicking a
+step (a chart or its row) opens its timeline page when one was written (``report --run --html run.html`` writes them to
 ``run.steps/``), else shows the command that makes it.
 
 Safety as on the step page: the data is JSON in a ``<script type="application/json">`` block with ``<``, ``>``
@@ -48,6 +48,7 @@ STEP_FIELDS = [
     "staleness_max",
     "page",
     "rebuilt",
+    "slowest_cause",
 ]
 """The columns of ``steps`` in the page's data (one list per step)."""
 
@@ -97,6 +98,7 @@ def page_data(
                 None if s.staleness_max is None else _r(s.staleness_max),
                 pages.get(key),
                 int(key in steps.rebuilt),
+                slow.cause if slow and slow.cause else None,
             ]
         )
         for p in PHASES:
@@ -162,7 +164,7 @@ _PAGE = (
 <div class="chart" id="tools"></div></section>
 <section class="panel wide" id="stale-panel" hidden><h2>Staleness per step (mean and max)</h2>
 <div class="chart short" id="stale"></div></section>
-<section class="panel wide"><h2>Steps</h2><p class="hint">Click a step to open its timeline page.
+<section class="panel wide"><h2>Steps</h2><p class="hint"><span id="steps-hint"></span>
 The slowest sample is verl's (argmax of generation + tool + reward seconds).</p>
 <div class="tablebox"><table id="steps"><thead></thead><tbody></tbody></table></div></section>
 <section class="panel wide" id="val-panel" hidden><h2>Validation passes</h2>
@@ -202,6 +204,7 @@ td.bad{color:var(--err);font-weight:bold}
 .mix i{display:block;height:100%}
 .trace-id{font:11px ui-monospace,monospace}
 .verdict{font:bold 9px/1 system-ui;padding:2px 3px;border-radius:3px;color:#fff;margin-left:4px}
+.id .cause{font:11px system-ui,sans-serif;color:#555;white-space:normal}
 .verdict.hung,.verdict.failed{background:var(--err)}.verdict.slow{background:#b8860b}
 .rebuilt{color:#8a5a00}
 #tip{position:fixed;z-index:10;background:#222;color:#fff;padding:6px 8px;border-radius:4px;font-size:12px;
@@ -253,12 +256,17 @@ _JS = r"""
     if (!x.r[F.validate]) wall += x.r[F.wall_s];
   });
   var first = train.length ? train[0].r[F.step] : null, last = train.length ? train[train.length - 1].r[F.step] : null;
-  document.getElementById("title").textContent = "Run " + D.run + ": " + train.length + " training steps" +
-    (train.length ? " (" + first + " to " + last + ")" : "") + (val.length ? " and " + val.length +
-    " validation passes" : "");
-  document.getElementById("summary").textContent = samples + " samples · " + failed + " failed · " + hung +
+  var counted = function (n, noun, plural) { return n + " " + (n === 1 ? noun : plural || noun + "s"); };
+  document.getElementById("title").textContent = "Run " + D.run + ": " + counted(train.length, "training step") +
+    (train.length ? " (" + first + " to " + last + ")" : "") +
+    (val.length ? " and " + counted(val.length, "validation pass", "validation passes") : "");
+  document.getElementById("summary").textContent = counted(samples, "sample") + " · " + failed + " failed · " + hung +
     " hung · " + slowN + " slow · rollout wall time " + secs(wall) + " in all · service " + D.service +
     (D.attempts.length > 1 ? " · attempts " + D.attempts.join(", ") : "") + (D.source ? " · from " + D.source : "");
+  var paged = all.filter(function (x) { return x.r[F.page]; }).length;
+  document.getElementById("steps-hint").textContent = paged === all.length ? "Click a step to open its timeline page." :
+    paged ? "Click a step to open its timeline page (" + paged + " of " + all.length + " steps have one here)." :
+    "No step timeline pages were written with this page (--step-pages); click a step for the command that makes one.";
   var notes = document.getElementById("notes");
   D.notes.forEach(function (n) { notes.appendChild(h("li", null, n)); });
 
@@ -352,6 +360,7 @@ _JS = r"""
       });
       if (x.r[F.slowest_trace]) tip.appendChild(h("div", "mono", "slowest " + x.r[F.slowest_index] + "/" +
         x.r[F.slowest_rollout] + " · trace " + x.r[F.slowest_trace]));
+      if (x.r[F.slowest_cause]) tip.appendChild(h("div", null, "why: " + x.r[F.slowest_cause]));
       tip.appendChild(h("div", null, x.r[F.page] ? "click: open the step's timeline" : "click: find the step"));
       tip.hidden = false;
       var px = ev.clientX + 14, py = ev.clientY + 14;
@@ -459,6 +468,7 @@ _JS = r"""
         if (r[F.slowest_verdict] && r[F.slowest_verdict] !== "ok") {
           who.appendChild(h("span", "verdict " + r[F.slowest_verdict], r[F.slowest_verdict]));
         }
+        if (r[F.slowest_cause]) who.appendChild(h("div", "cause", r[F.slowest_cause]));
       } else who.textContent = "-";
       row.appendChild(who);
       var mixCell = h("td"), mix = h("span", "mix"), tot = Math.max(r[F.gen_s] + r[F.tool_s] + r[F.score_s], 1e-9);
@@ -482,6 +492,11 @@ _JS = r"""
           var j = h("a", "jaeger-link", " Jaeger");
           j.setAttribute("href", D.jaeger + "/trace/" + encodeURIComponent(r[F.slowest_trace]));
           j.target = "_blank"; j.rel = "noopener noreferrer"; trace.appendChild(j);
+        } else if (r[F.page]) {  // the sample's waterfall on the step's timeline page
+          var w = h("a", "trace-link", " waterfall");
+          w.setAttribute("href", r[F.page] + "#trace=" + encodeURIComponent(r[F.slowest_trace]) + "&sample=" +
+            r[F.slowest_index] + "/" + r[F.slowest_rollout]);
+          trace.appendChild(w);
         }
       } else trace.textContent = "-";
       row.appendChild(trace);

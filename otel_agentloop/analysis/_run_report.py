@@ -14,10 +14,8 @@ import argparse
 import json
 import mmap
 import os
-import sys
 from collections.abc import Iterator, Sequence
 from dataclasses import dataclass, field, replace
-from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import numpy as np
@@ -27,12 +25,13 @@ from ..metrics._records import SpanRecord
 from ..metrics._summary import StepSummary
 from ._decode import Skipped, decode_resource_spans, read_jsonl
 from ._html import jaeger_ui_base
-from ._jaeger import JaegerClient, JaegerError
+from ._jaeger import JaegerError
 from ._report import stored_summaries, summary_of
 from ._runs import Run, RunNotFoundError, RunSteps, StepKey, format_table, group_runs, runs_table, select_run
-from ._step_view import build_step_view, is_snapshot
-from ._terminal import printable
-from ._timeline_html import write_html
+from ._source import JaegerSource, NothingFoundError, jaeger_error_line, runs_text
+from ._step_view import is_snapshot
+from ._terminal import counted, printable, say, say_json
+from ._timeline_html import write_step_pages
 
 FULL_READ_BYTES = 256 << 20
 """A file up to this size is read whole (every span: pages for its steps are cheap); a larger one is scanned
@@ -83,9 +82,8 @@ def add_run_arguments(parser: argparse.ArgumentParser) -> None:
         metavar="N",
         type=_pages,
         help="with --run --html: timeline pages for at most N steps (all of the range if it has at most N, else "
-        f"the N with the longest rollout wall time); default {DEFAULT_STEP_PAGES} when the source's sample spans "
-        f"are read anyway, 0 when only summaries are (a file over {FULL_READ_BYTES >> 20} MiB, Jaeger with "
-        "summaries)",
+        f"the N with the longest rollout wall time; from Jaeger each page's step is fetched); default "
+        f"{DEFAULT_STEP_PAGES}, 0 for a file over {FULL_READ_BYTES >> 20} MiB (read for its step summaries only)",
     )
 
 
@@ -181,31 +179,10 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
 
 
-def _jaeger_search(args: argparse.Namespace, operation: str | None, step: int | None = None) -> list[SpanRecord]:
-    end = datetime.now(timezone.utc)
-    start = end - timedelta(minutes=args.since_minutes)
-    client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-    found = client.find_all_traces(
-        args.service,
-        start,
-        end,
-        operation=operation,
-        attributes={sc.RL_STEP: str(step)} if step is not None else None,
-        search_depth=args.search_depth,
-    )
-    if found.full:
-        _warn(found.left_out(args.search_depth))
-    skipped = Skipped()
-    records = list(decode_resource_spans(found.resource_spans, skipped))
-    if skipped.count:
-        _warn(skipped.summary(f"{args.jaeger} (service {args.service})"))
-    return records
-
-
-def load(args: argparse.Namespace, *, full: bool = False) -> Loaded:
-    """The run view's records from ``--file`` or ``--jaeger``: every span of a file up to
+def load(args: argparse.Namespace, jaeger: JaegerSource | None, *, full: bool = False) -> Loaded:
+    """The run view's records from ``--file`` or ``jaeger``: every span of a file up to
     :data:`FULL_READ_BYTES` (or with ``full``); else only the step summaries when the source holds any."""
-    if args.file:
+    if jaeger is None:
         skipped = Skipped()
         size = os.path.getsize(args.file)
         if not full and size > FULL_READ_BYTES:
@@ -216,11 +193,11 @@ def load(args: argparse.Namespace, *, full: bool = False) -> Loaded:
         records = list(read_jsonl(args.file, skipped))
         return _with_skipped(Loaded(records, True), skipped, args.file)
     if not full:
-        records = _jaeger_search(args, sc.STEP_SUMMARY_SPAN)
+        records = jaeger.search(_warn, sc.STEP_SUMMARY_SPAN)
         if records:
             return Loaded(records, False, [f"searched Jaeger for {sc.STEP_SUMMARY_SPAN} spans only"])
-    records = _jaeger_search(args, None)
-    note = "" if full else f"Jaeger holds no {sc.STEP_SUMMARY_SPAN} spans for this service: every trace was fetched"
+    records = jaeger.search(_warn)
+    note = "" if full else f"Jaeger holds no {sc.STEP_SUMMARY_SPAN} spans for these services: every trace was fetched"
     return Loaded(records, True, [note] if note else [])
 
 
@@ -231,7 +208,7 @@ def _with_skipped(loaded: Loaded, skipped: Skipped, source: str) -> Loaded:
 
 
 def _warn(line: str) -> None:
-    print(f"report: {printable(line, max_chars=600)}", file=sys.stderr)
+    say(f"report: {printable(line, max_chars=600)}", err=True)
 
 
 # -- the run's steps -------------------------------------------------------------------------------
@@ -281,10 +258,24 @@ def run_steps(
     notes = selection.notes()
     if rebuilt:
         notes.append(f"{len(rebuilt)} of {len(summaries)} steps had no stored summary: rebuilt from their spans")
-    if not spans_read:
-        notes.append("steps without a stored summary are not shown (their sample spans were not read)")
+    missing = _gaps(summaries) if not spans_read else []
+    if missing:
+        shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+        one = len(missing) == 1
+        notes.append(
+            f"{'step' if one else 'steps'} {shown} {'has' if one else 'have'} no stored summary and "
+            f"{'is' if one else 'are'} not shown (only step summaries were read; report --step N reads a step's "
+            "spans)"
+        )
     ordered = dict(sorted(summaries.items()))
     return RunSteps(selection.run, ordered, rebuilt, by_step, notes)
+
+
+def _gaps(summaries: dict[StepKey, StepSummary]) -> list[int]:
+    """The training steps between the first and the last with a summary that have none (only summaries were
+    read: a step without one is not known unless it leaves a gap)."""
+    train = {step for step, validate in summaries if not validate}
+    return [s for s in range(min(train), max(train)) if s not in train] if train else []
 
 
 def _page_steps(steps: RunSteps, limit: int) -> list[StepKey]:
@@ -295,34 +286,37 @@ def _page_steps(steps: RunSteps, limit: int) -> list[StepKey]:
     return sorted(sorted(keys, key=lambda k: -steps.summaries[k].wall_s)[:limit])
 
 
-def step_page_name(key: StepKey) -> str:
-    return f"step-{key[0]}{'-validation' if key[1] else ''}.html"
-
-
 # -- the command -----------------------------------------------------------------------------------
-def run_command(args: argparse.Namespace) -> int:
-    """``report --runs`` / ``report --run``: prints, writes the page; returns the exit status."""
+def run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
+    """``report --runs`` / ``report --run`` from ``--file`` or ``jaeger``: prints, writes the page; returns the
+    exit status."""
     try:
-        return _run_command(args)
+        return _run_command(args, jaeger)
     except OSError as exc:
-        print(
-            f"report: {printable(exc.filename or '')}: {printable(exc.strerror or type(exc).__name__)}", file=sys.stderr
-        )
+        say(f"report: {printable(exc.filename or '')}: {printable(exc.strerror or type(exc).__name__)}", err=True)
         return 1
-    except (JaegerError, RunNotFoundError) as exc:
-        print(f"report: {printable(str(exc), max_chars=400)}", file=sys.stderr)
+    except JaegerError as exc:
+        say(f"report: {jaeger_error_line(exc, args.jaeger)}", err=True)
+        return 1
+    except (RunNotFoundError, NothingFoundError) as exc:
+        say(f"report: {printable(str(exc), max_chars=1000)}", err=True)
         return 1
 
 
-def _run_command(args: argparse.Namespace) -> int:
-    source = args.file or f"{args.jaeger} (service {args.service})"
+def _nothing(what: str, source: str, jaeger: JaegerSource | None, records: Sequence[SpanRecord]) -> str:
+    if jaeger is not None and not records:
+        return jaeger.nothing(what)
+    return f"{what} found in {printable(source, 200)}; {runs_text(records)}"
+
+
+def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
+    source = args.file if jaeger is None else jaeger.label
     if args.runs:
-        loaded = load(args)
+        loaded = load(args, jaeger)
         runs = group_runs(loaded.records)
         if not runs:
-            print(f"report: no spans in {printable(source)}", file=sys.stderr)
-            return 1
-        print(format_table(runs_table(runs)))
+            raise NothingFoundError(_nothing("no spans", source, jaeger, loaded.records))
+        say(format_table(runs_table(runs)))
         if not loaded.spans_read:
             _warn(
                 f"{loaded.notes[0]}: runs that wrote no step summaries (older traces) are not listed; "
@@ -330,19 +324,18 @@ def _run_command(args: argparse.Namespace) -> int:
             )
         return 0
     if args.html and not os.path.isdir(os.path.dirname(args.html) or "."):
-        print(f"report: cannot write --html {printable(args.html)}: no such folder", file=sys.stderr)
+        say(f"report: cannot write --html {printable(args.html)}: no such folder", err=True)
         return 1
-    loaded = load(args)
+    loaded = load(args, jaeger)
     try:
         steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
     except RunNotFoundError:
         if loaded.spans_read:
             raise
-        loaded = load(args, full=True)  # a run that wrote no summaries: read its spans
+        loaded = load(args, jaeger, full=True)  # a run that wrote no summaries: read its spans
         steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
     if steps is None or not steps.summaries:
-        print(f"report: no steps found in {printable(source)}", file=sys.stderr)
-        return 1
+        raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records))
     notes = loaded.notes + steps.notes
     for line in notes:
         _warn(line)
@@ -353,14 +346,24 @@ def _run_command(args: argparse.Namespace) -> int:
             "steps": [json.loads(s.to_json()) for s in steps.summaries.values()],
             "rebuilt": [list(k) for k in sorted(steps.rebuilt)],
         }
-        print(json.dumps(body))
+        say_json(body)
     if not args.html:
         if not args.json:
-            print(format_table(_terminal_rows(steps)))
+            say(format_table(_terminal_rows(steps)))
         return 0
-    page_count = args.step_pages if args.step_pages is not None else (DEFAULT_STEP_PAGES if loaded.spans_read else 0)
+    return _write_run_page(args, jaeger, steps, loaded, notes)
+
+
+def _write_run_page(
+    args: argparse.Namespace, jaeger: JaegerSource | None, steps: RunSteps, loaded: Loaded, notes: list[str]
+) -> int:
+    """The run page and its steps' timeline pages: by default as many as :data:`DEFAULT_STEP_PAGES`, from a file
+    read whole or from Jaeger (each chosen step's spans fetched); none from a large file read for its summaries."""
+    source = args.file if jaeger is None else jaeger.label
+    default = DEFAULT_STEP_PAGES if (loaded.spans_read or jaeger is not None) else 0
+    page_count = args.step_pages if args.step_pages is not None else default
     chosen = _page_steps(steps, page_count)
-    pages = _write_step_pages(args, steps, chosen, loaded.spans_read, source) if chosen else {}
+    pages = _write_step_pages(args, jaeger, steps, chosen, loaded.spans_read, source) if chosen else {}
     if len(pages) < len(steps.summaries):
         notes.append(
             f"timeline pages for {len(pages)} of {len(steps.summaries)} steps (--step-pages {page_count}); "
@@ -368,43 +371,41 @@ def _run_command(args: argparse.Namespace) -> int:
         )
     from ._run_page import write_run_page  # the page's template is only loaded when a page is written
 
-    jaeger_ui = jaeger_ui_base(args.jaeger_ui or args.jaeger)
+    jaeger_ui = jaeger_ui_base(args.jaeger_ui)
     write_run_page(steps, args.html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
-    print(f"run page written to {args.html} ({len(steps.summaries)} steps, {len(pages)} timeline pages)")
+    say(
+        f"run page written to {args.html} ({counted(len(steps.summaries), 'step')}, "
+        f"{counted(len(pages), 'timeline page')})"
+    )
     return 0
 
 
 def _write_step_pages(
-    args: argparse.Namespace, steps: RunSteps, chosen: Sequence[StepKey], spans_read: bool, source: str
+    args: argparse.Namespace,
+    jaeger: JaegerSource | None,
+    steps: RunSteps,
+    chosen: Sequence[StepKey],
+    spans_read: bool,
+    source: str,
 ) -> dict[StepKey, str]:
     """Write the chosen steps' timeline pages beside ``args.html``; returns their paths relative to it."""
     spans = steps.spans
     if not spans_read:  # only summaries were read: fetch the chosen steps' spans now
-        spans = _fetch_step_spans(args, steps.run, chosen)
-    folder_name = os.path.splitext(os.path.basename(args.html))[0] + ".steps"
-    folder = os.path.join(os.path.dirname(args.html) or ".", folder_name)
-    jaeger_ui = args.jaeger_ui or args.jaeger
-    written: dict[StepKey, str] = {}
-    for key in chosen:
-        records = spans.get(key)
-        if not records or not any(r.name == sc.SAMPLE_SPAN or is_snapshot(r) for r in records):
-            continue
-        if not os.path.isdir(folder):
-            os.mkdir(folder)  # beside the page, whose folder exists
-        view = build_step_view(records, key[0], key[1])
-        write_html(view, os.path.join(folder, step_page_name(key)), source=source, jaeger_ui=jaeger_ui)
-        written[key] = f"{folder_name}/{step_page_name(key)}"
-    return written
+        spans = _fetch_step_spans(args, jaeger, steps.run, chosen)
+    wanted = {key: spans[key] for key in chosen if spans.get(key)}
+    return write_step_pages(wanted, args.html, source=source, jaeger_ui=args.jaeger_ui)
 
 
-def _fetch_step_spans(args: argparse.Namespace, run: Run, chosen: Sequence[StepKey]) -> dict[StepKey, list[SpanRecord]]:
+def _fetch_step_spans(
+    args: argparse.Namespace, jaeger: JaegerSource | None, run: Run, chosen: Sequence[StepKey]
+) -> dict[StepKey, list[SpanRecord]]:
     wanted = set(chosen)
     out: dict[StepKey, list[SpanRecord]] = {}
-    if args.file:
+    if jaeger is None:
         records: list[SpanRecord] = list(read_jsonl(args.file, Skipped()))
     else:
-        records = [r for step in sorted({k[0] for k in wanted}) for r in _jaeger_search(args, None, step)]
-    selection = select_run(records, run.label)
+        records = [r for step in sorted({k[0] for k in wanted}) for r in jaeger.search(_warn, None, step)]
+    selection = select_run(records, key=run.key)
     for rec in selection.records if selection else ():
         step, validate = sc.step_key(rec.attributes)
         if step is not None and rec.name != sc.STEP_SUMMARY_SPAN:

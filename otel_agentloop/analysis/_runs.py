@@ -1,7 +1,8 @@
 """Runs in stored traces: which records belong to which run, and one run's records with each step read once.
 
 A run is the resource attribute ``rl.run.id`` (:data:`semconv.RL_RUN_ID`); records without one (older files,
-code configured without a run id) form one run per ``service.name``, labelled ``(no run id) service NAME``. A
+code configured without a run id) form one run per ``service.name``, labelled ``(no run id) service NAME`` (a run
+whose id is that text is a different run: runs are keyed by id or by its absence, never by the label). A
 run's launches are its attempts (``rl.run.attempt``; a resume from a checkpoint is a new attempt and re-runs the
 steps after the checkpoint). Every view reads ONE run (default the latest: the one that started last) and never
 merges runs; within it, a step recorded by more than one attempt is read from its latest attempt only.
@@ -15,9 +16,11 @@ from datetime import datetime, timezone
 from typing import Any
 
 from .. import semconv as sc
+from ..export._clean import clean_text
 from ..metrics._records import SpanRecord
 from ..metrics._summary import StepSummary
 from ._report import stored_summaries
+from ._terminal import printable
 
 NO_RUN_ID = "(no run id)"
 """The label's prefix of a run made of records without ``rl.run.id``: ``(no run id) service NAME``."""
@@ -26,12 +29,37 @@ StepKey = tuple[int, bool]
 """A :data:`semconv.StepKey` whose step is an int: the steps a run lists (spans of no step are in none)."""
 
 
-def run_label(resource: Mapping[str, Any]) -> str:
+MAX_ID_CHARS = 120
+"""The longest a run id or service name is printed in a listing (a 10,000-character id is cut, ending ``…``)."""
+
+RunKey = tuple[bool, str]
+"""A run's identity: (True, its id), or (False, its service name) for records without a run id."""
+
+
+def run_key(resource: Mapping[str, Any]) -> RunKey:
     """The run a record belongs to: its resource's ``rl.run.id``, else one run per service name."""
     run_id = resource.get(sc.RL_RUN_ID)
     if run_id is not None and str(run_id):
-        return str(run_id)
-    return f"{NO_RUN_ID} service {resource.get('service.name', '?')}"
+        return True, str(run_id)
+    return False, str(resource.get("service.name", "?"))
+
+
+def run_label(resource: Mapping[str, Any]) -> str:
+    """The run's name for people: its id, else ``(no run id) service NAME``."""
+    return _label(run_key(resource))
+
+
+def _label(key: RunKey) -> str:
+    return key[1] if key[0] else f"{NO_RUN_ID} service {key[1]}"
+
+
+def steps_text(keys: Iterable[StepKey]) -> str:
+    """Steps for people, each once: ``1, 2, 3; validation: 2`` (``none`` without any)."""
+    keys = sorted(set(keys))
+    train = [str(s) for s, v in keys if not v]
+    val = [str(s) for s, v in keys if v]
+    text = ", ".join(train) if train else "none"
+    return text + (f"; validation: {', '.join(val)}" if val else "")
 
 
 def attempt_of(resource: Mapping[str, Any]) -> str:
@@ -49,7 +77,7 @@ def _step_key(rec: SpanRecord) -> StepKey | None:
 class Run:
     """One run's records and what the listing shows. ``attempts`` are ordered by when each started."""
 
-    label: str
+    key: RunKey
     service: str
     records: list[SpanRecord] = field(default_factory=list)
     attempt_start_ns: dict[str, int] = field(default_factory=dict)
@@ -57,8 +85,17 @@ class Run:
     last_ns: int = 0
 
     @property
+    def label(self) -> str:
+        return _label(self.key)
+
+    @property
     def has_id(self) -> bool:
-        return not self.label.startswith(NO_RUN_ID)
+        return self.key[0]
+
+    def named(self, run_id: str) -> bool:
+        """Whether ``--run-id run_id`` names this run: its id, cleaned as the exporter cleans it (a byte that
+        is not UTF-8, read as a lone surrogate, is U+FFFD in the stored id)."""
+        return self.key == (True, clean_text(run_id))
 
     @property
     def attempts(self) -> list[str]:
@@ -90,14 +127,14 @@ class Run:
 
 def group_runs(records: Iterable[SpanRecord]) -> list[Run]:
     """The runs of ``records``, the one that started first first."""
-    runs: dict[str, Run] = {}
+    runs: dict[RunKey, Run] = {}
     for rec in records:
-        label = run_label(rec.resource)
-        run = runs.get(label)
+        key = run_key(rec.resource)
+        run = runs.get(key)
         if run is None:
-            run = runs[label] = Run(label, str(rec.resource.get("service.name", "")))
+            run = runs[key] = Run(key, str(rec.resource.get("service.name", "")))
         run.add(rec)
-    return sorted(runs.values(), key=lambda r: (r.first_ns, r.label))
+    return sorted(runs.values(), key=lambda r: (r.first_ns, r.key))
 
 
 @dataclass
@@ -114,7 +151,9 @@ class Selection:
         """Lines for people (stderr, the pages): which run, and what was left out of it."""
         run = self.run
         attempts = run.attempts
-        what = f"run {run.label}" + (f" ({len(attempts)} attempts)" if len(attempts) > 1 else "")
+        what = f"run {printable(run.label, max_chars=MAX_ID_CHARS)}" + (
+            f" ({len(attempts)} attempts)" if len(attempts) > 1 else ""
+        )
         lines = [
             what + (f"; {self.other_runs} other run(s) in the source (see --runs, --run-id)" if self.other_runs else "")
         ]
@@ -146,22 +185,28 @@ class RunNotFoundError(LookupError):
     """``--run-id`` names a run the source does not hold."""
 
 
-def select_run(records: Iterable[SpanRecord], run_id: str | None = None) -> Selection | None:
-    """The records of run ``run_id`` (default: the latest, the one that started last), each step read from its
-    latest attempt; ``None`` when there are no records. Raises :class:`RunNotFoundError` for an unknown id."""
+def select_run(
+    records: Iterable[SpanRecord], run_id: str | None = None, *, key: RunKey | None = None
+) -> Selection | None:
+    """The records of run ``run_id`` (default: the latest, the one that started last; ``key``: that run), each
+    step read from its latest attempt; ``None`` when there are no records. ``run_id`` is a run's id, or the label
+    ``(no run id) service NAME`` of a run without one when no run has that id. Raises :class:`RunNotFoundError`
+    for an unknown id."""
     runs = group_runs(records)
     if not runs:
         if run_id is not None:
-            raise RunNotFoundError(f"no run {run_id!r}: the source holds no spans")
+            raise RunNotFoundError(f"no run '{printable(run_id)}': the source holds no spans")
         return None
-    if run_id is None:
-        run = max(runs, key=lambda r: (r.first_ns, r.label))
+    if key is not None:
+        found = [r for r in runs if r.key == key]
+    elif run_id is None:
+        found = [max(runs, key=lambda r: (r.first_ns, r.key))]
     else:
-        found = [r for r in runs if r.label == run_id]
-        if not found:
-            known = ", ".join(r.label for r in runs[:20])
-            raise RunNotFoundError(f"no run {run_id!r} (runs: {known})")
-        run = found[0]
+        found = [r for r in runs if r.named(run_id)] or [r for r in runs if not r.has_id and r.label == run_id]
+    if not found:
+        known = ", ".join(printable(r.label, max_chars=MAX_ID_CHARS) for r in runs[:20])
+        raise RunNotFoundError(f"no run '{printable(run_id or '')}' (runs: {known})")
+    run = found[0]
     kept, rerun = latest_attempts(run.records, run.attempts)
     return Selection(run, kept, rerun, len(runs) - 1)
 
@@ -198,7 +243,7 @@ def _time(ns: int) -> str:
 def runs_table(runs: Sequence[Run]) -> list[list[str]]:
     """The ``report --runs`` rows (a header first): the latest run last, marked ``*``."""
     rows = [["run", "attempts", "steps", "val", "samples", "first (UTC)", "last (UTC)", "service"]]
-    latest = max(runs, key=lambda r: (r.first_ns, r.label)) if runs else None
+    latest = max(runs, key=lambda r: (r.first_ns, r.key)) if runs else None
     for run in runs:
         steps = run.steps()
         train = [s for s, v in steps if not v]
@@ -206,14 +251,14 @@ def runs_table(runs: Sequence[Run]) -> list[list[str]]:
         span = f"{min(train)}..{max(train)} ({len(train)})" if train else "0"
         rows.append(
             [
-                ("* " if run is latest else "  ") + run.label,
+                ("* " if run is latest else "  ") + printable(run.label, max_chars=MAX_ID_CHARS),
                 ",".join(a or "-" for a in run.attempts),
                 span,
                 str(val),
                 str(run.samples()),
                 _time(run.first_ns),
                 _time(run.last_ns),
-                run.service,
+                printable(run.service, max_chars=MAX_ID_CHARS),
             ]
         )
     return rows

@@ -24,7 +24,8 @@ from ..metrics._records import SpanRecord
 from ..metrics._summary import FAILED, HUNG, OK, SLOW, VERDICTS
 from ..metrics._table import OverdueSample
 from ..metrics._verdicts import StepVerdicts
-from ._report import step_verdicts
+from ._engine import Part, engine_parts
+from ._report import build_report, step_verdicts
 from ._waterfall import order_spans
 
 SampleKey = tuple[int, int]
@@ -39,7 +40,8 @@ def is_snapshot(rec: SpanRecord) -> bool:
 @dataclass(slots=True)
 class Bar:
     """One phase span of a sample on the step's axis; ``lane`` separates overlapping bars (parallel tools).
-    ``open`` marks the phase a hung sample is still in (from its last finished phase to the snapshot)."""
+    ``open`` marks the phase a hung sample is still in (from its last finished phase to the snapshot);
+    ``engine``: the engine's queue, prefill and decode inside a turn (``analysis._engine.engine_parts``)."""
 
     phase: str
     name: str
@@ -48,12 +50,14 @@ class Bar:
     lane: int = 0
     error: bool = False
     open: bool = False
+    engine: list[Part] = field(default_factory=list)
 
 
 @dataclass
 class SampleView:
     """One sample of the step. ``state`` is its verdict: ``ok``, ``failed``, ``slow`` or ``hung``; ``reported``:
-    what the watchdog reported of it (``None`` when it did not); ``ended``: its ``rl.sample`` span is stored."""
+    what the watchdog reported of it (``None`` when it did not); ``ended``: its ``rl.sample`` span is stored;
+    ``cause``: why it took its time in words (``metrics._summary.cause``; the slowest and slow samples only)."""
 
     index: int
     rollout: int
@@ -69,6 +73,7 @@ class SampleView:
     error_spans: int = 0
     reported: OverdueSample | None = None
     ended: bool = True
+    cause: str = ""
 
     @property
     def key(self) -> SampleKey:
@@ -136,7 +141,8 @@ def _sample_view(
         phase = s.attributes.get(sc.RL_PHASE)
         if phase in blocks:
             phase_ns[phase] += add_interval(blocks[phase], s.start_ns, s.end_ns)
-            bars.append(Bar(str(phase), s.name, s.start_ns, s.end_ns, error=s.error))
+            parts = engine_parts(s.start_ns, s.end_ns, s.attributes)
+            bars.append(Bar(str(phase), s.name, s.start_ns, s.end_ns, error=s.error, engine=parts))
     anchor = root or snapshot or min(spans, key=lambda s: s.start_ns)
     start = anchor.start_ns
     waterfall_spans = list(spans)
@@ -186,10 +192,15 @@ def _sample_view(
 
 
 def build_step_view(
-    records: Iterable[SpanRecord], step: int, validate: bool = False, verdicts: StepVerdicts | None = None
+    records: Iterable[SpanRecord],
+    step: int,
+    validate: bool = False,
+    verdicts: StepVerdicts | None = None,
+    causes: Mapping[SampleKey, str] | None = None,
 ) -> StepView:
     """The view of ``step`` (its validation pass with ``validate``) from ``records``; other steps are ignored.
     ``verdicts``: the step's (``analysis._report.step_verdicts``); by default the snapshot rule over ``records``.
+    ``causes``: the slowest and slow samples' (``StepReport.causes``); by default rebuilt from ``records``.
     """
     records = list(records)
     if verdicts is None:
@@ -204,9 +215,13 @@ def build_step_view(
         if key is None:
             continue
         (snapshots if is_snapshot(rec) else spans).setdefault(key, []).append(rec)
+    if causes is None:
+        causes = build_report(records, step, validate, verdicts).causes()
     samples = [
         _sample_view(k, spans.get(k, []), snapshots.get(k, []), verdicts) for k in spans.keys() | snapshots.keys()
     ]
+    for sample in samples:
+        sample.cause = causes.get(sample.key, "")
     # the tail first: what the step waited for is on the first screen
     samples.sort(key=lambda s: (s.state != HUNG, -s.end_ns, s.key))
     finished = [s for s in samples if s.state != HUNG]

@@ -4,7 +4,8 @@ Every sample of a step is a row on one time axis (the tail first: hung samples, 
 first), its phase spans
 coloured by ``rl.phase`` and overlapping ones (parallel tool calls) in separate lanes; failed samples, error spans,
 hung and slow samples are marked. Hovering shows the sample's identity and phase times, clicking shows its
-waterfall and a link to the trace in Jaeger; per-phase histograms sit beside it.
+waterfall (and a link to the trace in the Jaeger UI named with ``--jaeger-ui``); per-phase histograms sit beside it.
+``step.html#trace=ID&sample=I/R`` opens with that sample's waterfall shown: the run and compare pages link there.
 
 Safety: the data travels as JSON in a ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
 escaped, and the page's script writes every string through ``textContent``/``setAttribute`` (never HTML), so span
@@ -14,11 +15,14 @@ names and attributes cannot inject markup. The Jaeger link is only made for an h
 from __future__ import annotations
 
 import os
+from collections.abc import Mapping, Sequence
 from typing import Any
 
 from .. import semconv as sc
+from ..metrics._records import SpanRecord
+from ._engine import ENGINE_PARTS, Part, engine_note, engine_parts
 from ._html import HEAD, fill, jaeger_ui_base, write_page
-from ._step_view import StepView
+from ._step_view import StepView, build_step_view, is_snapshot
 
 _MS = 1e6  # ns per ms
 
@@ -57,6 +61,14 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
     def ms(t: int) -> float:
         return round((t - t0) / _MS, 3)
 
+    def parts(engine: list[Part]) -> list[list[float]]:
+        return [[ENGINE_PARTS.index(name), ms(a), ms(b)] for name, a, b in engine]
+
+    def wf_engine(span: SpanRecord) -> list[Any]:
+        """The engine's parts of a turn and their note (nothing for a span without them: its entry as before)."""
+        found = parts(engine_parts(span.start_ns, span.end_ns, span.attributes))
+        return [found, strings(engine_note(span.attributes))] if found else []
+
     samples = []
     for s in view.samples:
         samples.append(
@@ -79,6 +91,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                         b.lane,
                         int(b.error),
                         int(b.open),
+                        *([parts(b.engine)] if b.engine else []),
                     ]
                     for b in s.bars
                 ],
@@ -91,6 +104,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                         int(span.error),
                         strings(_info(span)),
                         int(span is s.snapshot),
+                        *wf_engine(span),
                     ]
                     for depth, span in s.waterfall
                 ],
@@ -99,6 +113,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
                 "ended": s.ended,
                 "errs": s.error_spans,
                 "slowest": s.key == view.slowest,
+                **({"cause": s.cause} if s.cause else {}),
             }
         )
     return {
@@ -112,6 +127,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
         "verdicts_from": view.verdicts.source if view.verdicts is not None else "none",
         "names": strings.items,
         "samples": samples,
+        "engine": any(b.engine for s in view.samples for b in s.bars),
     }
 
 
@@ -124,6 +140,34 @@ def render_html(view: StepView, *, source: str = "", jaeger_ui: str | None = Non
 def write_html(view: StepView, path: str | os.PathLike[str], *, source: str = "", jaeger_ui: str | None = None) -> str:
     """Write the page to ``path``; returns the path."""
     return write_page(path, render_html(view, source=source, jaeger_ui=jaeger_ui))
+
+
+def step_page_name(key: tuple[int, bool]) -> str:
+    return f"step-{key[0]}{'-validation' if key[1] else ''}.html"
+
+
+def write_step_pages(
+    spans: Mapping[tuple[int, bool], Sequence[SpanRecord]],
+    page: str,
+    *,
+    source: str = "",
+    jaeger_ui: str | None = None,
+) -> dict[tuple[int, bool], str]:
+    """The timeline pages of the steps in ``spans`` (step key -> that step's records) that have sample spans or
+    snapshots, written in a folder beside the page ``page`` (``run.html`` -> ``run.steps/step-3.html``); returns
+    their paths relative to ``page``'s folder. Their traces link here (``step-3.html#trace=ID``) by default."""
+    folder_name = os.path.splitext(os.path.basename(page))[0] + ".steps"
+    folder = os.path.join(os.path.dirname(page) or ".", folder_name)
+    written: dict[tuple[int, bool], str] = {}
+    for key, records in spans.items():
+        if not any(r.name == sc.SAMPLE_SPAN or is_snapshot(r) for r in records):
+            continue
+        if not os.path.isdir(folder):
+            os.mkdir(folder)  # beside the page, whose folder exists
+        view = build_step_view(records, key[0], key[1])
+        write_html(view, os.path.join(folder, step_page_name(key)), source=source, jaeger_ui=jaeger_ui)
+        written[key] = f"{folder_name}/{step_page_name(key)}"
+    return written
 
 
 _PAGE = (
@@ -173,6 +217,9 @@ main{display:flex;gap:12px;padding:8px 14px;align-items:flex-start}
 .bar.err{background:var(--err);outline:1px solid #7a1f22}
 .bar.open{background-image:repeating-linear-gradient(45deg,rgba(255,255,255,.65) 0 3px,transparent 3px 7px);
  outline:2px solid var(--err)}
+.eng{position:absolute;top:0;bottom:0;pointer-events:auto}
+.eng.e0{background:#c9d6ee}.eng.e1{background:#8fa8d6}.eng.e2{background:#1f3a68}
+.wf-eng{font:10px ui-monospace,monospace;color:#1f3a68;padding-left:14px}
 .snap{position:absolute;top:0;bottom:0;width:0;border-left:2px dotted var(--err)}
 .end-mark{position:absolute;top:50%;transform:translate(3px,-50%);font:bold 9px/1 system-ui;color:var(--err);
  background:#fff;padding:1px 2px;border-radius:2px;white-space:nowrap}
@@ -203,6 +250,7 @@ _JS = r"""
   "use strict";
   var D = JSON.parse(document.getElementById("timeline-data").textContent);
   var PH_LABEL = {generate_sequences: "generation", tool_calls: "tool", compute_score: "reward"};
+  var ENGINE = ["queue", "prefill", "decode"];
   var span = Math.max(D.span_ms, 1e-3);
 
   function h(tag, cls, text) {
@@ -237,14 +285,16 @@ _JS = r"""
   document.getElementById("summary").textContent =
     (c.failed || 0) + " failed · " + (c.hung || 0) + " hung · " + (c.slow || 0) + " slow · step span " +
     secs(D.span_ms / 1e3) +
-    (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score)" : "") +
+    (slow ? " · slowest: " + sampleName(slow) + " (" + secs(slow.tot) + " gen+tool+score" +
+            (slow.cause ? "; " + slow.cause : "") + ")" : "") +
     (D.verdicts_from === "summary" ? " · hung/slow as collected (step summary)" :
      D.verdicts_from === "snapshots" ? " · hung/slow from watchdog snapshots" : "") +
     (D.source ? " · from " + D.source : "");
   var legend = document.getElementById("legend");
   [["var(--gen)", "generation"], ["var(--tool)", "tool call"], ["var(--score)", "reward"], ["var(--err)", "error"],
    ["repeating-linear-gradient(45deg,#DD8452 0 3px,#fff 3px 6px)", "open phase of a hung sample"]
-  ].forEach(function (x) {
+  ].concat(D.engine ? [["#c9d6ee", "engine queue"], ["#8fa8d6", "engine prefill"], ["#1f3a68", "engine decode"]] : []
+  ).forEach(function (x) {
     var item = h("span"), chip = h("span", "chip");
     chip.style.background = x[0];
     item.appendChild(chip); item.appendChild(document.createTextNode(x[1])); legend.appendChild(item);
@@ -264,7 +314,7 @@ _JS = r"""
 
   // -- rows --------------------------------------------------------------------------------------
   var rows = document.getElementById("rows"), tip = document.getElementById("tip");
-  var selectedRow = null;
+  var selectedRow = null, found = {};
   D.samples.forEach(function (s, n) {
     var row = h("div", "row" + (s.st === "hung" ? " hung" : "") + (s.st === "failed" ? " failed" : ""));
     row.setAttribute("data-sample", s.i + "/" + s.r);
@@ -287,6 +337,7 @@ _JS = r"""
       bar.style.left = pct(b[2]); bar.style.width = pct(Math.max(b[3] - b[2], 0));
       bar.style.top = (3 + b[4] * laneH) + "px"; bar.style.height = (laneH - 1) + "px";
       bar.setAttribute("data-bar", String(k));
+      engineParts(bar, b[7], b[2], b[3], String(k));
       track.appendChild(bar);
     });
     if (s.snap !== null) {
@@ -302,13 +353,42 @@ _JS = r"""
     row.addEventListener("mouseleave", function () { tip.hidden = true; });
     row.addEventListener("click", function () { select(s, row); });
     rows.appendChild(row);
+    found[s.i + "/" + s.r] = found[s.i + "/" + s.r] || [s, row];
+    found[s.tid] = found[s.tid] || [s, row];
   });
+
+  // -- a link to one sample's waterfall: page.html#trace=ID&sample=I/R (the sample wins; a trace holds several
+  // samples with --trace-per step) ----------------------------------------------------------------------------
+  function fromHash() {
+    var want = {};
+    window.location.hash.replace(/^#/, "").split("&").forEach(function (kv) {
+      var at = kv.indexOf("="); if (at > 0) want[kv.slice(0, at)] = decodeURIComponent(kv.slice(at + 1));
+    });
+    var hit = (want.sample && found[want.sample]) || (want.trace && found[want.trace]);
+    if (!hit) return;
+    select(hit[0], hit[1]); hit[1].scrollIntoView({block: "center"});
+  }
+  window.addEventListener("hashchange", fromHash);
+
+  // the engine's queue, prefill and decode drawn inside a turn's bar (parts: [[part, start ms, end ms], ...])
+  function engineParts(bar, parts, s, e, k) {
+    if (!parts) return;
+    var len = Math.max(e - s, 1e-6);
+    parts.forEach(function (p) {
+      var x = h("span", "eng e" + p[0]);
+      x.style.left = (100 * (p[1] - s) / len) + "%"; x.style.width = (100 * (p[2] - p[1]) / len) + "%";
+      x.setAttribute("data-engine", ENGINE[p[0]]);
+      if (k !== null) x.setAttribute("data-bar", k);
+      bar.appendChild(x);
+    });
+  }
 
   function showTip(s, ev) {
     tip.replaceChildren();
     tip.appendChild(h("div", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
     tip.appendChild(h("div", "mono", "trace " + s.tid));
     tip.appendChild(h("div", null, stateText(s)));
+    if (s.cause) tip.appendChild(h("div", null, "cause: " + s.cause));
     tip.appendChild(h("div", null, "start +" + secs(s.s / 1e3) + " · end +" + secs(s.e / 1e3) +
                                    " · gen+tool+score " + secs(s.tot)));
     tip.appendChild(h("div", null, D.phases.map(function (p, k) {
@@ -319,6 +399,9 @@ _JS = r"""
       var b = s.bars[+k];
       tip.appendChild(h("div", "mono", "▶ " + D.names[b[1]] + ": " + secs((b[3] - b[2]) / 1e3) + " (+" +
         secs(b[2] / 1e3) + " → +" + secs(b[3] / 1e3) + ")" + (b[5] ? " ERROR" : "") + (b[6] ? " still open" : "")));
+      (b[7] || []).forEach(function (p) {
+        tip.appendChild(h("div", "mono", "  engine " + ENGINE[p[0]] + " " + secs((p[2] - p[1]) / 1e3)));
+      });
     }
     tip.hidden = false;
     var x = ev.clientX + 14, y = ev.clientY + 14;
@@ -372,10 +455,13 @@ _JS = r"""
     d.appendChild(h("h2", null, sampleName(s) + " · step " + D.step + (D.validate ? " (validation)" : "")));
     var ids = h("div", "ids"); ids.appendChild(h("span", "trace-id", s.tid)); d.appendChild(ids);
     d.appendChild(h("div", null, stateText(s) + " · gen+tool+score " + secs(s.tot)));
+    if (s.cause) d.appendChild(h("div", "cause", "cause: " + s.cause));
+    var own = h("a", "trace-link", "link to this waterfall");
+    own.href = "#trace=" + encodeURIComponent(s.tid) + "&sample=" + s.i + "/" + s.r; d.appendChild(own);
     if (D.jaeger) {
       var a = h("a", "jaeger-link", "open this trace in Jaeger");
       a.href = D.jaeger + "/trace/" + encodeURIComponent(s.tid); a.target = "_blank"; a.rel = "noopener noreferrer";
-      d.appendChild(a);
+      d.appendChild(document.createTextNode(" · ")); d.appendChild(a);
     }
     var wf = h("div", "waterfall"), t0 = Math.min.apply(null, s.wf.map(function (w) { return w[2]; }));
     var t1 = Math.max.apply(null, s.wf.map(function (w) { return w[3]; })), tot = Math.max(t1 - t0, 1e-3);
@@ -390,12 +476,15 @@ _JS = r"""
       bar.className = "bar p" + ph + (w[4] ? " err" : "") + (w[6] ? " open" : "");
       bar.style.top = "1px"; bar.style.height = "10px";
       bar.style.left = (100 * (w[2] - t0) / tot) + "%"; bar.style.width = (100 * (w[3] - w[2]) / tot) + "%";
+      engineParts(bar, w[7], w[2], w[3], null);
       tr.appendChild(bar);
       r.appendChild(name); r.appendChild(tr); r.appendChild(h("span", "wf-dur", secs((w[3] - w[2]) / 1e3)));
       wf.appendChild(r);
       if (D.names[w[5]]) wf.appendChild(h("div", "wf-info", D.names[w[5]]));
+      if (w[7]) wf.appendChild(h("div", "wf-eng", "engine: " + D.names[w[8]]));
     });
     d.appendChild(wf);
   }
+  fromHash();
 })();
 """

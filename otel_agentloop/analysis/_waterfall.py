@@ -8,6 +8,7 @@ from typing import Any
 
 from .. import semconv as sc
 from ..metrics._records import SpanRecord
+from ._engine import engine_note, engine_parts
 from ._terminal import printable
 
 _COLORS = {sc.GENERATE: "\033[34m", sc.TOOL_CALLS: "\033[33m", sc.COMPUTE_SCORE: "\033[32m"}
@@ -60,13 +61,19 @@ def _label(span: SpanRecord) -> str:
     return printable(span.name)
 
 
+ENGINE_GLYPHS = {"queue": "░", "prefill": "▒", "decode": "▓"}
+"""How the engine's part of a turn is drawn inside its bar (the rest of the turn stays ``█``)."""
+ENGINE_LEGEND = "inside a turn: ░ engine queue  ▒ prefill  ▓ decode  █ the rest of the turn"
+
 WaterfallRow = tuple[str, str, str | None, str]
 """(text before the bar, the bar, its tint: a phase name, ``"error"`` or ``None``, text after the bar)."""
 
 
 def waterfall_rows(spans: Sequence[SpanRecord], *, width: int = 60) -> tuple[str, list[WaterfallRow]]:
     """The waterfall's header line and rows, uncoloured (``spans`` must not be empty): one row per span in
-    tree order, its bar placed on the sample's time axis, then its duration (and ERROR with its type)."""
+    tree order, its bar placed on the sample's time axis, then its duration (and ERROR with its type). A turn with
+    the engine's timing has its queue, prefill and decode drawn inside its bar (:data:`ENGINE_GLYPHS`, legend
+    under the header) and said after it."""
     rows = order_spans(spans)
     t0 = min(s.start_ns for s in spans)
     t1 = max(s.end_ns for s in spans)
@@ -74,16 +81,25 @@ def waterfall_rows(spans: Sequence[SpanRecord], *, width: int = 60) -> tuple[str
     label_width = min(max(len("  " * d + _label(s)) for d, s in rows), 40)
     head = f"{'span':<{label_width}}  0{'':{width - 2}}{total / 1e9:.3f}s"
     out: list[WaterfallRow] = []
+    engine = False
     for depth, s in rows:
         label = ("  " * depth + _label(s))[:label_width]
         a = int((s.start_ns - t0) / total * width)
         b = max(int((s.end_ns - t0) / total * width), a + 1)
-        bar = " " * a + "█" * (b - a) + " " * (width - b)
+        cells = list(" " * a + "█" * (b - a) + " " * (width - b))
+        parts = engine_parts(s.start_ns, s.end_ns, s.attributes)
+        for name, start, end in parts:
+            x0 = max(round((start - t0) / total * width), a)
+            x1 = min(round((end - t0) / total * width), b)
+            if x1 > x0:  # a part shorter than half a cell is said after the bar, not drawn
+                cells[x0:x1] = ENGINE_GLYPHS[name] * (x1 - x0)
+        engine = engine or bool(parts)
         phase = s.attributes.get(sc.RL_PHASE)
         mark = " ERROR " + printable(s.attributes.get(sc.ERROR_TYPE, "")) if s.error else ""
+        note = "  " + engine_note(s.attributes) if parts else ""
         tint = "error" if s.error else (str(phase) if phase is not None else None)
-        out.append((f"{label:<{label_width}} |", bar, tint, f"| {s.duration_s:7.3f}s{mark}"))
-    return head, out
+        out.append((f"{label:<{label_width}} |", "".join(cells), tint, f"| {s.duration_s:7.3f}s{mark}{note}"))
+    return (f"{head}\n{ENGINE_LEGEND}" if engine else head), out
 
 
 def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | None = None, title: str = "") -> str:
@@ -107,11 +123,13 @@ def render_text(spans: Sequence[SpanRecord], *, width: int = 60, color: bool | N
 
 
 MAX_PNG_ROWS = 400
+_PNG_ENGINE = {"queue": "#C9D6EE", "prefill": "#8FA8D6", "decode": "#1F3A68"}
 
 
 def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> str:
     """Write the waterfall as a PNG (needs the ``plot`` extra: matplotlib): its first :data:`MAX_PNG_ROWS` spans
-    in tree order, all text drawn as written. Returns ``path``."""
+    in tree order, all text drawn as written, a turn's engine queue, prefill and decode as thinner bars inside
+    it (pale to dark). Returns ``path``."""
     try:
         import matplotlib
 
@@ -131,6 +149,8 @@ def render_png(spans: Sequence[SpanRecord], path: str, *, title: str = "") -> st
             start = (s.start_ns - t0) / 1e9
             color = "#C44E52" if s.error else palette.get(str(s.attributes.get(sc.RL_PHASE)), "#8C8C8C")
             ax.barh(y, s.duration_s, left=start, color=color, height=0.6)
+            for name, a, b in engine_parts(s.start_ns, s.end_ns, s.attributes):  # the engine's part, inside
+                ax.barh(y, (b - a) / 1e9, left=(a - t0) / 1e9, color=_PNG_ENGINE[name], height=0.34)
             ax.text(start + s.duration_s, y, f" {s.duration_s * 1000:.0f} ms", va="center", fontsize=8)
         ax.set_yticks(range(len(rows)))
         ax.set_yticklabels(["   " * d + printable(s.name) for d, s in rows], fontsize=9, family="monospace")

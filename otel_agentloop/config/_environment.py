@@ -9,7 +9,8 @@ uses its default), an out-of-range one is **rewritten to the nearest bound**, ea
 the variable, the value and what is used instead. Valid values are left exactly as they are.
 
 Declared here: :data:`SDK_VARIABLES` (the SDK's variables that are not :class:`~.Settings` fields, each with
-its parser and default), :data:`WORKER_VARIABLES` (those handed to Ray workers) and :data:`TOOL_VARIABLES`;
+its parser and default), :data:`WORKER_VARIABLES` (those handed to Ray workers), :data:`LIBRARY_VARIABLES`
+(ours that are not settings) and :data:`TOOL_VARIABLES`;
 ``Settings`` declares the rest. The rest of the library reads a variable only through :func:`variable` (a
 declared name) or :func:`otlp_variable`, or takes it from resolved ``Settings``. An unknown
 ``OTEL_AGENTLOOP_*`` name (a typo) warns once with the closest real name.
@@ -43,7 +44,7 @@ text used instead)."""
 
 @dataclasses.dataclass(frozen=True)
 class SdkVariable:
-    """One variable the SDK reads itself: how to check it and what is used when it is unset."""
+    """A variable that is not a setting (the SDK's, or ours): how to check it and what is used when it is unset."""
 
     name: str
     parse: Parse
@@ -319,7 +320,7 @@ WORKER_VARIABLES: tuple[str, ...] = (
 """Of :data:`SDK_VARIABLES`, those handed to other processes (Ray workers) as they are (:func:`handed_over`), so
 that they sample, limit and connect as this one; ``Settings.worker_env`` hands over the settings."""
 
-TOOL_VARIABLES = ("OTEL_AGENTLOOP_CACHE", "OTEL_AGENTLOOP_DATA", "OTEL_AGENTLOOP_UPDATE_DOCS")
+TOOL_VARIABLES = tuple(f"OTEL_AGENTLOOP_{n}" for n in ("CACHE", "DATA", "RUN_DIR", "STOP_TIMEOUT"))
 """``OTEL_AGENTLOOP_*`` variables read by the repository's scripts and tests, not by the library."""
 
 DRIVER_VARIABLE = "OTEL_AGENTLOOP_DRIVER"
@@ -329,8 +330,24 @@ are the driver's settings": a worker then ignores ``OTEL_*`` variables of its ow
 hand over (a driver left them at their defaults)."""
 
 STARTUP_VARIABLE = "OTEL_AGENTLOOP_STARTUP_HOOK"
-"""``false`` turns off the setup-hook flag as the one switch: ``otel_agentloop_startup.pth`` then leaves
-``ray.init`` alone in a driver whose command line names our setup hook (read by ``otel_agentloop_startup``)."""
+"""Turns off the setup-hook flag as the one switch (``otel_agentloop_startup``, at interpreter start, reads it with
+the :func:`~otel_agentloop_startup.switch` the check here uses)."""
+
+
+def _startup_switch(raw: str) -> str:
+    """As ``otel_agentloop_startup`` reads it: an unrecognised value turns the startup hook off."""
+    try:
+        import otel_agentloop_startup as startup
+    except ImportError:  # the package shipped alone (Ray's ``py_modules``): no .pth runs, nothing to switch
+        return raw
+    if startup.switch(raw) is None:
+        raise AdjustedError(startup.reason(), "false")
+    return raw
+
+
+LIBRARY_VARIABLES = (SdkVariable(STARTUP_VARIABLE, _startup_switch, "true"),)
+"""This library's own variables that are not :class:`~.Settings` fields (never handed to workers)."""
+_CHECKED = (*SDK_VARIABLES, *LIBRARY_VARIABLES)
 
 
 def known_agentloop_names() -> set[str]:
@@ -380,7 +397,7 @@ def _sanitize() -> None:
             except ValueError as exc:
                 later = [v for v in chain[i + 1 :] if env_str(v) is not None]
                 _replace(var, raw, exc, later[0] if later else spec.describe(default), None)
-    for variable in SDK_VARIABLES:
+    for variable in _CHECKED:
         raw = env_str(variable.name)
         if raw is None:
             continue
@@ -410,7 +427,7 @@ def compression(signal: str) -> str:
     return "none"
 
 
-_DECLARED = frozenset({var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {v.name for v in SDK_VARIABLES})
+_DECLARED = frozenset({var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {v.name for v in _CHECKED})
 
 
 def variable(name: str) -> str | None:

@@ -3,9 +3,11 @@
 OpenTelemetry timestamps are wall-clock nanoseconds since the epoch, but the wall clock can step (NTP, an
 operator's ``date -s``, a VM resumed): a duration taken from two wall readings can then be negative or an
 hour long. Like the OTel Java SDK's ``AnchoredClock``, a span started by this library reads the wall clock
-once, at its start (through the SDK), and the monotonic clock at both ends: it ends at
-``monotonic_ns() + offset``, with ``offset = wall start - monotonic start`` (:func:`clock_offset`). So
-``end - start`` is always the monotonic duration, and so is every metric computed from span start and end.
+once, at its start, and the monotonic clock at both ends: it ends at ``monotonic_ns() + offset``, with
+``offset = wall start - monotonic start``. So ``end - start`` is always the monotonic duration, and so is every
+metric computed from span start and end. Both readings are taken before the span is started, on both paths:
+with ``fast_path=False`` the start is passed to the SDK as ``start_time``, so a slow sampler (or a thread
+switch) inside the SDK's ``start_span`` does not shift the span, its sample's timeline or its children later.
 
 Phase spans below a sample take the sample's offset, also for their start (one monotonic reading, no wall
 reading): a sample's spans share one timeline, children inside their parent whatever the wall clock does
@@ -17,17 +19,5 @@ meanwhile. The cost: over one sample's lifetime the spans drift from the wall cl
 from __future__ import annotations
 
 from time import monotonic_ns
-from typing import Any
 
-__all__ = ["clock_offset", "monotonic_ns"]
-
-
-def clock_offset(span: Any, mono_ns: int) -> int | None:
-    """``span``'s wall-clock start minus ``mono_ns`` (``monotonic_ns()`` read at its start): end the span at
-    ``monotonic_ns() + offset``. ``None`` for a span with no SDK start time (not recording, not the SDK's):
-    end it on the SDK's own clock. Never raises."""
-    try:
-        start = span._start_time
-    except Exception:
-        return None
-    return start - mono_ns if type(start) is int else None
+__all__ = ["monotonic_ns"]

@@ -21,7 +21,7 @@ from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Tracer
 
-from ._clock import clock_offset, monotonic_ns
+from ._clock import monotonic_ns
 from ._errors import mark_error, restore_identity
 from ._guard import internal_error
 from ._record import FastSpan
@@ -88,13 +88,11 @@ def open_span(
         if recorder is not None:
             scope = _open_fast(recorder, name, attributes, offset, mono, context, links)
         if scope is None:
-            if offset is None:
-                span = tracer.start_span(name, context=context, attributes=attributes, links=links)
-                offset = clock_offset(span, mono)
-            else:
-                span = tracer.start_span(
-                    name, context=context, attributes=attributes, links=links, start_time=mono + offset
-                )
+            if offset is None:  # the wall clock read now, not inside start_span (after a slow sampler)
+                offset = time.time_ns() - mono
+            span = tracer.start_span(
+                name, context=context, attributes=attributes, links=links, start_time=mono + offset
+            )
             scope = SdkScope(span, offset, attributes, mono)
         if enter:
             scope.enter()

@@ -35,6 +35,7 @@ from typing import Any, Protocol, Union
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
+from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
@@ -86,6 +87,7 @@ class FastSpan(OpenSpan, trace.Span):
     dropped_events: int = 0
     dropped_links: int = 0
     materialised: object = None  # the SDK span built from this one, for processors and exporters not ours
+    parent_context: Context | None = None  # the context it started in, kept only while a user's processor exists
     _context: SpanContext | None = None
 
     def __init__(

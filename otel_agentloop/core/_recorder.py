@@ -12,7 +12,9 @@ in-flight registry told, the span queued. The queue is drained off the hot path 
 (``export._pipeline``), which bounds the attributes a span started with, feeds the metrics and hands the spans
 to the exporters; ``wake`` is called when it reaches ``batch`` spans. It is bounded (``max_queue``): when it is
 full, the span's thread drains it first (``overflow``: the metrics stay exact, the exporters' own bounded queues
-drop and count what they cannot take); after shutdown (``closed``) spans are counted in ``dropped``.
+drop and count what they cannot take); after shutdown (``closed``) sampled spans are counted in ``dropped``,
+start markers never. Until the pipeline takes them, the queued sampled spans are ``pending`` in
+``Handle.stats`` (:meth:`waiting`).
 """
 
 from __future__ import annotations
@@ -23,7 +25,7 @@ from collections import deque
 from collections.abc import Callable, Sequence
 from typing import Any
 
-from opentelemetry.context import Context
+from opentelemetry.context import Context, get_current
 from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
@@ -58,9 +60,10 @@ class Recorder:
         self.scope = scope
         self.limits = limits
         self.sampler = sampler
-        self.sample_roots = sampler.get_description() != DEFAULT_ON.get_description()
-        """``False``: the default sampler (``ParentBased(ALWAYS_ON)``), which samples every root and every span
-        below a sampled parent: not asked for those."""
+        asks = getattr(sampler, "asks_roots", None)  # a wrapper of the default sampler says so (export._sampling)
+        self.sample_roots = asks if type(asks) is bool else sampler.get_description() != DEFAULT_ON.get_description()
+        """``False``: the default sampler (``ParentBased(ALWAYS_ON)``, also wrapped), which samples every root and
+        every span below a sampled parent: not asked for those."""
         self.max_attributes = limits.max_span_attributes
         self.new_span_id = id_generator.generate_span_id
         self.new_trace_id = id_generator.generate_trace_id
@@ -71,6 +74,10 @@ class Recorder:
         self.wake: Callable[[], object] = _nothing
         self.overflow: Callable[[], object] = _nothing
         self.closed = False
+        self.keep_context = False
+        """Keep on each span the context it started in (``parent_context``): set when a span processor that is
+        not the library's is added (its ``on_start`` runs later, on the pipeline, and may read the context:
+        baggage)."""
         self._init_state()
         after_fork_in_child(self, "_init_state")
 
@@ -95,13 +102,18 @@ class Recorder:
         sampler drops it (start it through the SDK instead). Raises nothing the caller must not catch."""
         if parent is None:
             parent = get_current_span(context)
+        span: FastSpan | None
         if type(parent) is FastSpan and parent.recorder is self and not links:
             span = FastSpan(
                 self, name, parent.trace_id, self.new_span_id(), parent.span_id, parent.flags, start_ns, attributes
             )
             span.trace_state = parent.trace_state
-            return span
-        return self._sampled(name, attributes, start_ns, parent, context, links)
+        else:
+            span = self._sampled(name, attributes, start_ns, parent, context, links)
+        if self.keep_context and span is not None:
+            # an instance attribute (FastSpan's instance dict): read back by export._pipeline, then freed
+            span.parent_context = context if context is not None else get_current()
+        return span
 
     def _sampled(
         self,
@@ -164,10 +176,11 @@ class Recorder:
         self.put(span)
 
     def put(self, item: Any) -> None:
-        """Queue an ended span (or a ``(START, span)`` pair) for the pipeline; count it when full or closed."""
+        """Queue an ended span (or a ``(START, span)`` pair) for the pipeline. When full or closed it is lost:
+        a sampled span is counted in :attr:`dropped`, a start marker never (it is not a span)."""
         queue = self.queue
         if self.closed:
-            self.dropped += 1
+            self._lost(item)
             return
         if len(queue) >= self.max_queue:
             try:
@@ -175,7 +188,7 @@ class Recorder:
             except Exception:
                 internal_error("recorder.overflow")
             if len(queue) >= self.max_queue:
-                self.dropped += 1
+                self._lost(item)
                 return
         queue.append(item)
         if len(queue) == self.batch:
@@ -184,10 +197,20 @@ class Recorder:
             except Exception:
                 internal_error("recorder.wake")
 
+    def _lost(self, item: Any) -> None:
+        if type(item) is not tuple and item.flags & 1:  # as an export processor counts it: sampled spans only
+            self.dropped += 1
+
     def take(self) -> list[Any]:
         """Everything queued so far, in order (the caller holds :attr:`lock`)."""
         queue = self.queue
         return [queue.popleft() for _ in range(len(queue))]
+
+    def waiting(self) -> int:
+        """The sampled spans queued here, not yet handed to the exporters (start markers are not spans). Exact
+        while the caller holds :attr:`lock` and no other thread ends a span: the pipeline hands a drained batch
+        over under that lock, so no span is between the queue and the exporters then."""
+        return sum(1 for item in list(self.queue) if type(item) is not tuple and item.flags & 1)
 
 
 def _nothing() -> None:

@@ -62,6 +62,17 @@ class TracerState:
         return previous
 
 
+def forked_worker(worker: str, parent_pid: int, pid: int) -> str:
+    """A forked child's ``rl.worker`` from its parent's ``worker``: the parent's pid in it (the derived
+    ``host:pid``, Ray's ``node:pid:actor``) replaced by the child's ``pid``, else ``:pid`` appended (a name the
+    user chose): a child's spans never pass for its parent's."""
+    parts = worker.split(":")
+    old = str(parent_pid)
+    if old in parts:
+        return ":".join(str(pid) if part == old else part for part in parts)
+    return f"{worker}:{pid}"
+
+
 class Defaults:
     """What a step or sample takes when its caller says nothing: set by ``configure()``."""
 
@@ -86,9 +97,10 @@ class ProcessState:
     """The per-process state (one instance, :data:`state`). Its parts are never replaced, only changed in
     place, so modules may keep a reference to a part (the hot path reads ``state.tracer`` through one)."""
 
-    __slots__ = ("__weakref__", "content", "defaults", "handle", "lock", "tracer", "worker_handle")
+    __slots__ = ("__weakref__", "content", "defaults", "handle", "lock", "pid", "tracer", "worker_handle")
 
     def __init__(self) -> None:
+        self.pid = os.getpid()  # the process the defaults were made for (see after_fork)
         self.tracer = TracerState()
         self.content = ContentPolicy()
         self.defaults = Defaults()
@@ -99,7 +111,10 @@ class ProcessState:
         after_fork_in_child(self, "after_fork")
 
     def after_fork(self) -> None:
+        """In a forked child: fresh lock; the default ``rl.worker`` names this process (:func:`forked_worker`)."""
         self.lock = threading.RLock()
+        parent, self.pid = self.pid, os.getpid()
+        self.defaults.worker = forked_worker(self.defaults.worker, parent, self.pid)
 
     def save(self) -> Saved:
         content = self.content

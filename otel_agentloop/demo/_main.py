@@ -15,6 +15,7 @@ from .._configure import Handle, configure
 from ..analysis._display import Output
 from ..analysis._display import info_stream as _info
 from ..analysis._progress import Progress
+from ..analysis._terminal import counted
 from ..analysis._timeline import TimelineRecorder
 from ..analysis._waterfall import render_png
 from ..core import _context as ctx
@@ -54,7 +55,8 @@ def simulate(args: argparse.Namespace) -> int:
     )
     monitor = HealthMonitor(log=False)  # alerts are printed below
     print(
-        f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples; traces -> {handle.description}",
+        f"otel-agentloop simulate: {counted(args.steps, 'step')} x {counted(len(cfg.work()), 'sample')}; "
+        f"traces -> {handle.description}",
         file=_info(args),
     )
     results: list[dict[str, Any]] = []

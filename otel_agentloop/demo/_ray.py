@@ -21,6 +21,7 @@ import otel_agentloop
 from .._configure import configure, current_handle
 from ..analysis._display import info_stream as _info
 from ..analysis._progress import Progress
+from ..analysis._terminal import counted
 from ..analysis._timeline import TimelineRecorder
 from ..core import _context as ctx
 from ..core._trainer import trainer_phase
@@ -164,7 +165,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     monitor = HealthMonitor(log=False)  # alerts are printed below
     n = args.workers
     print(
-        f"otel-agentloop simulate: {args.steps} steps x {len(cfg.work())} samples on {n} Ray workers; "
+        f"otel-agentloop simulate: {counted(args.steps, 'step')} x {counted(len(cfg.work()), 'sample')} on "
+        f"{counted(n, 'Ray worker')}; "
         f"traces -> {handle.description}",
         file=_info(args),
     )

@@ -3,10 +3,10 @@
 
 It honours what the SDK's gRPC span exporter honours, read by :func:`grpc_target` as the SDK reads it: the
 endpoint (``https://`` is TLS, ``http://`` is plain; without a scheme, TLS unless
-``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE`` says ``true``), the headers (as gRPC metadata, names
-lowercased), the timeout, the compression (passed in), the TLS files
-(``OTEL_EXPORTER_OTLP[_TRACES]_CERTIFICATE``, ``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``) and the retryable
-status codes (``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
+``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE`` says ``true``), the headers (as gRPC metadata, names lowercased,
+an item gRPC cannot carry skipped with a warning: :mod:`otel_agentloop.config._headers`), the timeout, the
+compression (passed in), the TLS files (``OTEL_EXPORTER_OTLP[_TRACES]_CERTIFICATE``, ``_CLIENT_KEY``,
+``_CLIENT_CERTIFICATE``) and the retryable status codes (``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
 """
 
 from __future__ import annotations
@@ -20,14 +20,13 @@ from typing import Any
 from urllib.parse import urlparse
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
-from ..config._values import parse_headers
+from ..config._headers import GrpcMetadata, env_headers, grpc_metadata
 from ..core._guard import after_fork_in_child, internal_error, warn_once
-from ._http_json import checked_headers
 from ._otlp_proto import encode_request, warn_rejected
-from ._processor import suppressed
+from ._sending import SendingExporter
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
 DEFAULT_ENDPOINT = "http://localhost:4317"
@@ -53,7 +52,7 @@ class GrpcTarget:
 
     target: str
     tls: tuple[str | None, str | None, str | None] | None
-    headers: tuple[tuple[str, str], ...]
+    headers: GrpcMetadata
     retryable: tuple[str, ...]
 
 
@@ -61,7 +60,7 @@ def _both(name: str) -> str | None:
     return variable(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or variable(f"OTEL_EXPORTER_OTLP_{name}")
 
 
-def grpc_target(endpoint: str | None, headers: Mapping[str, str] | None) -> GrpcTarget:
+def grpc_target(endpoint: str | None, headers: Mapping[str, object] | None) -> GrpcTarget:
     """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): ``endpoint``
     and ``headers`` arguments win over the variables."""
     endpoint = endpoint or _both("ENDPOINT") or DEFAULT_ENDPOINT
@@ -82,16 +81,12 @@ def grpc_target(endpoint: str | None, headers: Mapping[str, str] | None) -> Grpc
         tls = tuple(
             variable(f"OTEL_EXPORTER_OTLP_{kind}{name}") for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
         )
-    if headers is None:
-        raw = variable("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or variable("OTEL_EXPORTER_OTLP_HEADERS")
-        headers = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS")
-    headers = checked_headers(headers)  # an item HTTP/2 cannot carry would fail every export: skipped, warned
     codes = variable("OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES")
     retryable = tuple(c.strip().upper() for c in codes.split(",") if c.strip()) if codes else RETRYABLE
     return GrpcTarget(
         target=parsed.netloc or endpoint,
         tls=tls,  # type: ignore[arg-type]
-        headers=tuple((str(k).lower(), str(v)) for k, v in headers.items()),
+        headers=grpc_metadata(env_headers("TRACES") if headers is None else headers),
         retryable=retryable,
     )
 
@@ -107,7 +102,7 @@ def _read(path: str | None) -> bytes | None:
         return None
 
 
-class OTLPGrpcExporter(SpanExporter):
+class OTLPGrpcExporter(SendingExporter):
     """Export spans to ``target`` with one gRPC ``Export`` call per batch (see the module docstring).
 
     Contract: :meth:`export` never raises and starts no try and no wait past ``timeout_s`` from its start. A
@@ -119,9 +114,6 @@ class OTLPGrpcExporter(SpanExporter):
     a forked child opens its own. Spans that cannot be encoded are left out and counted in
     ``spans_unencodable``.
     """
-
-    accepts_records = True
-    """Encodes the fast path's records directly (see ``export._pipeline``)."""
 
     def __init__(self, target: GrpcTarget, timeout_s: float = 10.0, compression: Any = None) -> None:
         self.target = target
@@ -173,17 +165,6 @@ class OTLPGrpcExporter(SpanExporter):
                 channel.close()
             except Exception:
                 internal_error("OTLPGrpcExporter.reconnect")
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
-        with suppressed():
-            try:
-                return self._export(spans)
-            except Exception:
-                if not self._shutdown:
-                    internal_error("OTLPGrpcExporter.export")
-                return SpanExportResult.FAILURE
 
     def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         import grpc
@@ -237,9 +218,6 @@ class OTLPGrpcExporter(SpanExporter):
         self._shutdown = True
         self._stop.set()
         self._reconnect()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 def _retry_delay(error: Any) -> float | None:

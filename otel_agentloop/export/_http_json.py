@@ -16,7 +16,7 @@ origin, or turn the POST into a GET that "succeeds" without delivering anything)
 ``MAX_ANSWER_BYTES`` of an answer are read, undecoded, within the export's deadline (a longer answer closes
 its connection); ``Retry-After`` is bounded (see :func:`retry_after_s`); a header that HTTP cannot carry (a
 control character such as CR/LF in its value, a name that is not a token, a value outside Latin-1) is
-skipped with a warning naming it, as malformed header items are.
+skipped with a warning naming it (:func:`otel_agentloop.config._headers.http_headers`).
 """
 
 from __future__ import annotations
@@ -26,7 +26,6 @@ import email.utils
 import gzip
 import math
 import random
-import re
 import threading
 import time
 import zlib
@@ -34,12 +33,13 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import otlp_variable
+from ..config._headers import http_headers
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ._otlp_json import encode_request
-from ._processor import suppressed
+from ._sending import SendingExporter
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
 COMPRESSIONS = ("gzip", "deflate", "none")
@@ -51,8 +51,6 @@ MIN_RETRY_WAIT_S = 0.1
 """A ``Retry-After`` shorter than this (``0``) waits this long: a server saying "now" again and again is not
 hammered."""
 DEFAULT_TIMEOUT_S = 10.0
-_TOKEN = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
-_CONTROL = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # all C0 controls but TAB, and DEL
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -75,39 +73,7 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
     return min(seconds, MAX_RETRY_AFTER_S)
 
 
-def checked_headers(headers: Mapping[str, object] | None) -> dict[str, str]:
-    """``headers`` without the items HTTP cannot carry, each skipped with a warning naming it (never its value:
-    it may be a credential). Without this, one bad item fails every export."""
-    out: dict[str, str] = {}
-    for name, value in (headers or {}).items():
-        text = value if isinstance(value, str) else str(value)
-        if not isinstance(name, str) or not _TOKEN.fullmatch(name):
-            problem = "its name is not an HTTP token"
-        elif _CONTROL.search(text):
-            problem = "its value holds a control character (CR, LF, ...)"
-        elif not text.isascii() and not _latin1(text):
-            problem = "its value is not Latin-1 text"
-        else:
-            out[name] = text.strip(" \t")
-            continue
-        warn_once(
-            f"http-json-header:{name!r}",
-            "otel_agentloop: ignoring OTLP header %r: %s",
-            name,
-            problem,
-        )
-    return out
-
-
-def _latin1(text: str) -> bool:
-    try:
-        text.encode("latin-1")
-    except UnicodeEncodeError:
-        return False
-    return True
-
-
-class OTLPJsonHttpExporter(SpanExporter):
+class OTLPJsonHttpExporter(SendingExporter):
     """POST ``{"resourceSpans": ...}`` to ``endpoint`` (``.../v1/traces``) over one reused HTTP session.
 
     Contract: :meth:`export` never raises, and starts no try and no wait past ``timeout_s`` from its start
@@ -121,8 +87,6 @@ class OTLPJsonHttpExporter(SpanExporter):
     followed, not retried). Spans that cannot be encoded are left out and counted in ``spans_unencodable``.
     """
 
-    accepts_records = True
-    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
     protocol = "http/json"
     """The protocol's name, in warnings (a subclass sends another body: ``export._http_proto``)."""
     content_type = "application/json"
@@ -152,7 +116,7 @@ class OTLPJsonHttpExporter(SpanExporter):
             )
             chosen = self.default_compression
         self.compression = chosen
-        self.headers = {"Content-Type": self.content_type, **checked_headers(headers)}
+        self.headers = {"Content-Type": self.content_type, **http_headers(headers)}
         if chosen != "none":
             self.headers["Content-Encoding"] = chosen
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
@@ -218,17 +182,6 @@ class OTLPJsonHttpExporter(SpanExporter):
 
     def _answered(self, response: Any, body: bytes) -> None:
         """A 2xx answer arrived; ``body``: at most ``MAX_ANSWER_BYTES`` of it, as sent (not decoded)."""
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        if self._shutdown:
-            return SpanExportResult.FAILURE
-        with suppressed():
-            try:
-                return self._export(spans)
-            except Exception:
-                if not self._shutdown:  # shutdown closed the session under an export in flight: not a bug
-                    internal_error(f"{type(self).__name__}.export")
-                return SpanExportResult.FAILURE
 
     def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         import requests
@@ -310,9 +263,6 @@ class OTLPJsonHttpExporter(SpanExporter):
                 session.close()
             except Exception:
                 internal_error(f"{type(self).__name__}.shutdown")
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 def _discard_answer(response: Any, deadline: float) -> bytes:

@@ -17,8 +17,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 
 from ..config._environment import variable
-from ..config._values import parse_headers
-from ._http_json import OTLPJsonHttpExporter, checked_headers
+from ..config._headers import env_headers
+from ._http_json import OTLPJsonHttpExporter
 from ._otlp_proto import encode_request, warn_rejected
 
 DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
@@ -28,7 +28,7 @@ def http_target(endpoint: str | None, headers: Mapping[str, str] | None) -> tupl
     """The URL and headers, as the SDK's OTLP/HTTP exporter resolves them: an ``endpoint`` argument gets
     ``/v1/traces`` appended when it lacks it; else ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as it is, else
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``. The headers of ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` (else
-    ``OTEL_EXPORTER_OTLP_HEADERS``), names lowercased, updated with ``headers``."""
+    ``OTEL_EXPORTER_OTLP_HEADERS``), names lowercased, updated with ``headers``; unchecked (the exporter checks)."""
     if endpoint is not None:
         url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
     else:
@@ -36,10 +36,9 @@ def http_target(endpoint: str | None, headers: Mapping[str, str] | None) -> tupl
         url = variable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
             base.rstrip("/") + "/v1/traces" if base else DEFAULT_ENDPOINT
         )
-    raw = variable("OTEL_EXPORTER_OTLP_TRACES_HEADERS") or variable("OTEL_EXPORTER_OTLP_HEADERS")
-    merged = parse_headers(raw, "OTEL_EXPORTER_OTLP_HEADERS")
+    merged = env_headers("TRACES")
     merged.update({str(k).lower(): v for k, v in (headers or {}).items()})
-    return url, checked_headers(merged)
+    return url, merged  # the exporter skips, with a warning, an item HTTP cannot carry
 
 
 class OTLPProtoHttpExporter(OTLPJsonHttpExporter):

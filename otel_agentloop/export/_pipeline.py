@@ -5,8 +5,10 @@
 the provider's span processors, in the order they were added. The library's own processors (the metrics, the
 keeper, the export processors: ``accepts_records = True``) take the record as it is; any other processor (a
 user's) receives a real SDK span built from it (:func:`materialise`): ``on_start`` and ``on_end`` then run on
-this thread, after the span ended, not on the thread that ran it. Exporters that are not the library's receive
-materialised spans too (``ExportProcessor``).
+this thread, after the span ended, not on the thread that ran it. Their ``on_start`` runs first, before any
+processor's ``on_end``, in the context the span started in, and what it changes (attributes, events, links,
+status, name) is folded back into the record: the library's processors and every exporter see one span, as on
+the SDK path. Exporters that are not the library's receive materialised spans too (``ExportProcessor``).
 
 :class:`PipelineProvider` is the SDK provider ``configure()`` builds: a processor added to it (also later,
 ``handle.provider.add_span_processor(p)``) receives the fast path's spans as well as the SDK's, and its
@@ -17,6 +19,7 @@ materialised spans too (``ExportProcessor``).
 from __future__ import annotations
 
 import threading
+from collections import deque
 from collections.abc import Mapping
 from typing import Any
 
@@ -26,6 +29,7 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanKind
 
+from ..core._errors import IDENTITY_KEYS
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import UNSET, FastSpan
 from ..core._recorder import Recorder
@@ -130,24 +134,77 @@ def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> Reada
 
 class _Foreign(SpanProcessor):
     """The processors that are not the library's, behind one ``on_start``/``on_end``: a span is materialised
-    once for all of them."""
+    once for all of them.
+
+    :meth:`start` runs their ``on_start`` on the record's materialised span, in the context the record started
+    in (``parent_context``, kept by the recorder while foreign processors exist), and folds what they changed
+    back into the record (:func:`_fold`): every exporter, ours and the user's, exports one span. Their
+    ``on_end`` runs later, at their place among the provider's processors (:meth:`on_end`)."""
 
     def __init__(self) -> None:
         self.processors: list[SpanProcessor] = []
+        self._starting: FastSpan | None = None  # the record being materialised by start()
+
+    def start(self, record: FastSpan) -> ReadableSpan:
+        """The processors' ``on_start`` on ``record`` materialised; the edits folded back into ``record``."""
+        self._starting = record
+        try:
+            sdk = materialise(record, self)
+        finally:
+            self._starting = None
+            record.parent_context = None  # set by Recorder.start; freed here
+        _fold(record, sdk)
+        return sdk
 
     def on_start(self, span: Any, parent_context: Any = None) -> None:
+        record = self._starting
+        if parent_context is None and record is not None:
+            parent_context = record.parent_context  # the context the record started in
+        attrs = span.attributes or {}
+        identity = {key: attrs[key] for key in IDENTITY_KEYS if key in attrs}
         for p in self.processors:
             try:
                 p.on_start(span, parent_context)
             except Exception:
                 internal_error(f"{type(p).__name__}.on_start")
+        attrs = span.attributes or {}
+        for key, value in identity.items():  # evicted or changed by an edit: written back, as the SDK path does
+            if attrs.get(key) != value:
+                span.set_attribute(key, value)
 
     def on_end(self, span: ReadableSpan) -> None:
+        if self._starting is not None:
+            return  # materialise() ends the span at once: the pipeline calls on_end at the processors' place
         for p in self.processors:
             try:
                 p.on_end(span)
             except Exception:
                 internal_error(f"{type(p).__name__}.on_end")
+
+
+def _fold(record: FastSpan, sdk: ReadableSpan) -> None:
+    """Copy into ``record`` what a processor's ``on_start`` changed on ``sdk``, its materialised span: its
+    attributes, events, links (already through the SDK's value checks and limits, as on the SDK path), status
+    and name. Costs a comparison when nothing changed."""
+    attrs = sdk.attributes or {}
+    if len(attrs) != len(record.attributes) or list(attrs.items()) != list(record.attributes.items()):
+        record.attributes = dict(attrs)
+        record.owned = True
+        record.dropped_attributes = sdk.dropped_attributes
+    events = sdk.events
+    if len(events) != len(record.events or ()) or sdk.dropped_events != record.dropped_events:
+        record.events = deque(
+            ((e.name, dict(e.attributes or {}), e.timestamp, e.dropped_attributes) for e in events),
+            maxlen=record.recorder.limits.max_events,
+        )
+        record.dropped_events = sdk.dropped_events
+    if len(sdk.links) != len(record.links):
+        record.links = tuple(sdk.links)
+    status = sdk.status
+    if status.status_code is not record.status.status_code or status.description != record.status.description:
+        record.status = status
+    if sdk.name != record.name:
+        record.name = sdk.name
 
 
 class RecordPipeline(StepHooks):
@@ -180,6 +237,7 @@ class RecordPipeline(StepHooks):
             if not self.foreign.processors:
                 self._order.append(self.foreign)
             self.foreign.processors.append(processor)
+            self.recorder.keep_context = True  # their on_start reads the context a span started in
 
     def _run(self) -> None:
         while not self._stopping:
@@ -212,9 +270,17 @@ class RecordPipeline(StepHooks):
 
     def _ended(self, span: FastSpan) -> None:
         finalize(span)
+        foreign = self.foreign
+        sdk = None
+        if foreign.processors:
+            try:
+                sdk = foreign.start(span)  # before any on_end: every processor and exporter sees the edits
+            except Exception:  # the span still reaches the metrics and the library's exporters
+                internal_error("RecordPipeline.foreign")
         for p in self._order:
-            if p is self.foreign:
-                materialise(span, self.foreign)
+            if p is foreign:
+                if sdk is not None:
+                    foreign.on_end(sdk)
             else:
                 p.on_end(span)  # type: ignore[arg-type]
 

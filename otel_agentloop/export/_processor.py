@@ -154,7 +154,8 @@ class ExportProcessor(SpanProcessor):
         """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
-            self._dropped += 1
+            with self._idle:  # the worker and shutdown count under this lock too: no increment is lost
+                self._dropped += 1
             now = time.monotonic()
             if now - self._last_drop_log > 60.0:
                 self._last_drop_log = now
@@ -197,30 +198,35 @@ class ExportProcessor(SpanProcessor):
         while self._queue:
             batch: list[EndedSpan] = []
             queue = self._queue
-            while queue and len(batch) < self.max_export_batch_size:
-                batch.append(queue.popleft())
-            with self._idle:
+            with self._idle:  # a span moves from the queue to in flight, and later to a counter, in one step
+                while queue and len(batch) < self.max_export_batch_size:
+                    batch.append(queue.popleft())
                 self._in_flight = len(batch)
             t0 = time.monotonic()
             ok, lost = self._export(batch)
             self._last_export_s = took = time.monotonic() - t0
             self._healthy = ok and took < FAST_EXPORT_S
-            if self._abandoned:  # shutdown already counted this batch as dropped
-                return
-            lost = min(lost, len(batch))
-            self._dropped += lost
-            if ok:
-                self._exported += len(batch) - lost
-            else:
-                self._failed += len(batch) - lost
             with self._idle:
-                self._in_flight = 0
+                if self._abandoned:  # shutdown already counted this batch as dropped
+                    return
+                self._settle(len(batch), ok, min(lost, len(batch)))
             if (
                 stop_early
                 and len(self._queue) < self.max_export_batch_size
                 and not (self._flush_requested or self._stopping)
             ):
                 return
+
+    def _settle(self, size: int, ok: bool, lost: int) -> None:
+        """Count an exported batch of ``size`` spans, ``lost`` of them not encodable (the caller holds
+        ``_idle``)."""
+        if lost:
+            self._dropped += lost
+        if ok:
+            self._exported += size - lost
+        else:
+            self._failed += size - lost
+        self._in_flight = 0
 
     def _export(self, batch: Sequence[EndedSpan]) -> tuple[bool, int]:
         """Export ``batch``: whether it succeeded, and how many of its spans were dropped as not encodable."""
@@ -339,10 +345,13 @@ class ExportProcessor(SpanProcessor):
 
     @property
     def stats(self) -> dict[str, int]:
-        return {
-            "queued": self._queued,
-            "exported": self._exported,
-            "dropped": self._dropped,
-            "failed": self._failed,
-            "pending": len(self._queue) + self._in_flight,
-        }
+        """The counters, read in one step: a span the worker takes from the queue is in flight at once, and
+        counted exported, failed or dropped as it leaves flight (both under the same lock)."""
+        with self._idle:
+            return {
+                "queued": self._queued,
+                "exported": self._exported,
+                "dropped": self._dropped,
+                "failed": self._failed,
+                "pending": len(self._queue) + self._in_flight,
+            }

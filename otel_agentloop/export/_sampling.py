@@ -1,4 +1,10 @@
-"""Trace budgets that never change the metrics.
+"""Trace sampling that never changes the metrics.
+
+:class:`RecordingSampler` wraps every sampler ``configure()`` installs: a span the metrics read (a step, a
+sample, a phase: :func:`metrics_span`) that the sampler would DROP (below an unsampled remote parent, a root a
+ratio sampler rejects) is RECORD_ONLY instead, so it still reaches the metrics processor while the export
+processors skip it: exported traces follow the parent's (and the sampler's) decision, the metrics count every
+sample. Any other span (a user's own SDK span) gets the sampler's answer unchanged.
 
 :class:`BudgetSampler` decides per *sample* (at the ``rl.sample`` root) whether its trace is exported, and
 never answers DROP for spans of a sample: an over-budget sample is RECORD_ONLY, so every span still reaches
@@ -13,13 +19,52 @@ from collections import OrderedDict
 from collections.abc import Sequence
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace.sampling import Decision, Sampler, SamplingResult
+from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Decision, Sampler, SamplingResult
 from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from .. import semconv as sc
 from ..core._guard import after_fork_in_child
+
+
+def metrics_span(name: str, attributes: Attributes) -> bool:
+    """Whether a span is one the metrics read: a step or sample span, or one that carries ``rl.phase`` or a
+    sample's identity (every phase span the library starts does)."""
+    if name == sc.SAMPLE_SPAN or name == sc.STEP_SPAN:
+        return True
+    if not attributes:
+        return False
+    return sc.RL_PHASE in attributes or sc.RL_SAMPLE_INDEX in attributes
+
+
+class RecordingSampler(Sampler):
+    """``inner``, except that a span the metrics read is never dropped: a DROP becomes RECORD_ONLY (see the
+    module docstring). ``asks_roots``: whether the fast path must ask it for a new root (``False`` when
+    ``inner`` is the default ``ParentBased(ALWAYS_ON)``, which samples every root)."""
+
+    def __init__(self, inner: Sampler) -> None:
+        self.inner = inner
+        self.asks_roots = inner.get_description() != DEFAULT_ON.get_description()
+
+    def should_sample(
+        self,
+        parent_context: Context | None,
+        trace_id: int,
+        name: str,
+        kind: SpanKind | None = None,
+        attributes: Attributes = None,
+        links: Sequence[Link] | None = None,
+        trace_state: TraceState | None = None,
+    ) -> SamplingResult:
+        result = self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        if result.decision is Decision.DROP and metrics_span(name, attributes):
+            # the SDK gives the span the result's attributes (a DROP carries none): pass the span's own
+            return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
+        return result
+
+    def get_description(self) -> str:
+        return f"RecordingSampler{{{self.inner.get_description()}}}"
 
 
 class BudgetSampler(Sampler):

@@ -34,6 +34,7 @@ import asyncio
 import atexit
 import contextlib
 import functools
+import importlib.util
 import inspect
 import json
 import logging
@@ -164,10 +165,24 @@ def setup_worker() -> Handle:
                 _job_run_identity(str(attrs.get("ray.job.id") or "unknown"))
         attrs[sc.RL_WORKER] = worker
         own = state.worker_handle = configure(resource_attributes=attrs, worker=worker)
+        _instrument_engines()
         if node is not None and driver is not None:
             _check_file_on_remote_node(own, driver, node)
         atexit.register(own.shutdown, 5.0)
         return own
+
+
+def _instrument_engines() -> None:
+    """An inference engine installed in this worker is instrumented too (``integrations.vllm``: patched when
+    vLLM is imported, so nothing is imported here): the one switch reaches engines started in Ray workers."""
+    if importlib.util.find_spec("vllm") is None:
+        return
+    try:
+        from . import vllm
+
+        vllm.instrument()
+    except Exception:
+        internal_error("ray.instrument_engines")
 
 
 def _job_run_identity(job: str) -> None:
@@ -215,7 +230,10 @@ def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
         "ray.no_driver_settings",
         "otel_agentloop: Ray worker on node %s (pid %d) got no tracing settings from its driver (no %s in its "
         "runtime_env) and its node sets no OTLP endpoint (OTEL_EXPORTER_OTLP_ENDPOINT): its spans are not "
-        "exported (metrics are still recorded). Start the driver with `opentelemetry-instrument`, or pass "
+        "exported (metrics are still recorded). A setup hook named in a config file (Hydra --config-name) or in "
+        "the driver's code runs only in workers: start the driver with `opentelemetry-instrument`, or put the "
+        "flag on its command line (verl: +ray_kwargs.ray_init.runtime_env.worker_process_setup_hook="
+        "otel_agentloop.integrations.verl.setup_worker), or pass "
         "runtime_env=otel_agentloop.integrations.ray.runtime_env() to ray.init.",
         _describe(node),
         os.getpid(),

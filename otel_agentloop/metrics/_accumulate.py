@@ -19,7 +19,7 @@ import numpy as np
 import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
 
 from .. import semconv as sc
-from ._table import MAX_TOOLS, OTHER_TOOLS, PhaseTable, bound_tools
+from ._table import MAX_TOOLS, OTHER_TOOLS, EngineTurns, PhaseTable, bound_tools
 
 # numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
 # while another thread runs that first import would leave the child blocked on its import lock forever.
@@ -31,6 +31,11 @@ _NPRE = sc.RL_NUM_PREEMPTED
 _PLEN = sc.RL_PROMPT_LENGTH
 _RLEN = sc.RL_RESPONSE_LENGTH
 _TOOL = sc.GEN_AI_TOOL_NAME
+_EQ, _ETTFT, _EPF, _EDEC = sc.RL_ENGINE_QUEUE_S, sc.RL_ENGINE_TTFT_S, sc.RL_ENGINE_PREFILL_S, sc.RL_ENGINE_DECODE_S
+_EOUT = sc.GEN_AI_USAGE_OUTPUT_TOKENS
+_NAN = float("nan")
+MAX_ENGINE_TURNS = 1 << 20
+"""Generation turns with engine timing kept per step; later ones are left out of the engine statistics."""
 # per-row scalar columns besides the phase totals and blocks (copied by StepRows.split_off)
 _ROW_FIELDS = (
     "npre_sum",
@@ -47,6 +52,16 @@ _ROW_FIELDS = (
     "span_start",
     "span_end",
 )
+
+
+def engine_number(value: object) -> float | None:
+    """An engine attribute's value as a float: a finite, non-negative int or float below 1e18 (``None``
+    otherwise: absent, a bool, a string, NaN, negative)."""
+    if type(value) is int or type(value) is float:
+        number = float(value)
+        if 0 <= number < 1e18:  # NaN fails this too
+            return number
+    return None
 
 
 def add_interval(blocks: list[int], start: int, end: int) -> int:
@@ -87,6 +102,7 @@ class StepRows:
     __slots__ = (
         "blocks",
         "dropped",
+        "engine",
         "error",
         "in_order",
         "index",
@@ -135,6 +151,9 @@ class StepRows:
         # tool name -> (rows, durations ns) of each call (spans with gen_ai.tool.name of phase tool_calls);
         # at most MAX_TOOLS names, further names' calls under OTHER_TOOLS
         self.tools: dict[str, tuple[array, array]] = {}  # type: ignore[type-arg]
+        # generation turns carrying the engine's timing: (row, queue, ttft, prefill, decode, output tokens),
+        # floats NaN where not carried; at most MAX_ENGINE_TURNS
+        self.engine: tuple[array, ...] = (array("q"), array("d"), array("d"), array("d"), array("d"), array("d"))  # type: ignore[type-arg]
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
         self.late = False  # holds samples carried over from an earlier collect of the step (split_off)
@@ -221,6 +240,8 @@ class StepRows:
                 if first < 0 or start < first:
                     self.npre_first[r] = start
                     self.npre_first_missing[r] = not known
+                if _EQ in attrs or _EDEC in attrs or _ETTFT in attrs or _EPF in attrs:  # the engine's timing
+                    self._engine_turn(r, attrs)
             elif p == 1:
                 tool = attrs.get(_TOOL)
                 if tool is not None:
@@ -245,6 +266,22 @@ class StepRows:
         if error and p < 0:  # failed: the sample span ended with an error (a caught tool error is not)
             self.error[r] = 1
 
+    def _engine_turn(self, r: int, attrs: Mapping[str, Any]) -> None:
+        """Record the engine's timing of one generation turn of row ``r``: each value :func:`engine_number`
+        accepts, else NaN (a float in range is taken inline: the usual case)."""
+        rows, queue, ttft, prefill, decode, tokens = self.engine
+        if len(rows) >= MAX_ENGINE_TURNS:
+            return
+        rows.append(r)
+        get = attrs.get
+        for column, name in ((queue, _EQ), (ttft, _ETTFT), (prefill, _EPF), (decode, _EDEC), (tokens, _EOUT)):
+            v = get(name)
+            if type(v) is float and 0.0 <= v < 1e18:
+                column.append(v)
+            else:
+                number = engine_number(v)
+                column.append(_NAN if number is None else number)
+
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
         """A new ``StepRows`` (``late``) holding copies of the rows of ``keys`` that exist here: what a sample
         still running at its step's collect had accumulated so far, so its later spans add to it."""
@@ -266,7 +303,40 @@ class StepRows:
                     if calls is not None:
                         calls[0].append(o)
                         calls[1].append(duration)
+        rows, *values = self.engine
+        for t, row in enumerate(rows):
+            o = out.rows.get((self.index[row], self.rollout[row]), -1)
+            if o >= 0:
+                out.engine[0].append(o)
+                for column, source in zip(out.engine[1:], values, strict=True):
+                    column.append(source[t])
         return out
+
+    def _top_tools(self) -> np.ndarray:
+        """Each row's tool whose calls took the most nanoseconds (``""`` when none; ties to the first name)."""
+        top = np.full(len(self.index), "", dtype=np.object_)
+        spent: dict[int, int] = {}
+        for tool, (rows, durations) in self.tools.items():
+            per_row: dict[int, int] = {}
+            for row, duration in zip(rows, durations, strict=True):
+                per_row[row] = per_row.get(row, 0) + duration
+            for row, total in per_row.items():
+                if total > spent.get(row, -1):
+                    spent[row] = total
+                    top[row] = tool
+        return top
+
+    def _engine_turns(self, keep: np.ndarray | None) -> EngineTurns:
+        """The engine turns of the rows in ``keep`` (all when ``None``), keyed by sample."""
+        rows_a, *values = self.engine
+        if not len(rows_a):
+            return EngineTurns()
+        rows = np.frombuffer(rows_a, dtype=np.int64)
+        mask = np.ones(rows.size, np.bool_) if keep is None else keep[rows]
+        index = np.frombuffer(self.index, dtype=np.int64)
+        rollout = np.frombuffer(self.rollout, dtype=np.int64)
+        cols = [np.frombuffer(v, dtype=np.float64)[mask].copy() for v in values]
+        return EngineTurns(index[rows[mask]], rollout[rows[mask]], *cols)
 
     def _walls(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's wall start and end: its ``rl.sample`` span's, else the earliest start and latest end of
@@ -305,6 +375,9 @@ class StepRows:
             out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
             return out if keep is None else out[keep]
 
+        def col_object(a: np.ndarray) -> np.ndarray:
+            return a if keep is None else a[keep]
+
         tools: dict[str, np.ndarray] = {}
         for tool, (call_rows, durations) in self.tools.items():
             seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
@@ -334,6 +407,8 @@ class StepRows:
             start_ns=wall_start,
             end_ns=wall_end,
             ordered=self.in_order,
+            top_tool=col_object(self._top_tools()),
             tools=bound_tools(tools),
             step_key=step_key,
+            engine=self._engine_turns(keep),
         )

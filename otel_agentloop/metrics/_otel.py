@@ -10,8 +10,9 @@ Gauges: ``rl.samples.in_flight`` by ``rl.phase`` and ``rl.samples.in_flight.olde
 Recording happens on the background thread (:mod:`~otel_agentloop.health._watchdog`), never in the span's ``on_end``.
 Export: ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``none``; default ``otlp`` when an OTLP endpoint is
 configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORTER_OTLP_METRICS_*`` /
-``OTEL_EXPORTER_OTLP_*``, every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60000, at least 100, at most
-3600000: ``Settings.metric_export_interval_s``; it travels to workers with the other settings).
+``OTEL_EXPORTER_OTLP_*`` (its headers checked as the traces' are: ``config._headers``), every
+``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60000, at least 100, at most 3600000:
+``Settings.metric_export_interval_s``; it travels to workers with the other settings).
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 from .. import semconv as sc
 from .._version import __version__
 from ..config._environment import compression, otlp_variable, variable
+from ..config._headers import env_headers, grpc_metadata, http_headers
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
 
@@ -88,17 +90,44 @@ def grpc_compression(signal: str) -> Any:
 
 
 def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
+    """The SDK's OTLP metric exporter, sent only the headers its transport can carry (``config._headers``:
+    each item it cannot carry is skipped with a warning, as for the traces; the SDK would fail every export)."""
     proto = (protocol or otlp_variable("METRICS", "PROTOCOL") or "grpc").lower()
+    headers = env_headers("METRICS")
     if proto == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
         insecure = True if endpoint is not None and endpoint.startswith("http://") else None
-        return Grpc(endpoint=endpoint, insecure=insecure, compression=grpc_compression("METRICS"))
+        # Any: a -bin key's value is bytes (gRPC takes them; the SDK's annotation says str)
+        metadata: Any = (grpc_metadata(headers) or _NoHeaders()) if headers else None
+        return Grpc(endpoint=endpoint, insecure=insecure, compression=grpc_compression("METRICS"), headers=metadata)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
     if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
         endpoint = endpoint.rstrip("/") + "/v1/metrics"
-    return Http(endpoint=endpoint)  # http/json has no SDK metric exporter: protobuf over the same port
+    skipped = frozenset(headers) - frozenset(http_headers(headers))
+    # http/json has no SDK metric exporter: protobuf over the same port
+    return Http(endpoint=endpoint, session=_session_without(skipped) if skipped else None)
+
+
+class _NoHeaders(tuple[tuple[str, str], ...]):
+    """No gRPC metadata, yet true: the SDK reads the environment's (unchecked) headers when given a false value."""
+
+    def __bool__(self) -> bool:
+        return True
+
+
+def _session_without(names: frozenset[str]) -> Any:
+    """A ``requests`` session that drops the headers ``names`` (the SDK's HTTP exporter always adds the
+    environment's headers, unchecked: one that HTTP cannot carry fails every request)."""
+    import requests
+
+    class Session(requests.Session):
+        def prepare_request(self, request: requests.Request) -> requests.PreparedRequest:
+            request.headers = {k: v for k, v in (request.headers or {}).items() if k.lower() not in names}
+            return super().prepare_request(request)
+
+    return Session()
 
 
 def build_readers(

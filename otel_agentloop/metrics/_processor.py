@@ -206,7 +206,10 @@ class PhaseMetricsProcessor(SpanProcessor):
             phase = get(_PHASE)
             if phase is None:
                 return
-            p = PHASE_INDEX.get(phase, -2)
+            try:
+                p = PHASE_INDEX.get(phase, -2)
+            except TypeError:  # an unhashable stored value (a key-value list read from a file) is not a phase
+                return
             if p == -2 or get(_SNAPSHOT):  # a watchdog snapshot of a running sample is not phase time
                 return
         index = get(_INDEX)

@@ -18,7 +18,7 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any
+from typing import Any, NamedTuple
 
 import numpy as np
 import numpy.typing as npt
@@ -26,7 +26,7 @@ import numpy.typing as npt
 from .. import semconv as sc
 from ._table import MAX_TOOLS as MAX_TOOLS  # defined with the table, which bounds tool calls as it merges them
 from ._table import OTHER_TOOLS as OTHER_TOOLS
-from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics, bound_tools
+from ._table import PERCENTILES, EngineSample, OverdueSample, PhaseTable, StepMetrics, bound_tools
 
 OK: str = "ok"
 FAILED: str = "failed"
@@ -34,7 +34,17 @@ SLOW: str = "slow"
 HUNG: str = "hung"
 VERDICTS: tuple[str, ...] = (OK, FAILED, SLOW, HUNG)
 """Every verdict, mildest first."""
-SCHEMA_VERSION = 1
+SCHEMA_VERSION = 2
+"""Version 2 adds ``engine``, ``causes`` and the slowest sample's cause; version-1 summaries still read."""
+_READABLE_VERSIONS = (1, 2)
+QUEUE_SHARE = 0.25
+"""A sample *waited in the engine queue* when its turns queued for at least this share of its generation time."""
+SLOW_DECODE = 2.0
+"""A sample *decoded K times slower* when the step's median decode speed is at least this many times its own."""
+MIN_QUEUE_S = 0.01
+"""...and for at least this many seconds (shorter waits are the scheduler's normal step, not a cause)."""
+LONG_OUTPUT = 1.5
+"""A sample *generated N tokens* when its output reaches the step's p90 and this many times the step's median."""
 
 
 def verdict(*, error: bool, reported: bool, finished: bool) -> str:
@@ -45,6 +55,90 @@ def verdict(*, error: bool, reported: bool, finished: bool) -> str:
     if error:
         return FAILED
     return SLOW if reported else OK
+
+
+class StepEngine(NamedTuple):
+    """What a sample's engine facts are compared with: the step's median decode speed (tokens/s, the p50 of
+    ``agent_loop/engine/decode_tokens_per_s``) and the p50/p90/p99 of its samples' output tokens (per sample,
+    summed over its turns)."""
+
+    median_tokens_per_s: float | None
+    tokens_p50: float
+    tokens_p90: float
+    tokens_p99: float
+
+
+def cause(
+    *,
+    generate_s: float,
+    tool_s: float,
+    score_s: float,
+    tool: str = "",
+    engine: EngineSample | None = None,
+    step: StepEngine | None = None,
+) -> str:
+    """Why a sample took its time, in words: the one rule (``report``, the pages, ``--compare``, Perfetto).
+
+    The phase that took most of its time first: ``reward`` when scoring took longer than generation and tools;
+    ``tool X`` (its most expensive tool) when tool calls took longer than generation. Generation, with the
+    engine's timing (``engine``, ``step``), in this order:
+
+    - ``waited N s in the engine queue``: its turns queued for >= :data:`QUEUE_SHARE` (25%) of its generation
+      time and >= :data:`MIN_QUEUE_S` (10 ms) (the engine was saturated: more concurrent requests than
+      ``max_num_seqs``, or preemption);
+    - ``decoded K times slower than the step's median``: its decode speed (its tokens / its decode seconds) is
+      <= 1 / :data:`SLOW_DECODE` (half) the step's median turn's (a straggler replica, long-context attention);
+    - ``generated N tokens (p99 of the step) at normal speed``: its output tokens reach the step's p90 (the label
+      says p99 when they reach it) and >= :data:`LONG_OUTPUT` (1.5x) the step's median (a long response: the
+      policy's, not the system's);
+    - otherwise ``generation N s`` (no engine timing, or none of these stands out).
+    """
+    if score_s > generate_s and score_s >= tool_s:
+        return f"reward {score_s:.2f} s"
+    if tool_s > generate_s:
+        return f"tool {tool} {tool_s:.2f} s" if tool else f"tools {tool_s:.2f} s"
+    if engine is not None and step is not None:
+        if engine.queue_s >= MIN_QUEUE_S and engine.queue_s >= QUEUE_SHARE * generate_s:
+            return f"waited {engine.queue_s:.2f} s in the engine queue"
+        tps, median = engine.tokens_per_s, step.median_tokens_per_s
+        if tps is not None and median is not None and tps > 0 and tps * SLOW_DECODE <= median:
+            times = median / tps
+            return f"decoded {times:.1f} times slower than the step's median ({tps:.0f} vs {median:.0f} tokens/s)"
+        tokens = engine.output_tokens
+        if tokens > 0 and tokens >= step.tokens_p90 and tokens >= LONG_OUTPUT * step.tokens_p50:
+            rank = "p99" if tokens >= step.tokens_p99 else "p90"
+            return f"generated {tokens} tokens ({rank} of the step) at normal speed"
+    return f"generation {generate_s:.2f} s"
+
+
+def sample_causes(
+    table: PhaseTable, metrics: Mapping[str, float], keys: Iterable[tuple[int, int]]
+) -> dict[tuple[int, int], str]:
+    """:func:`cause` of each sample of ``keys`` that is in ``table`` (``metrics``: ``compute_metrics(table)``).
+    Only for a step where some turn carries the engine's timing: without it every view stays as it was (the
+    phase mix beside the slowest sample already says as much as the phases alone can)."""
+    if not len(table.engine):
+        return {}
+    t = table.canonical()
+    rows = {(int(t.sample_index[i]), int(t.rollout_n[i])): i for i in range(len(t))}
+    tokens = t.engine.tokens_per_sample()
+    p50, p90, p99 = (float(v) for v in np.percentile(tokens, PERCENTILES))
+    tps_key = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_DECODE_TPS}/p50"
+    step = StepEngine(metrics.get(tps_key), p50, p90, p99)
+    out: dict[tuple[int, int], str] = {}
+    for key in keys:
+        i = rows.get(key)
+        if i is None:
+            continue
+        out[key] = cause(
+            generate_s=float(t.generate_sequences[i]),
+            tool_s=float(t.tool_calls[i]),
+            score_s=float(t.compute_score[i]),
+            tool=str(t.top_tool[i]),
+            engine=t.engine.of_sample(key),
+            step=step,
+        )
+    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -92,6 +186,7 @@ class SlowestSample:
     tool_s: float
     score_s: float
     verdict: str = OK
+    cause: str = ""
 
     @property
     def total_s(self) -> float:
@@ -106,6 +201,8 @@ class StepSummary:
     sample's start to the last finished sample's end; ``median_s`` to the end of the median finished sample; the
     tail (``tail_s``) is the rest. ``metrics`` is exactly the dict ``collect()`` returned (verl's keys and ours).
     ``counts`` has every verdict of :data:`VERDICTS`. ``hung``/``slow`` are the samples the watchdog reported.
+    ``engine``: each statistic of ``semconv.ENGINE_STATS`` over the step's turns with engine timing (empty
+    without). ``causes``: :func:`cause` of the slowest sample and of each slow one, by (index, rollout).
     """
 
     step: int
@@ -125,6 +222,8 @@ class StepSummary:
     staleness_mean: float | None = None
     staleness_max: float | None = None
     extra: Mapping[str, Any] = field(default_factory=dict)
+    engine: Mapping[str, Distribution] = field(default_factory=dict)
+    causes: Mapping[tuple[int, int], str] = field(default_factory=dict)
 
     @property
     def wall_s(self) -> float:
@@ -140,7 +239,7 @@ class StepSummary:
 
     # -- the record on the wire --------------------------------------------------------------------
     def to_json(self) -> str:
-        """Versioned compact JSON (``{"v": 1, ...}``); :meth:`from_json` reads it back equal."""
+        """Versioned compact JSON (``{"v": 2, ...}``); :meth:`from_json` reads it back equal."""
         body: dict[str, Any] = {
             "v": SCHEMA_VERSION,
             "step": self.step,
@@ -157,32 +256,46 @@ class StepSummary:
         if self.slowest is not None:
             s = self.slowest
             body["slowest"] = [s.index, s.rollout, s.trace_id, s.generate_s, s.tool_s, s.score_s, s.verdict]
+            if s.cause:
+                body["slowest"].append(s.cause)
         if self.staleness_mean is not None:
             body["staleness"] = [self.staleness_mean, self.staleness_max]
         if self.extra:
             body["extra"] = dict(self.extra)
+        if self.engine:
+            body["engine"] = {k: d.to_list() for k, d in self.engine.items()}
+        if self.causes:
+            body["causes"] = [[k[0], k[1], text] for k, text in sorted(self.causes.items())]
         return json.dumps(body, separators=(",", ":"), allow_nan=False)
 
     @classmethod
     def from_json(cls, text: str) -> StepSummary:
-        """Read :meth:`to_json`'s output; raises ``ValueError`` saying what is wrong (stored data is untrusted)."""
+        """Read :meth:`to_json`'s output, of this version or version 1; raises ``ValueError`` saying what is wrong
+        (stored data is untrusted)."""
         try:
             body = json.loads(text)
         except RecursionError:
             raise ValueError("the summary nests too deeply") from None
-        if not isinstance(body, dict) or body.get("v") != SCHEMA_VERSION:
-            raise ValueError(f"not a version-{SCHEMA_VERSION} step summary")
+        if not isinstance(body, dict) or body.get("v") not in _READABLE_VERSIONS or type(body.get("v")) is not int:
+            raise ValueError(f"not a version-{SCHEMA_VERSION} (or 1) step summary")
         times = body.get("t")
         if not isinstance(times, list) or len(times) != 4 or not all(_is_int(t) and t >= 0 for t in times):
             raise ValueError("the summary's times are not 4 non-negative integers")
         slowest = None
         if body.get("slowest") is not None:
             raw = body["slowest"]
-            if not isinstance(raw, list) or len(raw) != 7 or not _is_int(raw[0]) or not _is_int(raw[1]):
+            if not isinstance(raw, list) or len(raw) not in (7, 8) or not _is_int(raw[0]) or not _is_int(raw[1]):
                 raise ValueError("the summary's slowest sample is malformed")
             trace_id = raw[2] if isinstance(raw[2], str) else None
             slowest = SlowestSample(
-                raw[0], raw[1], trace_id, _finite(raw[3]), _finite(raw[4]), _finite(raw[5]), _verdict(raw[6])
+                raw[0],
+                raw[1],
+                trace_id,
+                _finite(raw[3]),
+                _finite(raw[4]),
+                _finite(raw[5]),
+                _verdict(raw[6]),
+                _text(raw[7]) if len(raw) == 8 else "",
             )
         staleness = body.get("staleness")
         if staleness is not None and not (isinstance(staleness, list) and len(staleness) == 2):
@@ -209,6 +322,8 @@ class StepSummary:
             staleness_mean=None if staleness is None else _finite(staleness[0]),
             staleness_max=None if staleness is None else _finite(staleness[1]),
             extra=_mapping(body.get("extra"), "extra"),
+            engine={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("engine"), "engine").items()},
+            causes=_causes(body.get("causes")),
         )
 
 
@@ -220,6 +335,25 @@ def _finite(v: Any) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{v!r:.40} is not a finite number")
     return float(v)
+
+
+def _text(v: Any) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{v!r:.40} is not a string")
+    return v
+
+
+def _causes(raw: Any) -> dict[tuple[int, int], str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise ValueError("the summary's causes are not a list")
+    out = {}
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3 and _is_int(item[0]) and _is_int(item[1])):
+            raise ValueError("a cause is malformed")
+        out[(item[0], item[1])] = _text(item[2])
+    return out
 
 
 def _verdict(v: Any) -> str:
@@ -285,9 +419,13 @@ def summarize(
         key = (int(t.sample_index[i]), int(t.rollout_n[i]))
         counts[verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True)] += 1
     slowest = None
-    if len(t):
-        i = int(np.argmax(t.total))
-        key = (int(t.sample_index[i]), int(t.rollout_n[i]))
+    i = int(np.argmax(t.total)) if len(t) else -1
+    wanted = [(index, -1 if r is None else r) for index, r in slow_keys if index is not None]
+    if i >= 0:
+        wanted.append((int(t.sample_index[i]), int(t.rollout_n[i])))
+    causes = sample_causes(t, metrics, wanted)
+    if i >= 0:
+        key = wanted[-1]
         slowest = SlowestSample(
             key[0],
             key[1],
@@ -296,6 +434,7 @@ def summarize(
             float(t.tool_calls[i]),
             float(t.compute_score[i]),
             verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True),
+            causes.get(key, ""),
         )
     start_ns = median_end_ns = end_ns = 0
     starts, ends = t.start_ns, t.end_ns
@@ -323,6 +462,8 @@ def summarize(
         slow=tuple(metrics.slow_samples),
         staleness_mean=float(stale.mean()) if stale is not None and stale.size else None,
         staleness_max=float(stale.max()) if stale is not None and stale.size else None,
+        engine={k: Distribution.of(v) for k, v in t.engine.stats().items() if v.size} if len(t.engine) else {},
+        causes=causes,
     )
 
 

@@ -41,6 +41,90 @@ def bound_tools(tools: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[np.
     return out
 
 
+_NO_FLOATS: npt.NDArray[np.float64] = np.empty(0, np.float64)
+
+
+@dataclass(frozen=True)
+class EngineTurns:
+    """The inference engine's timing of a step's generation turns: one row per turn span that carries any of
+    ``rl.engine.{queue_s,time_to_first_token_s,prefill_s,decode_s}`` (``semconv.ENGINE_ATTRIBUTES``), keyed by
+    its sample. Seconds and tokens are float64, NaN where the turn does not carry the value. Not per table row
+    (a sample has many turns): :meth:`PhaseTable.concat` concatenates them, and every statistic over them is
+    order-free."""
+
+    sample_index: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    rollout_n: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
+    queue_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
+    ttft_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
+    prefill_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
+    decode_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
+    output_tokens: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
+
+    def __len__(self) -> int:
+        return int(self.sample_index.shape[0])
+
+    @classmethod
+    def concat(cls, parts: Iterable[EngineTurns]) -> EngineTurns:
+        parts = [p for p in parts if len(p)]
+        if len(parts) == 1:
+            return parts[0]
+        if not parts:
+            return cls()
+        return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in _ENGINE_COLUMNS})
+
+    def tokens_per_s(self) -> npt.NDArray[np.float64]:
+        """Each turn's output tokens / decode seconds (NaN without both, or without decode time)."""
+        with np.errstate(divide="ignore", invalid="ignore"):
+            tps = self.output_tokens / self.decode_s
+        return np.where(np.isfinite(tps) & (self.decode_s > 0), tps, np.nan)
+
+    def stats(self) -> dict[str, npt.NDArray[np.float64]]:
+        """Each statistic of ``semconv.ENGINE_STATS`` -> the known values over the turns (sorted)."""
+        columns = (self.queue_s, self.ttft_s, self.decode_s, self.output_tokens, self.tokens_per_s())
+        return {name: np.sort(col[~np.isnan(col)]) for name, col in zip(sc.ENGINE_STATS, columns, strict=True)}
+
+    def tokens_per_sample(self) -> npt.NDArray[np.float64]:
+        """Each sample's output tokens summed over its turns (one value per sample with engine turns)."""
+        if not len(self):
+            return _NO_FLOATS
+        keys = np.stack((self.sample_index, self.rollout_n), axis=1)
+        _, inverse = np.unique(keys, axis=0, return_inverse=True)
+        return np.bincount(inverse.ravel(), weights=np.nan_to_num(self.output_tokens)).astype(np.float64)
+
+    def of_sample(self, key: tuple[int, int]) -> EngineSample | None:
+        """Sample ``key``'s turns summed (``None`` when none of its turns carries engine timing)."""
+        mine = (self.sample_index == key[0]) & (self.rollout_n == key[1])
+        if not np.any(mine):
+            return None
+        out, dec = self.output_tokens[mine], self.decode_s[mine]
+        both = ~np.isnan(out) & ~np.isnan(dec) & (dec > 0)
+        return EngineSample(
+            turns=int(np.count_nonzero(mine)),
+            queue_s=float(np.nansum(self.queue_s[mine])),
+            output_tokens=int(np.nansum(out)),
+            decode_s=float(dec[both].sum()),
+            decoded_tokens=int(out[both].sum()),
+        )
+
+
+class EngineSample(NamedTuple):
+    """One sample's engine turns summed: queue seconds, output tokens, and the tokens and decode seconds of its
+    turns that carry both (its decode speed is ``decoded_tokens / decode_s``)."""
+
+    turns: int
+    queue_s: float
+    output_tokens: int
+    decode_s: float
+    decoded_tokens: int
+
+    @property
+    def tokens_per_s(self) -> float | None:
+        return self.decoded_tokens / self.decode_s if self.decode_s > 0 else None
+
+
+_ENGINE_COLUMNS = ("sample_index", "rollout_n", "queue_s", "ttft_s", "prefill_s", "decode_s", "output_tokens")
+
+
 class OverdueSample(NamedTuple):
     """A sample the watchdog reported, as classified when its step was collected (``StepMetrics.slow_samples``,
     ``hung_samples``)."""
@@ -63,7 +147,9 @@ class PhaseTable:
     trace id (0 when unknown).
     ``late`` flags rows whose sample was still running at an earlier collect of its step (all False when
     not given). ``start_ns``/``end_ns``: each sample's wall-clock start and end (Unix ns; 0 when unknown):
-    its ``rl.sample`` span's, else the earliest start and latest end of its phase spans.
+    its ``rl.sample`` span's, else the earliest start and latest end of its phase spans. ``top_tool``: the tool
+    whose calls took the most seconds in the sample (``""`` when none). ``engine``: the engine's timing of the
+    step's turns (:class:`EngineTurns`; empty when no turn carries it).
     ``tools``: each tool's call durations in seconds (spans with ``gen_ai.tool.name`` of phase tool_calls),
     bounded by :func:`bound_tools`; not per row. ``step_key``: the (step, validate) the table was taken for
     (``None`` when unknown; :meth:`concat` keeps it when every part agrees). ``ordered`` promises rows are
@@ -85,8 +171,10 @@ class PhaseTable:
     start_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     end_ns: npt.NDArray[np.int64] = field(default_factory=lambda: np.zeros(0, np.int64))
     ordered: bool = False
+    top_tool: npt.NDArray[np.object_] = field(default_factory=lambda: np.zeros(0, np.object_))
     tools: ToolCalls = field(default_factory=dict)
     step_key: sc.StepKey | None = None
+    engine: EngineTurns = field(default_factory=EngineTurns)
 
     def __post_init__(self) -> None:
         n = self.sample_index.shape[0]
@@ -95,7 +183,9 @@ class PhaseTable:
             if column.shape[0] != n:
                 if column.shape[0]:
                     raise ValueError(f"{name} has {column.shape[0]} rows, the table {n}")
-                object.__setattr__(self, name, np.zeros(n, dtype))
+                object.__setattr__(
+                    self, name, np.full(n, "", np.object_) if dtype is np.object_ else np.zeros(n, dtype)
+                )
 
     def __len__(self) -> int:
         return int(self.sample_index.shape[0])
@@ -123,7 +213,8 @@ class PhaseTable:
                 calls.setdefault(tool, []).append(values)
         tools = bound_tools({tool: np.concatenate(values) for tool, values in calls.items()})
         keys = {t.step_key for t in parts}
-        return cls(**cols, tools=tools, step_key=keys.pop() if len(keys) == 1 else None)
+        engine = EngineTurns.concat(t.engine for t in parts)
+        return cls(**cols, tools=tools, step_key=keys.pop() if len(keys) == 1 else None, engine=engine)
 
     def trace_id_hex(self, i: int) -> str | None:
         """Row ``i``'s trace id as 32 hex digits, or ``None`` when unknown."""
@@ -136,7 +227,7 @@ class PhaseTable:
             return self
         order = np.lexsort((self.rollout_n, self.sample_index))
         cols = {name: getattr(self, name)[order] for name, _ in _COLUMNS}
-        return PhaseTable(**cols, ordered=True, tools=self.tools, step_key=self.step_key)
+        return PhaseTable(**cols, ordered=True, tools=self.tools, step_key=self.step_key, engine=self.engine)
 
     def slowest(self, n: int = 5) -> list[dict[str, object]]:
         """The ``n`` samples with the largest total, slowest first (canonical order breaks ties)."""
@@ -174,9 +265,15 @@ _COLUMNS: Sequence[tuple[str, type]] = (
     ("late", np.bool_),
     ("start_ns", np.int64),
     ("end_ns", np.int64),
+    ("top_tool", np.object_),
 )
-_OPTIONAL_COLUMNS: Sequence[tuple[str, type]] = (("late", np.bool_), ("start_ns", np.int64), ("end_ns", np.int64))
-"""Columns a caller may leave out (empty): filled with zeros (False, unknown)."""
+_OPTIONAL_COLUMNS: Sequence[tuple[str, type]] = (
+    ("late", np.bool_),
+    ("start_ns", np.int64),
+    ("end_ns", np.int64),
+    ("top_tool", np.object_),
+)
+"""Columns a caller may leave out (empty): filled with zeros (False, unknown; ``""`` for ``top_tool``)."""
 
 
 class StepMetrics(dict[str, float]):
@@ -203,8 +300,10 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
     ``slowest/{generate_sequences,tool_calls,compute_score,num_preempted}`` where slowest is the argmax of
     generate_sequences + tool_calls + compute_score; ``slowest/{prompt_length,response_length}`` only when
     known. Ours: ``{phase}/p50|p90|p99`` (linear interpolation), ``slowest/sample_index``,
-    ``slowest/rollout_n``, ``num_samples``, and ``late_samples`` (rows flagged ``late``) only when > 0. An empty
-    table gives only ``num_samples`` = 0.
+    ``slowest/rollout_n``, ``num_samples``, ``late_samples`` (rows flagged ``late``) only when > 0, and
+    ``engine/<stat>/{p50,p90,p99,max}`` over the turns of :attr:`PhaseTable.engine` that carry the statistic
+    (:func:`engine_metrics`), only when some turn carries the engine's timing. An empty table gives only
+    ``num_samples`` = 0.
     """
     out = StepMetrics()
     n = len(table)
@@ -242,4 +341,20 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
         out[f"{_PREFIX}/{sc.LATE_SAMPLES}"] = float(late)
     out.slowest_trace_id = t.trace_id_hex(i)
     out.slowest_sample = (int(t.sample_index[i]), int(t.rollout_n[i]))
+    out.update(engine_metrics(t.engine))
+    return out
+
+
+def engine_metrics(turns: EngineTurns) -> dict[str, float]:
+    """``agent_loop/engine/<stat>/{p50,p90,p99,max}`` for each statistic of ``semconv.ENGINE_STATS`` that some
+    turn carries (percentiles interpolate linearly, as the phases'); empty without engine turns."""
+    out: dict[str, float] = {}
+    if not len(turns):
+        return out
+    for stat, values in turns.stats().items():
+        if values.size:
+            base = f"{_PREFIX}/{sc.ENGINE_METRIC}/{stat}"
+            for q, value in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True):
+                out[f"{base}/p{q}"] = float(value)
+            out[f"{base}/max"] = float(values[-1])
     return out

@@ -94,7 +94,7 @@ def test_two_runs_in_jaeger_each_with_its_own_numbers_read_completely_past_the_s
     page = _report(stack, tmp_path, service, *args)
     assert page.returncode == 0, page.stderr
     assert "INCOMPLETE" not in page.stderr
-    assert "(1 steps, 1 timeline pages)" in page.stdout and (tmp_path / "run.steps" / "step-1.html").exists()
+    assert "(1 step, 1 timeline page)" in page.stdout and (tmp_path / "run.steps" / "step-1.html").exists()
 
 
 def test_a_window_that_cannot_be_split_is_reported_as_missing(stack, tmp_path) -> None:

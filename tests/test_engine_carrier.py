@@ -1,0 +1,254 @@
+"""The engine carrier (issue 28) without an engine: ``trace_headers()`` follows our sampling, the engine's numbers
+land on the turn span on both span paths, nothing raises into the caller, and the ``AsyncLLM.generate`` wrapper
+forwards the async generator exactly (aclose, athrow, cancellation, exceptions). The real vLLM runs in
+``tests/engine`` (``make test-engine``)."""
+
+from __future__ import annotations
+
+import asyncio
+import os
+import sys
+import types
+from collections.abc import AsyncGenerator, Iterator
+from types import SimpleNamespace
+from typing import Any
+
+import pytest
+from opentelemetry.sdk.trace.sampling import ALWAYS_OFF, ParentBased
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+from otel_agentloop.integrations.vllm import engine_attributes, record_engine_output, record_openai_response
+from otel_agentloop.integrations.vllm import trace_headers as headers_of_turn
+from otel_agentloop.integrations.vllm._wrappers import switch, wrap_generate
+from otel_agentloop.testing import capture, isolated
+
+
+@pytest.fixture(autouse=True)
+def _isolated() -> Iterator[None]:
+    with isolated():
+        yield
+
+
+def output(request_id: str = "r-1", *, finished: bool = True, preemptions: int = 1) -> SimpleNamespace:
+    stats = SimpleNamespace(
+        queued_ts=10.0,
+        scheduled_ts=10.5,
+        first_token_ts=11.0,
+        last_token_ts=13.0,
+        first_token_latency=1.25,
+        num_preemptions=preemptions,
+    )
+    done = SimpleNamespace(token_ids=[1, 2, 3, 4], finish_reason="length")
+    return SimpleNamespace(
+        request_id=request_id, prompt_token_ids=[9] * 7, outputs=[done], metrics=stats, finished=finished
+    )
+
+
+EXPECTED = {
+    sc.RL_ENGINE_NAME: "vllm",
+    sc.GEN_AI_RESPONSE_ID: "r-1",
+    sc.GEN_AI_USAGE_INPUT_TOKENS: 7,
+    sc.GEN_AI_USAGE_OUTPUT_TOKENS: 4,
+    sc.GEN_AI_RESPONSE_FINISH_REASONS: ("length",),
+    sc.RL_ENGINE_QUEUE_S: 0.5,
+    sc.RL_ENGINE_PREFILL_S: 0.5,
+    sc.RL_ENGINE_DECODE_S: 2.0,
+    sc.RL_ENGINE_TTFT_S: 1.25,
+    sc.RL_ENGINE_PREEMPTIONS: 1,
+    sc.RL_NUM_PREEMPTED: 1,
+}
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_trace_headers_carry_the_turn_and_our_sampling_decision(fast_path: bool) -> None:
+    assert headers_of_turn() == {}  # outside any span: nothing (the caller's request is unchanged)
+    with capture(fast_path=fast_path) as cap:
+        with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+            headers = headers_of_turn()
+        (turn,) = [s for s in cap.spans() if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+        ctx = turn.get_span_context()
+        assert headers == {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-01"}
+    with capture(fast_path=fast_path, sampler=ParentBased(ALWAYS_OFF)):
+        with oal.step(0), oal.sample(0) as sample, oal.span("generate_sequences"):
+            unsampled = headers_of_turn()
+        # flag 00: vLLM records nothing for it (no headers at all would make vLLM start a root span)
+        assert unsampled["traceparent"].startswith(f"00-{sample.trace_id}-") and unsampled["traceparent"][-3:] == "-00"
+        assert sample.span is not None and not sample.span.get_span_context().trace_flags.sampled
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_engine_output_lands_on_the_turn_span_on_both_paths(fast_path: bool) -> None:
+    with capture(fast_path=fast_path) as cap:
+        with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+            record_engine_output(output())
+        with oal.step(1), oal.sample(0), oal.span("generate_sequences"):
+            record_openai_response(
+                {
+                    "id": "cmpl-9",
+                    "usage": {"prompt_tokens": 5, "completion_tokens": 3},
+                    "choices": [{"finish_reason": "stop"}],
+                }
+            )
+        turns = [s for s in cap.spans() if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    attrs = dict(turns[0].attributes or {})
+    assert {k: attrs[k] for k in EXPECTED} == EXPECTED
+    attrs = dict(turns[1].attributes or {})
+    assert attrs[sc.GEN_AI_RESPONSE_ID] == "cmpl-9" and attrs[sc.RL_ENGINE_NAME] == "vllm"
+    assert (attrs[sc.GEN_AI_USAGE_INPUT_TOKENS], attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS]) == (5, 3)
+    assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+    assert sc.RL_ENGINE_QUEUE_S not in attrs  # the HTTP response carries no engine timing
+
+
+def test_partial_or_hostile_outputs_never_raise_and_keep_what_is_valid() -> None:
+    class Hostile:
+        @property
+        def request_id(self) -> str:
+            raise RuntimeError("boom")
+
+    unscheduled = output()
+    unscheduled.metrics.scheduled_ts = unscheduled.metrics.first_token_ts = unscheduled.metrics.last_token_ts = 0.0
+    with capture() as cap:
+        with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+            record_engine_output(Hostile())  # logged once, swallowed
+            record_engine_output(None)
+            record_engine_output(unscheduled)  # aborted before it was scheduled: no timing
+            record_openai_response("not a mapping")
+        (turn,) = [s for s in cap.spans() if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    attrs = dict(turn.attributes or {})
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 4
+    assert not {sc.RL_ENGINE_QUEUE_S, sc.RL_ENGINE_PREFILL_S, sc.RL_ENGINE_DECODE_S} & set(attrs)
+    assert engine_attributes(SimpleNamespace(), "sglang") == {sc.RL_ENGINE_NAME: "sglang"}
+
+
+def test_tracing_off_costs_one_check() -> None:
+    with capture(enabled=False), oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+        assert headers_of_turn() == {}
+        record_engine_output(output())  # a no-op
+
+
+class Engine:
+    """A stand-in for ``AsyncLLM``: its ``generate`` is an async generator that records what it was given."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+        self.closed = False
+        self.thrown: list[BaseException] = []
+
+    async def generate(self, prompt: str, params: Any, request_id: str, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        self.calls.append(kwargs)
+        try:
+            if prompt == "slow":  # cancelled while vLLM's generator waits for the engine
+                await asyncio.sleep(10)
+            for i in range(3):
+                try:
+                    yield SimpleNamespace(step=i, finished=False)
+                except ValueError as exc:  # athrow: handled inside vLLM's generator
+                    self.thrown.append(exc)
+                    yield SimpleNamespace(step="recovered", finished=False)
+            if prompt == "fail":
+                raise KeyError("engine failed")
+            yield output(request_id)
+        finally:
+            self.closed = True
+
+
+@pytest.fixture
+def wrapped() -> Iterator[Any]:
+    switch.active = True
+    try:
+        yield wrap_generate(Engine.generate)
+    finally:
+        switch.active = False
+
+
+def test_generate_wrapper_adds_headers_records_the_final_output_and_forwards_everything(wrapped: Any) -> None:
+    async def run() -> None:
+        engine = Engine()
+        with capture() as cap:
+            with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+                outs = [o async for o in wrapped(engine, "p", None, "r-1")]
+                expected_headers = headers_of_turn()
+                mine = [o async for o in wrapped(engine, "p", None, "r-2", trace_headers={"traceparent": "x"})]
+            (turn,) = [s for s in cap.spans() if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+        assert len(outs) == len(mine) == 4 and engine.closed
+        assert engine.calls == [{"trace_headers": expected_headers}, {"trace_headers": {"traceparent": "x"}}]
+        assert dict(turn.attributes or {})[sc.GEN_AI_RESPONSE_ID] == "r-2"  # each final output, the last wins
+
+        engine = Engine()  # aclose() closes vLLM's generator (vLLM aborts the request there)
+        gen = wrapped(engine, "p", None, "r-3")
+        await gen.__anext__()
+        await gen.aclose()
+        assert engine.closed
+
+        engine = Engine()  # athrow() reaches vLLM's generator and its answer comes back
+        gen = wrapped(engine, "p", None, "r-4")
+        await gen.__anext__()
+        assert (await gen.athrow(ValueError("x"))).step == "recovered"
+        assert [type(e) for e in engine.thrown] == [ValueError]
+        await gen.aclose()
+
+        engine = Engine()  # the engine's exception reaches the caller unchanged
+        with pytest.raises(KeyError, match="engine failed"):
+            async for _ in wrapped(engine, "fail", None, "r-5"):
+                pass
+
+        engine = Engine()  # cancelled while the engine works: vLLM's generator sees it, CancelledError propagates
+
+        async def consume() -> None:
+            async for _ in wrapped(engine, "slow", None, "r-6"):
+                pass
+
+        task = asyncio.ensure_future(consume())
+        await asyncio.sleep(0.01)
+        task.cancel()
+        with pytest.raises(asyncio.CancelledError):
+            await task
+        assert engine.closed
+
+    asyncio.run(run())
+
+
+def test_uninstrumented_wrapper_calls_straight_through() -> None:
+    async def run() -> list[Any]:
+        engine = Engine()
+        with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+            outs = [o async for o in wrap_generate(Engine.generate)(engine, "p", None, "r")]
+        assert engine.calls == [{}]
+        return outs
+
+    with capture():
+        assert len(asyncio.run(run())) == 4
+
+
+def test_instrument_patches_async_llm_and_uninstrument_puts_back_the_very_same_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_agentloop.integrations import vllm as oal_vllm
+
+    class AsyncLLM:
+        def __init__(self, vllm_config: Any) -> None:
+            self.config = vllm_config
+
+        generate = Engine.generate
+
+    module = types.ModuleType(oal_vllm.ASYNC_LLM)
+    module.AsyncLLM = AsyncLLM  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, oal_vllm.ASYNC_LLM, module)
+    init, generate = AsyncLLM.__dict__["__init__"], AsyncLLM.__dict__["generate"]
+    with capture("svc", endpoint="http://127.0.0.1:4317", protocol="grpc"):
+        try:
+            assert oal_vllm.instrument() and oal_vllm.instrument() and oal_vllm.is_instrumented()
+            assert AsyncLLM.__dict__["generate"].__wrapped__ is generate
+            config = SimpleNamespace(observability_config=SimpleNamespace(otlp_traces_endpoint=None))
+            given = SimpleNamespace(observability_config=SimpleNamespace(otlp_traces_endpoint="127.0.0.1:9"))
+            monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+            AsyncLLM(config), AsyncLLM(given)
+            # the engine had none: it gets ours and our service name; one it was given is kept
+            assert config.observability_config.otlp_traces_endpoint == "http://127.0.0.1:4317"
+            assert given.observability_config.otlp_traces_endpoint == "127.0.0.1:9"
+            assert os.environ["OTEL_SERVICE_NAME"] == "svc"
+        finally:
+            oal_vllm.uninstrument()
+    assert AsyncLLM.__dict__["__init__"] is init and AsyncLLM.__dict__["generate"] is generate
+    assert not oal_vllm.is_instrumented()
