@@ -29,7 +29,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._tracer import SCOPE
 
-from .otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, wait_for
+from .otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, start_http, wait_for
 
 FAST_PATH_ENV = "OTEL_AGENTLOOP_FAST_PATH"
 MODES = ("fast", "sdk")
@@ -40,6 +40,9 @@ RANDOM_TRACE_ID = 0x02
 ``test_fast_path_parity::test_trace_flags_match_the_sdk_with_the_random_trace_id_flag`` only, so that a
 difference there does not hide the others."""
 _TIMED_PHASES = (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE)
+EXPLICIT_TIMES = 1 << 50
+"""Event times below this (before 1970-01-14) are a user's explicit timestamps: compared as they are; the
+others (taken from the clock) only by their presence."""
 
 
 # -- capture --------------------------------------------------------------------------------------------------
@@ -112,16 +115,25 @@ def run_scenario(
     monkeypatch: pytest.MonkeyPatch,
     *,
     env: Mapping[str, str] | None = None,
+    protocol: str = "grpc",
     **configure_kwargs: Any,
 ) -> Run:
     """``scenario(handle)`` under a fresh ``configure()`` with the fast path on (``mode="fast"``) or off; the
-    handle is flushed and shut down before this returns, and the receiver has every exported span."""
+    handle is flushed and shut down before this returns, and the receiver has every exported span.
+    ``protocol``: ``"grpc"`` or ``"http/protobuf"``, the OTLP exporter and the loopback receiver's
+    (``Run.grpc`` holds what that receiver decoded either way)."""
     monkeypatch.setenv(FAST_PATH_ENV, "true" if mode == "fast" else "false")
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")  # the receiver takes traces only
     for key, value in (env or {}).items():
         monkeypatch.setenv(key, value)
     receiver = RawReceiver()
-    server, endpoint = start_grpc(receiver)
+    stop: Callable[[], Any]
+    if protocol == "grpc":
+        grpc_server, endpoint = start_grpc(receiver)
+        stop = lambda: grpc_server.stop(0)  # noqa: E731
+    else:
+        http_server, endpoint = start_http(receiver)
+        stop = http_server.shutdown
     exporter = InMemorySpanExporter()
     processor = RecordingProcessor()
     path = tmp_path / f"{mode}.jsonl"
@@ -130,7 +142,7 @@ def run_scenario(
         "processors": [processor],
         "file": str(path),
         "endpoint": endpoint,
-        "protocol": "grpc",
+        "protocol": protocol,
         "set_global": False,
         "schedule_delay_s": 0.05,
         **configure_kwargs,
@@ -145,8 +157,8 @@ def run_scenario(
         exported = list(exporter.get_finished_spans())
         assert wait_for(lambda: len(receiver.records) >= len(exported), 10), (len(receiver.records), len(exported))
     finally:
-        server.stop(0)
-    lines = path.read_text().splitlines() if path.exists() else []
+        stop()
+    lines = [line for line in path.read_text().split("\n") if line] if path.exists() else []  # not U+0085
     return Run(mode, exported, processor, lines, list(receiver.requests), result, handle)
 
 
@@ -195,6 +207,7 @@ def from_readable(span: ReadableSpan) -> dict[str, Any]:
         "dropped_attributes": span.dropped_attributes,
         "status": (span.status.status_code.name, span.status.description),
         "events": [(e.name, _attrs(e.attributes)) for e in span.events],
+        "event_times": [e.timestamp for e in span.events],
         "dropped_events": span.dropped_events,
         "links": [(link.context.trace_id, link.context.span_id, _attrs(link.attributes)) for link in span.links],
         "dropped_links": span.dropped_links,
@@ -250,6 +263,7 @@ def from_proto(request: trace_service_pb2.ExportTraceServiceRequest) -> list[dic
                         "dropped_attributes": s.dropped_attributes_count,
                         "status": (_STATUS[s.status.code], s.status.message),
                         "events": [(e.name, _kvs(e.attributes)) for e in s.events],
+                        "event_times": [e.time_unix_nano for e in s.events],
                         "dropped_events": s.dropped_events_count,
                         "links": [(_id(link.trace_id), _id(link.span_id), _kvs(link.attributes)) for link in s.links],
                         "dropped_links": s.dropped_links_count,
@@ -275,21 +289,31 @@ def is_timing_metric(key: str) -> bool:
     return len(parts) >= 2 and parts[0] == "agent_loop" and (parts[1] in _TIMED_PHASES or parts[-1] in _TIMED_PHASES)
 
 
-def mask_metrics(metrics: Mapping[str, Any]) -> dict[str, Any]:
-    """``metrics`` with every measured duration replaced by ``"<time>"`` (keys, counts, identities kept)."""
-    return {key: ("<time>" if is_timing_metric(key) else value) for key, value in sorted(metrics.items())}
+WHICH_SLOWEST = f"{SUMMARY_SPAN}/slowest"
+"""In ``masked``: which sample was the step's slowest is masked too (samples that take about the same time)."""
+_SLOWEST_INDEX = "agent_loop/slowest/sample_index"
 
 
-def _mask_summary(text: str) -> Any:
+def mask_metrics(metrics: Mapping[str, Any], which_slowest: bool = False) -> dict[str, Any]:
+    """``metrics`` with every measured duration replaced by ``"<time>"`` (keys, counts, identities kept; with
+    ``which_slowest``, the slowest sample's index too)."""
+    out = {key: ("<time>" if is_timing_metric(key) else value) for key, value in sorted(metrics.items())}
+    if which_slowest and _SLOWEST_INDEX in out:
+        out[_SLOWEST_INDEX] = "<which>"
+    return out
+
+
+def _mask_summary(text: str, which_slowest: bool = False) -> Any:
     """The ``rl.step.summary`` JSON with its durations and times masked (counts, identity and keys kept)."""
     data = json.loads(text)
-    data["metrics"] = mask_metrics(data.get("metrics", {}))
+    data["metrics"] = mask_metrics(data.get("metrics", {}), which_slowest)
     for key in ("phases", "tools"):
         data[key] = {name: row[0] for name, row in data.get(key, {}).items()}  # the count per phase/tool
     data["t"] = len(data.get("t", []))
     slowest = data.get("slowest")
     if slowest:
-        data["slowest"] = [slowest[0], slowest[1], "<trace>", "<time>", "<time>", "<time>", *slowest[6:]]
+        which = "<which>" if which_slowest else slowest[0]
+        data["slowest"] = [which, slowest[1], "<trace>", "<time>", "<time>", "<time>", *slowest[6:]]
     for key in ("hung", "slow"):
         data[key] = len(data.get(key, []))
     return data
@@ -301,14 +325,15 @@ def _map_attrs(attrs: list[tuple[str, Any]], masked: frozenset[str]) -> list[Any
         if key in masked:
             value = "<masked>"
         elif key == SUMMARY_SPAN and kind in ("str", "string_value"):
-            value = _mask_summary(value)
+            value = _mask_summary(value, WHICH_SLOWEST in masked)
         out.append((key, (kind, value)))
     return out
 
 
 def _tree_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     """Spans depth first: roots (spans whose parent is not here) by start, each span's children by start
-    (longest first on a tie), then name. Only siblings are compared by time, and siblings share a timeline."""
+    (longest first on a tie), then name; the step summary after its siblings (its times are the metrics', which
+    tie with its first sample's start). Only siblings are compared by time, and siblings share a timeline."""
     here = {s["span_id"] for s in spans}
     children: dict[int, list[dict[str, Any]]] = {}
     for s in spans:
@@ -316,7 +341,9 @@ def _tree_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
     out: list[dict[str, Any]] = []
 
     def visit(parent: int) -> None:
-        for s in sorted(children.get(parent, []), key=lambda s: (s["start"], -s["end"], s["name"])):
+        for s in sorted(
+            children.get(parent, []), key=lambda s: (s["name"] == SUMMARY_SPAN, s["start"], -s["end"], s["name"])
+        ):
             out.append(s)
             visit(s["span_id"])
 
@@ -367,9 +394,13 @@ def normalise(spans: list[dict[str, Any]], masked: Iterable[str] = ()) -> list[d
     rank: dict[int, tuple[int, int]] = {}
     roots = siblings.get(0, [])
     for group in siblings.values():
-        starts = sorted(s["start"] for s in group)
-        ends = sorted(s["end"] for s in group)
+        timed = [s for s in group if s["name"] != SUMMARY_SPAN]  # the summary's times: see _tree_order
+        starts = sorted(s["start"] for s in timed)
+        ends = sorted(s["end"] for s in timed)
         for s in group:  # roots: each on its own clock anchor, so only their starts are compared
+            if s["name"] == SUMMARY_SPAN:
+                rank[s["span_id"]] = (-1, -1)
+                continue
             rank[s["span_id"]] = (starts.index(s["start"]), -1 if group is roots else ends.index(s["end"]))
     out = []
     for s in ordered:
@@ -380,6 +411,7 @@ def normalise(spans: list[dict[str, Any]], masked: Iterable[str] = ()) -> list[d
         n["links"] = [(tid(t), sid(i), a) for t, i, a in s["links"]]
         n["attributes"] = _map_attrs(s["attributes"], masked_keys)
         n["events"] = [(name, _map_attrs(attrs, masked_keys)) for name, attrs in s["events"]]
+        n["event_times"] = [t if t < EXPLICIT_TIMES else "<now>" for t in s["event_times"]]
         n["start"], n["end"] = rank[s["span_id"]]
         out.append(n)
     return out
@@ -450,13 +482,7 @@ def compare_runs(
         seen = [s for s in run.canonical("processor") if s["span_id"] in ids]
         assert_same(normalise(exported, masked), normalise(seen, masked), f"{mode}: exporter vs processor")
         file_spans, grpc_spans = normalise(run.canonical("file"), masked), normalise(run.canonical("grpc"), masked)
-        # known, and not the fast path's: the file encoder writes no span flags 0x100/0x200 (parent is_remote)
-        assert {s["parent_remote"] for s in file_spans} <= {None}
-        assert_same(
-            [{**s, "parent_remote": None} for s in file_spans],
-            [{**s, "parent_remote": None} for s in grpc_spans],
-            f"{mode}: file vs grpc",
-        )
+        assert_same(file_spans, grpc_spans, f"{mode}: file vs grpc")
     violations = nesting_violations(runs["fast"].canonical("exporter"))
     assert not violations, "fast: " + "; ".join(violations)
     return out

@@ -177,5 +177,6 @@ def start_http(
             context.load_verify_locations(client_ca)
         server.socket = context.wrap_socket(server.socket, server_side=True)
         scheme = "https"
-    threading.Thread(target=server.serve_forever, daemon=True).start()
+    # polled every 50 ms: shutdown() returns within that (the default 0.5 s made each stop cost half a second)
+    threading.Thread(target=server.serve_forever, kwargs={"poll_interval": 0.05}, daemon=True).start()
     return server, f"{scheme}://127.0.0.1:{server.server_address[1]}"

@@ -6,7 +6,12 @@ finalized as the export pipeline does."""
 
 from __future__ import annotations
 
+import json
+import os
+import subprocess
+import sys
 import time
+from pathlib import Path
 from typing import Any
 
 import pytest
@@ -20,10 +25,13 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
+from otel_agentloop.analysis import Skipped, read_jsonl
 from otel_agentloop.core._record import FastSpan
 from otel_agentloop.core._recorder import Recorder
 from otel_agentloop.export import _otlp_json, _otlp_proto
 from otel_agentloop.export._pipeline import finalize, materialise
+
+from .fast_path_parity import parse_json_line
 
 RESOURCE = Resource({"service.name": "encode-test", "host.name": "h1", "rl.ranks": (0, 1)})
 SCOPE = InstrumentationScope("otel_agentloop", "9.9.9")
@@ -160,10 +168,122 @@ def test_json_batch_mixing_records_and_sdk_spans_groups_them_by_resource() -> No
     assert text.count('"resource"') == 1 and text.count('"scope"') == 2
 
 
-def test_json_counts_the_attributes_a_record_dropped() -> None:
+def _sdk_batch() -> list[Any]:
+    """SDK spans carrying every field the encoders write: a trace state and remote parent, links (remote, over
+    the link and link-attribute limits), events over the event and event-attribute limits, dropped attributes,
+    a scope with attributes and a schema URL, a second resource, and an equal resource as a distinct object."""
+    limits = SpanLimits(max_span_attributes=3, max_events=2, max_links=2, max_event_attributes=1, max_link_attributes=1)
+    provider = TracerProvider(resource=RESOURCE, span_limits=limits)
+    other = TracerProvider(resource=Resource({"service.name": "other"}, "https://opentelemetry.io/schemas/1.20.0"))
+    same = TracerProvider(resource=Resource(dict(RESOURCE.attributes)))
+    tracer = provider.get_tracer(
+        "user.code", "1.0", schema_url="https://opentelemetry.io/schemas/1.21.0", attributes={"lib.attr": "x"}
+    )
+    remote = SpanContext(0xABC, 0xDEF, is_remote=True, trace_flags=TraceFlags(1), trace_state=TraceState([("k", "v")]))
+    links = [  # the oldest is dropped
+        Link(SpanContext(0x3, 0x4, is_remote=False)),
+        Link(SpanContext(0x5, 0x6, is_remote=False)),
+        Link(SpanContext(0x1, 0x2, is_remote=True), {"a": 1, "b": 2}),
+    ]
+    ctx = trace.set_span_in_context(NonRecordingSpan(remote))
+    with tracer.start_as_current_span("user span", ctx, attributes={"x": 1, "a": ["p", "q"]}, links=links) as user:
+        for i in range(4):
+            user.set_attribute(f"k{i}", i)
+            user.add_event(f"ev{i}", {"k": b"b", "n": i})
+        user.set_status(Status(StatusCode.ERROR, "bad"))
+    with other.get_tracer("other").start_as_current_span("elsewhere", kind=trace.SpanKind.CLIENT) as elsewhere:
+        pass
+    with same.get_tracer("otel_agentloop", "9.9.9").start_as_current_span("twin") as twin:
+        pass
+    return [user, elsewhere, twin]
+
+
+def test_json_of_records_parses_to_the_sdk_encoders_message() -> None:
+    """Every field protobuf carries, OTLP-JSON carries: the JSON parses (protobuf's JSON mapping, hex ids) to
+    the message the SDK's own encoder builds from the materialised spans."""
+    records = _records()
+    expected = sdk_encode_spans([materialise(s) for s in records])
+    assert parse_json_line(_otlp_json.encode_spans(records)) == expected
+    for span in records:
+        assert parse_json_line(_otlp_json.encode_spans([span])) == sdk_encode_spans([materialise(span)]), span.name
+    joined = json.loads(_otlp_json.encode_spans([records[4]]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert joined["traceState"] == "vendor=v1,rojo=00f067aa0ba902b7" and joined["flags"] == 0x300
+    assert [link["flags"] for link in joined["links"]] == [0x100, 0x300, 0x100]
+    assert [len(link["attributes"]) for link in joined["links"]] == [2, 0, 1]
+    local = json.loads(_otlp_json.encode_spans([records[0]]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert "traceState" not in local and local["flags"] == 0x100
+
+
+def test_json_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
+    records = _records()
+    user, elsewhere, twin = _sdk_batch()
+    assert user.dropped_events == 2 and user.dropped_links == 1 and user.events[0].dropped_attributes == 1
+    mixed = [records[0], user, elsewhere, records[1], twin, records[3]]
+    expected = sdk_encode_spans([materialise(s) if type(s) is FastSpan else s for s in mixed])
+    text = _otlp_json.encode_spans(mixed)  # type: ignore[arg-type]
+    assert parse_json_line(text) == expected
+    assert len(expected.resource_spans) == 2 and len(expected.resource_spans[0].scope_spans) == 2
+    request = json.loads(text)
+    scope_spans = request["resourceSpans"][0]["scopeSpans"][1]
+    assert scope_spans["schemaUrl"] == "https://opentelemetry.io/schemas/1.21.0"
+    assert scope_spans["scope"]["attributes"] == [{"key": "lib.attr", "value": {"stringValue": "x"}}]
+    assert request["resourceSpans"][1]["schemaUrl"] == "https://opentelemetry.io/schemas/1.20.0"
+    got = scope_spans["spans"][0]
+    # proto3 JSON spellings: lowerCamelCase, uint32 counts and flags as numbers, fixed64 times as strings
+    assert (got["droppedAttributesCount"], got["droppedEventsCount"], got["droppedLinksCount"]) == (3, 2, 1)
+    assert got["traceState"] == "k=v" and got["flags"] == 0x300 and isinstance(got["startTimeUnixNano"], str)
+    assert [e.get("droppedAttributesCount") for e in got["events"]] == [1, 1]
+    assert [link.get("droppedAttributesCount") for link in got["links"]] == [None, 1]
+    assert [link["flags"] for link in got["links"]] == [0x100, 0x300]
+    # the SDK's public read surface (a ReadableSpan-like object) gives the same JSON as its private fields
+    assert _otlp_json.encode_spans([_PublicOnly(user)]) == _otlp_json.encode_spans([user])  # type: ignore[list-item]
+
+
+class _PublicOnly:
+    """A span exposing only ``ReadableSpan``'s public properties (another SDK version's span)."""
+
+    def __init__(self, span: Any) -> None:
+        self._span = span
+
+    def __getattr__(self, name: str) -> Any:
+        if name.startswith("_"):
+            raise AttributeError(name)
+        return getattr(self._span, name)
+
+
+def test_json_counts_what_a_record_dropped() -> None:
     span = _over_limits()
     assert span.dropped_attributes == 5 and span.dropped_events == 3
-    assert '"droppedAttributesCount":5' in _otlp_json.encode_spans([span])
+    got = json.loads(_otlp_json.encode_spans([span]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    assert (got["droppedAttributesCount"], got["droppedEventsCount"]) == (5, 3)
+    assert parse_json_line(_otlp_json.encode_spans([span])) == sdk_encode_spans([materialise(span)])
+
+
+def test_json_with_every_field_is_read_back_by_the_reader_and_report(tmp_path: Path) -> None:
+    """``read_jsonl`` and ``report --file`` (a subprocess) read files carrying the new fields."""
+    spans = [*_records(), *_sdk_batch()]
+    path = tmp_path / "all.jsonl"
+    data, skipped = _otlp_json.encode_request(spans, "\n")  # type: ignore[arg-type]
+    assert skipped == 0
+    path.write_bytes(data * 2)
+    bad = Skipped()
+    read = list(read_jsonl(str(path), bad))
+    assert bad.count == 0 and len(read) == 2 * len(spans)
+    assert sorted(r.name for r in read[: len(spans)]) == sorted(s.name for s in spans)
+    joined = next(r for r in read if r.parent_id == 0xB7AD6B7169203331)
+    assert joined.links == ((0x1234, 0x5678), (0x9ABC, 0xDEF0), (0x77, 0x88))
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    proc = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "report", "--file", str(path), "--runs"],
+        cwd=tmp_path,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr and "skipped" not in proc.stderr, proc.stderr
+    assert "encode-test" in proc.stdout and "other" in proc.stdout, proc.stdout
 
 
 # -- protobuf -------------------------------------------------------------------------------------------------

@@ -18,14 +18,19 @@ IDENTITY_KEYS = (sc.RL_PHASE, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, s
 
 def restore_identity(span: Span, started_with: Mapping[str, object]) -> None:
     """Before ``span`` ends: if its attribute count limit evicted anything (the SDK evicts the oldest), write
-    back the identity it started with, which makes it the newest. Costs one check when nothing was dropped."""
+    back the identity it started with, which makes it the newest. A value the length limit cut is compared as
+    cut (it did not change). Costs one check when nothing was dropped."""
     try:
         attrs = span._attributes  # type: ignore[attr-defined]
         if not attrs.dropped:
             return
+        limit = attrs.max_value_len
         for key in IDENTITY_KEYS:
-            if key in started_with and attrs.get(key) != started_with[key]:
-                span.set_attribute(key, started_with[key])  # type: ignore[arg-type]
+            if key not in started_with:
+                continue
+            value = started_with[key]
+            if attrs.get(key) != (value[:limit] if limit is not None and isinstance(value, str) else value):
+                span.set_attribute(key, value)  # type: ignore[arg-type]
     except Exception:
         return
 

@@ -7,7 +7,10 @@ much as protobuf's ``json_format``), the SDK's protobuf encoder ~150 us, these s
 
 A batch may mix the fast path's records (:class:`~otel_agentloop.core._record.FastSpan`, encoded from their
 fields: no SDK span is built) and SDK spans; a record encodes to the same bytes as the SDK span
-``export._pipeline.materialise`` builds from it.
+``export._pipeline.materialise`` builds from it. Every field the protobuf encoder (:mod:`._otlp_proto`) writes
+is written, as protobuf's JSON mapping spells it (``traceState``, span and link ``flags``, the dropped
+attribute, event and link counts, scope attributes, schema URLs; uint32 as numbers, fixed64 times as strings),
+grouped by resource and scope as it groups them: the JSON parses to the same ``ExportTraceServiceRequest``.
 """
 
 from __future__ import annotations
@@ -19,11 +22,13 @@ from json.encoder import encode_basestring
 from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.trace import StatusCode
+from opentelemetry.trace import Status, StatusCode
 
 from ..core._guard import internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
+from ._groups import Groups
+from ._otlp_proto import _time
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _quote: Callable[[str], str] = encode_basestring  # C-accelerated JSON string quoting
@@ -31,6 +36,7 @@ _key_cache: dict[str, str] = {}
 
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
+_HAS_IS_REMOTE, _IS_REMOTE = 0x100, 0x200  # SpanFlags
 
 
 def _double(v: float) -> str:
@@ -117,128 +123,188 @@ def _span(s: ReadableSpan | FastSpan) -> str:
         return _span_json(
             f.trace_id,
             f.span_id,
+            f.trace_state,
             f.parent_id or None,
-            f.status.status_code,
-            f.status.description,
+            f.parent_remote,
             f.name,
             0,  # INTERNAL
             f.start_ns,
             f.end_ns,
             f.attributes,
-            _record_events(f.events) if f.events else "",
-            _links(f.links) if f.links else "",
             f.dropped_attributes,
+            _record_events(f.events) if f.events else "",
+            f.dropped_events,
+            _links(f.links) if f.links else "",
+            f.dropped_links,
+            f.status,
         )
     try:
         ctx, parent = s._context, s._parent
         return _span_json(
             ctx.trace_id if ctx else None,
             ctx.span_id if ctx else 0,
+            ctx.trace_state if ctx else None,
             parent.span_id if parent is not None else None,
-            s._status.status_code,
-            s._status.description,
+            bool(parent is not None and parent.is_remote),
             s._name,
             s._kind.value,
             s._start_time,
             s._end_time,
             _raw(s._attributes),
-            _events(s._events) if s._events else "",
-            _links(s._links) if s._links else "",
             s.dropped_attributes,
+            _events(s._events, s) if s._events else "",
+            s.dropped_events,
+            _links(s._links) if s._links else "",
+            s.dropped_links,
+            s._status,
         )
     except Exception:
-        status, ctx, parent = s.status, s.context, s.parent
+        ctx, parent = s.context, s.parent
         return _span_json(
             ctx.trace_id if ctx else None,
             ctx.span_id if ctx else 0,
+            ctx.trace_state if ctx else None,
             parent.span_id if parent is not None else None,
-            status.status_code,
-            status.description,
+            bool(parent is not None and parent.is_remote),
             s.name,
             s.kind.value,
             s.start_time,
             s.end_time,
             _raw(s.attributes),
-            _events(s.events) if s.events else "",
-            _links(s.links) if s.links else "",
             s.dropped_attributes,
+            _events(s.events, s) if s.events else "",
+            s.dropped_events,
+            _links(s.links) if s.links else "",
+            s.dropped_links,
+            s.status,
         )
 
 
-def _events(events: Sequence[Any]) -> str:
+def _dropped(count: int) -> str:
+    """The ``droppedAttributesCount`` member (``""`` when none were dropped, as protobuf leaves out a 0)."""
+    return f',"droppedAttributesCount":{count}' if count else ""
+
+
+def _flags(remote: bool) -> int:
+    """Span and link ``flags``: the SDK always says whether the parent (the linked span) is remote."""
+    return _HAS_IS_REMOTE | _IS_REMOTE if remote else _HAS_IS_REMOTE
+
+
+def _event_json(name: str, ts: int, attributes: Mapping[str, Any] | None, dropped: int) -> str:
+    return f'{{"timeUnixNano":"{ts}","name":{_quote(name)},"attributes":{_attrs(attributes)}{_dropped(dropped)}}}'
+
+
+def _events(events: Sequence[Any], s: ReadableSpan) -> str:
+    """An SDK span's events (a user's float time as nanoseconds, as :mod:`._otlp_proto` writes it)."""
     return (
         ',"events":['
-        + ",".join(
-            f'{{"name":{_quote(e.name)},"timeUnixNano":"{e.timestamp}","attributes":{_attrs(_raw(e.attributes))}}}'
-            for e in events
-        )
+        + ",".join(_event_json(e.name, _time(e.timestamp, s), _raw(e.attributes), e.dropped_attributes) for e in events)
         + "]"
     )
 
 
 def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int, int]]) -> str:
     """A fast-path record's events: ``(name, attributes, time_ns, dropped_attributes)``."""
-    return (
-        ',"events":['
-        + ",".join(
-            f'{{"name":{_quote(name)},"timeUnixNano":"{ts}","attributes":{_attrs(attrs)}}}'
-            for name, attrs, ts, _ in events
-        )
-        + "]"
-    )
+    return ',"events":[' + ",".join(_event_json(name, ts, attrs, dropped) for name, attrs, ts, dropped in events) + "]"
 
 
 def _links(links: Sequence[Any]) -> str:
+    """The ``links`` member (the SDK writes no link trace state)."""
     return (
         ',"links":['
         + ",".join(
             f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
-            f'"attributes":{_attrs(_raw(link.attributes))}}}'
+            f'"attributes":{_attrs(_raw(link.attributes))}{_dropped(link.dropped_attributes)},'
+            f'"flags":{_flags(link.context.is_remote)}}}'
             for link in links
         )
         + "]"
     )
 
 
+def _trace_state(state: Any) -> str:
+    """The ``traceState`` member: the W3C header form, as the protobuf encoders write it."""
+    if not state:
+        return ""
+    text = ",".join(f"{k}={v}" for k, v in state.items())
+    return f'"traceState":{_quote(text)},' if text else ""
+
+
 def _span_json(
     trace_id: int | None,
     span_id: int,
+    trace_state: Any,
     parent_id: int | None,
-    code: StatusCode,
-    description: str | None,
+    parent_remote: bool,
     name: str,
     kind: int,
     start: int | None,
     end: int | None,
     attributes: Mapping[str, Any] | None,
+    dropped_attributes: int,
     events: str,
+    dropped_events: int,
     links: str,
-    dropped: int,
+    dropped_links: int,
+    status: Status,
 ) -> str:
-    """``events`` and ``links``: their JSON members (``,"events":[...]``), or ``""``. ``trace_id`` ``None``:
-    a span without a context (no ids)."""
+    """Every field the protobuf encoder writes (:mod:`._otlp_proto`), in field-number order as protobuf's JSON
+    writes them. ``events`` and ``links``: their JSON members (``,"events":[...]``), or ``""``. ``trace_id``
+    ``None``: a span without a context (no ids)."""
     out = f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}",' if trace_id is not None else "{"
+    out += _trace_state(trace_state)
     if parent_id is not None:
         out += f'"parentSpanId":"{parent_id:016x}",'
     # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
     out += (
         f'"name":{_quote(name)},"kind":{kind + 1},"startTimeUnixNano":"{start or 0}",'
-        f'"endTimeUnixNano":"{end or 0}","attributes":{_attrs(attributes)}'
+        f'"endTimeUnixNano":"{end or 0}","attributes":{_attrs(attributes)}{_dropped(dropped_attributes)}'
     )
+    out += events
+    if dropped_events:
+        out += f',"droppedEventsCount":{dropped_events}'
+    out += links
+    if dropped_links:
+        out += f',"droppedLinksCount":{dropped_links}'
+    code, description = _STATUS[status.status_code], status.description
     if description:
-        out += f',"status":{{"code":{_STATUS[code]},"message":{_quote(description)}}}'
+        out += f',"status":{{"message":{_quote(description)},"code":{code}}}'
     else:
-        out += f',"status":{{"code":{_STATUS[code]}}}'
-    out += events + links
-    if dropped:
-        out += f',"droppedAttributesCount":{dropped}'
-    return out + "}"
+        out += f',"status":{{"code":{code}}}'
+    return out + f',"flags":{_flags(parent_remote)}}}'
+
+
+def _scope_json(scope: Any, spans: list[str]) -> str:
+    """One ``scopeSpans`` entry (InstrumentationScope: name, version, attributes; then the schema URL)."""
+    head = ""
+    if scope is not None:
+        head = f'"name":{_quote(str(scope.name or ""))},"version":{_quote(str(scope.version or ""))}'
+        attributes = _raw(getattr(scope, "attributes", None))
+        if attributes:
+            head += f',"attributes":{_attrs(attributes)}'
+    schema = getattr(scope, "schema_url", None) if scope is not None else None
+    tail = f',"schemaUrl":{_quote(str(schema))}' if schema else ""
+    return f'{{"scope":{{{head}}},"spans":[{",".join(spans)}]{tail}}}'
+
+
+def _resource_json(resource: Any, scopes: list[tuple[Any, list[str]]]) -> str:
+    """One ``resourceSpans`` entry."""
+    try:
+        attributes = _attrs(_raw(resource.attributes) if resource is not None else None)
+    except Exception:
+        internal_error("otlp_json.encode resource")
+        attributes = "[]"
+    schema = getattr(resource, "schema_url", None) if resource is not None else None
+    tail = f',"schemaUrl":{_quote(str(schema))}' if schema else ""
+    scope_json = ",".join(_scope_json(scope, spans) for scope, spans in scopes)
+    return f'{{"resource":{{"attributes":{attributes}}},"scopeSpans":[{scope_json}]{tail}}}'
 
 
 def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
     """The request as text, and how many spans were left out because they could not be encoded at all (each
-    span is encoded on its own: one broken span never costs the batch)."""
-    by_resource: dict[int, tuple[Any, dict[tuple[str, str], list[str]]]] = {}
+    span is encoded on its own: one broken span never costs the batch). Grouped by resource and scope as the
+    protobuf encoder groups them."""
+    groups: Groups[str] = Groups()
     skipped = 0
     for s in spans:
         try:
@@ -248,28 +314,12 @@ def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
             if isinstance(s, FastSpan):
                 resource, scope = s.recorder.resource, s.recorder.scope
             else:
-                resource, scope = s.resource, s.instrumentation_scope
-            entry = by_resource.get(id(resource))
-            if entry is None:
-                entry = by_resource[id(resource)] = (resource, {})
-            key = (str(scope.name), str(scope.version or "")) if scope is not None else ("", "")
+                resource, scope = s.resource, s.instrumentation_scope or None
+            groups.spans_of(resource, scope).append(span_json)
         except Exception:
             skipped += 1
             internal_error("otlp_json.encode (the span is dropped and counted)")
-            continue
-        entry[1].setdefault(key, []).append(span_json)
-    resources = []
-    for resource, scopes in by_resource.values():
-        scope_json = ",".join(
-            f'{{"scope":{{"name":{_quote(name)},"version":{_quote(version)}}},"spans":[{",".join(spans_json)}]}}'
-            for (name, version), spans_json in scopes.items()
-        )
-        try:
-            resource_attrs = _attrs(_raw(resource.attributes) if resource is not None else None)
-        except Exception:
-            internal_error("otlp_json.encode resource")
-            resource_attrs = "[]"
-        resources.append(f'{{"resource":{{"attributes":{resource_attrs}}},"scopeSpans":[{scope_json}]}}')
+    resources = [_resource_json(resource, scopes) for resource, scopes in groups.resources]
     return '{"resourceSpans":[' + ",".join(resources) + "]}", skipped
 
 

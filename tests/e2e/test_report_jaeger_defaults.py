@@ -96,7 +96,7 @@ def _metrics(out: subprocess.CompletedProcess[str]) -> dict[str, float]:
 
 
 def test_without_service_every_service_with_agent_loop_spans_is_read_over_all_time(stack, old_run, tmp_path) -> None:
-    service, run = old_run
+    _service, run = old_run
     listing = _report(stack, tmp_path, "--runs")
     assert listing.returncode == 0, listing.stderr
     listed = any(line.lstrip("* ").split()[0] == run for line in listing.stdout.splitlines()[1:])

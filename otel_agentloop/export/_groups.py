@@ -1,0 +1,44 @@
+"""Grouping an export batch by resource, then instrumentation scope, as the SDK's OTLP encoder groups it."""
+
+from __future__ import annotations
+
+from typing import Any, Generic, TypeVar
+
+T = TypeVar("T")
+
+
+class Groups(Generic[T]):
+    """Encoded spans grouped by resource, then scope, equal ones together (the SDK's encoder groups them by hash
+    and equality), in the order first seen. Objects are compared once per batch, by identity first.
+    ``resources``: ``[(resource, [(scope, [span, ...]), ...]), ...]``."""
+
+    def __init__(self) -> None:
+        self.resources: list[tuple[Any, list[tuple[Any, list[T]]]]] = []
+        self._by_id: dict[int, list[tuple[Any, list[T]]]] = {}
+        self._scope_by_id: dict[tuple[int, int], list[T]] = {}
+
+    def spans_of(self, resource: Any, scope: Any) -> list[T]:
+        """The list the spans of ``resource`` and ``scope`` go to."""
+        key = (id(resource), id(scope))
+        spans = self._scope_by_id.get(key)
+        if spans is not None:
+            return spans
+        scopes = self._by_id.get(id(resource))
+        if scopes is None:
+            for known, known_scopes in self.resources:
+                if known == resource:
+                    scopes = known_scopes
+                    break
+            else:
+                scopes = []
+                self.resources.append((resource, scopes))
+            self._by_id[id(resource)] = scopes
+        for known_scope, known_spans in scopes:
+            if known_scope == scope:
+                spans = known_spans
+                break
+        else:
+            spans = []
+            scopes.append((scope, spans))
+        self._scope_by_id[key] = spans
+        return spans
