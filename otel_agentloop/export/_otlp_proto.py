@@ -30,6 +30,7 @@ from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ..core._values import timestamp_ns
 from ._clean import clean_text
+from ._groups import Groups
 
 _fixed64: Callable[[int], bytes] = struct.Struct("<Q").pack
 _fixed32: Callable[[int], bytes] = struct.Struct("<I").pack
@@ -313,62 +314,29 @@ def _scope(scope: Any) -> bytes:
     return _field(b"\x0a", body)
 
 
-class _Groups:
-    """Spans grouped by resource, then scope, equal ones together (as the SDK's encoder groups them by hash and
-    equality), in the order first seen. Objects are compared once per batch, by identity first."""
-
-    def __init__(self) -> None:
-        self.resources: list[tuple[Any, list[tuple[Any, list[bytes]]]]] = []
-        self._by_id: dict[int, list[tuple[Any, list[bytes]]]] = {}
-        self._scope_by_id: dict[tuple[int, int], list[bytes]] = {}
-
-    def spans_of(self, resource: Any, scope: Any) -> list[bytes]:
-        key = (id(resource), id(scope))
-        spans = self._scope_by_id.get(key)
-        if spans is not None:
-            return spans
-        scopes = self._by_id.get(id(resource))
-        if scopes is None:
-            for known, known_scopes in self.resources:
-                if known == resource:
-                    scopes = known_scopes
-                    break
-            else:
-                scopes = []
-                self.resources.append((resource, scopes))
-            self._by_id[id(resource)] = scopes
-        for known_scope, known_spans in scopes:
-            if known_scope == scope:
-                spans = known_spans
-                break
-        else:
-            spans = []
-            scopes.append((scope, spans))
-        self._scope_by_id[key] = spans
-        return spans
-
-    def encode(self) -> bytes:
-        out = []
-        for resource, scopes in self.resources:
-            body = [_resource(resource)]
-            for scope, spans in scopes:
-                scope_body = _scope(scope) + b"".join(spans)
-                schema = getattr(scope, "schema_url", None) if scope is not None else None
-                if schema:
-                    scope_body += _field(b"\x1a", _utf8(schema))
-                body.append(_field(b"\x12", scope_body))
-            schema = getattr(resource, "schema_url", None) if resource is not None else None
+def _encode_groups(groups: Groups[bytes]) -> bytes:
+    """The ``resource_spans`` fields of one request: each resource, its scopes, their encoded spans."""
+    out = []
+    for resource, scopes in groups.resources:
+        body = [_resource(resource)]
+        for scope, spans in scopes:
+            scope_body = _scope(scope) + b"".join(spans)
+            schema = getattr(scope, "schema_url", None) if scope is not None else None
             if schema:
-                body.append(_field(b"\x1a", _utf8(schema)))
-            out.append(_field(b"\x0a", b"".join(body)))
-        return b"".join(out)
+                scope_body += _field(b"\x1a", _utf8(schema))
+            body.append(_field(b"\x12", scope_body))
+        schema = getattr(resource, "schema_url", None) if resource is not None else None
+        if schema:
+            body.append(_field(b"\x1a", _utf8(schema)))
+        out.append(_field(b"\x0a", b"".join(body)))
+    return b"".join(out)
 
 
 def encode_request(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[bytes, int]:
     """One serialized ``ExportTraceServiceRequest`` for ``spans``, and how many spans were left out because
     they could not be encoded at all (each span is encoded on its own: one broken span never costs the
     batch). Never raises."""
-    groups = _Groups()
+    groups: Groups[bytes] = Groups()
     skipped = 0
     for s in spans:
         try:
@@ -386,7 +354,7 @@ def encode_request(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[bytes, int
             skipped += 1
             internal_error("otlp_proto.encode (the span is dropped and counted)")
     try:
-        return groups.encode(), skipped
+        return _encode_groups(groups), skipped
     except Exception:
         internal_error("otlp_proto.encode")
         return b"", len(spans)

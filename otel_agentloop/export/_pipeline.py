@@ -111,18 +111,21 @@ def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> Reada
     if isinstance(built, ReadableSpan) and processor is None:
         return built
     recorder = span.recorder
+    links = [Link(link.context, link.attributes) for link in span.links]  # the SDK rewraps its links' attributes
     sdk = _Materialised(
         span.name,
         span.get_span_context(),
         parent=span.parent,
         resource=recorder.resource,
         attributes=span.attributes,
-        links=[Link(link.context, link.attributes) for link in span.links],  # the SDK rewraps its links' attributes
+        links=links,
         kind=SpanKind.INTERNAL,
         span_processor=processor or _NO_PROCESSOR,
         instrumentation_scope=recorder.scope,
         limits=recorder.limits,
     )
+    if len(sdk._links) != len(links):  # a link kept for attributes the boundary then dropped all of, as the SDK
+        sdk._links = BoundedList.from_seq(recorder.limits.max_links, links)  # keeps it: it tests them as given
     sdk.start(start_time=span.start_ns)
     sdk.replay(span)
     if span.status is not UNSET:
