@@ -286,3 +286,64 @@ def test_the_endpoint_reaches_the_engine_args(cluster: Any) -> None:
     assert seen == {"otlp_traces_endpoint": endpoint, "max_num_seqs": 2, "service": "verl-engine-test"}
     seen = ray.get(server.__ray_call__.remote(launch_args, "127.0.0.1:4317"), timeout=180)
     assert seen == {"otlp_traces_endpoint": "127.0.0.1:4317", "max_num_seqs": 2, "service": None}
+
+
+class RecordingTokenizerManager:
+    """SGLang's engine entry at ``tokenizer_manager.generate_request`` only: records the real
+    ``GenerateReqInput`` verl builds, answers with SGLang's output dict."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[dict[str, Any]]:
+        self.requests.append(obj)
+        return self._outputs(obj)
+
+    async def _outputs(self, obj: Any) -> AsyncIterator[dict[str, Any]]:
+        meta = {"id": obj.rid, "prompt_tokens": len(obj.input_ids), "completion_tokens": len(ANSWER)}
+        yield {"output_ids": list(ANSWER), "meta_info": {**meta, "finish_reason": {"type": "stop"}}}
+
+
+def test_sglang_gets_the_context_in_external_trace_header() -> None:
+    """verl's real ``SGLangHttpServer.generate`` (called as the Ray call delivers it, with the carrier keyword):
+    the ``GenerateReqInput`` it builds carries the headers in ``external_trace_header``; SGLang's numbers come
+    back in the result for the client (which takes them out); without the keyword nothing changes."""
+    pytest.importorskip("sglang.srt.managers.io_struct", reason="SGLang's classes do not import here")
+    from types import SimpleNamespace
+
+    from otel_agentloop.integrations import verl as oal_verl
+
+    assert oal_verl.instrument()
+    try:
+        module = importlib.import_module("verl.workers.rollout.sglang_rollout.async_sglang_server")
+        from verl.workers.config import RolloutConfig
+
+        server = module.SGLangHttpServer.__new__(module.SGLangHttpServer)
+        server.config = RolloutConfig(name="sglang", prompt_length=16, response_length=8, max_model_len=64)
+        server.model_config = SimpleNamespace(lora_rank=0, lora={})
+        server._disaggregation_role, server._pd_decode_peers = "null", []
+        server.global_steps, server.replica_rank = 3, 0
+        server.tokenizer_manager = manager = RecordingTokenizerManager()
+        headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+        async def both() -> tuple[Any, Any]:
+            key = _engine_path.ENGINE_KEY
+            carried = await server.generate(list(PROMPT), {}, "rid-1", **{key: headers})
+            plain = await server.generate(list(PROMPT), {}, "rid-2")
+            return carried, plain
+
+        carried, plain = asyncio.run(both())
+    finally:
+        oal_verl.uninstrument()
+    assert type(manager.requests[0]).__name__ == "GenerateReqInput"
+    assert manager.requests[0].external_trace_header == headers
+    assert manager.requests[1].external_trace_header is None
+    numbers = carried.extra_fields.pop(_engine_path.ENGINE_KEY)
+    assert numbers == {
+        sc.RL_ENGINE_NAME: "sglang",
+        sc.GEN_AI_RESPONSE_ID: "rid-1",
+        sc.GEN_AI_USAGE_INPUT_TOKENS: len(PROMPT),
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS: len(ANSWER),
+        sc.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
+    }
+    assert carried.model_dump() == plain.model_dump()

@@ -270,19 +270,20 @@ def _send_back(output: Any, call: _Call) -> None:
 
 
 def _sglang_numbers(output: Any) -> dict[str, AttributeValue]:
-    """SGLang's final output dict (``meta_info``): request id, tokens, finish reason, queue time."""
+    """SGLang's output dict (``meta_info``: ``id``, ``prompt_tokens``, ``completion_tokens``, ``finish_reason``);
+    SGLang reports no queue or decode time per request there."""
     meta = output.get("meta_info") if isinstance(output, Mapping) else None
     numbers: dict[str, AttributeValue] = {sc.RL_ENGINE_NAME: "sglang"}
     if not isinstance(meta, Mapping):
         return numbers
+    if isinstance(meta.get("id"), str):
+        numbers[sc.GEN_AI_RESPONSE_ID] = meta["id"]
     for key, name in (
-        (sc.GEN_AI_RESPONSE_ID, "id"),
         (sc.GEN_AI_USAGE_INPUT_TOKENS, "prompt_tokens"),
         (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "completion_tokens"),
-        (sc.RL_ENGINE_QUEUE_S, "queue_time"),
     ):
         value = meta.get(name)
-        if isinstance(value, (str, int, float)) and not isinstance(value, bool):
+        if type(value) is int and value >= 0:
             numbers[key] = value
     reason = meta.get("finish_reason")
     if isinstance(reason, Mapping) and isinstance(reason.get("type"), str):
