@@ -28,6 +28,7 @@ pytest.importorskip("vllm.outputs", reason="vLLMHttpServer needs vLLM: run in th
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
+from otel_agentloop._configure import current_handle
 from otel_agentloop.integrations import ray as oal_ray
 from otel_agentloop.integrations.verl import _engine_path
 from tests.otlp_receiver import Receiver, start_grpc, wait_for
@@ -36,16 +37,27 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [5, 6, 7, 8]
 ANSWER = [11, 12, 13]
 QUEUED, SCHEDULED, FIRST, LAST = 100.0, 100.25, 100.75, 101.5
+ENGINE_ENV = {  # vLLM's CPU build on these machines (see tests/engine), for the server actors
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_USE_V2_MODEL_RUNNER": "0",  # the V2 runner launches Triton kernels, which have no CPU driver here
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
 
 
 def _vllm_metadata_shim(tmp: Path) -> str | None:
     """verl asks ``importlib.metadata.version("vllm")``; the CPU build is distributed as ``vllm-cpu``: a
-    metadata-only ``vllm`` distribution of the same version (a path entry in tmp) answers it."""
+    metadata-only ``vllm`` distribution (a path entry in tmp) answers it with the version vLLM itself reports
+    for that build (``<version>+cpu``: vLLM reads it back to detect its CPU platform)."""
     try:
         importlib.metadata.version("vllm")
         return None
     except importlib.metadata.PackageNotFoundError:
-        version = importlib.metadata.version("vllm-cpu")
+        version = importlib.metadata.version("vllm-cpu") + "+cpu"
     info = tmp / f"vllm-{version}.dist-info"
     info.mkdir(parents=True)
     (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
@@ -132,6 +144,7 @@ def launch_args(server: Any, user_endpoint: str | None) -> dict[str, Any]:
     async def run_server(args: Any) -> None:
         seen["otlp_traces_endpoint"] = args.otlp_traces_endpoint
         seen["max_num_seqs"] = args.max_num_seqs
+        seen["disable_log_stats"] = args.disable_log_stats
 
     server.run_server = run_server
     server.config.engine_kwargs["vllm"]["otlp_traces_endpoint"] = user_endpoint
@@ -160,7 +173,11 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Rec
 
     assert oal_verl.instrument()
     paths = [p for p in (shim, str(ROOT / "tests" / "verl"), str(ROOT), os.environ.get("PYTHONPATH")) if p]
-    env_vars = {"PYTHONPATH": os.pathsep.join(paths), "VLLM_TARGET_DEVICE": "cpu"}  # vLLM's parser asks the device
+    caches = tmp_path_factory.mktemp("caches")  # vLLM, HF, Triton and torch write caches: in the temp dir (not
+    # HOME: Ray's workers read their cluster token from it)
+    cache_vars = ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+    env_vars = {"PYTHONPATH": os.pathsep.join(paths), **ENGINE_ENV, **{v: str(caches / v) for v in cache_vars}}
+    env_vars["TRITON_CACHE_DIR"] = env_vars["TORCHINDUCTOR_CACHE_DIR"] = str(caches / "compile")
     env = oal_ray.runtime_env(handle, base={"env_vars": env_vars})
     env["worker_process_setup_hook"] = "otel_agentloop.integrations.verl.setup_worker"
     ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
@@ -180,7 +197,9 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Rec
     finally:
         ray.shutdown()
         oal_verl.uninstrument()
-        handle.shutdown(5)
+        last = current_handle()
+        for each in {id(h): h for h in (handle, last) if h is not None}.values():
+            each.shutdown(5)
         grpc_server.stop(0)
         testing.reset()
 
@@ -270,6 +289,7 @@ def test_an_unsampled_turn_sends_flag_00(cluster: Any) -> None:
         metrics = handle.metrics.collect(3)
     finally:
         handle.shutdown(5)
+        oal.configure("verl-engine-test", endpoint=endpoint, protocol="grpc", schedule_delay_s=0.05)  # as before
     calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
     assert calls[-1]["trace_headers"]["traceparent"].endswith("-00")
     assert metrics["agent_loop/num_samples"] == 1  # still recorded: metrics stay exact
@@ -278,14 +298,16 @@ def test_an_unsampled_turn_sends_flag_00(cluster: Any) -> None:
 def test_the_endpoint_reaches_the_engine_args(cluster: Any) -> None:
     """verl's real ``launch_server`` on the server actor: our gRPC endpoint becomes vLLM's parsed
     ``otlp_traces_endpoint`` (the user's other ``engine_kwargs.vllm`` still applied), the engine's processes get
-    our service name; an endpoint the user set is kept."""
+    our service name, and the engine keeps its request stats (verl's default turns them off; vLLM's tracing and
+    the turn's engine timing need them); an endpoint the user set is kept."""
     import ray
 
     _, _, endpoint, (server, _) = cluster
     seen = ray.get(server.__ray_call__.remote(launch_args, None), timeout=180)
-    assert seen == {"otlp_traces_endpoint": endpoint, "max_num_seqs": 2, "service": "verl-engine-test"}
+    expect = {"max_num_seqs": 2, "disable_log_stats": False}
+    assert seen == {**expect, "otlp_traces_endpoint": endpoint, "service": "verl-engine-test"}
     seen = ray.get(server.__ray_call__.remote(launch_args, "127.0.0.1:4317"), timeout=180)
-    assert seen == {"otlp_traces_endpoint": "127.0.0.1:4317", "max_num_seqs": 2, "service": None}
+    assert seen == {**expect, "otlp_traces_endpoint": "127.0.0.1:4317", "service": None}
 
 
 class RecordingTokenizerManager:
@@ -313,6 +335,7 @@ def test_sglang_gets_the_context_in_external_trace_header() -> None:
 
     from otel_agentloop.integrations import verl as oal_verl
 
+    already = oal_verl.is_instrumented()  # by the cluster fixture when it ran first
     assert oal_verl.instrument()
     try:
         module = importlib.import_module("verl.workers.rollout.sglang_rollout.async_sglang_server")
@@ -334,7 +357,8 @@ def test_sglang_gets_the_context_in_external_trace_header() -> None:
 
         carried, plain = asyncio.run(both())
     finally:
-        oal_verl.uninstrument()
+        if not already:
+            oal_verl.uninstrument()
     assert type(manager.requests[0]).__name__ == "GenerateReqInput"
     assert manager.requests[0].external_trace_header == headers
     assert manager.requests[1].external_trace_header is None
@@ -347,3 +371,69 @@ def test_sglang_gets_the_context_in_external_trace_header() -> None:
         sc.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
     }
     assert carried.model_dump() == plain.model_dump()
+
+
+def test_a_real_vllm_engine_under_verls_server_parents_its_span_under_the_turn(
+    cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The real engine: verl's ``vLLMHttpServer`` (its own ``__init__`` and ``launch_server``, real
+    ``RolloutConfig`` and ``HFModelConfig``) starts vLLM's CPU build on a tiny local model; a turn through verl's
+    client: vLLM's ``llm_request`` span arrives as the turn span's child in the sample's trace, exported by the
+    engine to our endpoint under our service name, and the turn span carries the engine's numbers."""
+    import ray
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.replica import RolloutMode
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from tests.engine.tiny_model import make
+
+    _, receiver, _, _ = cluster
+    model = make(tmp_path_factory.mktemp("tiny-qwen2"))
+    rollout = RolloutConfig(
+        name="vllm",
+        prompt_length=32,
+        response_length=8,
+        max_model_len=128,
+        tensor_model_parallel_size=1,
+        enforce_eager=True,
+        dtype="bfloat16",
+        max_num_seqs=2,
+        enable_sleep_mode=False,
+    )
+    args = (rollout, HFModelConfig(path=str(model)), RolloutMode.STANDALONE, [], 0, 0, 1, 1, "")
+    server = ray.remote(vLLMHttpServer).options(num_cpus=0).remote(*args)
+    ray.get(server.launch_server.remote(), timeout=400)
+    balancer = ray.remote(GlobalRequestLoadBalancer).options(num_cpus=0).remote(servers={"real": server})
+    with oal.step(5):
+        output = asyncio.run(_turn(balancer, 5))
+    handle = current_handle()  # this module's configuration (an earlier test configured it again)
+    assert handle is not None
+    handle.force_flush(10)
+
+    def spans() -> tuple[Any, Any]:
+        steps = {r.trace_id for r in receiver.records if r.attributes.get(sc.RL_STEP) == 5}
+        turns = [r for r in receiver.records if r.attributes.get(sc.RL_PHASE) == sc.GENERATE and r.trace_id in steps]
+        engine = [r for r in receiver.records if r.name == "llm_request"]
+        return (turns[0] if turns else None), next(
+            (r for r in engine if turns and r.trace_id == turns[0].trace_id), None
+        )
+
+    def seen() -> list[Any]:
+        return [(r.name, r.trace_id_hex, r.parent_id) for r in receiver.records if r.name == "llm_request"]
+
+    assert wait_for(lambda: all(spans()), 60), (spans()[0], seen())
+    turn, engine = spans()
+    assert engine.parent_id == turn.span_id
+    assert engine.resource.get("service.name") == "verl-engine-test"
+    attrs = turn.attributes
+    assert attrs[sc.RL_ENGINE_NAME] == "vllm"
+    assert attrs[sc.GEN_AI_RESPONSE_ID] == engine.attributes["gen_ai.request.id"]
+    assert (
+        attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS]
+        == len(output.token_ids)
+        == engine.attributes["gen_ai.usage.completion_tokens"]
+    )
+    for key in (sc.RL_ENGINE_QUEUE_S, sc.RL_ENGINE_TTFT_S, sc.RL_ENGINE_PREFILL_S, sc.RL_ENGINE_DECODE_S):
+        assert attrs[key] >= 0.0, key
+    assert _engine_path.ENGINE_KEY not in output.extra_fields

@@ -14,10 +14,10 @@ Contract:
   not instrumented); while a call carries it, the engine's ``generate`` (wrapped once per engine object, as an
   instance attribute) gets ``trace_headers=`` (unless verl passed its own, or the engine's tracing is off),
   and the final ``RequestOutput``'s numbers travel back in ``extra_fields[ENGINE_KEY]``.
-- **Engine arguments** (``_preprocess_engine_kwargs`` patched, on the server actor): with our settings on
-  OTLP/gRPC and an endpoint, ``otlp_traces_endpoint`` is set unless the user set
-  ``engine_kwargs.vllm.otlp_traces_endpoint``, and ``OTEL_SERVICE_NAME`` (read by vLLM's engine processes,
-  spawned from the actor) defaults to our service name.
+- **Engine arguments** (``_preprocess_engine_kwargs`` patched, on the server actor, while tracing): the engine
+  keeps its per-request stats (``disable_log_stats=False`` unless in the user's ``engine_kwargs.vllm``); with
+  our settings on OTLP/gRPC and an endpoint, ``otlp_traces_endpoint`` is set unless the user set it, and
+  ``OTEL_SERVICE_NAME`` (read by vLLM's engine processes, spawned from the actor) defaults to our service name.
 - **SGLang** (``SGLangHttpServer.generate``): ``GenerateReqInput`` is built from a request dict; the server
   wrapper adds ``external_trace_header`` to it while a call carries headers.
 """
@@ -35,7 +35,7 @@ from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
 from ..._configure import current_handle
-from ...core._guard import internal_error
+from ...core._guard import internal_error, warn_once
 from .._engine import engine_attributes, trace_headers
 from ..vllm._wrappers import engine_service_name
 from . import _patching as patching
@@ -304,15 +304,24 @@ def _preprocess_engine_kwargs(original: Any, args: tuple[Any, ...], kwargs: dict
 
 
 def give_endpoint(engine_kwargs: dict[str, Any], environ: MutableMapping[str, str]) -> None:
-    """With our settings on OTLP/gRPC and an endpoint, and no ``otlp_traces_endpoint`` from the user: ours,
-    and ``OTEL_SERVICE_NAME`` for the engine's processes unless set (as ``integrations.vllm`` gives it)."""
+    """While we trace: the engine keeps its per-request stats (``disable_log_stats=False`` unless the user put
+    it in ``engine_kwargs``: verl's default is ``True``, which leaves the turn without the engine's timing and
+    makes vLLM's tracing fail on every finished request); with our settings on OTLP/gRPC and an endpoint, and no
+    ``otlp_traces_endpoint`` from the user: ours, and ``OTEL_SERVICE_NAME`` for the engine's processes unless
+    set (as ``integrations.vllm`` gives it)."""
     handle = current_handle()
     settings = handle.settings if handle is not None and handle.enabled else None
-    if settings is None or settings.protocol != "grpc" or not settings.endpoint:
+    if settings is None:
         return
-    if engine_kwargs.get("otlp_traces_endpoint") is not None:
-        return
-    engine_kwargs["otlp_traces_endpoint"] = settings.endpoint
-    service = engine_service_name()
-    if service is not None:
-        environ.setdefault("OTEL_SERVICE_NAME", service)
+    engine_kwargs.setdefault("disable_log_stats", False)
+    if settings.protocol == "grpc" and settings.endpoint and engine_kwargs.get("otlp_traces_endpoint") is None:
+        engine_kwargs["otlp_traces_endpoint"] = settings.endpoint
+        service = engine_service_name()
+        if service is not None:
+            environ.setdefault("OTEL_SERVICE_NAME", service)
+    if engine_kwargs.get("otlp_traces_endpoint") is not None and engine_kwargs.get("disable_log_stats"):
+        warn_once(
+            "verl.engine.log_stats",
+            "otel_agentloop: engine_kwargs.vllm sets otlp_traces_endpoint with disable_log_stats=True: vLLM's "
+            "tracing needs its request stats and fails on each finished request; set disable_log_stats=False",
+        )
