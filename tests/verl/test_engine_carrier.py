@@ -2,13 +2,15 @@
 
 verl's real ``LLMServerClient`` (here, the agent-loop side), its real ``GlobalRequestLoadBalancer`` actor and a
 real ``ray.remote(vLLMHttpServer)`` actor (verl's ``generate`` and ``launch_server`` code, its real
-``RolloutConfig``); only the engine is replaced, at ``engine.generate``, by a stand-in that records the keywords
-it gets and answers with a real vLLM ``RequestOutput``. Workers are set up by verl's setup-hook switch
+``RolloutConfig``). Most tests replace only the engine, at ``engine.generate``, by a stand-in that records the
+keywords it gets and answers with a real vLLM ``RequestOutput``; the last one starts the real engine (vLLM's CPU
+build, a tiny local model) through verl's own ``vLLMHttpServer``. Workers are set up by verl's setup-hook switch
 (``worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker``); spans come back over real
-OTLP/gRPC to a receiver here.
+OTLP/gRPC to a receiver here (the engine's own ``llm_request`` too).
 
 Needs vLLM importable next to verl (``vLLMHttpServer``'s module imports it): run in the engine venv with verl
-0.9.1 added (docs/engines-verl.md); skipped where vLLM is absent (the verl venv).
+0.9.1 added (docs/engines-verl.md); skipped where vLLM is absent (the verl venv). The SGLang test also needs
+SGLang's classes (skipped without them).
 """
 
 from __future__ import annotations
