@@ -147,12 +147,17 @@ def apply_vllm_server(module: Any) -> None:
     patching.patch(module, "vLLMHttpServer", "_preprocess_engine_kwargs", _preprocess_engine_kwargs)
 
 
-def _stripping(original: Callable[..., Any]) -> Callable[..., Any]:
+def _vllm_fallback(original: Callable[..., Any]) -> Callable[..., Any]:
     return _server_generate(original, None)
 
 
-patching.fallbacks[SERVER_TARGETS[0]] = _stripping
-patching.fallbacks[SERVER_TARGETS[2]] = _stripping
+def _sglang_fallback(original: Callable[..., Any]) -> Callable[..., Any]:
+    return _server_generate(original, "sglang")
+
+
+# where instrumenting fails in a server actor, the keyword its callers send is still removed
+patching.fallbacks[SERVER_TARGETS[0]] = _vllm_fallback
+patching.fallbacks[SERVER_TARGETS[2]] = _sglang_fallback
 
 
 def apply_sglang_server(module: Any) -> None:
