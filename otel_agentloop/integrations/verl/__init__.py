@@ -46,6 +46,7 @@ from ._agent_loop import (
     apply_tool_loop,
     uninstrumented_performance_metrics,
 )
+from ._engine_path import SGLANG_SERVER, VLLM_SERVER, apply_sglang_server, apply_vllm_server
 from ._fully_async import ROLLOUTER, TRAINER, apply_rollouter, apply_trainer
 from ._run import CONSTANTS_PPO, apply_constants_ppo
 from ._v1 import (
@@ -80,6 +81,8 @@ MODULES: tuple[tuple[str, Callable[[Any], None]], ...] = (
     (TOOL_LOOP, apply_tool_loop),
     (SINGLE_TURN_LOOP, apply_single_turn_loop),
     (LLM_SERVER, apply_llm_server),
+    (VLLM_SERVER, apply_vllm_server),
+    (SGLANG_SERVER, apply_sglang_server),
     (AGENT_LOOP_TQ, apply_agent_loop_tq),
     (REPLAY_BUFFER, apply_replay_buffer),
     (TRAINER_BASE, apply_trainer_base),

@@ -22,6 +22,7 @@ from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ...metrics._verdicts import apply_verdicts
+from . import _engine_path
 from . import _patching as patching
 from ._rows import OpenSampleRows, identity_int, read_identity
 
@@ -97,6 +98,7 @@ def apply_llm_server(module: Any) -> None:
         cls = getattr(module, name, None)
         if cls is not None and "generate" in vars(cls):
             patching.patch(module, name, "generate", _generate)
+    _engine_path.apply_llm_server(module)  # the turn's context to the engine (issue 28)
 
 
 # -- the legacy manager (driver) ----------------------------------------------------------------------

@@ -46,6 +46,9 @@ _originals: list[tuple[Any, str, Any, str]] = []  # (owner, attribute, original 
 _sources: dict[str, tuple[str, str, str]] = {}  # registry name -> (module, owner path, attribute)
 _retired: dict[str, Any] = {}  # wrappers of an earlier instrument(), now inert: Ray's copies may still hold them
 _MARK = "__otel_agentloop_patch__"
+fallbacks: dict[tuple[str, str, str], Callable[[Any], Any]] = {}
+"""(module, owner path, attribute) -> what an uninstrumentable process runs instead of verl's original, for a
+wrapper whose signature differs from it (the engine carrier's keyword must still be removed there)."""
 
 
 def is_ours(obj: Any) -> bool:
@@ -177,7 +180,9 @@ def __getattr__(name: str) -> Any:
             owner_path,
             attr,
         )
-        return getattr(resolve_owner(importlib.import_module(module_name), owner_path), attr)
+        found = getattr(resolve_owner(importlib.import_module(module_name), owner_path), attr)
+        shim = fallbacks.get((module_name, owner_path, attr))
+        return found if shim is None else shim(found)
     raise AttributeError(name)
 
 

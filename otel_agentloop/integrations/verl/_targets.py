@@ -10,6 +10,8 @@ _TQ_WORKER = "AgentLoopWorkerTQ.__ray_metadata__.modified_class"
 _ROLLOUTER = "FullyAsyncRollouter.__ray_metadata__.modified_class"
 _AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
 _V1 = "verl.trainer.ppo.v1."
+_VLLM_SERVER = "verl.workers.rollout.vllm_rollout.vllm_async_server"
+_SGLANG_SERVER = "verl.workers.rollout.sglang_rollout.async_sglang_server"
 
 TARGETS: tuple[tuple[str, str, str], ...] = (
     (_AGENT_LOOP, "AgentLoopManager", "generate_sequences"),
@@ -23,6 +25,10 @@ TARGETS: tuple[tuple[str, str, str], ...] = (
     ("verl.experimental.agent_loop.single_turn_agent_loop", "", "simple_timer"),
     ("verl.workers.rollout.llm_server", "LLMServerClient", "generate"),
     ("verl.workers.rollout.llm_server", "FullyAsyncLLMServerClient", "generate"),
+    ("verl.workers.rollout.llm_server", "LLMServerClient", "_acquire_server"),
+    (_VLLM_SERVER, "vLLMHttpServer", "generate"),
+    (_VLLM_SERVER, "vLLMHttpServer", "_preprocess_engine_kwargs"),
+    (_SGLANG_SERVER, "SGLangHttpServer", "generate"),
     (_V1 + "agent_loop_tq", "AgentLoopManagerTQ", "generate_sequences"),
     (_V1 + "agent_loop_tq", _TQ_WORKER, "_run_prompt"),
     (_V1 + "agent_loop_tq", _TQ_WORKER, "_run_agent_loop"),

@@ -1,0 +1,441 @@
+"""verl 0.9.1's real server path carries the generation turn's context into ``engine.generate`` (issue 28).
+
+verl's real ``LLMServerClient`` (here, the agent-loop side), its real ``GlobalRequestLoadBalancer`` actor and a
+real ``ray.remote(vLLMHttpServer)`` actor (verl's ``generate`` and ``launch_server`` code, its real
+``RolloutConfig``). Most tests replace only the engine, at ``engine.generate``, by a stand-in that records the
+keywords it gets and answers with a real vLLM ``RequestOutput``; the last one starts the real engine (vLLM's CPU
+build, a tiny local model) through verl's own ``vLLMHttpServer``. Workers are set up by verl's setup-hook switch
+(``worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker``); spans come back over real
+OTLP/gRPC to a receiver here (the engine's own ``llm_request`` too).
+
+Needs vLLM importable next to verl (``vLLMHttpServer``'s module imports it): run in the engine venv with verl
+0.9.1 added (docs/engines-verl.md); skipped where vLLM is absent (the verl venv). The SGLang test also needs
+SGLang's classes (skipped without them).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import importlib.metadata
+import os
+import sys
+from collections.abc import AsyncIterator, Iterator
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+pytest.importorskip("vllm.outputs", reason="vLLMHttpServer needs vLLM: run in the engine venv with verl added")
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+from otel_agentloop import testing
+from otel_agentloop._configure import current_handle
+from otel_agentloop.integrations import ray as oal_ray
+from otel_agentloop.integrations.verl import _engine_path
+from tests.otlp_receiver import Receiver, start_grpc, wait_for
+
+ROOT = Path(__file__).resolve().parents[2]
+PROMPT = [5, 6, 7, 8]
+ANSWER = [11, 12, 13]
+QUEUED, SCHEDULED, FIRST, LAST = 100.0, 100.25, 100.75, 101.5
+ENGINE_ENV = {  # vLLM's CPU build on these machines (see tests/engine), for the server actors
+    "VLLM_TARGET_DEVICE": "cpu",
+    "VLLM_CPU_KVCACHE_SPACE": "1",
+    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
+    "VLLM_USE_V2_MODEL_RUNNER": "0",  # the V2 runner launches Triton kernels, which have no CPU driver here
+    "HF_HUB_OFFLINE": "1",
+    "TRANSFORMERS_OFFLINE": "1",
+    "VLLM_NO_USAGE_STATS": "1",
+    "DO_NOT_TRACK": "1",
+}
+
+
+def _vllm_metadata_shim(tmp: Path) -> str | None:
+    """verl asks ``importlib.metadata.version("vllm")``; the CPU build is distributed as ``vllm-cpu``: a
+    metadata-only ``vllm`` distribution (a path entry in tmp) answers it with the version vLLM itself reports
+    for that build (``<version>+cpu``: vLLM reads it back to detect its CPU platform)."""
+    try:
+        importlib.metadata.version("vllm")
+        return None
+    except importlib.metadata.PackageNotFoundError:
+        version = importlib.metadata.version("vllm-cpu") + "+cpu"
+    info = tmp / f"vllm-{version}.dist-info"
+    info.mkdir(parents=True)
+    (info / "METADATA").write_text(f"Metadata-Version: 2.1\nName: vllm\nVersion: {version}\n")
+    sys.path.insert(0, str(tmp))
+    return str(tmp)
+
+
+class RecordingEngine:
+    """The engine at ``engine.generate`` only: records each call's keywords, answers as ``AsyncLLM`` does (an
+    async generator of ``RequestOutput``, the last one finished, with the engine's per-request stats)."""
+
+    def __init__(self) -> None:
+        self.calls: list[dict[str, Any]] = []
+
+    def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
+        self.calls.append({"request_id": request_id, **{k: v for k, v in kwargs.items() if k != "lora_request"}})
+        return self._outputs(list(prompt["prompt_token_ids"]), request_id)
+
+    async def _outputs(self, prompt_ids: list[int], request_id: str) -> AsyncIterator[Any]:
+        from vllm.outputs import CompletionOutput, RequestOutput
+        from vllm.v1.metrics.stats import RequestStateStats
+
+        stats = RequestStateStats(num_generation_tokens=len(ANSWER), num_preemptions=1, arrival_time=1.0)
+        stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts = QUEUED, SCHEDULED, FIRST, LAST
+        stats.first_token_latency = FIRST - QUEUED
+        for n in range(1, len(ANSWER) + 1):
+            await asyncio.sleep(0)
+            done = n == len(ANSWER)
+            completion = CompletionOutput(
+                index=0,
+                text="",
+                token_ids=ANSWER[:n],
+                cumulative_logprob=None,
+                logprobs=None,
+                finish_reason="stop" if done else None,
+            )
+            yield RequestOutput(request_id, None, prompt_ids, None, [completion], done, metrics=stats)
+
+
+def setup_server(server: Any) -> None:
+    """Run inside the server actor (its ``__init__`` skipped): what verl's ``__init__`` sets that ``generate``
+    and ``launch_server`` read, with verl's real ``RolloutConfig``; the engine is the stand-in."""
+    from types import SimpleNamespace
+
+    from verl.workers.config import RolloutConfig
+
+    server.config = RolloutConfig(
+        name="vllm",
+        prompt_length=16,
+        response_length=8,
+        max_model_len=64,
+        engine_kwargs={"vllm": {"max_num_seqs": 2}},
+    )
+    server.model_config = SimpleNamespace(
+        processor=None,
+        lora_rank=0,
+        lora={},
+        local_path="/nonexistent-model",
+        trust_remote_code=False,
+        hf_config=SimpleNamespace(),
+    )
+    server._disaggregation_role = "null"
+    server._pd_decode_peers = []
+    server.replica_rank, server.node_rank, server.nnodes = 0, 0, 1
+    server.global_steps = 3
+    server._warned_missing_spec_decode_stats = False
+    server._submission_paused, server._admitting, server._rejecting = False, 0, False
+    server.profiler_controller = SimpleNamespace(check_enable=lambda: False)
+    server.engine = RecordingEngine()
+
+
+def engine_calls(server: Any) -> list[dict[str, Any]]:
+    return list(server.engine.calls)
+
+
+def launch_args(server: Any, user_endpoint: str | None) -> dict[str, Any]:
+    """verl's real ``launch_server`` down to vLLM's parsed CLI arguments (``run_server`` only records them), with
+    the user's ``engine_kwargs.vllm.otlp_traces_endpoint`` when given and no ``OTEL_SERVICE_NAME`` before it;
+    on a loop of its own (``__ray_call__`` is synchronous)."""
+    from concurrent.futures import ThreadPoolExecutor
+
+    seen: dict[str, Any] = {}
+
+    async def run_server(args: Any) -> None:
+        seen["otlp_traces_endpoint"] = args.otlp_traces_endpoint
+        seen["max_num_seqs"] = args.max_num_seqs
+        seen["disable_log_stats"] = args.disable_log_stats
+
+    server.run_server = run_server
+    server.config.engine_kwargs["vllm"]["otlp_traces_endpoint"] = user_endpoint
+    os.environ.pop("OTEL_SERVICE_NAME", None)
+    with ThreadPoolExecutor(1) as pool:
+        pool.submit(asyncio.run, server.launch_server()).result()
+    seen["service"] = os.environ.get("OTEL_SERVICE_NAME")
+    return seen
+
+
+@pytest.fixture(scope="module")
+def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Receiver, str, Any]]:
+    """Ray (2 CPUs) with verl's setup-hook switch; the server and load balancer actors made by this process."""
+    import ray
+
+    shim = _vllm_metadata_shim(tmp_path_factory.mktemp("shim"))
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    receiver = Receiver()
+    grpc_server, endpoint = start_grpc(receiver)
+    for key in [k for k in os.environ if k.startswith("OTEL_")]:
+        os.environ.pop(key)
+    handle = oal.configure("verl-engine-test", endpoint=endpoint, protocol="grpc", schedule_delay_s=0.05)
+    from otel_agentloop.integrations import verl as oal_verl
+
+    assert oal_verl.instrument()
+    paths = [p for p in (shim, str(ROOT / "tests" / "verl"), str(ROOT), os.environ.get("PYTHONPATH")) if p]
+    caches = tmp_path_factory.mktemp("caches")  # vLLM, HF, Triton and torch write caches: in the temp dir (not
+    # HOME: Ray's workers read their cluster token from it)
+    cache_vars = ("VLLM_CACHE_ROOT", "VLLM_CONFIG_ROOT", "HF_HOME", "XDG_CACHE_HOME", "XDG_CONFIG_HOME")
+    env_vars = {"PYTHONPATH": os.pathsep.join(paths), **ENGINE_ENV, **{v: str(caches / v) for v in cache_vars}}
+    env_vars["TRITON_CACHE_DIR"] = env_vars["TORCHINDUCTOR_CACHE_DIR"] = str(caches / "compile")
+    env = oal_ray.runtime_env(handle, base={"env_vars": env_vars})
+    env["worker_process_setup_hook"] = "otel_agentloop.integrations.verl.setup_worker"
+    ray.init(address="local", num_cpus=2, include_dashboard=False, log_to_driver=False, runtime_env=env)
+    try:
+        server_cls = ray.remote(vLLMHttpServer)  # as verl's vLLMReplica does, in an instrumented process
+        modified = server_cls.__ray_metadata__.modified_class
+        saved = modified.__dict__["__init__"]
+        modified.__init__ = lambda self, *a, **k: None
+        try:
+            # (config, model_config, rollout_mode, workers, replica_rank, node_rank, gpus_per_node, nnodes, devices)
+            server = server_cls.options(num_cpus=0).remote(None, None, None, [], 0, 0, 0, 1, "")
+        finally:
+            modified.__init__ = saved
+        ray.get(server.__ray_call__.remote(setup_server), timeout=180)
+        balancer = ray.remote(GlobalRequestLoadBalancer).options(num_cpus=0).remote(servers={"s0": server})
+        yield handle, receiver, endpoint, (server, balancer)
+    finally:
+        ray.shutdown()
+        oal_verl.uninstrument()
+        last = current_handle()
+        for each in {id(h): h for h in (handle, last) if h is not None}.values():
+            each.shutdown(5)
+        grpc_server.stop(0)
+        testing.reset()
+
+
+def _client(balancer: Any) -> Any:
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.llm_server import LLMServerClient
+
+    rollout = {"name": "vllm", "full_determinism": False}
+    config = OmegaConf.create({"actor_rollout_ref": {"model": {"path": "/models/tiny"}, "rollout": rollout}})
+    return LLMServerClient(config, load_balancer_handle=balancer)
+
+
+async def _turn(balancer: Any, index: int) -> Any:
+    """One sample with one generation turn through verl's real client (the turn span is our patch's)."""
+    client = _client(balancer)
+    async with oal.sample(index, 0):
+        return await client.generate(f"req-{index}", prompt_ids=list(PROMPT), sampling_params={"temperature": 1.0})
+
+
+def test_the_turn_context_reaches_engine_generate(cluster: Any) -> None:
+    import ray
+
+    handle, receiver, _, (server, balancer) = cluster
+    with oal.step(1):
+        output = asyncio.run(_turn(balancer, 0))
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
+    assert len(calls) == 1
+    headers = calls[0]["trace_headers"]
+    version, trace_id, span_id, flags = headers["traceparent"].split("-")
+    assert (version, flags) == ("00", "01")
+
+    def turn() -> Any:
+        spans = [r for r in receiver.records if r.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+        return spans[0] if spans else None
+
+    handle.force_flush(10)
+    assert wait_for(lambda: turn() is not None, 30), [r.name for r in receiver.records]
+    span = turn()
+    assert (int(trace_id, 16), int(span_id, 16)) == (span.trace_id, span.span_id)  # the turn span, named
+    # the engine's numbers came back to the turn span; verl's result does not carry them
+    attrs = span.attributes
+    assert attrs[sc.GEN_AI_RESPONSE_ID] == calls[0]["request_id"]
+    assert attrs[sc.RL_ENGINE_NAME] == "vllm"
+    assert attrs[sc.RL_ENGINE_QUEUE_S] == pytest.approx(SCHEDULED - QUEUED)
+    assert attrs[sc.RL_ENGINE_PREFILL_S] == pytest.approx(FIRST - SCHEDULED)
+    assert attrs[sc.RL_ENGINE_DECODE_S] == pytest.approx(LAST - FIRST)
+    assert attrs[sc.RL_ENGINE_TTFT_S] == pytest.approx(FIRST - QUEUED)
+    assert attrs[sc.RL_ENGINE_PREEMPTIONS] == 1
+    assert attrs[sc.GEN_AI_USAGE_INPUT_TOKENS] == len(PROMPT)
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == len(ANSWER)
+    assert _engine_path.ENGINE_KEY not in output.extra_fields
+    assert output.token_ids == ANSWER
+
+
+def test_verls_result_is_unchanged(cluster: Any) -> None:
+    """The same turn with the client uninstrumented (verl's own call, no carrier): the same ``TokenOutput``."""
+    import ray
+
+    from otel_agentloop.integrations import verl as oal_verl
+
+    _, _, _, (server, balancer) = cluster
+    with oal.step(2):
+        carried = asyncio.run(_turn(balancer, 1))
+    oal_verl.uninstrument()
+    try:
+        plain = asyncio.run(_turn(balancer, 2))
+    finally:
+        assert oal_verl.instrument()
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
+    assert "trace_headers" in calls[-2] and "trace_headers" not in calls[-1]
+    assert carried.model_dump() == plain.model_dump()
+    steps = {"global_steps": 3, "min_global_steps": 3, "max_global_steps": 3}
+    assert carried.extra_fields == {**steps, "num_cached_tokens": None}
+
+
+def test_an_unsampled_turn_sends_flag_00(cluster: Any) -> None:
+    """Our sampler decides: a sample it rejects sends ``traceparent`` with flags 00 (the engine records nothing)."""
+    import ray
+    from opentelemetry.sdk.trace.sampling import ALWAYS_OFF
+
+    _, _, endpoint, (server, balancer) = cluster
+    handle = oal.configure("verl-engine-test", endpoint=endpoint, protocol="grpc", sampler=ALWAYS_OFF)
+    try:
+        with oal.step(3):
+            asyncio.run(_turn(balancer, 3))
+        metrics = handle.metrics.collect(3)
+    finally:
+        handle.shutdown(5)
+        oal.configure("verl-engine-test", endpoint=endpoint, protocol="grpc", schedule_delay_s=0.05)  # as before
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
+    assert calls[-1]["trace_headers"]["traceparent"].endswith("-00")
+    assert metrics["agent_loop/num_samples"] == 1  # still recorded: metrics stay exact
+
+
+def test_the_endpoint_reaches_the_engine_args(cluster: Any) -> None:
+    """verl's real ``launch_server`` on the server actor: our gRPC endpoint becomes vLLM's parsed
+    ``otlp_traces_endpoint`` (the user's other ``engine_kwargs.vllm`` still applied), the engine's processes get
+    our service name, and the engine keeps its request stats (verl's default turns them off; vLLM's tracing and
+    the turn's engine timing need them); an endpoint the user set is kept."""
+    import ray
+
+    _, _, endpoint, (server, _) = cluster
+    seen = ray.get(server.__ray_call__.remote(launch_args, None), timeout=180)
+    expect = {"max_num_seqs": 2, "disable_log_stats": False}
+    assert seen == {**expect, "otlp_traces_endpoint": endpoint, "service": "verl-engine-test"}
+    seen = ray.get(server.__ray_call__.remote(launch_args, "127.0.0.1:4317"), timeout=180)
+    assert seen == {**expect, "otlp_traces_endpoint": "127.0.0.1:4317", "service": None}
+
+
+class RecordingTokenizerManager:
+    """SGLang's engine entry at ``tokenizer_manager.generate_request`` only: records the real
+    ``GenerateReqInput`` verl builds, answers with SGLang's output dict."""
+
+    def __init__(self) -> None:
+        self.requests: list[Any] = []
+
+    def generate_request(self, obj: Any, request: Any = None) -> AsyncIterator[dict[str, Any]]:
+        self.requests.append(obj)
+        return self._outputs(obj)
+
+    async def _outputs(self, obj: Any) -> AsyncIterator[dict[str, Any]]:
+        meta = {"id": obj.rid, "prompt_tokens": len(obj.input_ids), "completion_tokens": len(ANSWER)}
+        yield {"output_ids": list(ANSWER), "meta_info": {**meta, "finish_reason": {"type": "stop"}}}
+
+
+def test_sglang_gets_the_context_in_external_trace_header() -> None:
+    """verl's real ``SGLangHttpServer.generate`` (called as the Ray call delivers it, with the carrier keyword):
+    the ``GenerateReqInput`` it builds carries the headers in ``external_trace_header``; SGLang's numbers come
+    back in the result for the client (which takes them out); without the keyword nothing changes."""
+    pytest.importorskip("sglang.srt.managers.io_struct", reason="SGLang's classes do not import here")
+    from types import SimpleNamespace
+
+    from otel_agentloop.integrations import verl as oal_verl
+
+    already = oal_verl.is_instrumented()  # by the cluster fixture when it ran first
+    assert oal_verl.instrument()
+    try:
+        module = importlib.import_module("verl.workers.rollout.sglang_rollout.async_sglang_server")
+        from verl.workers.config import RolloutConfig
+
+        server = module.SGLangHttpServer.__new__(module.SGLangHttpServer)
+        server.config = RolloutConfig(name="sglang", prompt_length=16, response_length=8, max_model_len=64)
+        server.model_config = SimpleNamespace(lora_rank=0, lora={})
+        server._disaggregation_role, server._pd_decode_peers = "null", []
+        server.global_steps, server.replica_rank = 3, 0
+        server.tokenizer_manager = manager = RecordingTokenizerManager()
+        headers = {"traceparent": "00-0af7651916cd43dd8448eb211c80319c-b7ad6b7169203331-01"}
+
+        async def both() -> tuple[Any, Any]:
+            key = _engine_path.ENGINE_KEY
+            carried = await server.generate(list(PROMPT), {}, "rid-1", **{key: headers})
+            plain = await server.generate(list(PROMPT), {}, "rid-2")
+            return carried, plain
+
+        carried, plain = asyncio.run(both())
+    finally:
+        if not already:
+            oal_verl.uninstrument()
+    assert type(manager.requests[0]).__name__ == "GenerateReqInput"
+    assert manager.requests[0].external_trace_header == headers
+    assert manager.requests[1].external_trace_header is None
+    numbers = carried.extra_fields.pop(_engine_path.ENGINE_KEY)
+    assert numbers == {
+        sc.RL_ENGINE_NAME: "sglang",
+        sc.GEN_AI_RESPONSE_ID: "rid-1",
+        sc.GEN_AI_USAGE_INPUT_TOKENS: len(PROMPT),
+        sc.GEN_AI_USAGE_OUTPUT_TOKENS: len(ANSWER),
+        sc.GEN_AI_RESPONSE_FINISH_REASONS: ("stop",),
+    }
+    assert carried.model_dump() == plain.model_dump()
+
+
+def test_a_real_vllm_engine_under_verls_server_parents_its_span_under_the_turn(
+    cluster: Any, tmp_path_factory: pytest.TempPathFactory
+) -> None:
+    """The real engine: verl's ``vLLMHttpServer`` (its own ``__init__`` and ``launch_server``, real
+    ``RolloutConfig`` and ``HFModelConfig``) starts vLLM's CPU build on a tiny local model; a turn through verl's
+    client: vLLM's ``llm_request`` span arrives as the turn span's child in the sample's trace, exported by the
+    engine to our endpoint under our service name, and the turn span carries the engine's numbers."""
+    import ray
+    from verl.workers.config import HFModelConfig, RolloutConfig
+    from verl.workers.rollout.replica import RolloutMode
+    from verl.workers.rollout.router import GlobalRequestLoadBalancer
+    from verl.workers.rollout.vllm_rollout.vllm_async_server import vLLMHttpServer
+
+    from tests.engine.tiny_model import make
+
+    _, receiver, _, _ = cluster
+    model = make(tmp_path_factory.mktemp("tiny-qwen2"))
+    rollout = RolloutConfig(
+        name="vllm",
+        prompt_length=32,
+        response_length=8,
+        max_model_len=128,
+        tensor_model_parallel_size=1,
+        enforce_eager=True,
+        dtype="bfloat16",
+        max_num_seqs=2,
+        enable_sleep_mode=False,
+    )
+    args = (rollout, HFModelConfig(path=str(model)), RolloutMode.STANDALONE, [], 0, 0, 1, 1, "")
+    server = ray.remote(vLLMHttpServer).options(num_cpus=0).remote(*args)
+    ray.get(server.launch_server.remote(), timeout=400)
+    balancer = ray.remote(GlobalRequestLoadBalancer).options(num_cpus=0).remote(servers={"real": server})
+    with oal.step(5):
+        output = asyncio.run(_turn(balancer, 5))
+    handle = current_handle()  # this module's configuration (an earlier test configured it again)
+    assert handle is not None
+    handle.force_flush(10)
+
+    def spans() -> tuple[Any, Any]:
+        steps = {r.trace_id for r in receiver.records if r.attributes.get(sc.RL_STEP) == 5}
+        turns = [r for r in receiver.records if r.attributes.get(sc.RL_PHASE) == sc.GENERATE and r.trace_id in steps]
+        engine = [r for r in receiver.records if r.name == "llm_request"]
+        return (turns[0] if turns else None), next(
+            (r for r in engine if turns and r.trace_id == turns[0].trace_id), None
+        )
+
+    def seen() -> list[Any]:
+        return [(r.name, r.trace_id_hex, r.parent_id) for r in receiver.records if r.name == "llm_request"]
+
+    assert wait_for(lambda: all(spans()), 60), (spans()[0], seen())
+    turn, engine = spans()
+    assert engine.parent_id == turn.span_id
+    assert engine.resource.get("service.name") == "verl-engine-test"
+    attrs = turn.attributes
+    assert attrs[sc.RL_ENGINE_NAME] == "vllm"
+    assert attrs[sc.GEN_AI_RESPONSE_ID] == engine.attributes["gen_ai.request.id"]
+    assert (
+        attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS]
+        == len(output.token_ids)
+        == engine.attributes["gen_ai.usage.completion_tokens"]
+    )
+    for key in (sc.RL_ENGINE_QUEUE_S, sc.RL_ENGINE_TTFT_S, sc.RL_ENGINE_PREFILL_S, sc.RL_ENGINE_DECODE_S):
+        assert attrs[key] >= 0.0, key
+    assert _engine_path.ENGINE_KEY not in output.extra_fields
