@@ -42,7 +42,7 @@ test-verl:
 ## cached venv (scripts/engine_env.sh; CI builds it in a stage of its own first). Needs the Jaeger + Collector.
 test-engine:
 	@ENGINE_PY=$$(bash scripts/engine_env.sh | tail -n 1) && \
-	  PYTHONPATH=$(CURDIR) $$ENGINE_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=900 tests/engine -q $(ARGS); \
+	  PYTHONPATH=$(CURDIR) $$ENGINE_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=900 tests/engine tests/verl/test_engine_carrier.py -q $(ARGS); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-engine: pytest collected no tests" >&2; fi; exit $$rc
 
 ## lint: ruff (rules and format), mypy --strict and pyright on the package, then the import-layer contract

