@@ -252,3 +252,37 @@ def test_instrument_patches_async_llm_and_uninstrument_puts_back_the_very_same_o
             oal_vllm.uninstrument()
     assert AsyncLLM.__dict__["__init__"] is init and AsyncLLM.__dict__["generate"] is generate
     assert not oal_vllm.is_instrumented()
+
+
+def test_an_engine_without_request_stats_gets_no_endpoint_and_one_warning(
+    monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """vLLM's tracing reads each finished request's stats: an ``AsyncLLM`` built with ``log_stats=False``
+    (``disable_log_stats=True``) given an endpoint would fail on every finished request, so it gets none."""
+    from otel_agentloop.integrations import vllm as oal_vllm
+
+    class AsyncLLM:
+        def __init__(self, vllm_config: Any, executor_class: Any = None, log_stats: bool = True) -> None:
+            self.config = vllm_config
+
+        generate = Engine.generate
+
+    module = types.ModuleType(oal_vllm.ASYNC_LLM)
+    module.AsyncLLM = AsyncLLM  # type: ignore[attr-defined]
+    monkeypatch.setitem(sys.modules, oal_vllm.ASYNC_LLM, module)
+
+    def config() -> SimpleNamespace:
+        return SimpleNamespace(observability_config=SimpleNamespace(otlp_traces_endpoint=None))
+
+    with capture("svc", endpoint="http://127.0.0.1:4317", protocol="grpc"), caplog.at_level("WARNING"):
+        try:
+            assert oal_vllm.instrument()
+            off_kw, off_pos, on = config(), config(), config()
+            AsyncLLM(off_kw, None, log_stats=False), AsyncLLM(off_pos, None, False), AsyncLLM(on, None, True)
+        finally:
+            oal_vllm.uninstrument()
+    assert off_kw.observability_config.otlp_traces_endpoint is None
+    assert off_pos.observability_config.otlp_traces_endpoint is None
+    assert on.observability_config.otlp_traces_endpoint == "http://127.0.0.1:4317"
+    warned = [r for r in caplog.records if "disable_log_stats=True" in r.getMessage()]
+    assert len(warned) == 1, [r.getMessage() for r in caplog.records]

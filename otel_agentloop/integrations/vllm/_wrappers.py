@@ -7,7 +7,7 @@ import os
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
-from ...core._guard import internal_error
+from ...core._guard import internal_error, warn_once
 from .._engine import record_engine_output, trace_headers
 
 
@@ -63,12 +63,21 @@ def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callabl
 
 def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None]) -> Callable[..., None]:
     """``AsyncLLM.__init__`` that gives the engine an OTLP/gRPC traces endpoint when it has none
-    (``endpoint()``: ours, ``None`` to leave it off) and ``OTEL_SERVICE_NAME`` for its processes."""
+    (``endpoint()``: ours, ``None`` to leave it off) and ``OTEL_SERVICE_NAME`` for its processes; never to an
+    engine without request stats (``log_stats=False``: vLLM's tracing would fail on each finished request)."""
 
     def init(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
         if switch.active:
             try:
-                _give_endpoint(vllm_config, endpoint)
+                log_stats = kwargs["log_stats"] if "log_stats" in kwargs else args[1] if len(args) > 1 else True
+                if log_stats:
+                    _give_endpoint(vllm_config, endpoint)
+                else:  # vLLM's tracing reads each request's stats: with none it fails on every finished request
+                    warn_once(
+                        "vllm.log_stats",
+                        "otel_agentloop: this AsyncLLM runs with disable_log_stats=True: it gets no traces endpoint "
+                        "from us (vLLM's tracing needs its request stats) and its turns carry no engine timing",
+                    )
             except Exception:
                 internal_error("vllm.endpoint")
         original(self, vllm_config, *args, **kwargs)
