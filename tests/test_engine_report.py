@@ -407,10 +407,12 @@ def test_browser_draws_the_engine_inside_the_turn_bars(engine_file, browser, tmp
 
 def test_an_engines_own_span_under_a_turn_is_drawn_in_its_samples_waterfall(engine_file) -> None:
     """vLLM's ``llm_request`` span (no ``rl.*`` attribute, the turn its parent, exported by vLLM's provider: a
-    resource with no run id) and its own child are the sample's, drawn under the turn; a span with no step
+    resource with no run id) and its own child are the sample's, drawn under the turn (terminal and step page
+    waterfalls); a span with no step
     outside every sample (another trace, or not under a sample) stays out; the metrics are as without them."""
     from otel_agentloop.analysis._report import build_report
     from otel_agentloop.analysis._runs import one_run
+    from otel_agentloop.analysis._step_view import build_step_view
     from otel_agentloop.analysis._waterfall import render_text
 
     records = list(read_jsonl(engine_file))
@@ -432,6 +434,9 @@ def test_an_engines_own_span_under_a_turn_is_drawn_in_its_samples_waterfall(engi
     assert sorted(r.name for r in after.samples[key][len(before.samples[key]) :]) == ["engine_step", "llm_request"]
     assert sum(len(v) for v in after.samples.values()) == sum(len(v) for v in before.samples.values()) + 2
     assert after.metrics == before.metrics
+    view = next(v for v in build_step_view(loaded, 1).samples if v.key == key)  # the step page's waterfall
+    drawn = [(depth, r.name) for depth, r in view.waterfall]
+    assert (2, "llm_request") in drawn and (3, "engine_step") in drawn and "elsewhere" not in str(drawn), drawn
     lines = render_text(after.samples[key], color=False).splitlines()
     at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("llm_request"))
     assert lines[at - 1].lstrip().startswith("text_completion"), lines

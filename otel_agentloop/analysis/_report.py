@@ -96,7 +96,7 @@ class StepReport:
         }
 
 
-def _adopt(samples: dict[SampleKey, list[SpanRecord]], foreign: list[SpanRecord]) -> None:
+def adopt_unstepped(samples: dict[SampleKey, list[SpanRecord]], foreign: list[SpanRecord]) -> None:
     """Add to each sample the spans without a step under its own (an engine's ``llm_request`` child of a turn,
     and that span's children), to draw them in its waterfall; they count in no metric."""
     owner = {rec.span_id: key for key, recs in samples.items() for rec in recs}
@@ -137,7 +137,7 @@ def build_report(
             if key in hung:
                 continue
         proc.ingest(rec.name, attrs, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
-    _adopt(samples, foreign)
+    adopt_unstepped(samples, foreign)
     table = proc.take(step, validate)
     metrics = compute_metrics(table)
     if verdicts is None:

@@ -189,9 +189,9 @@ def select_run(
     records: Iterable[SpanRecord], run_id: str | None = None, *, key: RunKey | None = None
 ) -> Selection | None:
     """The records of run ``run_id`` (default: the latest, the one with steps that started last; ``key``: that
-    run), each step read from its latest attempt, with the spans of :func:`_guests`; ``None`` when there are no records. ``run_id`` is a run's id, or the label
-    ``(no run id) service NAME`` of a run without one when no run has that id. Raises :class:`RunNotFoundError`
-    for an unknown id."""
+    run), each step read from its latest attempt, with the spans of :func:`_guests`; ``None`` when there are no
+    records. ``run_id`` is a run's id, or the label ``(no run id) service NAME`` of a run without one when no
+    run has that id. Raises :class:`RunNotFoundError` for an unknown id."""
     runs = group_runs(records)
     if not runs:
         if run_id is not None:
