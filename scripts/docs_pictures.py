@@ -14,6 +14,15 @@ folder, so its trace file holds this one run, then the README's ``report`` comma
 
 Prints what each picture shows (for the captions). Needs the ``ray`` and ``plot`` extras, selenium, and Debian's
 chromium + chromium-driver (``make browser``).
+
+    .venv/bin/python scripts/docs_pictures.py --engine
+
+instead takes ``docs/engine-waterfall.png`` from a real vLLM run: the tiny model made locally and the in-process
+driver (``tests/engine/inproc_driver.py``: 8 concurrent 2-turn samples on an ``AsyncLLM`` with max_num_seqs=2)
+in the engine venv (``scripts/engine_env.sh``), against a Jaeger + Collector on free ports
+(``scripts/stack.py``); then ``report --jaeger URL --service rl-inproc --step 0 --html step0.html`` in headless
+Chromium, the slowest sample's row clicked: its waterfall, each turn with the engine's queue/prefill/decode
+drawn inside and vLLM's ``llm_request`` span as its child. Prints ``report --step 0`` (the terminal waterfall).
 """
 
 from __future__ import annotations
@@ -23,6 +32,7 @@ import os
 import subprocess
 import sys
 import tempfile
+import time
 from pathlib import Path
 from typing import Any
 
@@ -31,9 +41,12 @@ DOCS = ROOT / "docs"
 REPORT = [sys.executable, "-m", "otel_agentloop", "report", "--file", "otel-agentloop-traces.jsonl"]
 SIMULATE = [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "2", "--misbehave"]
 COMPARE = ("1", "3")
+ENGINE_SERVICE = "rl-inproc"
 
 
 def main() -> int:
+    if sys.argv[1:] == ["--engine"]:
+        return engine_main()
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # traces to the default file
     with tempfile.TemporaryDirectory() as tmp:
         cwd = Path(tmp)
@@ -71,6 +84,60 @@ def _describe(step: dict[str, Any], run: dict[str, Any], compare: dict[str, Any]
         kind = "validation" if s["validate"] else "step"
         print(f"run-page.png: {kind} {s['step']}: {s['n']} finished, {s['counts']}")
     print(f"compare.png: step {COMPARE[0]} -> step {COMPARE[1]}: {compare['cause']['text']}")
+
+
+def engine_main() -> int:
+    """``docs/engine-waterfall.png`` and the terminal waterfall from a real vLLM run (see the module docstring)."""
+    sys.path.insert(0, str(ROOT / "scripts"))
+    sys.path.insert(0, str(ROOT))
+    import stack as stack_mod
+
+    from tests.engine.conftest import engine_env
+
+    engine_py = subprocess.run(
+        ["bash", str(ROOT / "scripts" / "engine_env.sh")], check=True, capture_output=True, text=True
+    ).stdout.splitlines()[-1]
+    with tempfile.TemporaryDirectory() as tmp:
+        cwd = Path(tmp)
+        env = engine_env(cwd)
+        model = cwd / "tiny-qwen2"
+        subprocess.run([engine_py, str(ROOT / "tests/engine/tiny_model.py"), str(model)], cwd=cwd, env=env, check=True)
+        running = stack_mod.start(log_dir=cwd / "stack-logs")
+        try:
+            driver = [engine_py, str(ROOT / "tests/engine/inproc_driver.py"), str(model)]
+            with (cwd / "driver.log").open("wb") as log:
+                done = subprocess.run(
+                    [*driver, running.otlp_grpc_endpoint, ENGINE_SERVICE, str(cwd / "out.json")],
+                    cwd=cwd, env=env, stdout=log, stderr=subprocess.STDOUT, timeout=900,
+                )  # fmt: skip
+            if done.returncode:
+                print((cwd / "driver.log").read_text(errors="replace")[-4000:])
+                return 1
+            time.sleep(5)  # the Collector's batch and Jaeger's write
+            report = [sys.executable, "-m", "otel_agentloop", "report", "--jaeger", running.jaeger_url]
+            report += ["--service", ENGINE_SERVICE, "--step", "0"]
+            text = subprocess.run(report, cwd=cwd, env=env, check=True, capture_output=True, text=True).stdout
+            subprocess.run([*report, "--html", "step0.html"], cwd=cwd, env=env, check=True, capture_output=True)
+            with _Browser() as browser:
+                _slowest(browser, cwd / "step0.html", DOCS / "engine-waterfall.png")
+        finally:
+            running.stop()
+    print(text)
+    return 0
+
+
+def _slowest(driver: Any, page: Path, out: Path) -> None:
+    """The step page with its slowest sample's row clicked: that sample's waterfall at the right."""
+    from selenium.webdriver.common.by import By
+    from selenium.webdriver.support.ui import WebDriverWait
+
+    driver.set_window_size(1500, 760)
+    driver.get(page.resolve().as_uri())
+    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
+    row = driver.find_element(By.CSS_SELECTOR, '#rows .row[data-slowest="true"]')
+    driver.execute_script("arguments[0].click()", row)
+    driver.execute_script("document.getElementById('scroller').scrollTop = 0")
+    driver.save_screenshot(str(out))
 
 
 class _Browser:

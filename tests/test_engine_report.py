@@ -403,3 +403,41 @@ def test_browser_draws_the_engine_inside_the_turn_bars(engine_file, browser, tmp
     _open(browser, plain_page)
     assert not browser.find_elements(By.CSS_SELECTOR, ".eng")
     assert "engine" not in browser.find_element(By.ID, "legend").text
+
+
+def test_an_engines_own_span_under_a_turn_is_drawn_in_its_samples_waterfall(engine_file) -> None:
+    """vLLM's ``llm_request`` span (no ``rl.*`` attribute, the turn its parent, exported by vLLM's provider: a
+    resource with no run id) and its own child are the sample's, drawn under the turn (terminal and step page
+    waterfalls); a span with no step
+    outside every sample (another trace, or not under a sample) stays out; the metrics are as without them."""
+    from otel_agentloop.analysis._report import build_report
+    from otel_agentloop.analysis._runs import one_run
+    from otel_agentloop.analysis._step_view import build_step_view
+    from otel_agentloop.analysis._waterfall import render_text
+
+    records = list(read_jsonl(engine_file))
+    assert records[0].resource.get(sc.RL_RUN_ID)
+    before = build_report(one_run(records, None, print), 1)
+    key = before.metrics.slowest_sample
+    assert key is not None
+    turn = next(r for r in before.samples[key] if r.attributes.get(sc.RL_PHASE) == sc.GENERATE)
+    vllm = {"service.name": "engine-report"}  # vLLM's provider: our service name, no run id
+    engine = replace(turn, span_id=1 << 60, parent_id=turn.span_id, name="llm_request", attributes={}, resource=vllm)
+    inner = replace(engine, span_id=(1 << 60) + 1, parent_id=engine.span_id, name="engine_step")
+    stray = replace(engine, span_id=(1 << 60) + 2, parent_id=12345, name="elsewhere")
+    other = replace(engine, trace_id=777, span_id=(1 << 60) + 3, parent_id=0, name="model_load")
+    loaded = one_run([inner, stray, other, *records, engine], None, print)  # a child before its parent, too
+    ids = {id(r) for r in loaded}
+    assert id(other) not in ids and {id(engine), id(inner), id(stray)} <= ids
+    after = build_report(loaded, 1)
+    assert after.samples[key][: len(before.samples[key])] == before.samples[key]
+    assert sorted(r.name for r in after.samples[key][len(before.samples[key]) :]) == ["engine_step", "llm_request"]
+    assert sum(len(v) for v in after.samples.values()) == sum(len(v) for v in before.samples.values()) + 2
+    assert after.metrics == before.metrics
+    view = next(v for v in build_step_view(loaded, 1).samples if v.key == key)  # the step page's waterfall
+    drawn = [(depth, r.name) for depth, r in view.waterfall]
+    assert (2, "llm_request") in drawn and (3, "engine_step") in drawn and "elsewhere" not in str(drawn), drawn
+    lines = render_text(after.samples[key], color=False).splitlines()
+    at = next(i for i, line in enumerate(lines) if line.lstrip().startswith("llm_request"))
+    assert lines[at - 1].lstrip().startswith("text_completion"), lines
+    assert lines[at + 1].lstrip().startswith("engine_step"), lines

@@ -96,6 +96,24 @@ class StepReport:
         }
 
 
+def adopt_unstepped(samples: dict[SampleKey, list[SpanRecord]], foreign: list[SpanRecord]) -> None:
+    """Add to each sample the spans without a step under its own (an engine's ``llm_request`` child of a turn,
+    and that span's children), to draw them in its waterfall; they count in no metric."""
+    owner = {rec.span_id: key for key, recs in samples.items() for rec in recs}
+    while foreign:
+        left = []
+        for rec in foreign:
+            key = owner.get(rec.parent_id)
+            if key is None:
+                left.append(rec)
+            else:
+                samples[key].append(rec)
+                owner[rec.span_id] = key
+        if len(left) == len(foreign):
+            return
+        foreign = left
+
+
 def build_report(
     records: Iterable[SpanRecord], step: int, validate: bool = False, verdicts: StepVerdicts | None = None
 ) -> StepReport:
@@ -104,9 +122,12 @@ def build_report(
     proc = PhaseMetricsProcessor(max_steps=1 << 16)
     samples: dict[SampleKey, list[SpanRecord]] = {}
     hung = verdicts.hung if verdicts is not None else {}
+    foreign: list[SpanRecord] = []
     for rec in records:
         attrs = rec.attributes
         if sc.step_key(attrs) != (step, validate):
+            if attrs.get(sc.RL_STEP) is None:
+                foreign.append(rec)
             continue
         index = attrs.get(sc.RL_SAMPLE_INDEX)
         if isinstance(index, int):
@@ -116,6 +137,7 @@ def build_report(
             if key in hung:
                 continue
         proc.ingest(rec.name, attrs, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
+    adopt_unstepped(samples, foreign)
     table = proc.take(step, validate)
     metrics = compute_metrics(table)
     if verdicts is None:

@@ -188,10 +188,10 @@ class RunNotFoundError(LookupError):
 def select_run(
     records: Iterable[SpanRecord], run_id: str | None = None, *, key: RunKey | None = None
 ) -> Selection | None:
-    """The records of run ``run_id`` (default: the latest, the one that started last; ``key``: that run), each
-    step read from its latest attempt; ``None`` when there are no records. ``run_id`` is a run's id, or the label
-    ``(no run id) service NAME`` of a run without one when no run has that id. Raises :class:`RunNotFoundError`
-    for an unknown id."""
+    """The records of run ``run_id`` (default: the latest, the one with steps that started last; ``key``: that
+    run), each step read from its latest attempt, with the spans of :func:`_guests`; ``None`` when there are no
+    records. ``run_id`` is a run's id, or the label ``(no run id) service NAME`` of a run without one when no
+    run has that id. Raises :class:`RunNotFoundError` for an unknown id."""
     runs = group_runs(records)
     if not runs:
         if run_id is not None:
@@ -199,8 +199,8 @@ def select_run(
         return None
     if key is not None:
         found = [r for r in runs if r.key == key]
-    elif run_id is None:
-        found = [max(runs, key=lambda r: (r.first_ns, r.key))]
+    elif run_id is None:  # the latest run with steps: an engine's own spans (no run id, no step) are no run
+        found = [max([r for r in runs if r.steps()] or runs, key=lambda r: (r.first_ns, r.key))]
     else:
         found = [r for r in runs if r.named(run_id)] or [r for r in runs if not r.has_id and r.label == run_id]
     if not found:
@@ -208,7 +208,20 @@ def select_run(
         raise RunNotFoundError(f"no run '{printable(run_id or '')}' (runs: {known})")
     run = found[0]
     kept, rerun = latest_attempts(run.records, run.attempts)
-    return Selection(run, kept, rerun, len(runs) - 1)
+    return Selection(run, kept + _guests(runs, run, kept), rerun, len(runs) - 1)
+
+
+def _guests(runs: Sequence[Run], run: Run, kept: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """Spans without a run id and without a step in ``run``'s traces: an engine's own spans (vLLM's
+    ``llm_request`` under a turn) exported by the engine's provider, which knows no run id."""
+    traces = {rec.trace_id for rec in kept}
+    return [
+        rec
+        for other in runs
+        if other is not run and not other.has_id
+        for rec in other.records
+        if rec.trace_id in traces and _step_key(rec) is None
+    ]
 
 
 def latest_attempts(

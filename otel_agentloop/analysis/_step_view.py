@@ -25,7 +25,7 @@ from ..metrics._summary import FAILED, HUNG, OK, SLOW, VERDICTS
 from ..metrics._table import OverdueSample
 from ..metrics._verdicts import StepVerdicts
 from ._engine import Part, engine_parts
-from ._report import build_report, step_verdicts
+from ._report import adopt_unstepped, build_report, step_verdicts
 from ._waterfall import order_spans
 
 SampleKey = tuple[int, int]
@@ -207,14 +207,18 @@ def build_step_view(
         verdicts = step_verdicts(records, step, validate)
     spans: dict[SampleKey, list[SpanRecord]] = {}
     snapshots: dict[SampleKey, list[SpanRecord]] = {}
+    foreign: list[SpanRecord] = []
     for rec in records:
         attrs = rec.attributes
         if sc.step_key(attrs) != (step, validate):
+            if attrs.get(sc.RL_STEP) is None:
+                foreign.append(rec)
             continue
         key = _key(attrs)
         if key is None:
             continue
         (snapshots if is_snapshot(rec) else spans).setdefault(key, []).append(rec)
+    adopt_unstepped(spans, foreign)
     if causes is None:
         causes = build_report(records, step, validate, verdicts).causes()
     samples = [

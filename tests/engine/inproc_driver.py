@@ -1,5 +1,5 @@
 """A user's process with vLLM in it: ``otel_agentloop.integrations.vllm.instrument()``, one real ``AsyncLLM``
-(max_num_seqs=2) and concurrent multi-turn samples, each turn a ``trace_generate`` phase around a plain
+(max_num_seqs=2) and concurrent multi-turn samples, each turn a ``@trace_generate(model=...)`` phase around a plain
 ``engine.generate(...)`` call (no trace_headers passed: the instrumentation adds them).
 
 Run: ``python inproc_driver.py MODEL ENDPOINT SERVICE OUT.json``. Two steps:
@@ -16,27 +16,27 @@ import json
 import sys
 from typing import Any
 
+import otel_agentloop as oal
+
+MODEL = "tiny-qwen2"
 N_SAMPLES = 8
 TURNS = 2
 MAX_TOKENS = 12
 
 
+@oal.trace_generate(model=MODEL)
 async def _turn(engine: Any, prompt: list[int], request_id: str) -> Any:
+    """One turn: a generation phase (what verl's turn is) around a plain ``engine.generate``."""
     from vllm import SamplingParams
 
-    import otel_agentloop as oal
-
     params = SamplingParams(max_tokens=MAX_TOKENS, ignore_eos=True, temperature=0.0)
-    with oal.span("generate_sequences"):
-        final = None
-        async for out in engine.generate({"prompt_token_ids": prompt}, params, request_id):
-            final = out
-        return final
+    final = None
+    async for out in engine.generate({"prompt_token_ids": prompt}, params, request_id):
+        final = out
+    return final
 
 
 async def _sample(engine: Any, step: int, index: int) -> dict[str, Any]:
-    import otel_agentloop as oal
-
     prompt = [5 + (index * 7 + k) % 300 for k in range(10 + 3 * index)]
     turns = []
     with oal.sample(index) as handle:
@@ -65,8 +65,6 @@ async def _sample(engine: Any, step: int, index: int) -> dict[str, Any]:
 
 
 async def _step(engine: Any, step: int) -> list[dict[str, Any]]:
-    import otel_agentloop as oal
-
     with oal.step(step):
         return list(await asyncio.gather(*(_sample(engine, step, i) for i in range(N_SAMPLES))))
 
@@ -100,7 +98,6 @@ async def main(model: str, endpoint: str, service: str) -> dict[str, Any]:
     from vllm.engine.arg_utils import AsyncEngineArgs
     from vllm.v1.engine.async_llm import AsyncLLM
 
-    import otel_agentloop as oal
     from otel_agentloop.integrations import vllm as oal_vllm
 
     assert oal_vllm.instrument()

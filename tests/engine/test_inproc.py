@@ -5,13 +5,20 @@ no span for the unsampled samples while the metrics stay exact."""
 
 from __future__ import annotations
 
+import json
+import re
+import subprocess
+import sys
+from pathlib import Path
 from typing import Any
 
 import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._waterfall import ENGINE_LEGEND
 from otel_agentloop.metrics import SpanRecord
+from otel_agentloop.metrics._summary import MIN_QUEUE_S, QUEUE_SHARE
 
 from .conftest import as_list, trace_spans
 from .inproc_driver import N_SAMPLES, TURNS
@@ -92,3 +99,54 @@ def test_a_1_in_4_sampler_leaves_the_engine_no_span_for_unsampled_samples(inproc
         metrics = inproc[key]
         assert metrics["agent_loop/num_samples"] == N_SAMPLES, metrics
         assert metrics["agent_loop/num_preempted/max"] == 0, metrics
+
+
+def _report(stack: Any, tmp: Path, *args: str) -> str:
+    """The real ``report`` CLI, a subprocess of this (the engine venv's) python, on the step in Jaeger."""
+    cmd = [sys.executable, "-m", "otel_agentloop", "report", "--jaeger", stack.jaeger_url, "--service", "rl-inproc"]
+    out = subprocess.run([*cmd, *args], cwd=tmp, capture_output=True, text=True, timeout=120)
+    assert out.returncode == 0, out.stderr
+    return out.stdout
+
+
+def _queued_s(sample: dict[str, Any]) -> float:
+    """A sample's seconds in the engine's queue, from the engine's own timestamps (what the driver got back)."""
+    return float(sum(t["scheduled_ts"] - t["queued_ts"] for t in sample["turns"]))
+
+
+def test_report_names_the_queued_samples_and_draws_each_turns_engine_part(
+    inproc: dict[str, Any], stack: Any, tmp_path: Path
+) -> None:
+    """``report --step 0`` read from Jaeger: every slowest sample that the engine's timestamps say queued
+    (clearly over the rule's share) has the cause "waited N s in the engine queue" with N its queue seconds;
+    one that clearly did not, another cause; the slowest sample queued (8 at once, 2 at a time) and says so.
+    The terminal output has the engine table and the slowest sample's turns drawn with the engine's parts."""
+    samples = {s["index"]: s for s in inproc["step0"]}
+    for sample in samples.values():  # every turn span is in Jaeger before report reads the step
+        trace_spans(JaegerClient(stack.jaeger_url), sample["trace_id"], expect=1 + 2 * TURNS)
+    step = json.loads(_report(stack, tmp_path, "--step", "0", "--json"))
+    rows = step["slowest"]
+    assert rows and len({r["sample_index"] for r in rows}) == len(rows), rows
+    named = 0
+    for row in rows:  # the rule's share: of the sample's generation seconds (its turn spans)
+        queue = _queued_s(samples[row["sample_index"]])
+        share = queue / row[sc.GENERATE]
+        waited = re.fullmatch(r"waited (\d+\.\d\d) s in the engine queue", row["cause"])
+        if share >= QUEUE_SHARE + 0.05 and queue >= MIN_QUEUE_S + 0.01:
+            assert waited, (row, queue, share)
+            assert float(waited.group(1)) == pytest.approx(queue, abs=0.011)
+            named += 1
+        elif share <= QUEUE_SHARE - 0.05 or queue < MIN_QUEUE_S - 0.005:
+            assert not waited and row["cause"], (row, queue, share)
+    slowest = rows[0]  # 8 samples, 2 slots: the last one waited
+    assert _queued_s(samples[slowest["sample_index"]]) >= (QUEUE_SHARE + 0.05) * slowest[sc.GENERATE], slowest
+    assert named >= 1
+    text = _report(stack, tmp_path, "--step", "0")
+    assert "engine, per turn" in text and re.search(r"^queue_s +\d", text, re.M), text
+    assert ENGINE_LEGEND in text, text
+    # the slowest sample's waterfall: each turn with the engine's parts drawn and numbers, vLLM's span under it
+    lines = text.splitlines()
+    bars = [i for i, ln in enumerate(lines) if ln.lstrip().startswith(TURN) and "queue " in ln]
+    assert len(bars) == TURNS, text
+    assert any(re.search("░+▒*▓", lines[i]) for i in bars), text  # a queued turn: its parts in order
+    assert all(lines[i + 1].lstrip().startswith("llm_request") for i in bars), text
