@@ -124,6 +124,7 @@ ENVIRONMENT_READERS = {
     "testing.py": "isolates a test's OTEL_* variables (saves, clears, restores)",
     "analysis/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
     "integrations/vllm/_wrappers.py": "gives a vLLM engine's processes OTEL_SERVICE_NAME (vLLM reads only that)",
+    "integrations/verl/_engine_path.py": "the same, for the engine verl's server actor spawns",
 }
 """Modules outside ``config/`` that touch ``os.environ`` on purpose, with the reason."""
 
