@@ -84,7 +84,14 @@ def clone(tmp_path: Path) -> tuple[Path, dict[str, str]]:
     repo = tmp_path / "otel_agentloop"
     subprocess.run(["git", "clone", "-q", str(ROOT), str(repo)], check=True, timeout=120)
     (repo / ".venv").symlink_to(venv)
-    env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "RAY_ADDRESS", "PYTHONPATH"))}
+    # as a user's shell: none of our variables, nor the outer make's (`make test ARGS=-q` hands ARGS and its
+    # flags to every make below it through the environment)
+    outer_make = {"ARGS", "MAKEFLAGS", "MFLAGS", "MAKELEVEL", "MAKEOVERRIDES"}
+    env = {
+        k: v
+        for k, v in os.environ.items()
+        if not k.startswith(("OTEL_", "RAY_ADDRESS", "PYTHONPATH")) and k not in outer_make
+    }
     env.update(PYTHONPATH=str(repo), PYTHONUNBUFFERED="1")
     for name in ("pyproject.toml", "constraints.txt"):  # as old as the clone's commit: the venv is current
         os.utime(repo / name, (0, 0))
