@@ -44,11 +44,6 @@ def run_key(resource: Mapping[str, Any]) -> RunKey:
     return False, str(resource.get("service.name", "?"))
 
 
-def run_label(resource: Mapping[str, Any]) -> str:
-    """The run's name for people: its id, else ``(no run id) service NAME``."""
-    return _label(run_key(resource))
-
-
 def _label(key: RunKey) -> str:
     return key[1] if key[0] else f"{NO_RUN_ID} service {key[1]}"
 
