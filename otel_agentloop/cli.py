@@ -33,12 +33,13 @@ from .analysis._terminal import printable, say, say_json
 from .analysis._timeline_html import write_html
 from .analysis._timeline_png import render_timeline_png
 from .analysis._waterfall import render_png
-from .config._settings import PROTOCOLS
+from .config._settings import DEFAULT_FILE, PROTOCOLS
 from .demo._main import simulate as simulate_in_process
 from .demo._trainer import (
     MISBEHAVE_FROM_STEP,
     SLOWDOWN,
 )
+from .export._rolled import is_one_file
 from .metrics._records import SpanRecord
 
 
@@ -280,6 +281,23 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _trace_path(text: str) -> str:
+    """An argparse type: where ``simulate --file`` writes, checked up front: one file (``.jsonl``/``.json``), else
+    a directory that exists and is writable, or can be made in a writable folder."""
+    if is_one_file(text):
+        return _output_file(text)
+    if os.path.isdir(text):
+        if not os.access(text, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{text!r} is not writable")
+        return text
+    if os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file (give a folder, or a path ending .jsonl for one file)")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: its folder {folder!r} is missing or not writable")
+    return text
+
+
 def _count(low: int, high: int = 1 << 31) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high]."""
 
@@ -320,9 +338,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--file",
-        type=_output_file,
-        help="also write OTLP-JSON lines here (default: OTEL_AGENTLOOP_FILE; without an endpoint, "
-        "./otel-agentloop-traces.jsonl)",
+        type=_trace_path,
+        help="also write OTLP-JSON lines here: a directory rolled per step, or one file for a path ending .jsonl "
+        f"or .json (default: OTEL_AGENTLOOP_FILE; without an endpoint, ./{DEFAULT_FILE})",
     )
     sim.add_argument(
         "--trace-per",
