@@ -29,6 +29,7 @@ from .analysis._source import (
     since_minutes,
 )
 from .analysis._step_view import build_step_view, is_snapshot
+from .analysis._store import StoreError, is_store, read_steps
 from .analysis._terminal import printable, say, say_json
 from .analysis._timeline_html import write_html
 from .analysis._timeline_png import render_timeline_png
@@ -64,13 +65,29 @@ def _note(line: str) -> None:
     say(f"report: {printable(line, max_chars=1000)}", err=True)
 
 
-def _load_records(args: argparse.Namespace, skipped: Skipped, jaeger: JaegerSource | None) -> list[SpanRecord]:
-    if jaeger is None:
+def _load_records(
+    args: argparse.Namespace, skipped: Skipped, jaeger: JaegerSource | None
+) -> tuple[list[SpanRecord], list[tuple[int, bool]] | None]:
+    """The records to report, and the run's steps when a trace directory's index lists them (else ``None``)."""
+    if jaeger is not None:
+        return jaeger.search(_note, step=args.step), None
+    if is_store(args.file):
+        keys = None
+        if args.compare:
+            keys = [(args.compare[0], args.validate), (args.compare[1], args.validate)]
+        elif args.step is not None:
+            keys = [(args.step, args.validate)]
         try:
-            return list(read_jsonl(args.file, skipped))
-        except OSError as exc:  # missing, a directory, not readable
-            raise _fail("cannot read", args.file, exc) from None
-    return jaeger.search(_note, step=args.step)
+            read = read_steps(args.file, args.run_id, keys, args.validate, skipped, _note)
+        except StoreError as exc:
+            raise CliError(str(exc)) from None
+        except RunNotFoundError as exc:
+            raise CliError(printable(str(exc), max_chars=1000)) from None
+        return read.records, read.steps
+    try:
+        return list(read_jsonl(args.file, skipped)), None
+    except OSError as exc:  # missing, not readable
+        raise _fail("cannot read", args.file, exc) from None
 
 
 def _nothing(args: argparse.Namespace, jaeger: JaegerSource | None, found: list[SpanRecord]) -> str:
@@ -120,7 +137,7 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         return run_command(args, jaeger)
     skipped = Skipped()
     try:
-        everything = _load_records(args, skipped, jaeger)
+        everything, indexed = _load_records(args, skipped, jaeger)
     except JaegerError as exc:
         raise CliError(jaeger_error_line(exc, args.jaeger)) from None
     source = printable(args.file if jaeger is None else jaeger.label, max_chars=None)
@@ -144,6 +161,8 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         )
     snapshot_keys = [sc.step_key(r.attributes) for r in loaded if is_snapshot(r)]
     available = sorted(set(steps_in(records)) | {(s, v) for s, v in snapshot_keys if s is not None})
+    if indexed is not None:  # a trace directory: the steps its index lists (only the asked ones were read)
+        available = sorted(set(indexed) | set(available))
     if not available:
         try:
             raise CliError(_nothing(args, jaeger, everything))
