@@ -302,10 +302,16 @@ def _output_file(text: str) -> str:
 
 def _trace_path(text: str) -> str:
     """An argparse type: where ``simulate --file`` writes, checked up front: one file (``.jsonl``/``.json``), else
-    a directory that exists and is writable, or can be made in a writable folder."""
+    a trace folder: a writable one that is empty or already one (its ``index.jsonl``), or a new one in a writable
+    folder."""
     if is_one_file(text):
         return _output_file(text)
     if os.path.isdir(text):
+        if os.listdir(text) and not os.path.exists(os.path.join(text, "index.jsonl")):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is a folder that is neither empty nor a trace folder (no index.jsonl): give a new or "
+                "empty folder, or a path ending .jsonl for one file"
+            )
         if not os.access(text, os.W_OK | os.X_OK):
             raise argparse.ArgumentTypeError(f"{text!r} is not writable")
         return text
