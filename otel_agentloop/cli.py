@@ -307,7 +307,11 @@ def _trace_path(text: str) -> str:
     if is_one_file(text):
         return _output_file(text)
     if os.path.isdir(text):
-        if os.listdir(text) and not os.path.exists(os.path.join(text, "index.jsonl")):
+        try:
+            entries = os.listdir(text)
+        except OSError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not readable") from None
+        if entries and not os.path.exists(os.path.join(text, "index.jsonl")):
             raise argparse.ArgumentTypeError(
                 f"{text!r} is a folder that is neither empty nor a trace folder (no index.jsonl): give a new or "
                 "empty folder, or a path ending .jsonl for one file"

@@ -25,6 +25,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, decode_resource_spans, read_jsonl, read_traces
 
+from .test_harm_fork_identity import _fork_and_trace
 from .test_runs import _same
 
 RUN = "scale"
@@ -324,3 +325,15 @@ def test_more_concurrent_steps_than_descriptors_write_every_span(tmp_path) -> No
         samples = [r for r in read_jsonl(str(path)) if r.name == sc.SAMPLE_SPAN]
         assert sorted(r.attributes[sc.RL_SAMPLE_INDEX] for r in samples) == [0, 1]
     assert {e["step"] for e in _index(folder)} == set(range(1, steps + 1))
+
+
+@pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
+def test_a_forked_child_opens_its_own_files_and_index_lines(tmp_path) -> None:
+    folder = tmp_path / TRACES
+    child = _fork_and_trace(str(folder))
+    index = _index(folder)
+    step_lines = [e for e in index if e["step"] == 1]
+    assert {e["pid"] for e in step_lines} == {os.getpid(), child}  # each wrote its own line for the shared file
+    assert len({e["segment"] for e in step_lines}) == 1
+    samples = {r.attributes[sc.RL_SAMPLE_INDEX]: r for r in read_traces(str(folder)) if r.name == sc.SAMPLE_SPAN}
+    assert sorted(samples) == [0, 1, 2] and samples[1].resource["process.pid"] == child
