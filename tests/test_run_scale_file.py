@@ -337,3 +337,33 @@ def test_a_forked_child_opens_its_own_files_and_index_lines(tmp_path) -> None:
     assert len({e["segment"] for e in step_lines}) == 1
     samples = {r.attributes[sc.RL_SAMPLE_INDEX]: r for r in read_traces(str(folder)) if r.name == sc.SAMPLE_SPAN}
     assert sorted(samples) == [0, 1, 2] and samples[1].resource["process.pid"] == child
+
+
+def test_a_write_failure_fails_the_batch_counted_never_raised(tmp_path) -> None:
+    folder = tmp_path / TRACES
+    (folder / "index.jsonl").mkdir(parents=True)  # every first write of a segment fails: its index line cannot go
+    handle = oal.configure("unwritable", file=str(folder), schedule_delay_s=30, watchdog=False)
+
+    async def rollout() -> None:
+        with oal.step(1):
+            async with oal.sample(0, 0):
+                await _generate(0)
+
+    try:
+        asyncio.run(rollout())  # the user's code runs as if nothing were wrong
+        handle.force_flush(10)
+        stats = handle.stats
+        assert stats["exported"] == 0 and stats["failed"] >= 3 and stats["pending"] == 0, stats
+    finally:
+        handle.shutdown(5)
+    assert not list(folder.glob("run-*/*.jsonl"))  # no data without its index line
+
+
+def test_an_unknown_run_id_names_the_runs_of_the_index(resumed) -> None:
+    cwd, _, _ = resumed
+    rc, out, err = _report(cwd, "--run-id", "nope")
+    assert rc == 1 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "no run 'nope'" in line and RUN in line, line
+    rc, out, err = _report(cwd, "--run-id", RUN, "--step", "1", "--json")
+    assert rc == 0 and json.loads(out)["step"] == 1, err
