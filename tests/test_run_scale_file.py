@@ -192,13 +192,19 @@ def test_run_and_runs_read_only_the_index_and_the_summaries(resumed, tmp_path) -
     folder = tmp_path / TRACES
     for path in folder.glob("*/*.jsonl"):
         _blocked(path)
+    # a third attempt that has opened step 2's file but collected nothing yet: the index knows it, no summary does
+    last = max(_index(folder), key=lambda e: e["opened_ns"])
+    with (folder / "index.jsonl").open("a") as f:
+        f.write(json.dumps({**last, "attempt": "3", "opened_ns": last["opened_ns"] + 1, "pid": 1}) + "\n")
     rc, out, err = _report(tmp_path, "--runs")
     assert rc == 0, err
     (row,) = [line for line in out.splitlines() if line.startswith("* ")]
-    assert RUN in row and " 1..3 (3) " in row and "1,2" in row
+    assert RUN in row and " 1..3 (3) " in row and " 1,2,3 " in row, out
     rc, out, err = _report(tmp_path, "--run", "--json")
     assert rc == 0, err
-    steps = {(s["step"], s["validate"]): s for s in json.loads(out)["steps"]}
+    body = json.loads(out)
+    assert body["attempts"] == ["1", "2", "3"]
+    steps = {(s["step"], s["validate"]): s for s in body["steps"]}
     assert sorted(steps) == [(1, False), (2, False), (2, True), (3, False)]
     for key, metrics in second.items():
         assert steps[key]["n"] == metrics["agent_loop/num_samples"]

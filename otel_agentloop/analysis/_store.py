@@ -42,6 +42,8 @@ class Segment:
     validate: bool
     opened_ns: int
     until_ns: int = 0
+    attempts: dict[str, int] = field(default_factory=dict)
+    """Each attempt that wrote into it (``""``: none set) -> when it first did."""
 
     @property
     def key(self) -> StepKey | None:
@@ -62,6 +64,14 @@ class StoreRun:
 
     def steps(self) -> list[StepKey]:
         return sorted({k for s in self.segments if (k := s.key) is not None})
+
+    def attempt_starts(self) -> dict[str, int]:
+        """Each attempt of the run -> when it first wrote (from the index)."""
+        out: dict[str, int] = {}
+        for seg in self.segments:
+            for attempt, ns in seg.attempts.items():
+                out[attempt] = min(out.get(attempt, ns), ns)
+        return out
 
 
 def is_store(path: str) -> bool:
@@ -84,7 +94,9 @@ def _entry(line: bytes) -> Segment:
         resource["rl.run.id"] = run
     until = obj.get("until_ns")
     until = until if type(until) is int else 0
-    return Segment(rel, run_key(resource), step, obj.get("validate") is True, opened, until)
+    attempt = obj.get("attempt")
+    attempts = {"" if attempt is None else str(attempt): opened}
+    return Segment(rel, run_key(resource), step, obj.get("validate") is True, opened, until, attempts)
 
 
 def read_index(path: str, note: Note) -> list[StoreRun]:
@@ -112,6 +124,8 @@ def read_index(path: str, note: Note) -> list[StoreRun]:
         else:  # another process's line for the same segment
             known.opened_ns = min(known.opened_ns, seg.opened_ns)
             known.until_ns = max(known.until_ns, seg.until_ns)
+            for attempt, ns in seg.attempts.items():
+                known.attempts[attempt] = min(known.attempts.get(attempt, ns), ns)
     if bad.count:
         note(bad.summary(printable(path, 200)).replace("malformed record", "malformed index line"))
     runs: dict[RunKey, StoreRun] = {}
