@@ -79,6 +79,8 @@ def _load_records(
             keys = [(args.step, args.validate)]
         try:
             read = read_steps(args.file, args.run_id, keys, args.validate, skipped, _note)
+            if keys is None and read.chosen is not None:
+                args.step = read.chosen[0]  # the step it read: the latest, or the latest with samples
         except StoreError as exc:
             raise CliError(str(exc)) from None
         except RunNotFoundError as exc:

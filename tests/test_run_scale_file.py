@@ -373,3 +373,28 @@ def test_an_unknown_run_id_names_the_runs_of_the_index(resumed) -> None:
     assert "no run 'nope'" in line and RUN in line, line
     rc, out, err = _report(cwd, "--run-id", RUN, "--step", "1", "--json")
     assert rc == 0 and json.loads(out)["step"] == 1, err
+
+
+def test_the_default_step_is_the_latest_with_samples(tmp_path) -> None:
+    """A last step whose file holds trainer spans only (a final phase after the last rollout): ``report`` without
+    ``--step`` reads the latest step with samples, as it does on one file."""
+    folder = tmp_path / TRACES
+    handle = oal.configure("default-step", file=str(folder), schedule_delay_s=30, watchdog=False)
+
+    async def rollout() -> None:
+        with oal.step(1):
+            async with oal.sample(0, 0):
+                await _generate(0)
+
+    try:
+        asyncio.run(rollout())
+        handle.metrics.collect(1)
+        with oal.step(2), oal.trainer_phase("update_actor"):
+            pass
+        assert handle.force_flush(10)
+    finally:
+        handle.shutdown(5)
+    assert {e["step"] for e in _index(folder)} >= {1, 2}
+    rc, out, err = _report(tmp_path, "--json")
+    assert rc == 0, err
+    assert json.loads(out)["step"] == 1
