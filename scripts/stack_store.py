@@ -205,8 +205,8 @@ class OpenSearchCluster:
                 if isinstance(data, dict) and not data.get("timed_out"):
                     return
                 last = json.dumps(data)[:300]
-            dead = [self.names[i] for i, p in self.procs.items() if p.poll() is not None]
-            if dead and nodes is None and not self.alive():
+            if len(self.alive()) < (nodes or 1):  # a node exited: it will not come
+                last = f"only {', '.join(self.names[i] for i in self.alive()) or 'no node'} runs"
                 break
             time.sleep(1)
         tails = "\n".join(f"--- {self.names[i]} ({self.log(i)}):\n{_tail(self.log(i))}" for i in self.procs)
