@@ -33,12 +33,17 @@ pytestmark = pytest.mark.timeout(900)
 
 
 @pytest.fixture(scope="module")
-def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_store.OpenSearchCluster]:
+def jars() -> None:
+    """OpenSearch's jars from `make stack-build` (never fetched inside a test)."""
     if stack_store.missing():
         reason = f"OpenSearch's jars are not fetched ({stack_store.LIB}): run `make stack-build`"
         if os.environ.get("CI") == "true":
             pytest.fail(reason + " (CI must run the cluster store test)", pytrace=False)
         pytest.skip(reason)
+
+
+@pytest.fixture(scope="module")
+def cluster(jars: None, tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_store.OpenSearchCluster]:
     try:
         running = stack_store.start_opensearch(tmp_path_factory.mktemp("opensearch"), nodes=3, heap="512m")
     except stack_mod.StackError as exc:
@@ -353,7 +358,7 @@ def _free_base() -> int:
     pytest.fail("no free port range for OPENSEARCH_PORT_BASE")
 
 
-def test_up_store_opensearch_status_and_down(tmp_path: Path) -> None:
+def test_up_store_opensearch_status_and_down(jars: None, tmp_path: Path) -> None:
     """`scripts/stack.py up --store opensearch` as a user runs it (its own run dir, data dir and free ports):
     3 nodes, Jaeger with its day indices and aliases, the retention job and the Collector; `status` prints the
     cluster's health and nodes; a Badger `up` is refused while it runs; `down` stops everything."""
