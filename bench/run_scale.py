@@ -1,0 +1,263 @@
+"""Issue 29 (1): one step read from a trace output of 2 steps and of a long run, side by side (and ``--run``).
+
+The outputs are written through the public API, as a training job writes them: ``oal.configure(file=PATH)``,
+then per step ``oal.step(N)`` around ``oal.trainer_phase("gen")`` (the rollout: ``--samples`` samples under
+``asyncio.gather``, each ``oal.sample(i, rollout_n=n)`` with 3 ``@oal.trace_generate`` turns (usage through
+``oal.record_generation``), 1-3 parallel ``@oal.trace_tool`` calls after the first turn and one after the second,
+1 % of tool calls failing, a ``@oal.trace_reward``, ``handle.record``), ``handle.metrics.collect(step)`` (the
+step's real ``rl.step.summary``) and the trainer's phases after it. A few samples per step fail (the reward
+raises) and a few are slow (their tool call waits many loop rounds). Time is compressed: phases wait with
+``asyncio.sleep(0)`` (the public API takes no explicit times), so a phase lasts a round of the event loop over
+the step's samples, and a slow one many rounds.
+
+A path ending ``.jsonl`` is the one-file layout (``before``); any other path the rolled directory of issue 29
+(``after``; what the library writes there is the library's business, this script only names the path). Each
+output is written once into ``--keep DIR`` and reused by later runs.
+
+Timed, side by side in one run (interleaved rounds, fresh ``otel-agentloop report`` processes, median of
+``--rounds``), on the short and the long output of each layout: ``report --step 1``, ``report --step 1
+--perfetto OUT``, ``report --compare 1 2``; wall time and the child's peak RSS (``os.wait4``'s rusage). With
+``--run-steps N``: a directory of N steps' real summaries (bench/run_page.py's synthetic summaries, encoded by the
+library's encoder, written by the library's rolled-directory exporter) timed with ``report --run --html`` and
+``report --runs``, with and without the long output's step files copied beside them.
+
+    .venv/bin/python bench/run_scale.py --keep /tmp/run-scale [--long-steps 24] [--samples 8192] [--rounds 3]
+        [--layouts before,after] [--run-steps 1000] [--results]
+"""
+
+from __future__ import annotations
+
+import argparse
+import asyncio
+import json
+import os
+import random
+import shutil
+import statistics
+import subprocess
+import sys
+import time
+from collections.abc import Iterator
+from dataclasses import dataclass
+from pathlib import Path
+
+from machine import machine  # bench/ is on the path when run as a script
+
+import otel_agentloop as oal
+
+TOOLS = ("search", "python", "calculator", "sandbox")
+FAILED_PER_STEP = 4
+SLOW_PER_STEP = 8
+SLOW_ROUNDS = 200
+TRAINER_PHASES = ("old_log_prob", "ref", "adv", "update_actor")
+
+
+class RewardError(RuntimeError):
+    """A reward model that failed (the sample fails)."""
+
+
+class ToolError(RuntimeError):
+    """A tool that failed (the agent loop goes on)."""
+
+
+@oal.trace_generate(model="qwen2.5-7b-instruct")
+async def generate(rng: random.Random, prompt: int) -> int:
+    await asyncio.sleep(0)
+    tokens = int(rng.lognormvariate(5.5, 0.6))
+    oal.record_generation(input_tokens=prompt, output_tokens=tokens, finish_reason="stop", num_preempted=0)
+    return tokens
+
+
+async def _tool(rng: random.Random, rounds: int) -> str:
+    for _ in range(rounds):
+        await asyncio.sleep(0)
+    if rng.random() < 0.01:
+        raise ToolError("tool backend timed out")
+    return "ok"
+
+
+TOOL_FUNCS = {name: oal.trace_tool(name)(_tool) for name in TOOLS}
+
+
+@oal.trace_reward
+async def compute_score(rng: random.Random, fail: bool) -> float:
+    await asyncio.sleep(0)
+    if fail:
+        raise RewardError("reward model failed")
+    return rng.random()
+
+
+async def one_sample(step: int, k: int, fail: bool, slow: bool) -> float:
+    """One sample: 3 turns, 1-3 parallel tool calls after the first, one after the second, a reward."""
+    rng = random.Random(step * 1_000_003 + k)
+    index, rollout = divmod(k, 16)
+    async with oal.sample(index, rollout_n=rollout) as handle:
+        prompt = rng.randrange(100, 2000)
+        response = 0
+        for turn in range(3):
+            response += await generate(rng, prompt + response)
+            if turn == 2:
+                break
+            names = rng.sample(TOOLS, rng.randint(1, 3)) if turn == 0 else [rng.choice(TOOLS)]
+            rounds = [SLOW_ROUNDS if slow and turn == 0 and j == 0 else 1 for j in range(len(names))]
+            calls = (TOOL_FUNCS[name](rng, r) for name, r in zip(names, rounds, strict=True))
+            await asyncio.gather(*calls, return_exceptions=True)
+            response += 16 * len(names)
+        handle.record(prompt_length=prompt, response_length=response, turns=3)
+        return await compute_score(rng, fail)
+
+
+async def rollout(step: int, samples: int) -> list[float | BaseException]:
+    rng = random.Random(step)
+    picked = rng.sample(range(samples), FAILED_PER_STEP + SLOW_PER_STEP)
+    failed, slow = set(picked[:FAILED_PER_STEP]), set(picked[FAILED_PER_STEP:])
+    tasks = [one_sample(step, k, k in failed, k in slow) for k in range(samples)]
+    return await asyncio.gather(*tasks, return_exceptions=True)
+
+
+def write_output(path: Path, steps: int, samples: int) -> dict[str, float]:
+    """Write ``steps`` steps of ``samples`` samples to ``path`` through the public API; counts and seconds."""
+    t0 = time.perf_counter()
+    handle = oal.configure(
+        "rollout",
+        file=str(path),
+        run_id=f"run-scale-{steps}",
+        set_global=False,
+        max_queue_size=1 << 17,
+        max_export_batch_size=512,
+        watchdog=False,
+    )
+    try:
+        for step in range(1, steps + 1):
+            timing: dict[str, float] = {}
+            with oal.step(step):
+                with oal.trainer_phase("gen", timing):
+                    outcomes = asyncio.run(rollout(step, samples))
+                handle.metrics.collect(step)
+                for name in TRAINER_PHASES:
+                    with oal.trainer_phase(name, timing):
+                        pass
+            errors = sum(isinstance(o, BaseException) for o in outcomes)
+            handle.force_flush(60.0)
+            print(f"  {path.name}: step {step}/{steps} written ({errors} failed samples, "
+                  f"{time.perf_counter() - t0:.0f} s)", file=sys.stderr, flush=True)  # fmt: skip
+        stats = handle.stats
+    finally:
+        handle.shutdown(60.0)
+    facts = {k: float(v) for k, v in stats.items() if k in ("exported", "dropped", "failed", "pending")}
+    facts["write_s"] = time.perf_counter() - t0
+    return facts
+
+
+def size_of(path: Path) -> int:
+    if path.is_file():
+        return path.stat().st_size
+    return sum(p.stat().st_size for p in path.rglob("*") if p.is_file())
+
+
+def output(keep: Path, layout: str, steps: int, samples: int) -> tuple[Path, dict[str, float]]:
+    """The output of ``steps`` steps in ``layout`` (``before``: one ``.jsonl`` file, ``after``: a directory),
+    written once into ``keep`` (a ``.done`` file beside it holds its facts)."""
+    name = f"{layout}-{steps}x{samples}"
+    path = keep / (name + ".jsonl" if layout == "before" else name)
+    done = keep / (name + ".done")
+    if done.exists():
+        return path, json.loads(done.read_text())
+    if path.is_dir():
+        shutil.rmtree(path)
+    elif path.exists():
+        path.unlink()
+    facts = write_output(path, steps, samples)
+    facts["bytes"] = size_of(path)
+    done.write_text(json.dumps(facts))
+    return path, facts
+
+
+@dataclass
+class Timed:
+    wall_s: list[float]
+    rss_mb: list[float]
+
+    def median(self) -> tuple[float, float]:
+        return statistics.median(self.wall_s), statistics.median(self.rss_mb)
+
+
+def timed_report(args: list[str], log: Path) -> tuple[float, float]:
+    """``otel-agentloop report ARGS`` in a fresh process: its wall seconds and peak RSS (MB, from wait4)."""
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    with open(log, "wb") as out:
+        begun = time.perf_counter()
+        child = subprocess.Popen([sys.executable, "-m", "otel_agentloop", "report", *args], env=env, stdout=out,
+                                 stderr=subprocess.STDOUT)  # fmt: skip
+        _, status, usage = os.wait4(child.pid, 0)
+        wall = time.perf_counter() - begun
+    child.returncode = os.waitstatus_to_exitcode(status)
+    if child.returncode != 0:
+        raise SystemExit(f"report {' '.join(args)} failed ({child.returncode}):\n{log.read_text()[-3000:]}")
+    return wall, usage.ru_maxrss / 1024
+
+
+def step_commands(path: Path, work: Path) -> dict[str, list[str]]:
+    f = ["--file", str(path)]
+    return {
+        "report --step 1": [*f, "--step", "1"],
+        "report --step 1 --perfetto OUT": [*f, "--step", "1", "--perfetto", str(work / "step.json")],
+        "report --compare 1 2": [*f, "--compare", "1", "2"],
+    }
+
+
+def interleaved(cases: dict[tuple[str, str], list[str]], rounds: int, work: Path) -> dict[tuple[str, str], Timed]:
+    """Every case once per round, in the same order, ``rounds`` times."""
+    timed = {key: Timed([], []) for key in cases}
+    for r in range(rounds):
+        for key, args in cases.items():
+            wall, rss = timed_report(args, work / "report.log")
+            timed[key].wall_s.append(wall)
+            timed[key].rss_mb.append(rss)
+            print(f"  round {r + 1}: {key[1]} on {key[0]}: {wall:.2f} s, {rss:.0f} MB", file=sys.stderr, flush=True)
+    return timed
+
+
+def step_table(outputs: dict[str, tuple[Path, dict[str, float]]], timed: dict[tuple[str, str], Timed]) -> Iterator[str]:
+    """Markdown rows: per layout and command, short and long side by side, and the ratio."""
+    layouts = sorted({name.split("-")[0] for name in outputs}, reverse=True)  # before, after
+    yield "| layout | command | 2 steps: wall, peak RSS | long: wall, peak RSS | long / short (wall) |"
+    yield "|---|---|---|---|---|"
+    for layout in layouts:
+        short, long = sorted((n for n in outputs if n.startswith(layout)), key=lambda n: int(n.split("-")[1]))
+        for command in ("report --step 1", "report --step 1 --perfetto OUT", "report --compare 1 2"):
+            (sw, sr), (lw, lr) = timed[(short, command)].median(), timed[(long, command)].median()
+            yield f"| {layout} | `{command}` | {sw:.2f} s, {sr:.0f} MB | {lw:.2f} s, {lr:.0f} MB | {lw / sw:.2f}x |"
+
+
+def main() -> int:
+    ap = argparse.ArgumentParser(description=__doc__.split("\n")[0])
+    ap.add_argument("--keep", type=Path, required=True, help="folder the outputs are written into once and reused")
+    ap.add_argument("--samples", type=int, default=8192)
+    ap.add_argument("--long-steps", type=int, default=24)
+    ap.add_argument("--rounds", type=int, default=3)
+    ap.add_argument("--layouts", default="before,after", help="before (one .jsonl file), after (a directory)")
+    ap.add_argument("--write-only", action="store_true", help="write the outputs, time nothing")
+    ap.add_argument("--results", action="store_true", help="print the RESULTS.md rows")
+    args = ap.parse_args()
+    args.keep.mkdir(parents=True, exist_ok=True)
+    work = args.keep / "work"
+    work.mkdir(exist_ok=True)
+    load_before = os.getloadavg()
+    outputs: dict[str, tuple[Path, dict[str, float]]] = {}
+    for layout in args.layouts.split(","):
+        for steps in (2, args.long_steps):
+            outputs[f"{layout}-{steps}"] = output(args.keep, layout, steps, args.samples)
+    print(json.dumps({name: {"path": str(p), **facts} for name, (p, facts) in outputs.items()}, indent=1))
+    if args.write_only:
+        return 0
+    cases = {(name, cmd): a for name, (p, _) in outputs.items() for cmd, a in step_commands(p, work).items()}
+    timed = interleaved(cases, args.rounds, work)
+    print(json.dumps({f"{k[0]} | {k[1]}": vars(v) for k, v in timed.items()}, indent=1))
+    print(f"\nMachine: {machine()}; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
+    print("\n".join(step_table(outputs, timed)))
+    return 0
+
+
+if __name__ == "__main__":
+    sys.exit(main())
