@@ -70,4 +70,4 @@ stack-build:
 	@$(PYTHON) scripts/stack.py build
 
 clean:
-	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache otel-agentloop-traces.jsonl
+	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache otel-agentloop-traces otel-agentloop-traces.jsonl

@@ -31,11 +31,11 @@ from .core import _tracer
 from .core._guard import after_fork_in_child, internal_error, logger
 from .core._recorder import Recorder
 from .core._state import Saved, forked_worker, state
-from .export._file import OTLPJsonFileExporter
 from .export._keep import SampleKeeper
 from .export._pipeline import PipelineProvider, RecordPipeline
 from .export._processor import ExportProcessor
 from .export._processor import timeout_s as _timeout_s
+from .export._rolled import file_exporter_for
 from .export._sampling import BudgetSampler, RecordingSampler
 from .export._step_summary import StepSummaryWriter
 from .health import _watchdog
@@ -446,7 +446,8 @@ def configure(service_name: str | None = None, **options: Unpack[Options]) -> Ha
     ``OTEL_EXPORTER_OTLP_ENDPOINT``) is set, over ``protocol`` (``"grpc"``, ``"http/protobuf"``, or
     ``"http/json"``: our string encoder, ~6x cheaper per span than the SDK's protobuf path; default
     ``OTEL_EXPORTER_OTLP_(TRACES_)PROTOCOL``, else grpc); otherwise, and also whenever ``file`` is given, an
-    OTLP-JSON-lines file (``file``, ``OTEL_AGENTLOOP_FILE``, else ``./otel-agentloop-traces.jsonl``);
+    OTLP-JSON-lines trace file (``file``, ``OTEL_AGENTLOOP_FILE``, else the directory ``./otel-agentloop-traces``,
+    rolled per step; a path ending ``.jsonl`` or ``.json`` is one file);
     ``OTEL_TRACES_EXPORTER=none`` exports nothing (metrics only). ``exporters`` are added as given.
 
     Settings: the options are declared in :class:`~.config._options.Options`; every one except the objects
@@ -601,7 +602,7 @@ def _export_targets(s: Settings, exporters: Sequence[SpanExporter]) -> tuple[Set
     if otlp:
         targets.append((f"otlp/{s.protocol} {s.endpoint}", _otlp_exporter(s)))
     if (s.also_file and s.file is not None) or (s.traces_exporter == "otlp" and not otlp and not exporters):
-        file_exporter = OTLPJsonFileExporter(s.file or DEFAULT_FILE)
+        file_exporter = file_exporter_for(s.file or DEFAULT_FILE)
         targets.append((f"file {s.file or DEFAULT_FILE}", file_exporter))
         s = dataclasses.replace(s, file=file_exporter.path)
     if s.traces_exporter == "console":

@@ -29,16 +29,18 @@ from .analysis._source import (
     since_minutes,
 )
 from .analysis._step_view import build_step_view, is_snapshot
+from .analysis._store import StoreError, is_store, read_steps
 from .analysis._terminal import printable, say, say_json
 from .analysis._timeline_html import write_html
 from .analysis._timeline_png import render_timeline_png
 from .analysis._waterfall import render_png
-from .config._settings import PROTOCOLS
+from .config._settings import DEFAULT_FILE, PROTOCOLS
 from .demo._main import simulate as simulate_in_process
 from .demo._trainer import (
     MISBEHAVE_FROM_STEP,
     SLOWDOWN,
 )
+from .export._rolled import is_one_file
 from .metrics._records import SpanRecord
 
 
@@ -63,13 +65,29 @@ def _note(line: str) -> None:
     say(f"report: {printable(line, max_chars=1000)}", err=True)
 
 
-def _load_records(args: argparse.Namespace, skipped: Skipped, jaeger: JaegerSource | None) -> list[SpanRecord]:
-    if jaeger is None:
+def _load_records(
+    args: argparse.Namespace, skipped: Skipped, jaeger: JaegerSource | None
+) -> tuple[list[SpanRecord], list[tuple[int, bool]] | None]:
+    """The records to report, and the run's steps when a trace directory's index lists them (else ``None``)."""
+    if jaeger is not None:
+        return jaeger.search(_note, step=args.step), None
+    if is_store(args.file):
+        keys = None
+        if args.compare:
+            keys = [(args.compare[0], args.validate), (args.compare[1], args.validate)]
+        elif args.step is not None:
+            keys = [(args.step, args.validate)]
         try:
-            return list(read_jsonl(args.file, skipped))
-        except OSError as exc:  # missing, a directory, not readable
-            raise _fail("cannot read", args.file, exc) from None
-    return jaeger.search(_note, step=args.step)
+            read = read_steps(args.file, args.run_id, keys, args.validate, skipped, _note)
+        except StoreError as exc:
+            raise CliError(str(exc)) from None
+        except RunNotFoundError as exc:
+            raise CliError(printable(str(exc), max_chars=1000)) from None
+        return read.records, read.steps
+    try:
+        return list(read_jsonl(args.file, skipped)), None
+    except OSError as exc:  # missing, not readable
+        raise _fail("cannot read", args.file, exc) from None
 
 
 def _nothing(args: argparse.Namespace, jaeger: JaegerSource | None, found: list[SpanRecord]) -> str:
@@ -119,7 +137,7 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         return run_command(args, jaeger)
     skipped = Skipped()
     try:
-        everything = _load_records(args, skipped, jaeger)
+        everything, indexed = _load_records(args, skipped, jaeger)
     except JaegerError as exc:
         raise CliError(jaeger_error_line(exc, args.jaeger)) from None
     source = printable(args.file if jaeger is None else jaeger.label, max_chars=None)
@@ -143,6 +161,8 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         )
     snapshot_keys = [sc.step_key(r.attributes) for r in loaded if is_snapshot(r)]
     available = sorted(set(steps_in(records)) | {(s, v) for s, v in snapshot_keys if s is not None})
+    if indexed is not None:  # a trace directory: the steps its index lists (only the asked ones were read)
+        available = sorted(set(indexed) | set(available))
     if not available:
         try:
             raise CliError(_nothing(args, jaeger, everything))
@@ -280,6 +300,23 @@ def _output_file(text: str) -> str:
     return text
 
 
+def _trace_path(text: str) -> str:
+    """An argparse type: where ``simulate --file`` writes, checked up front: one file (``.jsonl``/``.json``), else
+    a directory that exists and is writable, or can be made in a writable folder."""
+    if is_one_file(text):
+        return _output_file(text)
+    if os.path.isdir(text):
+        if not os.access(text, os.W_OK | os.X_OK):
+            raise argparse.ArgumentTypeError(f"{text!r} is not writable")
+        return text
+    if os.path.exists(text):
+        raise argparse.ArgumentTypeError(f"{text!r} is a file (give a folder, or a path ending .jsonl for one file)")
+    folder = os.path.dirname(os.path.abspath(text))
+    if not os.path.isdir(folder) or not os.access(folder, os.W_OK):
+        raise argparse.ArgumentTypeError(f"{text!r}: its folder {folder!r} is missing or not writable")
+    return text
+
+
 def _count(low: int, high: int = 1 << 31) -> Callable[[str], int]:
     """An argparse type: an integer in [low, high]."""
 
@@ -320,9 +357,9 @@ def build_parser() -> argparse.ArgumentParser:
     )
     sim.add_argument(
         "--file",
-        type=_output_file,
-        help="also write OTLP-JSON lines here (default: OTEL_AGENTLOOP_FILE; without an endpoint, "
-        "./otel-agentloop-traces.jsonl)",
+        type=_trace_path,
+        help="also write OTLP-JSON lines here: a directory rolled per step, or one file for a path ending .jsonl "
+        f"or .json (default: OTEL_AGENTLOOP_FILE; without an endpoint, ./{DEFAULT_FILE})",
     )
     sim.add_argument(
         "--trace-per",

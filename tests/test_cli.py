@@ -7,7 +7,7 @@ import os
 import subprocess
 import sys
 
-from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.analysis import read_jsonl, read_traces
 from otel_agentloop.metrics import PhaseMetricsProcessor
 
 from .conftest import span_metrics
@@ -46,7 +46,7 @@ def test_simulate_prints_metrics_and_waterfall(tmp_path) -> None:
     assert "generate_sequences" in out and "slowest sample" in out
     assert "rl.sample" in out and "text_completion sim-7b" in out
     assert "dropped: 0" in out
-    assert (tmp_path / "otel-agentloop-traces.jsonl").exists()
+    assert (tmp_path / "otel-agentloop-traces" / "index.jsonl").exists()  # the default: the rolled directory
 
 
 def test_simulate_json_equals_metrics_rebuilt_from_the_trace_file(tmp_path) -> None:
@@ -106,7 +106,7 @@ def test_main_job_shows_validation_generations_trainer_phases_and_health_alarms(
     assert "testing" in steps[1]["timing_raw"]
     assert steps[0]["alerts"] == [] and steps[1]["alerts"] == []
     assert "kl_high" in steps[2]["alerts"] and "step_time_swing" in steps[2]["alerts"]  # the injected faults
-    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_traces(str(tmp_path / "otel-agentloop-traces")))
     step3 = [
         r for r in records if r.name == "rl.step" and r.attributes["rl.step"] == 3 and not r.attributes["rl.validate"]
     ]

@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.analysis import read_traces
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import PhaseMetricsProcessor, SpanRecord, StepMetrics
 
@@ -127,15 +127,16 @@ def test_env_endpoint_protocol_and_headers_are_honoured(monkeypatch) -> None:
 def test_file_export_round_trips(tmp_path, monkeypatch) -> None:
     monkeypatch.chdir(tmp_path)
     handle = oal.configure("file-test", set_global=False, schedule_delay_s=0.05)
-    assert handle.description == "file otel-agentloop-traces.jsonl"
+    assert handle.description == "file otel-agentloop-traces"  # the default: the rolled directory
     try:
         metrics = _run(handle)
         assert handle.force_flush(10)
     finally:
         handle.shutdown(5)
-    lines = (tmp_path / "otel-agentloop-traces.jsonl").read_text().splitlines()
+    segments = [p for p in (tmp_path / "otel-agentloop-traces").rglob("*.jsonl") if p.name != "index.jsonl"]
+    lines = [line for p in segments for line in p.read_text().splitlines()]
     assert lines and all(line.startswith('{"resourceSpans":[') for line in lines)
-    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_traces(str(tmp_path / "otel-agentloop-traces")))
     assert len(records) == handle.stats["exported"]
     assert records[0].resource["service.name"] == "file-test"
     check_structure(records, metrics)

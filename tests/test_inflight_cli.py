@@ -14,7 +14,7 @@ import sys
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.analysis import read_traces
 from otel_agentloop.analysis._report import build_report
 
 ARGS = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]
@@ -53,7 +53,7 @@ def test_misbehave_shows_live_samples_and_classifies_the_hung_and_the_slow_one(t
     assert not any(k.startswith("agent_loop/watchdog") for r in results[:2] for k in r["metrics"])
     (hung,), (slow,) = step3["hung_trace_ids"], step3["slow_trace_ids"]
     # the trace file holds one snapshot per reported sample, in its trace, and the sample spans themselves
-    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_traces(str(tmp_path / "otel-agentloop-traces")))
     snaps = {r.trace_id_hex: r for r in records if r.attributes.get(sc.RL_SNAPSHOT)}
     assert set(snaps) == {hung, slow}
     assert snaps[hung].attributes[sc.RL_SAMPLE_INDEX] == 0 and snaps[hung].attributes[sc.GEN_AI_TOOL_NAME] == "sandbox"
@@ -126,6 +126,6 @@ def test_misbehave_on_ray_workers(tmp_path) -> None:
     assert "in flight:" in done.stderr and "OVERDUE" in done.stderr  # gathered from the workers
     assert "watchdog: hung: sample 0/0 in tool_calls sandbox" in done.stdout
     assert "watchdog: slow: sample 1/0 in tool_calls sandbox" in done.stdout
-    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_traces(str(tmp_path / "otel-agentloop-traces")))
     snaps = [r for r in records if r.attributes.get(sc.RL_SNAPSHOT)]
     assert len(snaps) == 2 and all(r.resource["process.pid"] != os.getpid() for r in snaps)

@@ -68,7 +68,7 @@ def _drive(
 
 
 def _no_trace_files(nodes) -> None:
-    found = glob.glob(os.path.join(nodes.temp_dir, "**", "otel-agentloop-traces*.jsonl"), recursive=True)
+    found = glob.glob(os.path.join(nodes.temp_dir, "**", "otel-agentloop-traces*"), recursive=True)
     assert found == []
 
 

@@ -13,7 +13,7 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from otel_agentloop.analysis import read_jsonl
+from otel_agentloop.analysis import read_traces
 
 from .conftest import span_metrics
 from .otlp_receiver import Receiver, start_grpc, wait_for
@@ -287,12 +287,21 @@ def test_main_job_on_ray(tmp_path) -> None:
     assert "== step 1: agent_loop metrics over 2 workers" in out and "== step 2:" in out
     assert "slowest sample" in out and "rl.sample" in out
     assert "dropped: 0, failed: 0" in out
-    records = list(read_jsonl(str(tmp_path / "otel-agentloop-traces.jsonl")))
+    records = list(read_traces(str(tmp_path / "otel-agentloop-traces")))
     roots = [r for r in records if r.name == sc.SAMPLE_SPAN]
     assert sum(not r.attributes[sc.RL_VALIDATE] for r in roots) == 16  # 2 steps x 8 samples
     assert sum(r.attributes[sc.RL_VALIDATE] for r in roots) == 8  # the validation pass of step 2
     assert "validation generations (4 kept of 8 offered" in out
-    assert len({r.resource["process.pid"] for r in records}) == 3  # the driver and two workers share the file
+    pids = {r.resource["process.pid"] for r in records}
+    assert len(pids) == 3  # the driver and two workers share the directory
+    # ... and its step files: one run folder, each step's file indexed by every process that wrote into it
+    index = [json.loads(line) for line in (tmp_path / "otel-agentloop-traces" / "index.jsonl").read_text().splitlines()]
+    assert {e["pid"] for e in index} == pids and len({e["segment"].split("/")[0] for e in index}) == 1
+    steps = {e["segment"].split("/")[1] for e in index if e["step"] is not None}
+    assert steps == {"step-00000001.jsonl", "step-00000002.jsonl", "val-00000002.jsonl"}
+    for name in steps:
+        writers = {e["pid"] for e in index if e["segment"].endswith("/" + name)}
+        assert len(writers) == 3, (name, writers)
 
 
 def test_setup_worker_without_a_ray_connection_never_starts_ray(tmp_path) -> None:

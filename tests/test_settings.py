@@ -86,7 +86,7 @@ def test_traces_exporter_none_keeps_metrics_only(monkeypatch, tmp_path) -> None:
     handle = oal.configure("none", set_global=False)
     try:
         assert handle.export_processors == ()
-        assert not (tmp_path / "otel-agentloop-traces.jsonl").exists()
+        assert not (tmp_path / "otel-agentloop-traces").exists()
     finally:
         handle.shutdown(2)
 

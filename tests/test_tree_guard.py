@@ -15,7 +15,7 @@ from . import tree_guard
 
 def test_a_test_configured_with_no_endpoint_writes_its_trace_file_into_its_tmp_path(tmp_path: Path) -> None:
     """What test_configure_survives_bad_exporter_variables and test_internal_errors_are_logged_once_and_swallowed
-    did: configure() with no endpoint and no file, from a test, wrote ./otel-agentloop-traces.jsonl."""
+    did: configure() with no endpoint and no file, from a test, wrote into ./otel-agentloop-traces."""
     before = tree_guard.snapshot()
     assert Path.cwd() == tmp_path
 
@@ -30,7 +30,8 @@ def test_a_test_configured_with_no_endpoint_writes_its_trace_file_into_its_tmp_p
         assert handle.force_flush(10)
     finally:
         handle.shutdown(5)
-    assert '"tree-guard"' in (tmp_path / DEFAULT_FILE).read_text()
+    written = sorted((tmp_path / DEFAULT_FILE).rglob("*.jsonl"))
+    assert any('"tree-guard"' in p.read_text() for p in written), written
     assert tree_guard.changed(before, tree_guard.snapshot()) == []
 
 
@@ -42,14 +43,16 @@ def test_the_snapshot_sees_new_appended_and_removed_untracked_files_but_not_trac
     (repo / "tracked.py").write_text("x = 1\n")
     (repo / ".gitignore").write_text("*.jsonl\n")
     subprocess.run(["git", "-C", str(repo), "add", "."], check=True, env=env)
-    (repo / "otel-agentloop-traces.jsonl").write_text("{}\n")  # what `make run` left: ignored by git
+    traces = repo / "otel-agentloop-traces"
+    traces.mkdir()
+    (traces / "index.jsonl").write_text("{}\n")  # what `make run` left: ignored by git
     (repo / "old.txt").write_text("old")
     for skipped in (".venv", "__pycache__", ".pytest_cache", "pkg.egg-info"):
         (repo / skipped).mkdir()
     before = tree_guard.snapshot(repo)
-    assert set(before) == {"otel-agentloop-traces.jsonl", "old.txt"}
+    assert set(before) == {"otel-agentloop-traces/index.jsonl", "old.txt"}
 
-    with (repo / "otel-agentloop-traces.jsonl").open("a") as f:
+    with (traces / "index.jsonl").open("a") as f:
         f.write("{}\n")  # a test's spans appended to the user's traces
     (repo / "step3.json").write_text("[]")
     (repo / "old.txt").unlink()
@@ -57,5 +60,5 @@ def test_the_snapshot_sees_new_appended_and_removed_untracked_files_but_not_trac
     for skipped in (".venv", "__pycache__", ".pytest_cache", "pkg.egg-info"):
         (repo / skipped / "f").write_text("cache")
     changes = tree_guard.changed(before, tree_guard.snapshot(repo))
-    assert changes == ["removed old.txt", "changed otel-agentloop-traces.jsonl", "new step3.json"]
+    assert changes == ["removed old.txt", "changed otel-agentloop-traces/index.jsonl", "new step3.json"]
     assert "new step3.json" in tree_guard.describe(changes, repo)

@@ -1,7 +1,7 @@
 """What the test session must leave alone: the repository's working tree outside git's tracked files.
 
-A snapshot maps each file that git does not track (new, or ignored such as ``otel-agentloop-traces.jsonl``) to
-its size and modification time; virtual environments, ``.git`` and tool caches are left out. Tracked files are
+A snapshot maps each file that git does not track (new, or ignored such as those in ``otel-agentloop-traces/``)
+to its size and modification time; virtual environments, ``.git`` and tool caches are left out. Tracked files are
 left out too: a developer may edit the code while the suite runs, and ``git status`` shows those.
 """
 

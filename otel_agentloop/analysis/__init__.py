@@ -5,6 +5,7 @@ from ._decode import Skipped, decode_resource_spans, read_jsonl
 from ._jaeger import JaegerClient, JaegerError
 from ._report import StepReport, build_report
 from ._step_view import StepView, build_step_view
+from ._store import read_traces
 from ._timeline import TimelineRecorder
 from ._timeline_html import write_html
 from ._timeline_png import render_timeline_png
@@ -21,6 +22,7 @@ __all__ = [
     "build_step_view",
     "decode_resource_spans",
     "read_jsonl",
+    "read_traces",
     "render_png",
     "render_text",
     "render_timeline_png",

@@ -296,16 +296,17 @@ def decode_resource_spans(
                 yield record
 
 
-def read_jsonl(path: str, skipped: Skipped | None = None) -> Iterator[SpanRecord]:
+def read_jsonl(path: str, skipped: Skipped | None = None, label: str = "") -> Iterator[SpanRecord]:
     """Spans of an OTLP-JSON-lines file (ours, or the Collector file exporter's).
 
     A line that is not UTF-8, not JSON or not an object, and a malformed span, are skipped and counted in
-    ``skipped``. Opening the file may raise ``OSError`` (missing, a directory, not readable).
+    ``skipped`` (the reason starts with ``label``, e.g. the segment's name, then ``line N: ``). Opening the file
+    may raise ``OSError`` (missing, a directory, not readable).
     """
     skipped = skipped if skipped is not None else Skipped()
     with open(path, "rb") as f:
         for number, raw in enumerate(f, 1):
-            where = f"line {number}: "
+            where = f"{label}line {number}: "
             try:
                 line = raw.decode("utf-8").strip()
             except UnicodeDecodeError:

@@ -27,9 +27,10 @@ from ._decode import Skipped, decode_resource_spans, read_jsonl
 from ._html import jaeger_ui_base
 from ._jaeger import JaegerError
 from ._report import stored_summaries, summary_of
-from ._runs import Run, RunNotFoundError, RunSteps, StepKey, format_table, group_runs, runs_table, select_run
+from ._runs import Run, RunNotFoundError, RunSteps, StepKey, format_table, group_runs, run_key, runs_table, select_run
 from ._source import JaegerSource, NothingFoundError, jaeger_error_line, runs_text
 from ._step_view import is_snapshot
+from ._store import StoreError, is_store, read_everything, read_index, read_steps, read_summaries, step_bytes
 from ._terminal import counted, printable, say, say_json
 from ._timeline_html import write_step_pages
 
@@ -177,11 +178,17 @@ class Loaded:
     spans_read: bool
     """Every span was read (not just the summaries): steps without a summary can be rebuilt, pages are cheap."""
     notes: list[str] = field(default_factory=list)
+    pages_cheap: bool = False
+    """Only summaries were read, but the steps' spans are small enough to read for the default timeline pages."""
+    unlisted: list[str] | None = None
+    """A trace directory: the runs its index lists that wrote no step summary (``None``: not known)."""
 
 
 def load(args: argparse.Namespace, jaeger: JaegerSource | None, *, full: bool = False) -> Loaded:
     """The run view's records from ``--file`` or ``jaeger``: every span of a file up to
     :data:`FULL_READ_BYTES` (or with ``full``); else only the step summaries when the source holds any."""
+    if jaeger is None and is_store(args.file):
+        return _load_store(args.file, full=full)
     if jaeger is None:
         skipped = Skipped()
         size = os.path.getsize(args.file)
@@ -199,6 +206,20 @@ def load(args: argparse.Namespace, jaeger: JaegerSource | None, *, full: bool = 
     records = jaeger.search(_warn)
     note = "" if full else f"Jaeger holds no {sc.STEP_SUMMARY_SPAN} spans for these services: every trace was fetched"
     return Loaded(records, True, [note] if note else [])
+
+
+def _load_store(path: str, *, full: bool) -> Loaded:
+    """A trace directory: its index and summaries only (``full``: every segment, for a run without summaries)."""
+    skipped = Skipped()
+    if full:
+        return _with_skipped(Loaded(list(read_everything(path, skipped, _warn)), True), skipped, path)
+    runs = read_index(path, _warn)
+    records = read_summaries(path, skipped, _warn)
+    note = f"read the index and step summaries of {path}, not its sample spans"
+    cheap = step_bytes(path, runs) <= FULL_READ_BYTES
+    summarized = {run_key(r.resource) for r in records}
+    unlisted = [r.label for r in runs if r.key not in summarized and r.steps()]
+    return _with_skipped(Loaded(records, False, [note], cheap, unlisted), skipped, path)
 
 
 def _with_skipped(loaded: Loaded, skipped: Skipped, source: str) -> Loaded:
@@ -292,6 +313,9 @@ def run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
     exit status."""
     try:
         return _run_command(args, jaeger)
+    except StoreError as exc:
+        say(f"report: {printable(str(exc), max_chars=1000)}", err=True)
+        return 1
     except OSError as exc:
         say(f"report: {printable(exc.filename or '')}: {printable(exc.strerror or type(exc).__name__)}", err=True)
         return 1
@@ -317,7 +341,12 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
         if not runs:
             raise NothingFoundError(_nothing("no spans", source, jaeger, loaded.records))
         say(format_table(runs_table(runs)))
-        if not loaded.spans_read:
+        if loaded.unlisted:
+            _warn(
+                f"runs {', '.join(printable(r, 80) for r in loaded.unlisted[:8])} in the index wrote no step "
+                "summaries and are not listed; report --step N --run-id ID reads them"
+            )
+        elif not loaded.spans_read and loaded.unlisted is None:
             _warn(
                 f"{loaded.notes[0]}: runs that wrote no step summaries (older traces) are not listed; "
                 "report --step N --run-id ID still reads them"
@@ -360,7 +389,7 @@ def _write_run_page(
     """The run page and its steps' timeline pages: by default as many as :data:`DEFAULT_STEP_PAGES`, from a file
     read whole or from Jaeger (each chosen step's spans fetched); none from a large file read for its summaries."""
     source = args.file if jaeger is None else jaeger.label
-    default = DEFAULT_STEP_PAGES if (loaded.spans_read or jaeger is not None) else 0
+    default = DEFAULT_STEP_PAGES if (loaded.spans_read or loaded.pages_cheap or jaeger is not None) else 0
     page_count = args.step_pages if args.step_pages is not None else default
     chosen = _page_steps(steps, page_count)
     pages = _write_step_pages(args, jaeger, steps, chosen, loaded.spans_read, source) if chosen else {}
@@ -401,8 +430,11 @@ def _fetch_step_spans(
 ) -> dict[StepKey, list[SpanRecord]]:
     wanted = set(chosen)
     out: dict[StepKey, list[SpanRecord]] = {}
-    if jaeger is None:
-        records: list[SpanRecord] = list(read_jsonl(args.file, Skipped()))
+    if jaeger is None and is_store(args.file):
+        read = read_steps(args.file, None, wanted, False, Skipped(), _warn, run_key_=run.key)
+        records: list[SpanRecord] = read.records
+    elif jaeger is None:
+        records = list(read_jsonl(args.file, Skipped()))
     else:
         records = [r for step in sorted({k[0] for k in wanted}) for r in jaeger.search(_warn, None, step)]
     selection = select_run(records, key=run.key)

@@ -25,7 +25,8 @@ from ._values import check_seconds as check_seconds
 from ._values import forget_warnings as forget_warnings
 
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
-DEFAULT_FILE = "otel-agentloop-traces.jsonl"
+DEFAULT_FILE = "otel-agentloop-traces"
+"""The default trace file: a rolled directory (a path ending ``.jsonl``/``.json`` is one file instead)."""
 TRACE_EXPORTERS = ("otlp", "none", "console")
 _OTLP = "OTEL_EXPORTER_OTLP_"
 _AL = "OTEL_AGENTLOOP_"
@@ -64,7 +65,9 @@ class Settings:
     file: str | None = setting(
         None, _AL + "FILE", unset=f"./{DEFAULT_FILE}", **kind.path("/tmp/otel-agentloop-example.jsonl")
     )
-    """The OTLP-JSON-lines file (absolute); used when there is no OTLP endpoint, or with ``also_file``."""
+    """Where OTLP-JSON lines go (absolute); used when there is no OTLP endpoint, or with ``also_file``. A path
+    ending ``.jsonl`` or ``.json`` is one file; any other path is a directory rolled per step (``report --file``
+    reads one step of it at that step's cost; layout: ``export._rolled``)."""
     also_file: bool = setting(False, _AL + "ALSO_FILE", **kind.boolean(True))
     """Write ``file`` even when exporting over OTLP (implied by a ``file`` argument)."""
     traces_exporter: str = setting("otlp", "OTEL_TRACES_EXPORTER", **kind.choice("none", TRACE_EXPORTERS))

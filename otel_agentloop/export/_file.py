@@ -14,6 +14,21 @@ from ._otlp_json import encode_request
 from ._processor import suppressed
 
 
+def open_append(path: str) -> int:
+    """A descriptor that appends to ``path`` (created, with its folder, when missing)."""
+    directory = os.path.dirname(path)
+    if directory:
+        os.makedirs(directory, exist_ok=True)
+    return os.open(path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
+
+
+def write_all(fd: int, data: bytes) -> None:
+    """``data`` to ``fd`` in one ``write`` (a regular file takes it whole; the loop only covers a short write)."""
+    view = memoryview(data)
+    while view:
+        view = view[os.write(fd, view) :]
+
+
 class OTLPJsonFileExporter(SpanExporter):
     """Appends one ``{"resourceSpans": [...]}`` line per export to ``path``.
 
@@ -50,13 +65,8 @@ class OTLPJsonFileExporter(SpanExporter):
                     return SpanExportResult.SUCCESS  # nothing left to write
             with suppressed(), self._lock:  # no span for the write, whatever file I/O instrumentation is on
                 if self._fd is None:
-                    directory = os.path.dirname(self.path)
-                    if directory:
-                        os.makedirs(directory, exist_ok=True)
-                    self._fd = os.open(self.path, os.O_WRONLY | os.O_APPEND | os.O_CREAT, 0o644)
-                view = memoryview(data)
-                while view:  # a regular file takes it in one write; loop only on a short write
-                    view = view[os.write(self._fd, view) :]
+                    self._fd = open_append(self.path)
+                write_all(self._fd, data)
             return SpanExportResult.SUCCESS
         except Exception:
             internal_error("OTLPJsonFileExporter.export")

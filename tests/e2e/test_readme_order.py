@@ -26,12 +26,17 @@ import pytest
 
 ROOT = Path(__file__).resolve().parents[2]
 README = (ROOT / "README.md").read_text()
-TRACES = "otel-agentloop-traces.jsonl"
-# tests that configured tracing with no endpoint and no file, and so wrote into ./otel-agentloop-traces.jsonl
+TRACES = "otel-agentloop-traces"
+# tests that configured tracing with no endpoint and no file, and so wrote into ./otel-agentloop-traces
 CONFIGURING_TESTS = [
     "tests/test_harm_settings.py::test_configure_survives_bad_exporter_variables",
     "tests/test_decorators.py::test_internal_errors_are_logged_once_and_swallowed",
 ]
+
+
+def _contents(folder: Path) -> dict[str, bytes]:
+    """Every file under the trace directory (relative path -> bytes)."""
+    return {p.relative_to(folder).as_posix(): p.read_bytes() for p in sorted(folder.rglob("*")) if p.is_file()}
 
 
 def _bash_blocks() -> list[list[str]]:
@@ -121,9 +126,9 @@ def test_the_readmes_commands_in_the_readmes_order(clone: tuple[Path, dict[str, 
     readme_lines = _output_lines()
     assert len(readme_lines) >= 10 and readme_lines[1].startswith("phase (s)"), readme_lines
     _has_lines_like(run.stdout, readme_lines, "make run")
-    trace_file = repo / TRACES
-    written = trace_file.read_bytes()
-    assert b'"otel-agentloop-sim"' in written
+    trace_dir = repo / TRACES
+    written = _contents(trace_dir)
+    assert any(b'"otel-agentloop-sim"' in data for data in written.values()), sorted(written)
 
     # make test's tests leave the user's trace file alone
     inner = _run(
@@ -135,7 +140,7 @@ def test_the_readmes_commands_in_the_readmes_order(clone: tuple[Path, dict[str, 
         timeout=300,
     )
     assert re.search(r"^\d+ passed", inner.stdout, re.M), inner.stdout
-    assert trace_file.read_bytes() == written
+    assert _contents(trace_dir) == written
 
     # The whole run: each $R line, on what make run wrote
     outputs = {cmd: _run(f"{r_line}\n{cmd}", repo, env, timeout=120).stdout for cmd in reports}
@@ -174,4 +179,4 @@ def test_the_readmes_commands_in_the_readmes_order(clone: tuple[Path, dict[str, 
     # nothing the README's commands wrote shows up in git status, and the trace file is still make run's
     status = subprocess.run(["git", "status", "--porcelain"], cwd=repo, capture_output=True, text=True, check=True)
     assert status.stdout == "", status.stdout
-    assert trace_file.read_bytes() == written
+    assert _contents(trace_dir) == written

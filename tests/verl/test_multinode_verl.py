@@ -124,7 +124,7 @@ def _run(
 
 
 def _no_trace_files(nodes) -> None:
-    assert glob.glob(os.path.join(nodes.temp_dir, "**", "otel-agentloop-traces*.jsonl"), recursive=True) == []
+    assert glob.glob(os.path.join(nodes.temp_dir, "**", "otel-agentloop-traces*"), recursive=True) == []
 
 
 def test_opentelemetry_instrument_on_stock_run_ppo_traces_agent_loop_workers_on_every_node(cluster, entry_points):

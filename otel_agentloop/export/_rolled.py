@@ -1,0 +1,270 @@
+"""The run-scale trace file: a directory of OTLP-JSON-lines segments, one per step, with a small index.
+
+Layout v1 (read by :mod:`otel_agentloop.analysis._store`)::
+
+    DIR/index.jsonl                  one line per (process, segment), written before the segment's first data
+    DIR/summaries.jsonl              every ``rl.step.summary`` span
+    DIR/run-<hash>/step-<N>.jsonl    the spans whose ``rl.step`` is N (``val-<N>``: ``rl.validate`` true)
+    DIR/run-<hash>/other-<pid>-<ns>.jsonl   spans of no step, rolled every 60 s of write time (or 64 MiB)
+
+``<hash>`` is the first 16 hex digits of sha256 of the run key text (``id:<rl.run.id>``, else
+``service:<service.name>``); ``N`` is zero-padded to 8 digits (``m00000001`` for -1). A span without ``rl.step``
+follows its trace: the exporter remembers the segment of the most recent :data:`MAX_TRACES` trace ids that had
+a step (spans of the same batch first). Every file is OTLP-JSON lines, written through ``O_APPEND`` in whole
+lines, so every process of a run (Ray workers, a resumed attempt) shares it.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import hashlib
+import json
+import os
+import threading
+import time
+from collections import OrderedDict
+from collections.abc import Mapping, Sequence
+from dataclasses import dataclass
+from typing import Any
+
+from opentelemetry.sdk.trace import ReadableSpan
+from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+from .. import semconv as sc
+from ..core._guard import after_fork_in_child, internal_error
+from ..core._record import FastSpan
+from ._clean import clean_text
+from ._file import OTLPJsonFileExporter, open_append, write_all
+from ._otlp_json import encode_request
+from ._processor import suppressed
+
+LAYOUT_VERSION = 1
+INDEX = "index.jsonl"
+SUMMARIES = "summaries.jsonl"
+MAX_FDS = 32
+"""Descriptors one process keeps open (the least recently used is closed first)."""
+MAX_TRACES = 65_536
+"""Trace ids remembered with their step's segment (the most recent)."""
+ROLL_NS = 60 * 10**9
+"""An unstepped segment takes spans for this long (write time), then the next one opens."""
+ROLL_BYTES = 64 << 20
+"""... or until it holds this many bytes."""
+ONE_FILE_SUFFIXES = (".jsonl", ".json")
+
+
+def run_dir(run_id: object, service: object) -> str:
+    """The folder of a run: ``run-`` + 16 hex digits of sha256 of ``id:<run id>`` (a non-empty id), else of
+    ``service:<service.name>`` (the run identity of ``analysis._runs.run_key``)."""
+    text = f"id:{run_id}" if run_id is not None and str(run_id) else f"service:{'?' if service is None else service}"
+    return "run-" + hashlib.sha256(clean_text(text).encode("utf-8")).hexdigest()[:16]
+
+
+def step_file(step: int, validate: bool) -> str:
+    """``step-00000003.jsonl``, ``val-00000002.jsonl``, ``step-m00000001.jsonl`` (step -1)."""
+    number = f"m{-step:08d}" if step < 0 else f"{step:08d}"
+    return f"{'val' if validate else 'step'}-{number}.jsonl"
+
+
+def is_one_file(path: str | os.PathLike[str]) -> bool:
+    """Whether ``file=`` names one OTLP-JSON-lines file (``.jsonl``, ``.json``) rather than a rolled directory."""
+    return os.fspath(path).lower().endswith(ONE_FILE_SUFFIXES)
+
+
+def file_exporter_for(path: str | os.PathLike[str]) -> OTLPJsonFileExporter | RolledDirectoryExporter:
+    """The exporter for ``file=``: one file for ``.jsonl``/``.json``, else the rolled directory."""
+    return OTLPJsonFileExporter(path) if is_one_file(path) else RolledDirectoryExporter(path)
+
+
+@dataclass(frozen=True)
+class _Run:
+    dir: str
+    run: str | None
+    service: str
+    attempt: str | None
+
+
+@dataclass(eq=False)
+class _Segment:
+    rel: str
+    run: _Run
+    step: int | None
+    validate: bool
+    opened_ns: int = 0
+    written: int = 0
+
+    def index_line(self, opened_ns: int) -> bytes:
+        entry: dict[str, Any] = {
+            "v": LAYOUT_VERSION,
+            "segment": self.rel,
+            "run": self.run.run,
+            "service": self.run.service,
+            "attempt": self.run.attempt,
+            "step": self.step,
+            "validate": self.validate,
+            "opened_ns": opened_ns,
+            "pid": os.getpid(),
+        }
+        if self.step is None:
+            entry["until_ns"] = self.opened_ns + ROLL_NS
+        return (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
+
+
+_SUMMARY = object()  # the routing key of summary spans
+
+
+def _text(value: object) -> str | None:
+    return None if value is None else clean_text(str(value))
+
+
+class RolledDirectoryExporter(SpanExporter):
+    """Writes the rolled directory at ``path`` (see the module docstring).
+
+    Like :class:`OTLPJsonFileExporter`: a failed write returns FAILURE for the batch (counted by the export
+    processor), never raises; a span that cannot be encoded is left out and counted in ``spans_unencodable``. At
+    most :data:`MAX_FDS` descriptors are open; a forked child closes its copies and opens its own.
+    """
+
+    accepts_records = True
+    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
+
+    def __init__(self, path: str | os.PathLike[str]) -> None:
+        self.path = os.path.abspath(os.fspath(path))
+        self._lock = threading.Lock()
+        self._closed = False
+        self.spans_unencodable = 0
+        self._fds: OrderedDict[str, int] = OrderedDict()
+        self._traces: dict[int, _Segment] = {}
+        self._runs: dict[int, tuple[object, _Run]] = {}
+        self._steps: dict[tuple[str, int, bool], _Segment] = {}
+        self._others: dict[str, _Segment] = {}
+        self._indexed: set[str] = set()
+        after_fork_in_child(self, "_after_fork")
+
+    def _after_fork(self) -> None:
+        self._lock = threading.Lock()
+        for fd in self._fds.values():  # the child's copies: the parent's descriptors stay open
+            with contextlib.suppress(OSError):
+                os.close(fd)
+        self._fds.clear()
+        self._others.clear()  # named by pid: the child opens its own
+        self._indexed.clear()  # the child writes its own index lines
+
+    # -- routing ---------------------------------------------------------------------------------------
+    def _run(self, resource: Any) -> _Run:
+        cached = self._runs.get(id(resource))
+        if cached is not None and cached[0] is resource:
+            return cached[1]
+        attrs: Mapping[str, Any] = getattr(resource, "attributes", None) or {}
+        run_id, service = attrs.get(sc.RL_RUN_ID), attrs.get("service.name")
+        run = _Run(
+            run_dir(run_id, service),
+            _text(run_id) if run_id is not None and str(run_id) else None,
+            _text(service) or "?",
+            _text(attrs.get(sc.RL_RUN_ATTEMPT)),
+        )
+        if len(self._runs) >= 256:
+            self._runs.clear()
+        self._runs[id(resource)] = (resource, run)
+        return run
+
+    def _step(self, run: _Run, step: int, validate: bool) -> _Segment:
+        key = (run.dir, step, validate)
+        segment = self._steps.get(key)
+        if segment is None or segment.run != run:
+            if len(self._steps) >= 4096:
+                self._steps.clear()
+            segment = self._steps[key] = _Segment(f"{run.dir}/{step_file(step, validate)}", run, step, validate)
+        return segment
+
+    def _other(self, run: _Run, now: int) -> _Segment:
+        segment = self._others.get(run.dir)
+        if segment is None or now - segment.opened_ns > ROLL_NS or segment.written > ROLL_BYTES or segment.run != run:
+            name = f"{run.dir}/other-{os.getpid()}-{now}.jsonl"
+            segment = self._others[run.dir] = _Segment(name, run, None, False, opened_ns=now)
+        return segment
+
+    def _route(self, spans: Sequence[ReadableSpan | FastSpan], now: int) -> dict[object, list[Any]]:
+        """The spans by segment (summaries under ``_SUMMARY``), in batch order within each."""
+        traces = self._traces
+        routed: list[tuple[object, Any]] = []
+        pending: list[tuple[int, int, _Run, Any]] = []
+        attrs: Mapping[str, object]
+        for s in spans:
+            if isinstance(s, FastSpan):
+                trace_id, name, attrs, resource = s.trace_id, s.name, s.attributes, s.recorder.resource
+            else:
+                ctx = s.context
+                trace_id, name, attrs, resource = ctx.trace_id if ctx else 0, s.name, s.attributes or {}, s.resource
+            if name == sc.STEP_SUMMARY_SPAN:
+                routed.append((_SUMMARY, s))
+                continue
+            run = self._run(resource)
+            step, validate = sc.step_key(attrs)
+            if step is None:
+                pending.append((len(routed), trace_id, run, s))
+                routed.append((None, s))
+                continue
+            segment = self._step(run, step, validate)
+            traces.pop(trace_id, None)
+            traces[trace_id] = segment
+            routed.append((segment, s))
+        for at, trace_id, run, s in pending:  # after the whole batch: a child ended before its parent follows it
+            routed[at] = (traces.get(trace_id) or self._other(run, now), s)
+        while len(traces) > MAX_TRACES:
+            del traces[next(iter(traces))]
+        groups: dict[object, list[Any]] = {}
+        for key, s in routed:
+            groups.setdefault(key, []).append(s)
+        return groups
+
+    # -- writing ---------------------------------------------------------------------------------------
+    def _fd(self, rel: str) -> int:
+        fd = self._fds.get(rel)
+        if fd is not None:
+            self._fds.move_to_end(rel)
+            return fd
+        while len(self._fds) >= MAX_FDS:
+            os.close(self._fds.popitem(last=False)[1])
+        fd = self._fds[rel] = open_append(os.path.join(self.path, rel))
+        return fd
+
+    def _write(self, key: object, data: bytes, now: int) -> None:
+        if not isinstance(key, _Segment):
+            write_all(self._fd(SUMMARIES), data)
+            return
+        if key.rel not in self._indexed:
+            write_all(self._fd(INDEX), key.index_line(key.opened_ns or now))
+            if len(self._indexed) >= MAX_TRACES:
+                self._indexed.clear()  # a second line for a segment is harmless: readers deduplicate
+            self._indexed.add(key.rel)
+        write_all(self._fd(key.rel), data)
+        key.written += len(data)
+
+    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+        if self._closed:
+            return SpanExportResult.FAILURE
+        items: Sequence[ReadableSpan | FastSpan] = spans  # the pipeline hands records too (``accepts_records``)
+        try:
+            with suppressed(), self._lock:  # no span for the writes, whatever file I/O instrumentation is on
+                now = time.time_ns()
+                for key, group in self._route(items, now).items():
+                    data, skipped = encode_request(group, "\n")
+                    if skipped:
+                        self.spans_unencodable += skipped
+                        if skipped == len(group):
+                            continue
+                    self._write(key, data, now)
+            return SpanExportResult.SUCCESS
+        except Exception:
+            internal_error("RolledDirectoryExporter.export")
+            return SpanExportResult.FAILURE
+
+    def shutdown(self) -> None:
+        with self._lock:
+            self._closed = True
+            for fd in self._fds.values():
+                os.close(fd)
+            self._fds.clear()
+
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        return True
