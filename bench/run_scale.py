@@ -22,7 +22,7 @@ library's encoder, written by the library's rolled-directory exporter) timed wit
 ``report --runs``, with and without the long output's step files copied beside them.
 
     .venv/bin/python bench/run_scale.py --keep /tmp/run-scale [--long-steps 24] [--samples 8192] [--rounds 3]
-        [--layouts before,after] [--run-steps 1000] [--results]
+        [--layouts before,after] [--run-steps 1000] [--write-only]
 """
 
 from __future__ import annotations
@@ -41,9 +41,16 @@ from collections.abc import Iterator
 from dataclasses import dataclass
 from pathlib import Path
 
+import numpy as np
 from machine import machine  # bench/ is on the path when run as a script
+from opentelemetry.sdk.resources import Resource
+from run_page import _spans, _table
 
 import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+from otel_agentloop.export._rolled import RolledDirectoryExporter, run_dir, step_file
+from otel_agentloop.metrics._summary import summarize
+from otel_agentloop.metrics._table import compute_metrics
 
 TOOLS = ("search", "python", "calculator", "sandbox")
 FAILED_PER_STEP = 4
@@ -115,13 +122,17 @@ async def rollout(step: int, samples: int) -> list[float | BaseException]:
     return await asyncio.gather(*tasks, return_exceptions=True)
 
 
+def run_id(steps: int) -> str:
+    return f"run-scale-{steps}"
+
+
 def write_output(path: Path, steps: int, samples: int) -> dict[str, float]:
     """Write ``steps`` steps of ``samples`` samples to ``path`` through the public API; counts and seconds."""
     t0 = time.perf_counter()
     handle = oal.configure(
         "rollout",
         file=str(path),
-        run_id=f"run-scale-{steps}",
+        run_id=run_id(steps),
         set_global=False,
         max_queue_size=1 << 17,
         max_export_batch_size=512,
@@ -173,6 +184,59 @@ def output(keep: Path, layout: str, steps: int, samples: int) -> tuple[Path, dic
     return path, facts
 
 
+def write_summaries(path: Path, steps: int, samples: int, long: Path) -> dict[str, float]:
+    """A directory of ``steps`` steps by the library's rolled-directory exporter: per step its real summary
+    (``summarize`` on bench/run_page.py's synthetic ``samples``-row table) and 8 samples' spans (so the index
+    lists the step and its step file exists), as the run and attempt of the output ``long`` (same run folder)."""
+    t0 = time.perf_counter()
+    first = json.loads((long / "index.jsonl").read_text().splitlines()[0])
+    identity = {"service.name": first["service"], sc.RL_RUN_ID: first["run"], sc.RL_RUN_ATTEMPT: first["attempt"]}
+    resource = Resource.create(identity)
+    exporter = RolledDirectoryExporter(path)
+    rng = np.random.default_rng(29)
+    summary_bytes = 0
+    try:
+        for step in range(1, steps + 1):
+            table = _table(samples, rng, 1_800_000_000 * 10**9 + step * 60 * 10**9, 1.0 + 30.0 * (step % 97 == 0))
+            tools = {name: rng.gamma(1.0, 0.3, samples // 2) for name in TOOLS}
+            summary = summarize(table, compute_metrics(table), step, tools=tools, staleness=rng.integers(0, 3, samples))
+            json_text = summary.to_json()
+            summary_bytes += len(json_text)
+            exporter.export(_spans(resource, 40, json_text, step))
+    finally:
+        exporter.shutdown()
+    return {"write_s": time.perf_counter() - t0, "summary_json_bytes": summary_bytes / steps, "bytes": size_of(path)}
+
+
+def real_sized(small: Path, long: Path, into: Path, steps: int, long_steps: int) -> dict[str, float]:
+    """A run of ``steps`` steps with step files of a real run's size: steps 1 to ``long_steps`` are the long
+    output's (its step files hard-linked, its index and summary lines), the others ``small``'s with their step
+    files extended (sparse, NUL bytes) to the long output's mean step file size."""
+    if into.exists():
+        shutil.rmtree(into)
+    folder = run_dir(run_id(long_steps), "rollout")
+    (into / folder).mkdir(parents=True)
+    later = [line for line in (small / "index.jsonl").read_text().splitlines() if json.loads(line)["step"] > long_steps]
+    (into / "index.jsonl").write_text((long / "index.jsonl").read_text() + "\n".join(later) + "\n")
+    summaries = (small / "summaries.jsonl").read_text().splitlines()
+    assert len(summaries) == steps, "one summary line per step, in step order"
+    (into / "summaries.jsonl").write_text(
+        (long / "summaries.jsonl").read_text() + "\n".join(summaries[long_steps:]) + "\n"
+    )
+    real = [long / folder / step_file(step, False) for step in range(1, long_steps + 1)]
+    mean = sum(p.stat().st_size for p in real) // len(real)
+    for step in range(1, steps + 1):
+        target = into / folder / step_file(step, False)
+        if step <= long_steps:
+            os.link(real[step - 1], target)
+        else:
+            shutil.copyfile(small / folder / step_file(step, False), target)
+            os.truncate(target, mean)
+    apparent = size_of(into)
+    used = sum(p.stat().st_blocks * 512 for p in into.rglob("*") if p.is_file())
+    return {"step_file_bytes": mean, "apparent_bytes": apparent, "disk_bytes": used}
+
+
 @dataclass
 class Timed:
     wall_s: list[float]
@@ -197,13 +261,22 @@ def timed_report(args: list[str], log: Path) -> tuple[float, float]:
     return wall, usage.ru_maxrss / 1024
 
 
-def step_commands(path: Path, work: Path) -> dict[str, list[str]]:
+STEP_COMMANDS = ("report --step 1", "report --step 1 --perfetto OUT", "report --compare 1 2")
+RUN_COMMANDS = ("report --runs", "report --run --html OUT", "report --run --html OUT --step-pages 0")
+
+
+def commands(path: Path, work: Path, names: tuple[str, ...]) -> dict[str, list[str]]:
+    """The argument lists of the commands ``names`` on ``path`` (outputs go into ``work``)."""
     f = ["--file", str(path)]
-    return {
+    every = {
         "report --step 1": [*f, "--step", "1"],
         "report --step 1 --perfetto OUT": [*f, "--step", "1", "--perfetto", str(work / "step.json")],
         "report --compare 1 2": [*f, "--compare", "1", "2"],
+        "report --runs": [*f, "--runs"],
+        "report --run --html OUT": [*f, "--run", "--html", str(work / "run.html")],
+        "report --run --html OUT --step-pages 0": [*f, "--run", "--html", str(work / "run.html"), "--step-pages", "0"],
     }
+    return {name: every[name] for name in names}
 
 
 def interleaved(cases: dict[tuple[str, str], list[str]], rounds: int, work: Path) -> dict[tuple[str, str], Timed]:
@@ -218,16 +291,49 @@ def interleaved(cases: dict[tuple[str, str], list[str]], rounds: int, work: Path
     return timed
 
 
-def step_table(outputs: dict[str, tuple[Path, dict[str, float]]], timed: dict[tuple[str, str], Timed]) -> Iterator[str]:
-    """Markdown rows: per layout and command, short and long side by side, and the ratio."""
-    layouts = sorted({name.split("-")[0] for name in outputs}, reverse=True)  # before, after
-    yield "| layout | command | 2 steps: wall, peak RSS | long: wall, peak RSS | long / short (wall) |"
-    yield "|---|---|---|---|---|"
-    for layout in layouts:
-        short, long = sorted((n for n in outputs if n.startswith(layout)), key=lambda n: int(n.split("-")[1]))
-        for command in ("report --step 1", "report --step 1 --perfetto OUT", "report --compare 1 2"):
-            (sw, sr), (lw, lr) = timed[(short, command)].median(), timed[(long, command)].median()
-            yield f"| {layout} | `{command}` | {sw:.2f} s, {sr:.0f} MB | {lw:.2f} s, {lr:.0f} MB | {lw / sw:.2f}x |"
+def step_table(names: list[str], timed: dict[tuple[str, str], Timed], run: str | None) -> Iterator[str]:
+    """Markdown rows: per layout and command, the short and the long output (and for the directory the
+    ``run`` directory) side by side, with the ratios to the short one."""
+    n = run.split("-")[1] if run is not None else "N"
+    yield f"| layout | command | 2 steps | long | long / 2 steps | {n} steps | {n} / 2 steps |"
+    yield "|---|---|---|---|---|---|---|"
+    for layout in ("before", "after"):
+        mine = sorted((n for n in names if n.startswith(layout + "-")), key=lambda n: int(n.split("-")[1]))
+        if len(mine) != 2:
+            continue
+        for command in STEP_COMMANDS:
+            (sw, sr), (lw, lr) = timed[(mine[0], command)].median(), timed[(mine[1], command)].median()
+            row = f"| {layout} | `{command}` | {sw:.2f} s, {sr:.0f} MB | {lw:.2f} s, {lr:.0f} MB | {lw / sw:.2f}x |"
+            if layout == "after" and run is not None:
+                rw, rr = timed[(run, command)].median()
+                yield row + f" {rw:.2f} s, {rr:.0f} MB | {rw / sw:.2f}x |"
+            else:
+                yield row + " | |"
+
+
+def run_table(sizes: dict[str, int], timed: dict[tuple[str, str], Timed]) -> Iterator[str]:
+    """Markdown rows: per output, the run view's commands (median wall, peak RSS)."""
+    yield "| output | bytes (apparent) | " + " | ".join(f"`{c}`" for c in RUN_COMMANDS) + " |"
+    yield "|---|---|" + "---|" * len(RUN_COMMANDS)
+    for name, size in sizes.items():
+        cells = [timed[(name, c)].median() for c in RUN_COMMANDS]
+        yield f"| {name} | {size / 2**30:.2f} GiB | " + " | ".join(f"{w:.2f} s, {r:.0f} MB" for w, r in cells) + " |"
+
+
+def run_outputs(keep: Path, steps: int, samples: int, long_steps: int) -> dict[str, tuple[Path, dict[str, float]]]:
+    """The ``--run`` directories of ``steps`` steps: summaries with small step files, and with real-size ones."""
+    small, real = keep / f"run-{steps}-small", keep / f"run-{steps}-real-size"
+    long = keep / f"after-{long_steps}x{samples}"
+    done = keep / f"run-{steps}-small.done"
+    if not done.exists():
+        if small.exists():
+            shutil.rmtree(small)
+        done.write_text(json.dumps(write_summaries(small, steps, samples, long)))
+    facts = json.loads(done.read_text())
+    return {
+        f"run-{steps}-small": (small, facts),
+        f"run-{steps}-real-size": (real, real_sized(small, long, real, steps, long_steps)),
+    }
 
 
 def main() -> int:
@@ -237,8 +343,8 @@ def main() -> int:
     ap.add_argument("--long-steps", type=int, default=24)
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layouts", default="before,after", help="before (one .jsonl file), after (a directory)")
+    ap.add_argument("--run-steps", type=int, default=1000, help="steps of the --run directory (0: none)")
     ap.add_argument("--write-only", action="store_true", help="write the outputs, time nothing")
-    ap.add_argument("--results", action="store_true", help="print the RESULTS.md rows")
     args = ap.parse_args()
     args.keep.mkdir(parents=True, exist_ok=True)
     work = args.keep / "work"
@@ -248,14 +354,21 @@ def main() -> int:
     for layout in args.layouts.split(","):
         for steps in (2, args.long_steps):
             outputs[f"{layout}-{steps}"] = output(args.keep, layout, steps, args.samples)
-    print(json.dumps({name: {"path": str(p), **facts} for name, (p, facts) in outputs.items()}, indent=1))
+    runs = run_outputs(args.keep, args.run_steps, args.samples, args.long_steps) if args.run_steps else {}
+    print(json.dumps({name: {"path": str(p), **f} for name, (p, f) in {**outputs, **runs}.items()}, indent=1))
     if args.write_only:
         return 0
-    cases = {(name, cmd): a for name, (p, _) in outputs.items() for cmd, a in step_commands(p, work).items()}
+    cases = {(n, c): a for n, (p, _) in outputs.items() for c, a in commands(p, work, STEP_COMMANDS).items()}
+    every = {**outputs, **runs}
+    cases.update({(n, c): a for n, (p, _) in every.items() for c, a in commands(p, work, RUN_COMMANDS).items()})
+    real = next((n for n in runs if n.endswith("real-size")), None)
+    if real is not None:  # one step of the real-size run too
+        cases.update({(real, c): a for c, a in commands(runs[real][0], work, STEP_COMMANDS).items()})
     timed = interleaved(cases, args.rounds, work)
     print(json.dumps({f"{k[0]} | {k[1]}": vars(v) for k, v in timed.items()}, indent=1))
-    print(f"\nMachine: {machine()}; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}")
-    print("\n".join(step_table(outputs, timed)))
+    print(f"\nMachine: {machine()}; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}\n")
+    print("\n".join(step_table(list(outputs), timed, real)) + "\n")
+    print("\n".join(run_table({n: size_of(p) for n, (p, _) in every.items()}, timed)))
     return 0
 
 
