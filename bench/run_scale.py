@@ -211,7 +211,10 @@ def write_summaries(path: Path, steps: int, samples: int, long: Path) -> dict[st
 def real_sized(small: Path, long: Path, into: Path, steps: int, long_steps: int) -> dict[str, float]:
     """A run of ``steps`` steps with step files of a real run's size: steps 1 to ``long_steps`` are the long
     output's (its step files hard-linked, its index and summary lines), the others ``small``'s with their step
-    files extended (sparse, NUL bytes) to the long output's mean step file size."""
+    files extended (sparse, NUL bytes) to the long output's mean step file size. Made once (a ``.done`` file)."""
+    done = into.with_name(into.name + ".done")
+    if done.exists():
+        return dict(json.loads(done.read_text()))
     if into.exists():
         shutil.rmtree(into)
     folder = run_dir(run_id(long_steps), "rollout")
@@ -234,20 +237,29 @@ def real_sized(small: Path, long: Path, into: Path, steps: int, long_steps: int)
             os.truncate(target, mean)
     apparent = size_of(into)
     used = sum(p.stat().st_blocks * 512 for p in into.rglob("*") if p.is_file())
-    return {"step_file_bytes": mean, "apparent_bytes": apparent, "disk_bytes": used}
+    facts = {"step_file_bytes": mean, "apparent_bytes": apparent, "disk_bytes": used}
+    done.write_text(json.dumps(facts))
+    return facts
 
 
 @dataclass
 class Timed:
     wall_s: list[float]
+    cpu_s: list[float]
     rss_mb: list[float]
 
-    def median(self) -> tuple[float, float]:
-        return statistics.median(self.wall_s), statistics.median(self.rss_mb)
+    def cell(self) -> str:
+        """Medians: wall seconds (CPU seconds, user + system), peak RSS."""
+        wall, cpu, rss = (statistics.median(x) for x in (self.wall_s, self.cpu_s, self.rss_mb))
+        return f"{wall:.2f} s ({cpu:.2f} s CPU), {rss:.0f} MB"
+
+    def wall(self) -> float:
+        return statistics.median(self.wall_s)
 
 
-def timed_report(args: list[str], log: Path) -> tuple[float, float]:
-    """``otel-agentloop report ARGS`` in a fresh process: its wall seconds and peak RSS (MB, from wait4)."""
+def timed_report(args: list[str], log: Path) -> tuple[float, float, float]:
+    """``otel-agentloop report ARGS`` in a fresh process: its wall seconds, CPU seconds (user + system) and peak
+    RSS (MB), the last two from its own rusage (``wait4``)."""
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     with open(log, "wb") as out:
         begun = time.perf_counter()
@@ -258,7 +270,7 @@ def timed_report(args: list[str], log: Path) -> tuple[float, float]:
     child.returncode = os.waitstatus_to_exitcode(status)
     if child.returncode != 0:
         raise SystemExit(f"report {' '.join(args)} failed ({child.returncode}):\n{log.read_text()[-3000:]}")
-    return wall, usage.ru_maxrss / 1024
+    return wall, usage.ru_utime + usage.ru_stime, usage.ru_maxrss / 1024
 
 
 STEP_COMMANDS = ("report --step 1", "report --step 1 --perfetto OUT", "report --compare 1 2")
@@ -281,13 +293,15 @@ def commands(path: Path, work: Path, names: tuple[str, ...]) -> dict[str, list[s
 
 def interleaved(cases: dict[tuple[str, str], list[str]], rounds: int, work: Path) -> dict[tuple[str, str], Timed]:
     """Every case once per round, in the same order, ``rounds`` times."""
-    timed = {key: Timed([], []) for key in cases}
+    timed = {key: Timed([], [], []) for key in cases}
     for r in range(rounds):
         for key, args in cases.items():
-            wall, rss = timed_report(args, work / "report.log")
+            wall, cpu, rss = timed_report(args, work / "report.log")
             timed[key].wall_s.append(wall)
+            timed[key].cpu_s.append(cpu)
             timed[key].rss_mb.append(rss)
-            print(f"  round {r + 1}: {key[1]} on {key[0]}: {wall:.2f} s, {rss:.0f} MB", file=sys.stderr, flush=True)
+            print(f"  round {r + 1}: {key[1]} on {key[0]}: {wall:.2f} s, {cpu:.2f} s CPU, {rss:.0f} MB",
+                  file=sys.stderr, flush=True)  # fmt: skip
     return timed
 
 
@@ -302,11 +316,11 @@ def step_table(names: list[str], timed: dict[tuple[str, str], Timed], run: str |
         if len(mine) != 2:
             continue
         for command in STEP_COMMANDS:
-            (sw, sr), (lw, lr) = timed[(mine[0], command)].median(), timed[(mine[1], command)].median()
-            row = f"| {layout} | `{command}` | {sw:.2f} s, {sr:.0f} MB | {lw:.2f} s, {lr:.0f} MB | {lw / sw:.2f}x |"
+            short, long = timed[(mine[0], command)], timed[(mine[1], command)]
+            row = f"| {layout} | `{command}` | {short.cell()} | {long.cell()} | {long.wall() / short.wall():.2f}x |"
             if layout == "after" and run is not None:
-                rw, rr = timed[(run, command)].median()
-                yield row + f" {rw:.2f} s, {rr:.0f} MB | {rw / sw:.2f}x |"
+                at_run = timed[(run, command)]
+                yield row + f" {at_run.cell()} | {at_run.wall() / short.wall():.2f}x |"
             else:
                 yield row + " | |"
 
@@ -316,8 +330,9 @@ def run_table(sizes: dict[str, int], timed: dict[tuple[str, str], Timed]) -> Ite
     yield "| output | bytes (apparent) | " + " | ".join(f"`{c}`" for c in RUN_COMMANDS) + " |"
     yield "|---|---|" + "---|" * len(RUN_COMMANDS)
     for name, size in sizes.items():
-        cells = [timed[(name, c)].median() for c in RUN_COMMANDS]
-        yield f"| {name} | {size / 2**30:.2f} GiB | " + " | ".join(f"{w:.2f} s, {r:.0f} MB" for w, r in cells) + " |"
+        if all((name, c) in timed for c in RUN_COMMANDS):
+            cells = " | ".join(timed[(name, c)].cell() for c in RUN_COMMANDS)
+            yield f"| {name} | {size / 2**30:.2f} GiB | {cells} |"
 
 
 def run_outputs(keep: Path, steps: int, samples: int, long_steps: int) -> dict[str, tuple[Path, dict[str, float]]]:
@@ -344,11 +359,12 @@ def main() -> int:
     ap.add_argument("--rounds", type=int, default=3)
     ap.add_argument("--layouts", default="before,after", help="before (one .jsonl file), after (a directory)")
     ap.add_argument("--run-steps", type=int, default=1000, help="steps of the --run directory (0: none)")
+    ap.add_argument("--views", default="step,run", help="step (--step/--perfetto/--compare), run (--run/--runs)")
     ap.add_argument("--write-only", action="store_true", help="write the outputs, time nothing")
     args = ap.parse_args()
     args.keep.mkdir(parents=True, exist_ok=True)
-    work = args.keep / "work"
-    work.mkdir(exist_ok=True)
+    work = args.keep / f"work-{os.getpid()}"  # the reports' outputs (a run beside this one has its own)
+    work.mkdir()
     load_before = os.getloadavg()
     outputs: dict[str, tuple[Path, dict[str, float]]] = {}
     for layout in args.layouts.split(","):
@@ -358,17 +374,22 @@ def main() -> int:
     print(json.dumps({name: {"path": str(p), **f} for name, (p, f) in {**outputs, **runs}.items()}, indent=1))
     if args.write_only:
         return 0
-    cases = {(n, c): a for n, (p, _) in outputs.items() for c, a in commands(p, work, STEP_COMMANDS).items()}
+    views = args.views.split(",")
     every = {**outputs, **runs}
-    cases.update({(n, c): a for n, (p, _) in every.items() for c, a in commands(p, work, RUN_COMMANDS).items()})
     real = next((n for n in runs if n.endswith("real-size")), None)
-    if real is not None:  # one step of the real-size run too
-        cases.update({(real, c): a for c, a in commands(runs[real][0], work, STEP_COMMANDS).items()})
+    cases: dict[tuple[str, str], list[str]] = {}
+    if "step" in views:  # one step of each output, and of the real-size run
+        stepped = {**outputs, **({real: runs[real]} if real else {})}
+        cases.update({(n, c): a for n, (p, _) in stepped.items() for c, a in commands(p, work, STEP_COMMANDS).items()})
+    if "run" in views:
+        cases.update({(n, c): a for n, (p, _) in every.items() for c, a in commands(p, work, RUN_COMMANDS).items()})
     timed = interleaved(cases, args.rounds, work)
     print(json.dumps({f"{k[0]} | {k[1]}": vars(v) for k, v in timed.items()}, indent=1))
     print(f"\nMachine: {machine()}; load average before {load_before[0]:.1f}, after {os.getloadavg()[0]:.1f}\n")
-    print("\n".join(step_table(list(outputs), timed, real)) + "\n")
-    print("\n".join(run_table({n: size_of(p) for n, (p, _) in every.items()}, timed)))
+    if "step" in views:
+        print("\n".join(step_table(list(outputs), timed, real)) + "\n")
+    if "run" in views:
+        print("\n".join(run_table({n: size_of(p) for n, (p, _) in every.items()}, timed)))
     return 0
 
 
