@@ -16,13 +16,17 @@ output is written once into ``--keep DIR`` and reused by later runs.
 
 Timed, side by side in one run (interleaved rounds, fresh ``otel-agentloop report`` processes, median of
 ``--rounds``), on the short and the long output of each layout: ``report --step 1``, ``report --step 1
---perfetto OUT``, ``report --compare 1 2``; wall time and the child's peak RSS (``os.wait4``'s rusage). With
-``--run-steps N``: a directory of N steps' real summaries (bench/run_page.py's synthetic summaries, encoded by the
-library's encoder, written by the library's rolled-directory exporter) timed with ``report --run --html`` and
-``report --runs``, with and without the long output's step files copied beside them.
+--perfetto OUT``, ``report --compare 1 2``; wall time, and the child's CPU seconds (user + system) and peak RSS
+from its own rusage (``os.wait4``): on a shared machine the CPU seconds are the cost, the wall time the wait. With
+``--run-steps N`` (default 1000), two directories of N steps, written by the library's rolled-directory exporter:
+``run-N-small``, per step a real summary (``summarize`` on bench/run_page.py's synthetic 8,192-row table) and a
+small step file (8 samples' spans); ``run-N-real-size``, the same run with step files of a real run's size (steps
+1 to ``--long-steps`` the long directory's own files, index and summary lines; the others extended, sparse, to its
+mean step file size). Both timed with ``report --runs`` and ``report --run --html`` (by default, and with
+``--step-pages 0``); one step of ``run-N-real-size`` with the step commands above.
 
     .venv/bin/python bench/run_scale.py --keep /tmp/run-scale [--long-steps 24] [--samples 8192] [--rounds 3]
-        [--layouts before,after] [--run-steps 1000] [--write-only]
+        [--layouts before,after] [--run-steps 1000] [--views step,run] [--write-only]
 """
 
 from __future__ import annotations
