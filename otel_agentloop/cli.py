@@ -79,6 +79,8 @@ def _load_records(
             keys = [(args.step, args.validate)]
         try:
             read = read_steps(args.file, args.run_id, keys, args.validate, skipped, _note)
+            if keys is None and read.chosen is not None:
+                args.step = read.chosen[0]  # the step it read: the latest, or the latest with samples
         except StoreError as exc:
             raise CliError(str(exc)) from None
         except RunNotFoundError as exc:
@@ -302,10 +304,20 @@ def _output_file(text: str) -> str:
 
 def _trace_path(text: str) -> str:
     """An argparse type: where ``simulate --file`` writes, checked up front: one file (``.jsonl``/``.json``), else
-    a directory that exists and is writable, or can be made in a writable folder."""
+    a trace folder: a writable one that is empty or already one (its ``index.jsonl``), or a new one in a writable
+    folder."""
     if is_one_file(text):
         return _output_file(text)
     if os.path.isdir(text):
+        try:
+            entries = os.listdir(text)
+        except OSError:
+            raise argparse.ArgumentTypeError(f"{text!r} is not readable") from None
+        if entries and not os.path.exists(os.path.join(text, "index.jsonl")):
+            raise argparse.ArgumentTypeError(
+                f"{text!r} is a folder that is neither empty nor a trace folder (no index.jsonl): give a new or "
+                "empty folder, or a path ending .jsonl for one file"
+            )
         if not os.access(text, os.W_OK | os.X_OK):
             raise argparse.ArgumentTypeError(f"{text!r} is not writable")
         return text

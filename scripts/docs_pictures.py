@@ -5,7 +5,7 @@
 
 Runs ``otel-agentloop simulate --workers 2 --misbehave`` (what ``make run ARGS="--misbehave"`` runs) in a fresh
 folder, so its trace file holds this one run, then the README's ``report`` commands on that file
-(``R="otel-agentloop report --file otel-agentloop-traces.jsonl"``), and writes:
+(``R="otel-agentloop report --file otel-agentloop-traces"``), and writes:
 
 - ``docs/timeline.png``: ``$R --step 3 --html step3.html`` in headless Chromium, the hung sample's row clicked;
 - ``docs/timeline-matplotlib.png``: ``--timeline-png``; ``docs/waterfall.png``: ``--png``, the slowest sample;
@@ -38,7 +38,7 @@ from typing import Any
 
 ROOT = Path(__file__).resolve().parents[1]
 DOCS = ROOT / "docs"
-REPORT = [sys.executable, "-m", "otel_agentloop", "report", "--file", "otel-agentloop-traces.jsonl"]
+REPORT = [sys.executable, "-m", "otel_agentloop", "report", "--file", "otel-agentloop-traces"]
 SIMULATE = [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "2", "--misbehave"]
 COMPARE = ("1", "3")
 ENGINE_SERVICE = "rl-inproc"

@@ -1,7 +1,7 @@
 """Shared fixtures: a configured otel_agentloop with an in-memory exporter, isolated per test.
 
 Tests never write into the working directory (where ``make run`` leaves the user's
-``otel-agentloop-traces.jsonl``) nor anywhere in the repository: every test runs in its own ``tmp_path`` (so the
+``otel-agentloop-traces/``) nor anywhere in the repository: every test runs in its own ``tmp_path`` (so the
 default trace file, a relative path, lands there, and so does any subprocess that inherits the working
 directory), module and session fixtures run in a session temp dir, and the session fails when the repository's
 working tree gained or changed a file that git does not track (see :mod:`tests.tree_guard`).

@@ -152,7 +152,8 @@ def _good(tmp_path: Path) -> None:
 def test_a_missing_file_or_a_directory_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(run_cli(["report", "--file", "nope.jsonl"], tmp_path), "cannot read nope.jsonl", "No such")
     (tmp_path / "d").mkdir()
-    assert_one_line_error(run_cli(["report", "--file", "d"], tmp_path), "cannot read d", "Is a directory")
+    # a folder is read as a trace directory: one without an index is not one
+    assert_one_line_error(run_cli(["report", "--file", "d"], tmp_path), "cannot read d", "no index.jsonl")
 
 
 @pytest.mark.parametrize("flag", ["--html", "--png", "--timeline-png"])
@@ -250,7 +251,8 @@ def test_a_jaeger_url_that_is_not_http_is_one_line(tmp_path: Path, url: str) -> 
         (["simulate", "--steps", "0"], "argument --steps: 0 is out of range (an integer >= 1"),
         (["simulate", "--prompts", "many"], "argument --prompts: 'many' is not an integer"),
         (["simulate", "--png", "no/such/w.png"], "argument --png: 'no/such/w.png': no such folder 'no/such'"),
-        (["simulate", "--file", "."], "argument --file: '.' is a folder"),
+        (["simulate", "--file", "/"], "argument --file: '/' is a folder that is neither empty nor a trace folder"),
+        (["simulate", "--file", "no/such/run.jsonl"], "argument --file: 'no/such/run.jsonl': no such folder"),
         (["report", "--since-minutes", "1e300", "--jaeger", "http://127.0.0.1:1"], "argument --since-minutes"),
         (["report", "--timeout", "-1", "--jaeger", "http://127.0.0.1:1"], "argument --timeout"),
     ],

@@ -30,7 +30,7 @@ from ._report import stored_summaries, summary_of
 from ._runs import Run, RunNotFoundError, RunSteps, StepKey, format_table, group_runs, run_key, runs_table, select_run
 from ._source import JaegerSource, NothingFoundError, jaeger_error_line, runs_text
 from ._step_view import is_snapshot
-from ._store import StoreError, is_store, read_everything, read_index, read_steps, read_summaries, step_bytes
+from ._store import StoreError, StoreRun, is_store, read_everything, read_index, read_steps, read_summaries, step_bytes
 from ._terminal import counted, printable, say, say_json
 from ._timeline_html import write_step_pages
 
@@ -182,6 +182,16 @@ class Loaded:
     """Only summaries were read, but the steps' spans are small enough to read for the default timeline pages."""
     unlisted: list[str] | None = None
     """A trace directory: the runs its index lists that wrote no step summary (``None``: not known)."""
+    index: list[StoreRun] = field(default_factory=list)
+    """A trace directory's runs from its index (their attempts complete what the summaries say)."""
+
+    def add_attempts(self, runs: Sequence[Run]) -> None:
+        """Give ``runs`` the attempts the index lists (an attempt that has not collected a step yet included)."""
+        by_key = {r.key: r for r in self.index}
+        for run in runs:
+            indexed = by_key.get(run.key)
+            for attempt, ns in (indexed.attempt_starts() if indexed else {}).items():
+                run.attempt_start_ns[attempt] = min(run.attempt_start_ns.get(attempt, ns), ns)
 
 
 def load(args: argparse.Namespace, jaeger: JaegerSource | None, *, full: bool = False) -> Loaded:
@@ -219,7 +229,7 @@ def _load_store(path: str, *, full: bool) -> Loaded:
     cheap = step_bytes(path, runs) <= FULL_READ_BYTES
     summarized = {run_key(r.resource) for r in records}
     unlisted = [r.label for r in runs if r.key not in summarized and r.steps()]
-    return _with_skipped(Loaded(records, False, [note], cheap, unlisted), skipped, path)
+    return _with_skipped(Loaded(records, False, [note], cheap, unlisted, runs), skipped, path)
 
 
 def _with_skipped(loaded: Loaded, skipped: Skipped, source: str) -> Loaded:
@@ -338,6 +348,7 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
     if args.runs:
         loaded = load(args, jaeger)
         runs = group_runs(loaded.records)
+        loaded.add_attempts(runs)
         if not runs:
             raise NothingFoundError(_nothing("no spans", source, jaeger, loaded.records))
         say(format_table(runs_table(runs)))
@@ -365,6 +376,7 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
         steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
     if steps is None or not steps.summaries:
         raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records))
+    loaded.add_attempts([steps.run])
     notes = loaded.notes + steps.notes
     for line in notes:
         _warn(line)

@@ -19,9 +19,11 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
+from .. import semconv as sc
 from ..export._rolled import INDEX, ROLL_NS, SUMMARIES
 from ..metrics._records import SpanRecord
 from ._decode import Skipped, read_jsonl
+from ._report import stored_summaries
 from ._runs import MAX_ID_CHARS, NO_RUN_ID, RunKey, RunNotFoundError, StepKey, run_key
 from ._terminal import printable
 
@@ -42,6 +44,8 @@ class Segment:
     validate: bool
     opened_ns: int
     until_ns: int = 0
+    attempts: dict[str, int] = field(default_factory=dict)
+    """Each attempt that wrote into it (``""``: none set) -> when it first did."""
 
     @property
     def key(self) -> StepKey | None:
@@ -62,6 +66,14 @@ class StoreRun:
 
     def steps(self) -> list[StepKey]:
         return sorted({k for s in self.segments if (k := s.key) is not None})
+
+    def attempt_starts(self) -> dict[str, int]:
+        """Each attempt of the run -> when it first wrote (from the index)."""
+        out: dict[str, int] = {}
+        for seg in self.segments:
+            for attempt, ns in seg.attempts.items():
+                out[attempt] = min(out.get(attempt, ns), ns)
+        return out
 
 
 def is_store(path: str) -> bool:
@@ -84,7 +96,9 @@ def _entry(line: bytes) -> Segment:
         resource["rl.run.id"] = run
     until = obj.get("until_ns")
     until = until if type(until) is int else 0
-    return Segment(rel, run_key(resource), step, obj.get("validate") is True, opened, until)
+    attempt = obj.get("attempt")
+    attempts = {"" if attempt is None else str(attempt): opened}
+    return Segment(rel, run_key(resource), step, obj.get("validate") is True, opened, until, attempts)
 
 
 def read_index(path: str, note: Note) -> list[StoreRun]:
@@ -112,6 +126,8 @@ def read_index(path: str, note: Note) -> list[StoreRun]:
         else:  # another process's line for the same segment
             known.opened_ns = min(known.opened_ns, seg.opened_ns)
             known.until_ns = max(known.until_ns, seg.until_ns)
+            for attempt, ns in seg.attempts.items():
+                known.attempts[attempt] = min(known.attempts.get(attempt, ns), ns)
     if bad.count:
         note(bad.summary(printable(path, 200)).replace("malformed record", "malformed index line"))
     runs: dict[RunKey, StoreRun] = {}
@@ -166,6 +182,8 @@ class StepRead:
     records: list[SpanRecord]
     steps: list[StepKey]
     run: StoreRun
+    chosen: StepKey | None = None
+    """The step read when none was asked for."""
 
 
 def default_step(run: StoreRun, validate: bool) -> StepKey | None:
@@ -186,19 +204,24 @@ def read_steps(
     *,
     run_key_: RunKey | None = None,
 ) -> StepRead:
-    """The records ``report`` needs for steps ``keys`` (default: the latest step) of run ``run_id`` (default: the
-    latest run; ``run_key_``: that run). Raises :class:`StoreError`, :class:`RunNotFoundError`."""
+    """The records ``report`` needs for steps ``keys`` (default: the latest step, or when its file holds no
+    sample span, the latest with a stored summary that counts samples) of run ``run_id`` (default: the latest run;
+    ``run_key_``: that run). Raises :class:`StoreError`, :class:`RunNotFoundError`."""
     runs = read_index(path, note)
     keyed = [r for r in runs if r.key == run_key_]
     run = keyed[0] if keyed else choose_run(runs, run_id)
-    if keys is None:
-        latest = default_step(run, validate)
-        keys = [latest] if latest is not None else []
-    wanted = set(keys)
-    records: list[SpanRecord] = []
-    for seg in run.segments:
-        if seg.key in wanted:
-            records += _read(path, seg.rel, skipped, note, required=True)
+    summaries = read_summaries(path, skipped, note, run.key)
+    chosen = None
+    if keys is not None:
+        records = _step_records(path, run, set(keys), skipped, note)
+    else:  # the latest step; when its file holds no sample (trainer spans only), the latest summarized one
+        chosen = default_step(run, validate)
+        records = _step_records(path, run, {chosen}, skipped, note) if chosen is not None else []
+        if chosen is not None and not any(r.name == sc.SAMPLE_SPAN for r in records):
+            counted = [k for k, s in stored_summaries(summaries).items() if s.num_samples and k[1] == chosen[1]]
+            if counted and max(counted) != chosen:
+                chosen = max(counted)
+                records = _step_records(path, run, {chosen}, skipped, note)
     if records:
         lo = min(r.start_ns for r in records)
         hi = max(r.end_ns for r in records)
@@ -208,8 +231,15 @@ def read_steps(
             for seg in other.segments:
                 if seg.step is None and seg.opened_ns - ROLL_NS <= hi and (seg.until_ns or seg.opened_ns) >= lo:
                     records += _read(path, seg.rel, skipped, note, required=False)
-    records += read_summaries(path, skipped, note, run.key)
-    return StepRead(records, run.steps(), run)
+    return StepRead(records + summaries, run.steps(), run, chosen)
+
+
+def _step_records(path: str, run: StoreRun, wanted: set[StepKey], skipped: Skipped, note: Note) -> list[SpanRecord]:
+    records: list[SpanRecord] = []
+    for seg in run.segments:
+        if seg.key in wanted:
+            records += _read(path, seg.rel, skipped, note, required=True)
+    return records
 
 
 def read_everything(path: str, skipped: Skipped, note: Note) -> Iterator[SpanRecord]:

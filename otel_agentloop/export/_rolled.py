@@ -184,11 +184,16 @@ class RolledDirectoryExporter(SpanExporter):
         return segment
 
     def _route(self, spans: Sequence[ReadableSpan | FastSpan], now: int) -> dict[object, list[Any]]:
-        """The spans by segment (summaries under ``_SUMMARY``), in batch order within each."""
+        """The spans by segment (summaries under ``_SUMMARY``). The last resource's run and the last step's
+        segment are kept at hand: a batch is mostly one process's spans of one step."""
         traces = self._traces
-        routed: list[tuple[object, Any]] = []
-        pending: list[tuple[int, int, _Run, Any]] = []
+        groups: dict[object, list[Any]] = {}
+        pending: list[tuple[int, _Run, Any]] = []
         attrs: Mapping[str, object]
+        last_resource: object = _SUMMARY
+        last_key: tuple[_Run | None, int | None, bool] = (None, None, False)
+        run: _Run | None = None
+        segment: _Segment | None = None
         for s in spans:
             if isinstance(s, FastSpan):
                 trace_id, name, attrs, resource = s.trace_id, s.name, s.attributes, s.recorder.resource
@@ -196,25 +201,27 @@ class RolledDirectoryExporter(SpanExporter):
                 ctx = s.context
                 trace_id, name, attrs, resource = ctx.trace_id if ctx else 0, s.name, s.attributes or {}, s.resource
             if name == sc.STEP_SUMMARY_SPAN:
-                routed.append((_SUMMARY, s))
+                groups.setdefault(_SUMMARY, []).append(s)
                 continue
-            run = self._run(resource)
+            if resource is not last_resource or run is None:
+                run, last_resource = self._run(resource), resource
             step, validate = sc.step_key(attrs)
             if step is None:
-                pending.append((len(routed), trace_id, run, s))
-                routed.append((None, s))
+                pending.append((trace_id, run, s))
                 continue
-            segment = self._step(run, step, validate)
-            traces.pop(trace_id, None)
-            traces[trace_id] = segment
-            routed.append((segment, s))
-        for at, trace_id, run, s in pending:  # after the whole batch: a child ended before its parent follows it
-            routed[at] = (traces.get(trace_id) or self._other(run, now), s)
+            if last_key != (run, step, validate) or segment is None:
+                segment, last_key = self._step(run, step, validate), (run, step, validate)
+            if traces.get(trace_id) is not segment:  # a trace seen again in its segment keeps its place
+                traces.pop(trace_id, None)
+                traces[trace_id] = segment
+            group = groups.get(segment)
+            if group is None:
+                group = groups[segment] = []
+            group.append(s)
+        for trace_id, span_run, s in pending:  # after the whole batch: a child ended before its parent follows it
+            groups.setdefault(traces.get(trace_id) or self._other(span_run, now), []).append(s)
         while len(traces) > MAX_TRACES:
             del traces[next(iter(traces))]
-        groups: dict[object, list[Any]] = {}
-        for key, s in routed:
-            groups.setdefault(key, []).append(s)
         return groups
 
     # -- writing ---------------------------------------------------------------------------------------
