@@ -93,7 +93,7 @@ def _entry(line: bytes) -> Segment:
         raise ValueError("step or opened_ns is not an integer")
     resource: dict[str, Any] = {"service.name": service if isinstance(service, str) else "?"}
     if isinstance(run, str) and run:
-        resource["rl.run.id"] = run
+        resource[sc.RL_RUN_ID] = run
     until = obj.get("until_ns")
     until = until if type(until) is int else 0
     attempt = obj.get("attempt")
