@@ -70,6 +70,9 @@ def _load_records(
 ) -> tuple[list[SpanRecord], list[tuple[int, bool]] | None]:
     """The records to report, and the run's steps when a trace directory's index lists them (else ``None``)."""
     if jaeger is not None:
+        if args.compare:  # each step's own window (see JaegerSource.step_window); a span in both once
+            both = [r for step in dict.fromkeys(args.compare) for r in jaeger.search(_note, step=step)]
+            return list({(r.trace_id, r.span_id): r for r in both}.values()), None
         return jaeger.search(_note, step=args.step), None
     if is_store(args.file):
         keys = None

@@ -31,6 +31,8 @@ epoch: Jaeger's OpenSearch/Elasticsearch reader searches from a day before the s
 from 1970-01-01 that wraps around and finds nothing (Jaeger v2.13)."""
 CLOCK_SLACK = timedelta(days=1)
 """How far past now a search ends (spans stamped by a host whose clock runs ahead)."""
+STEP_WINDOW_SLACK = timedelta(seconds=30)
+"""How far a step's window reaches past its ``rl.step`` and summary spans (a worker's clock ahead or behind)."""
 MAX_LISTED = 8
 """The most services or runs one line lists (then ``and N more``)."""
 OUR_PREFIX = sc.SPAN_NAME_PREFIX
@@ -116,14 +118,20 @@ class JaegerSource:
         self, warn: Callable[[str], None], operation: str | None = None, step: int | None = None
     ) -> list[SpanRecord]:
         """The spans of every chosen service in the window (only ``operation`` spans, only step ``step``, when
-        given); a full page that could not be split, and malformed records, are reported through ``warn``."""
+        given); a full page that could not be split, and malformed records, are reported through ``warn``.
+
+        For a step's spans the window is first narrowed to the step's own time (:meth:`step_window`): the
+        search then reads that step's traces, not every trace the store keeps."""
         start, end = self.window()
         attributes = {sc.RL_STEP: str(step)} if step is not None else None
         records: list[SpanRecord] = []
         skipped = Skipped()
         for service in self.services:
+            lo, hi = start, end
+            if step is not None and operation is None:
+                lo, hi = self.step_window(service, step, start, end)
             found = self.client.find_all_traces(
-                service, start, end, attributes=attributes, operation=operation, search_depth=self.search_depth
+                service, lo, hi, attributes=attributes, operation=operation, search_depth=self.search_depth
             )
             if found.full:
                 warn(f"service {service}: {found.left_out(self.search_depth)}")
@@ -131,6 +139,29 @@ class JaegerSource:
         if skipped.count:
             warn(skipped.summary(self.label))
         return records
+
+    def step_window(self, service: str, step: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+        """The part of [start, end] where step ``step``'s traces start: from its ``rl.step`` spans (the trainer's
+        step, trainer phases inside) and its ``rl.step.summary`` spans (their start is the step's first sample's
+        start, their end its collection), widened by :data:`STEP_WINDOW_SLACK` (clocks of other hosts); [start,
+        end] itself when neither is found (traces without them) or either search is incomplete. Two small
+        searches by operation name, which every Jaeger filters on (Jaeger 2.13's HTTP api_v3 ignores
+        ``query.attributes``, so a tag alone does not narrow a search)."""
+        times: list[tuple[int, int]] = []
+        for operation in (sc.STEP_SPAN, sc.STEP_SUMMARY_SPAN):
+            found = self.client.find_all_traces(
+                service, start, end, operation=operation, search_depth=self.search_depth
+            )
+            if found.full:
+                return start, end
+            for rec in decode_resource_spans(found.resource_spans, Skipped()):
+                if rec.name == operation and sc.step_key(rec.attributes)[0] == step and rec.start_ns > 0:
+                    times.append((rec.start_ns, max(rec.end_ns, rec.start_ns)))
+        if not times:
+            return start, end
+        lo = datetime.fromtimestamp(min(t[0] for t in times) / 1e9, timezone.utc) - STEP_WINDOW_SLACK
+        hi = datetime.fromtimestamp(max(t[1] for t in times) / 1e9, timezone.utc) + STEP_WINDOW_SLACK
+        return max(lo, start), min(hi, end)
 
     def nothing(self, what: str) -> str:
         """``what`` (``no sample spans``) with what was searched and which services Jaeger has."""
