@@ -3,6 +3,7 @@
 
     python scripts/stack.py build     # once: minutes cold, instant when cached
     python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger's query API on 16686
+    python scripts/stack.py up --store opensearch   # the same on a 3-node OpenSearch (scripts/stack_store.py)
     python scripts/stack.py status    # exit 0 only when both run and answer; says where they listen
     python scripts/stack.py down      # returns once both have exited and their ports are free
     python scripts/stack.py which collector|jaeger   # the cached binary's path (built if missing)
@@ -50,6 +51,7 @@ import sys
 import tempfile
 import threading
 import time
+import types
 import urllib.request
 from collections.abc import Generator, Sequence
 from dataclasses import dataclass, field
@@ -148,6 +150,7 @@ def _run(
     timeout: float,
     progress: ColdBuild | None = None,
     since: float | None = None,
+    hint: str = "is the Go module proxy reachable?",
     **extra_env: str,
 ) -> None:
     """Run one Go step; with ``progress``, say every 30 s how long the binary's build has taken (since
@@ -179,7 +182,7 @@ def _run(
     reader.join(5)
     if proc.returncode != 0:
         tail = "\n".join("".join(output).strip().splitlines()[-15:])
-        raise StackError(f"{what} failed ({' '.join(cmd)}); is the Go module proxy reachable?\n{tail}")
+        raise StackError(f"{what} failed ({' '.join(cmd)}); {hint}\n{tail}")
 
 
 def build(verbose: bool = True) -> dict[str, float]:
@@ -341,7 +344,8 @@ PROCESSES = {
     "agent": ("agent.yaml", "otelcol_health", "/", "otelcol_metrics"),
     "gateway": ("gateway.yaml", "gateway_health", "/", "gateway_metrics"),
 }
-STOP_ORDER = ("agent", "collector", "gateway", "jaeger")  # senders first, so they can hand on what they hold
+# senders first, so they can hand on what they hold; the cluster store's nodes last (scripts/stack_store.py)
+STOP_ORDER = ("agent", "collector", "gateway", "jaeger", "retention", "os1", "os2", "os3")
 
 
 @dataclass
@@ -359,6 +363,8 @@ class Stack:
     queue_dir: Path
     procs: dict[str, subprocess.Popen[bytes]] = field(default_factory=dict)
     owned: list[Path] = field(default_factory=list)
+    jaeger_config: str = "jaeger.yaml"  # jaeger-opensearch.yaml for the cluster store (stack_store.py)
+    extra_env: dict[str, str] = field(default_factory=dict)  # more variables for the config files
 
     @property
     def otlp_grpc_endpoint(self) -> str:
@@ -389,12 +395,14 @@ class Stack:
     def env(self) -> dict[str, str]:
         env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}  # Jaeger traces itself otherwise
         env.update(config_env(self.ports, self.data_dir, self.queue_dir))
+        env.update(self.extra_env)
         return env
 
     def start_process(self, name: str, timeout: float = 60) -> None:
         """Start ``name`` (see :data:`PROCESSES`) and wait until its health endpoint answers."""
         config, health_port, health_path, _ = PROCESSES[name]
         binary = JAEGER_BIN if name == "jaeger" else COLLECTOR_BIN
+        config = self.jaeger_config if name == "jaeger" else config
         health = f"http://127.0.0.1:{self.ports[health_port]}{health_path}"
         log = open(self.log_dir / f"{name}.log", "ab")  # noqa: SIM115 - handed to the child
         self.procs[name] = subprocess.Popen(
@@ -513,12 +521,21 @@ def start_cluster(
     return stack
 
 
-# `up`'s processes, in start order, and the ports each listens on (`down` waits until they are free).
+# `up`'s processes, in start order, and the ports each listens on (`down` waits until they are free); `up
+# --store opensearch` runs stack_store.UP.
 UP: tuple[str, ...] = ("jaeger", "collector")
-PORTS_OF = {
+PORTS_OF: dict[str, tuple[str, ...]] = {
     "jaeger": ("query", "query_grpc", "jaeger_health", "jaeger_metrics", "jaeger_otlp_grpc", "jaeger_otlp_http"),
     "collector": ("grpc", "http", "prometheus", "otelcol_health", "otelcol_metrics"),
+    "retention": (),
+    **{f"os{i}": (f"os{i}_http", f"os{i}_transport") for i in (1, 2, 3)},
 }
+
+
+def up_names(store: str) -> tuple[str, ...]:
+    return UP if store == "badger" else tuple(_store().UP)
+
+
 # s from SIGTERM to SIGKILL: a Collector hands on what it holds, Jaeger closes its store
 STOP_TIMEOUT = float(os.environ.get("OTEL_AGENTLOOP_STOP_TIMEOUT") or 30)
 PORT_TIMEOUT = 10.0  # s after exit for the ports to be free
@@ -537,10 +554,12 @@ class Saved:
     queue_dir: Path
     retention: str
     procs: dict[str, Identity]
+    store: str = "badger"  # or "opensearch": data_dir then holds the nodes' homes
 
     def write(self) -> None:
         data = {
             "version": 2,
+            "store": self.store,
             "ports": self.ports,
             "data_dir": str(self.data_dir),
             "queue_dir": str(self.queue_dir),
@@ -559,7 +578,8 @@ class Saved:
             raise ValueError("no version 2")
         ports = {str(k): int(v) for k, v in data["ports"].items()}
         procs = {str(n): Identity.from_json(i) for n, i in data["processes"].items()}
-        return cls(ports, Path(data["data_dir"]), Path(data["queue_dir"]), str(data["retention"]), procs)
+        dirs = Path(data["data_dir"]), Path(data["queue_dir"])
+        return cls(ports, *dirs, str(data["retention"]), procs, str(data.get("store", "badger")))
 
     def stack(self) -> Stack:
         """The saved stack's addresses and directories (no process handles)."""
@@ -575,7 +595,7 @@ class Survey:
 
     @property
     def missing(self) -> list[str]:
-        return [name for name in UP if name not in self.running]
+        return [name for name in up_names(self.saved.store if self.saved else "badger") if name not in self.running]
 
 
 def _unreadable_state(exc: Exception, forget: bool) -> None:
@@ -640,7 +660,8 @@ def _locked(wait: bool = True) -> Generator[bool, None, None]:
 
 
 def _busy(ports: dict[str, int], names: Sequence[str]) -> list[str]:
-    return [f"{ports[k]} ({PORT_VARS[k]})" for n in names for k in PORTS_OF[n] if stack_procs.port_busy(ports[k])]
+    busy = [k for n in names for k in PORTS_OF[n] if stack_procs.port_busy(ports[k])]
+    return [f"{ports[k]} ({PORT_VARS.get(k, k)})" for k in busy]
 
 
 def describe(saved: Saved) -> None:
@@ -653,7 +674,10 @@ def describe(saved: Saved) -> None:
     print(f"Jaeger query API: {stack.jaeger_url}/api/v3/services")
     print(f"  {stack.jaeger_url}/ is a placeholder page (this native build has no Jaeger UI); read traces with")
     print(f"  otel-agentloop report --jaeger {stack.jaeger_url} [--html step.html], or use docker compose for the UI")
-    print(f"  traces on disk in {saved.data_dir} (Badger; kept {saved.retention}: JAEGER_RETENTION changes it)")
+    if saved.store == "badger":
+        print(f"  traces on disk in {saved.data_dir} (Badger; kept {saved.retention}: JAEGER_RETENTION changes it)")
+    else:
+        _store().describe(saved)
     print(f"logs and state: {RUN_DIR}   stop: make down (scripts/stack.py down)")
 
 
@@ -667,6 +691,9 @@ def _start(saved: Saved, names: Sequence[str]) -> None:
         )
     build()
     os.environ["JAEGER_RETENTION"] = saved.retention  # a restarted Jaeger keeps the store's retention
+    if saved.store != "badger":
+        _store().start_up(saved, names)
+        return
     stack = prepare(saved.ports, None, saved.data_dir, saved.queue_dir)
     for name in names:
         stack.start_process(name)
@@ -677,14 +704,24 @@ def _start(saved: Saved, names: Sequence[str]) -> None:
         saved.procs[name] = ident
 
 
+def _store() -> types.ModuleType:
+    """scripts/stack_store.py (the cluster store), imported when needed: it imports this module."""
+    import stack_store
+
+    return stack_store
+
+
 def _build() -> int:
     build()
+    _store().build_opensearch()
     return 0
 
 
-def up() -> int:
+def up(store: str = "badger") -> int:
     with _locked():
         found = survey()
+        if found.saved is not None and found.saved.store != store:
+            raise StackError(f"the {found.saved.store} stack is up: `make down` first")
         if found.saved is not None and not found.missing:
             print("stack already up: " + ", ".join(f"{n} pid {i.pid}" for n, i in found.running.items()))
             describe(found.saved)
@@ -693,9 +730,13 @@ def up() -> int:
             saved, names = found.saved, found.missing
             print(f"stack half up ({', '.join(found.running)} still runs): starting {', '.join(names)}")
         else:
-            data_dir = Path(os.environ.get("JAEGER_BADGER_DIR") or DATA / "jaeger")
             retention = os.environ.get("JAEGER_RETENTION") or "168h"
-            saved, names = Saved(ports_from_env(), data_dir, DATA / "queue", retention, {}), list(UP)
+            if store == "badger":
+                data_dir, ports = Path(os.environ.get("JAEGER_BADGER_DIR") or DATA / "jaeger"), ports_from_env()
+            else:
+                data_dir, ports = _store().up_dir(), {**ports_from_env(), **_store().ports_from_env()}
+            saved = Saved(ports, data_dir, DATA / "queue", retention, {}, store)
+            names = list(up_names(store))
         _start(saved, names)
         saved.write()
         print("started " + ", ".join(f"{n} (pid {saved.procs[n].pid})" for n in names))
@@ -743,12 +784,13 @@ def status() -> int:
         print("start: make up (scripts/stack.py up)")
         return 1
     saved, unhealthy = found.saved, []
-    for name in found.running:
+    for name in (n for n in found.running if n in PROCESSES):
         _, health, path, _ = PROCESSES[name]
         url = f"http://127.0.0.1:{saved.ports[health]}{path}"
         if not _healthy(url):
             unhealthy.append(f"{name} runs but does not answer at {url} (see {RUN_DIR / name}.log)")
-    print("   ".join(f"{n}: up (pid {found.running[n].pid})" if n in found.running else f"{n}: down" for n in UP))
+    names = up_names(saved.store)
+    print("   ".join(f"{n}: up (pid {found.running[n].pid})" if n in found.running else f"{n}: down" for n in names))
     for line in unhealthy:
         print(f"  {line}")
     if found.missing:
@@ -776,15 +818,17 @@ def main(argv: list[str]) -> int:
     if command == "which":
         return which(argv[2] if len(argv) > 2 else "")
     commands = {"build": _build, "up": up, "down": down, "status": status}
-    if command not in commands:
+    store = argv[3] if argv[2:3] == ["--store"] and len(argv) == 4 and command == "up" else None
+    if command not in commands or store not in (None, "badger", "opensearch") or (len(argv) > 2 and not store):
         print(__doc__)
         return 2
     try:
-        return commands[command]()
+        return up(store) if store else commands[command]()
     except StackError as exc:
         print(f"stack: {exc}", file=sys.stderr)
         return 1
 
 
 if __name__ == "__main__":
+    sys.modules.setdefault("stack", sys.modules["__main__"])  # stack_store's `import stack` is this module
     sys.exit(main(sys.argv))
