@@ -47,10 +47,11 @@ SERVICE = "soak"
 BENCH = str(Path(__file__).resolve().parent)
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The resident set (``VmRSS``) of process ``pid`` in MB, or its peak so far (``VmHWM``)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -119,11 +120,12 @@ def drain(
     (``None``: not within the timeout). For OpenSearch, "had them" is its span indices' document count."""
     stored_at: dict[str, float | None] = {"badger": None} | ({second.name: None} if second is not None else {})
     deadline = time.monotonic() + timeout
+    last_print = time.monotonic()
     while time.monotonic() < deadline:
         if stored_at["badger"] is None and stack.counter("jaeger", "otelcol_exporter_sent_spans") >= exported:
             stored_at["badger"] = round(time.monotonic() - t0, 1)
         if second is not None and stored_at[second.name] is None and second.stored() >= exported:
-            docs = second.doc_count(refresh=False)
+            docs = second.doc_count()
             if docs is None or docs >= exported:
                 stored_at[second.name] = round(time.monotonic() - t0, 1)
         queues = stack.counter("agent", "otelcol_exporter_queue_size") + stack.counter(
@@ -131,6 +133,14 @@ def drain(
         )
         if queues == 0 and all(v is not None for v in stored_at.values()):
             break
+        if time.monotonic() - last_print > 30:
+            last_print = time.monotonic()
+            second_text = f", {second.stored():,.0f} in {second.name}" if second is not None else ""
+            print(
+                f"drain: stored {stack.counter('jaeger', 'otelcol_exporter_sent_spans'):,.0f} in Badger{second_text} "
+                f"of {exported:,}; {queues:,.0f} queued",
+                flush=True,
+            )
         time.sleep(2)
     return stored_at
 
@@ -145,13 +155,23 @@ def side_by_side(
     """The query times of point 5 on both stores, the same queries on the same spans."""
     query_step = args.query_step or max(1, args.steps // 2 - 1)
     plan = soak_store.QueryPlan(
-        SERVICE, since, datetime.now(timezone.utc), query_step, args.big_step, [], big_step_start, args.report_timeout
+        SERVICE,
+        since,
+        datetime.now(timezone.utc),
+        query_step,
+        args.big_step,
+        [],
+        big_step_start,
+        report_timeout_s=args.report_timeout,
     )
     plan.probes = soak_store.pick_probes(f"127.0.0.1:{stack.ports['query_grpc']}", plan, 5)
     out = {"plan": {"step": plan.step, "big_step": plan.big_step, "probes": plan.probes}}
     for name, jaeger in (("badger", stack), (second.name, second.stack)):
         print(f"queries on {name} ...", flush=True)
-        out[name] = soak_store.query_store(jaeger.jaeger_url, f"127.0.0.1:{jaeger.ports['query_grpc']}", plan)
+        try:  # a failed query must not lose the run's counts
+            out[name] = soak_store.query_store(jaeger.jaeger_url, f"127.0.0.1:{jaeger.ports['query_grpc']}", plan)
+        except Exception as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out
 
 
@@ -163,18 +183,16 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
     second = None
     t_start = time.monotonic()
     if args.second_store:  # first: the gateway sends to it
-        second = soak_store.start_second(args.second_store, out_dir)
-        soak_store.use_dual_gateway(out_dir, second)
+        second = soak_store.start_second(args.second_store, out_dir, args.heap)
     try:
-        stack = stack_mod.start_cluster(
-            log_dir=out_dir / "logs", data_dir=out_dir / "jaeger-badger", queue_dir=out_dir / "queues"
-        )
+        stack = soak_store.start_first(out_dir, second)
     except BaseException:
         if second is not None:
             second.stop()
         raise
     result: dict[str, Any] = {"machine": machine(), "command": " ".join([sys.executable, *sys.argv])}
     result["stores_start_s"] = round(time.monotonic() - t_start, 1)
+    result["started_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     since = datetime.now(timezone.utc) - timedelta(seconds=5)
     try:
         handle = oal.configure(SERVICE, endpoint=stack.otlp_grpc_endpoint, max_queue_size=65536)
@@ -249,6 +267,10 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         stored_at = drain(stack, second, totals["exported"], args.drain_timeout, t_loop)
         drain_s = time.monotonic() - t_drain
         time.sleep(3)
+        pids = all_pids(stack, second, [])  # the workers have gone with Ray
+        result["rss_after_drain_mb"] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
+        result["rss_peak_mb"] = {name: round(rss_mb(pid, "VmHWM"), 1) for name, pid in pids.items()}
+        result["cpu_after_drain_s"] = {name: round(cpu_s(pid), 1) for name, pid in pids.items()}
         result.update(
             steps=steps_done,
             samples_per_worker_step=args.samples,
@@ -317,7 +339,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if not args.keep_stores:  # the summary stays; the stores go
             for path in (out_dir / "jaeger-badger", *(out_dir.glob("store-*"))):
                 shutil.rmtree(path, ignore_errors=True)
-    (out_dir / "soak.json").write_text(json.dumps(result, indent=2))
+        (out_dir / "soak.json").write_text(json.dumps(result, indent=2))  # what was measured, even on failure
     return result
 
 
@@ -392,6 +414,7 @@ def main() -> int:
     parser.add_argument("--fail-every", type=int, default=0, help="every Nth sample index fails (0: none)")
     parser.add_argument("--query-step", type=int, default=0, help="the regular step queried (default: mid-run)")
     parser.add_argument("--report-timeout", type=float, default=600, help="s for one `report --step` run")
+    parser.add_argument("--heap", default="1g", help="JVM heap of each OpenSearch node")
     parser.add_argument("--keep-stores", action="store_true", help="keep the stores' data (deleted by default)")
     args = parser.parse_args()
     result = run(args)

@@ -22,7 +22,7 @@ import sys
 import time
 import urllib.request
 from collections.abc import Callable
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from datetime import datetime
 from pathlib import Path
 from typing import Any, TypeVar
@@ -31,6 +31,7 @@ import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import stack as stack_mod
+import stack_store
 from soak_grpc import FoundSpan, GrpcSearch
 
 from otel_agentloop.analysis import decode_resource_spans
@@ -80,9 +81,7 @@ class SecondStore:
 
     kind: str
     stack: stack_mod.Stack
-    cluster: Any | None = None
-    index_prefix: str = "otel-agentloop"
-    extra_pids: dict[str, int] = field(default_factory=dict)
+    cluster: stack_store.OpenSearchCluster | None = None
 
     @property
     def name(self) -> str:
@@ -96,29 +95,24 @@ class SecondStore:
     def pids(self) -> dict[str, int]:
         pids = {f"jaeger-{self.name}": p for p in self.stack.pids().values()}
         if self.cluster is not None:
-            pids.update({f"opensearch{i + 1}": pid for i, pid in enumerate(self.cluster.pids())})
+            pids.update({f"opensearch-{name}": pid for name, pid in self.cluster.pids().items()})
         return pids
 
     def stored(self) -> float:
         """Spans the store's Jaeger has written (its storage exporter's sent count)."""
         return self.stack.counter("jaeger", "otelcol_exporter_sent_spans")
 
-    def doc_count(self, refresh: bool = True) -> int | None:
+    def doc_count(self) -> int | None:
         """OpenSearch's documents in the span indices (after a refresh), ``None`` for a Badger store."""
-        if self.cluster is None:
-            return None
-        pattern = f"{self.index_prefix}-jaeger-span-*"
-        if refresh:
-            _http_json(f"{self.cluster.urls[0]}/{pattern}/_refresh", "POST", timeout=300)
-        return int(_http_json(f"{self.cluster.urls[0]}/_cat/count/{pattern}?format=json")[0]["count"])
+        return None if self.cluster is None else self.cluster.doc_count()
 
     def disk_bytes(self) -> tuple[int, int]:
-        """(allocated, apparent) bytes of the store: the OpenSearch nodes' data directories (after a flush), or
-        the second Badger directory."""
+        """(allocated, apparent) bytes of the store: the OpenSearch nodes' data directories (primaries, the
+        replica and translogs, after a flush), or the second Badger directory."""
         if self.cluster is None:
             return disk_bytes(self.stack.data_dir)
-        _http_json(f"{self.cluster.urls[0]}/_flush", "POST", timeout=300)
-        return self.cluster.disk_bytes()
+        _http_json(f"{self.cluster.url()}/_flush", "POST", timeout=300)
+        return disk_bytes(self.cluster.run_dir)  # the nodes' homes: data/ (and their small logs)
 
     def stop(self) -> None:
         self.stack.stop()
@@ -137,7 +131,7 @@ def disk_bytes(path: Path) -> tuple[int, int]:
     return used, apparent
 
 
-def start_second(kind: str, out_dir: Path) -> SecondStore:
+def start_second(kind: str, out_dir: Path, heap: str = "1g") -> SecondStore:
     """The second store, started: ``opensearch`` (3 nodes + Jaeger on them) or ``badger`` (a second Jaeger)."""
     log_dir = out_dir / "logs-second"
     log_dir.mkdir(parents=True, exist_ok=True)
@@ -146,17 +140,29 @@ def start_second(kind: str, out_dir: Path) -> SecondStore:
         stack = stack_mod.prepare(log_dir=log_dir, data_dir=store / "badger", queue_dir=store / "queues")
         stack.start_process("jaeger")
         return SecondStore(kind, stack)
-    raise NotImplementedError(kind)
+    cluster = stack_store.start_opensearch(out_dir / "store-opensearch", nodes=3, heap=heap)
+    try:
+        jaeger = stack_store.start_stack(cluster, log_dir, names=("jaeger",))
+    except BaseException:
+        cluster.stop()
+        raise
+    return SecondStore(kind, jaeger, cluster)
 
 
-def use_dual_gateway(out_dir: Path, second: SecondStore) -> None:
-    """Make the gateway that :func:`stack.start_cluster` starts the dual one, sending to ``second`` too."""
-    import os
-
-    config = dual_gateway_config(out_dir / "gateway-dual.yaml")
-    _, health, path, metrics = stack_mod.PROCESSES["gateway"]
-    stack_mod.PROCESSES["gateway"] = (str(config), health, path, metrics)  # an absolute path wins the join
-    os.environ[SECOND_ENDPOINT_VAR] = second.otlp_endpoint
+def start_first(out_dir: Path, second: SecondStore | None) -> stack_mod.Stack:
+    """Jaeger on Badger, the gateway and the agent (:func:`stack.start_cluster`'s topology, run data below
+    ``out_dir``); with ``second``, the gateway is the dual one (:func:`dual_gateway_config`), sending to it too."""
+    stack = stack_mod.prepare(
+        log_dir=out_dir / "logs", data_dir=out_dir / "jaeger-badger", queue_dir=out_dir / "queues"
+    )
+    if second is not None:
+        config = dual_gateway_config(out_dir / "gateway-dual.yaml")
+        _, health, path, metrics = stack_mod.PROCESSES["gateway"]
+        stack_mod.PROCESSES["gateway"] = (str(config), health, path, metrics)  # an absolute path wins the join
+        stack.extra_env[SECOND_ENDPOINT_VAR] = second.otlp_endpoint
+    for name in ("jaeger", "gateway", "agent"):
+        stack.start_process(name)
+    return stack
 
 
 def store_counters(stack: stack_mod.Stack, second: SecondStore) -> dict[str, float]:
@@ -266,12 +272,13 @@ def report_times(http_url: str, plan: QueryPlan) -> dict[str, Any]:
     cli = Path(sys.executable).parent / "otel-agentloop"
     cmd = [str(cli), "report", "--jaeger", http_url, "--service", plan.service, "--step", str(plan.big_step)]
     cmd += ["--timeout", "120"]
-    since_s = int(time.time() - plan.big_step_start.timestamp()) + 15
     out: dict[str, Any] = {}
-    for name, extra, reps in (("since", ["--since", f"{since_s}s"], plan.reps), ("full", [], 1)):
+    for name, reps in (("since", plan.reps), ("full", 1)):
         times: list[float] = []
-        out[f"report_{name}_command"] = " ".join([*cmd[1:], *extra])
         for _ in range(reps):
+            # --since from 5 s before the big step began, as of this run's start
+            extra = ["--since", f"{int(time.time() - plan.big_step_start.timestamp()) + 5}s"] if name == "since" else []
+            out[f"report_{name}_command"] = " ".join([*cmd[1:], *extra])
             t0 = time.perf_counter()
             try:
                 proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=plan.report_timeout_s)
