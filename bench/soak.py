@@ -217,9 +217,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rss[0] = {name: round(rss_mb(pid), 1) for name, pid in all_pids(stack, second, []).items()}
         step_walls: list[float] = []
         t_loop = time.monotonic()
-        for step in range(1, args.steps + 1):
-            if time.monotonic() - t_start > args.time_limit:
-                break
+        step = 0
+        while step < args.steps:
+            step += 1
+            if time.monotonic() - t_start > args.time_limit:  # past the limit: the big step still runs, last
+                if not args.big_step or step > args.big_step:
+                    break
+                step = args.big_step
             t0 = time.monotonic()
             n = args.big_samples if step == args.big_step else args.samples
             if step == args.big_step:
