@@ -58,14 +58,16 @@ lint: install
 bench: install
 	$(PY) bench/run.py $(ARGS)
 
-## up/down/status: a real Jaeger v2 + OpenTelemetry Collector on 127.0.0.1 (built from source with Go once)
+## up/down/status: a real Jaeger v2 + OpenTelemetry Collector on 127.0.0.1 (built from source with Go once);
+## traces in Badger on one disk, or with STORE=opensearch in a 3-node OpenSearch cluster (docs/stores.md)
 up: install
-	$(PY) scripts/stack.py up
+	$(PY) scripts/stack.py up$(if $(STORE), --store $(STORE))
 down:
 	$(PYTHON) scripts/stack.py down
 status:
 	$(PYTHON) scripts/stack.py status
 
+## stack-build: Jaeger and the Collector (Go, minutes once) and OpenSearch's jars (Maven, seconds once), cached
 stack-build:
 	@$(PYTHON) scripts/stack.py build
 

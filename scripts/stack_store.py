@@ -37,6 +37,7 @@ from collections.abc import Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
+from typing import Any
 
 import stack
 
@@ -105,7 +106,7 @@ def missing() -> list[Path]:
     return [] if STAMP.exists() else [LIB]
 
 
-def _get(url: str, timeout: float = 10, method: str = "GET", body: bytes | None = None) -> object:
+def _get(url: str, timeout: float = 10, method: str = "GET", body: bytes | None = None) -> Any:
     req = urllib.request.Request(url, data=body, method=method, headers={"Content-Type": "application/json"})
     with urllib.request.urlopen(req, timeout=timeout) as r:
         return json.loads(r.read() or b"null")
@@ -204,8 +205,8 @@ class OpenSearchCluster:
                 if isinstance(data, dict) and not data.get("timed_out"):
                     return
                 last = json.dumps(data)[:300]
-            dead = [self.names[i] for i, p in self.procs.items() if p.poll() is not None]
-            if dead and nodes is None and not self.alive():
+            if len(self.alive()) < (nodes or 1):  # a node exited: it will not come
+                last = f"only {', '.join(self.names[i] for i in self.alive()) or 'no node'} runs"
                 break
             time.sleep(1)
         tails = "\n".join(f"--- {self.names[i]} ({self.log(i)}):\n{_tail(self.log(i))}" for i in self.procs)
@@ -317,7 +318,42 @@ def start_stack(
     running.extra_env.update(cluster.jaeger_env(index_prefix))
     for name in names:
         running.start_process(name)
+        if name == "jaeger":  # its templates exist now; the day's indices and aliases before any span comes
+            roll_day(cluster.url(), index_prefix)
     return running
+
+
+# The day indices: Jaeger (use_aliases) writes through <prefix>-jaeger-{span,service}-write and reads through
+# <prefix>-jaeger-{span,service}-read. roll_day makes the day's index, moves the write alias onto it and adds it
+# to the read alias (so a search of any time range names one alias, not one index per day: `report` searches from
+# 1970 by default). Retention deletes the day indices older than the retention, by the date in their names.
+ALIASED = ("span", "service")
+
+
+def roll_day(url: str, prefix: str = INDEX_PREFIX, today: date | None = None) -> list[str]:
+    """Make ``today``'s (UTC) span and service indices unless they exist, point the write aliases at them and add
+    them to the read aliases; returns the day's index names. Needs Jaeger's templates (Jaeger started once)."""
+    day = (today or datetime.now(timezone.utc).date()).isoformat()
+    made, actions = [], []
+    for kind in ALIASED:
+        index, write, read = (f"{prefix}-jaeger-{kind}-{x}" for x in (day, "write", "read"))
+        try:
+            _get(f"{url}/{index}", method="PUT", body=b"{}", timeout=60)
+        except urllib.error.HTTPError as exc:
+            if "resource_already_exists" not in exc.read().decode(errors="replace"):
+                raise
+        try:
+            holders = list(_get(f"{url}/_alias/{write}", timeout=30))
+        except urllib.error.HTTPError as exc:  # 404: no index has it yet
+            if exc.code != 404:
+                raise
+            holders = []
+        actions += [{"remove": {"index": h, "alias": write}} for h in holders if h != index]
+        actions += [{"add": {"index": index, "alias": write, "is_write_index": True}}]
+        actions += [{"add": {"index": index, "alias": read}}]
+        made.append(index)
+    _get(f"{url}/_aliases", method="POST", body=json.dumps({"actions": actions}).encode(), timeout=60)
+    return made
 
 
 # Retention: the day indices Jaeger writes (<prefix>-jaeger-span-YYYY-MM-DD, ...), by the date in their names.
@@ -356,11 +392,12 @@ def clean_indices(url: str, prefix: str = INDEX_PREFIX, days: int = 7, today: da
 
 
 def retention_loop(urls: Sequence[str], prefix: str, days: int, interval_s: float) -> None:
-    """Run :func:`clean_indices` now and every ``interval_s`` s against the first node that answers (`up`'s
-    retention process), printing what it deleted."""
+    """Run :func:`roll_day` and :func:`clean_indices` now and every ``interval_s`` s against the first node that
+    answers (`up`'s retention process), printing what it deleted."""
     while True:
         for url in urls:
             try:
+                roll_day(url, prefix)
                 old = clean_indices(url, prefix, days)
             except (OSError, ValueError) as exc:
                 print(f"retention: {url}: {exc!r}", flush=True)
@@ -373,8 +410,8 @@ def retention_loop(urls: Sequence[str], prefix: str, days: int, interval_s: floa
 
 # `up --store opensearch`: its processes in start order, their default ports (OPENSEARCH_PORT_BASE moves them:
 # HTTP base+1.., transport base+101..), the homes of its nodes, and how often the retention job runs.
-UP = ("os1", "os2", "os3", "jaeger", "collector", "retention")
-RETENTION_INTERVAL_S = 3600.0
+UP = ("os1", "os2", "os3", "jaeger", "retention", "collector")
+RETENTION_INTERVAL_S = 600.0  # also moves the write aliases onto the new day's indices
 
 
 def ports_from_env() -> dict[str, int]:
@@ -411,27 +448,46 @@ def start_up(saved: stack.Saved, names: Sequence[str]) -> None:
     nodes = [i for i, n in enumerate(cluster.names) if n in names]
     for i in nodes:
         cluster.start_node(i)
-        saved.procs[cluster.names[i]] = _identity(cluster.procs[i].pid, cluster.log(i))
+        saved.procs[cluster.names[i]] = _identity(cluster.procs[i].pid, cluster.log(i), cluster.command(i))
     if nodes:
         print(f"OpenSearch: waiting for {len(cluster.names)} nodes and green (~35-60 s) ...", flush=True)
         cluster.wait_health("green", nodes=len(cluster.names), timeout=300)
-    running = stack.prepare(saved.ports, None, saved.data_dir / "unused-badger", saved.queue_dir)
+    running = stack.prepare(saved.ports, None, saved.data_dir, saved.queue_dir)  # data_dir: no Badger here
     running.jaeger_config = JAEGER_CONFIG
     running.extra_env.update(cluster.jaeger_env())
-    for name in (n for n in ("jaeger", "collector") if n in names):
+    for name in (n for n in ("jaeger", "retention", "collector") if n in names):
+        if name == "retention":  # rolls the day and deletes old days now, then every RETENTION_INTERVAL_S
+            days = retention_days(saved.retention)
+            cmd = [sys.executable, __file__, "retention", ",".join(cluster.urls), INDEX_PREFIX, str(days)]
+            cmd.append(str(RETENTION_INTERVAL_S))
+            with open(stack.RUN_DIR / "retention.log", "ab") as log:
+                proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
+            saved.procs[name] = _identity(proc.pid, stack.RUN_DIR / "retention.log", cmd)
+            continue
         running.start_process(name)
         saved.procs[name] = _identity(running.procs[name].pid, stack.RUN_DIR / f"{name}.log")
-    if "retention" in names:
-        days = retention_days(saved.retention)
-        cmd = [sys.executable, __file__, "retention", ",".join(cluster.urls), INDEX_PREFIX, str(days)]
-        with open(stack.RUN_DIR / "retention.log", "ab") as log:
-            proc = subprocess.Popen([*cmd, str(RETENTION_INTERVAL_S)], stdout=log, stderr=subprocess.STDOUT,
-                                    start_new_session=True)  # fmt: skip
-        saved.procs["retention"] = _identity(proc.pid, stack.RUN_DIR / "retention.log")
+        if name == "jaeger":  # its templates exist now: the day's indices and aliases before any span comes
+            roll_day(_answering(cluster.urls))
 
 
-def _identity(pid: int, log: Path) -> stack.Identity:
-    ident = stack.stack_procs.identity(pid)
+def _answering(urls: Sequence[str]) -> str:
+    for url in urls:
+        try:
+            _get(url, timeout=5)
+            return url
+        except (OSError, ValueError):
+            continue
+    raise stack.StackError(f"no OpenSearch node answers at {', '.join(urls)}")
+
+
+def _identity(pid: int, log: Path, argv: Sequence[str] = ()) -> stack.Identity:
+    """The identity `down` and `status` check ``pid`` against, once it runs ``argv`` (a child just forked still
+    shows its parent's command line until it has exec'd)."""
+    deadline = time.monotonic() + 10
+    while (ident := stack.stack_procs.identity(pid)) is not None and argv and ident.cmdline != tuple(argv):
+        if time.monotonic() > deadline:
+            raise stack.StackError(f"pid {pid} does not run `{' '.join(argv)}` but `{ident.command()}`")
+        time.sleep(0.05)
     if ident is None:
         raise stack.StackError(f"pid {pid} exited right after starting: see {log}")
     return ident
@@ -442,7 +498,7 @@ def describe(saved: stack.Saved) -> None:
     cluster = cluster_of(saved)
     days = retention_days(saved.retention)
     print(f"  traces in OpenSearch ({', '.join(cluster.urls)}), indices {INDEX_PREFIX}-jaeger-*-YYYY-MM-DD,")
-    print(f"  1 replica, kept {days} days (JAEGER_RETENTION; deleted hourly, {stack.RUN_DIR / 'retention.log'})")
+    print(f"  1 replica, kept {days} days (JAEGER_RETENTION; checked every 10 min, {stack.RUN_DIR / 'retention.log'})")
     print(f"  nodes' data and logs in {saved.data_dir}")
     for url in cluster.urls:
         try:

@@ -25,8 +25,10 @@ from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError
 from ._runs import group_runs, steps_text
 from ._terminal import printable
 
-EPOCH = datetime(1970, 1, 1, tzinfo=timezone.utc)
-"""Where a search without ``--since`` starts: everything Jaeger keeps, whatever its retention."""
+EPOCH = datetime(1970, 1, 2, tzinfo=timezone.utc)
+"""Where a search without ``--since`` starts: everything Jaeger keeps, whatever its retention. A day after the Unix
+epoch: Jaeger's OpenSearch/Elasticsearch reader searches from a day before the start, in unsigned microseconds, and
+from 1970-01-01 that wraps around and finds nothing (Jaeger v2.13)."""
 CLOCK_SLACK = timedelta(days=1)
 """How far past now a search ends (spans stamped by a host whose clock runs ahead)."""
 MAX_LISTED = 8

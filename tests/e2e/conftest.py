@@ -13,6 +13,7 @@ import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import stack as stack_mod
+import stack_store  # noqa: F401 - for the tests: from .conftest import stack_store
 
 
 @pytest.fixture(scope="session")

@@ -26,7 +26,7 @@ from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import StepMetrics
 
 from ..conftest import span_metrics
-from .conftest import stack_mod
+from .conftest import stack_mod, stack_store
 
 ROOT = Path(__file__).resolve().parents[2]
 CFG = SimConfig(prompts=3, rollout_n=2, time_scale=0.05, tool_prob=1.0, tool_fail_prob=0.0)
@@ -90,6 +90,54 @@ def test_collector_config_is_validated_by_the_real_binary(stack, tmp_path) -> No
         timeout=60,
     )
     assert bad.returncode != 0 and "nope" in (bad.stderr + bad.stdout)
+
+
+def test_opensearch_compose_and_native_store_use_the_same_config() -> None:
+    """docker-compose.opensearch.yml: 3 nodes of the official image of the version the native store runs, Jaeger
+    (the same image as docker-compose.yml) with collector/jaeger-opensearch.yaml on all 3, the retention job with
+    the native store's prefix and interval, and the same Collector as docker-compose.yml."""
+    compose = yaml.safe_load((ROOT / "docker-compose.opensearch.yml").read_text())
+    plain = yaml.safe_load((ROOT / "docker-compose.yml").read_text())["services"]
+    services = compose["services"]
+    assert set(services) == {"os1", "os2", "os3", "jaeger", "retention", "otel-collector"}
+    nodes = [services[f"os{i}"] for i in (1, 2, 3)]
+    assert stack_store.OPENSEARCH_VERSION == "2.19.1.0"
+    assert {n["image"] for n in nodes} == {"opensearchproject/opensearch:2.19.1"}
+    assert [n["environment"]["node.name"] for n in nodes] == ["os1", "os2", "os3"]
+    assert {n["environment"]["discovery.seed_hosts"] for n in nodes} == {"os1,os2,os3"}
+    assert len({v for n in nodes for v in n["volumes"]}) == 3  # each node its own data volume
+    jaeger, retention, collector = services["jaeger"], services["retention"], services["otel-collector"]
+    assert jaeger["image"] == plain["jaeger"]["image"] and jaeger["command"] == plain["jaeger"]["command"]
+    assert jaeger["volumes"] == ["./collector/jaeger-opensearch.yaml:/etc/jaeger/jaeger.yaml:ro"]
+    urls = yaml.safe_load(jaeger["environment"]["OPENSEARCH_URLS"])
+    assert urls == [f"http://os{i}:9200" for i in (1, 2, 3)]
+    assert jaeger["environment"]["JAEGER_INDEX_PREFIX"] == stack_store.INDEX_PREFIX
+    command = retention["command"]
+    assert command[1:5] == ["/repo/scripts/stack_store.py", "retention", ",".join(urls), stack_store.INDEX_PREFIX]
+    assert float(command[6]) == stack_store.RETENTION_INTERVAL_S
+    assert {k: v for k, v in collector.items() if k != "depends_on"} == {
+        k: v for k, v in plain["otel-collector"].items() if k != "depends_on"
+    }
+    assert collector["depends_on"] == {"retention": {"condition": "service_healthy"}}
+
+
+def test_jaeger_opensearch_config_is_validated_by_the_real_binary(tmp_path) -> None:
+    if not stack_mod.JAEGER_BIN.exists():
+        pytest.fail(f"Jaeger is not built ({stack_mod.JAEGER_BIN}): run `make stack-build`", pytrace=False)
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    env["OPENSEARCH_URLS"] = "[http://127.0.0.1:9201,http://127.0.0.1:9202,http://127.0.0.1:9203]"
+    config = ROOT / "collector" / "jaeger-opensearch.yaml"
+
+    def validate(path: Path) -> subprocess.CompletedProcess[str]:
+        cmd = [str(stack_mod.JAEGER_BIN), "validate", "--config", str(path)]
+        return subprocess.run(cmd, env=env, capture_output=True, text=True, timeout=60)
+
+    good = validate(config)
+    assert good.returncode == 0, good.stderr
+    broken = tmp_path / "broken.yaml"
+    broken.write_text(config.read_text().replace("use_aliases: true", "use_aliasez: true"))
+    bad = validate(broken)
+    assert bad.returncode != 0 and "use_aliasez" in (bad.stderr + bad.stdout)
 
 
 def _run_step(handle: oal.Handle, step: int) -> StepMetrics:
