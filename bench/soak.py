@@ -15,7 +15,17 @@ the time to fetch one sample's trace by id at the end, warm and after a restart 
 
     .venv/bin/python bench/soak.py --steps 1000 --samples 256 --workers 2 --time-limit 2400 --out /tmp/soak
 
-``--time-limit`` bounds the run: at that many seconds no new step starts, and the report says how many ran.
+``--time-limit`` bounds the run: at that many seconds no new step starts (but ``--big-step``, if not run yet,
+still runs, last), and the report says how many ran.
+
+Issue 29 (5): ``--second-store opensearch`` feeds the same spans to a second Jaeger on a 3-node OpenSearch cluster
+through the same gateway (bench/soak_store.py), with ``--big-step N --big-samples 4096`` (one step of 8,192
+samples) and ``--fail-every 64`` (failed samples); the query times of both stores side by side come last, and
+``bench/soak_results.py soak.json`` prints the RESULTS.md tables. The stores are deleted at the end
+(``--keep-stores`` keeps them); ``soak.json`` stays.
+
+    .venv/bin/python bench/soak.py --steps 1001 --samples 256 --workers 2 --big-step 1001 --big-samples 4096 \
+        --fail-every 64 --second-store opensearch --time-limit 1200 --drain-timeout 2100 --out /tmp/soak-store/full
 """
 
 from __future__ import annotations
