@@ -15,7 +15,17 @@ the time to fetch one sample's trace by id at the end, warm and after a restart 
 
     .venv/bin/python bench/soak.py --steps 1000 --samples 256 --workers 2 --time-limit 2400 --out /tmp/soak
 
-``--time-limit`` bounds the run: at that many seconds no new step starts, and the report says how many ran.
+``--time-limit`` bounds the run: at that many seconds no new step starts (but ``--big-step``, if not run yet,
+still runs, last), and the report says how many ran.
+
+Issue 29 (5): ``--second-store opensearch`` feeds the same spans to a second Jaeger on a 3-node OpenSearch cluster
+through the same gateway (bench/soak_store.py), with ``--big-step N --big-samples 4096`` (one step of 8,192
+samples) and ``--fail-every 64`` (failed samples); the query times of both stores side by side come last, and
+``bench/soak_results.py soak.json`` prints the RESULTS.md tables. The stores are deleted at the end
+(``--keep-stores`` keeps them); ``soak.json`` stays.
+
+    .venv/bin/python bench/soak.py --steps 1001 --samples 256 --workers 2 --big-step 1001 --big-samples 4096 \
+        --fail-every 64 --second-store opensearch --time-limit 1200 --drain-timeout 2100 --out /tmp/soak-store/full
 """
 
 from __future__ import annotations
@@ -39,17 +49,19 @@ from otel_agentloop.analysis._jaeger import JaegerClient
 from otel_agentloop.integrations import ray as oal_ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
+import soak_store
 import stack as stack_mod
-from soak_worker import SPANS_PER_SAMPLE, SoakWorker
+from soak_worker import SPANS_PER_SAMPLE, SoakWorker, fails
 
 SERVICE = "soak"
 BENCH = str(Path(__file__).resolve().parent)
 
 
-def rss_mb(pid: int) -> float:
+def rss_mb(pid: int, field: str = "VmRSS") -> float:
+    """The resident set (``VmRSS``) of process ``pid`` in MB, or its peak so far (``VmHWM``)."""
     try:
         for line in Path(f"/proc/{pid}/status").read_text().splitlines():
-            if line.startswith("VmRSS:"):
+            if line.startswith(f"{field}:"):
                 return int(line.split()[1]) / 1024
     except OSError:
         pass
@@ -101,16 +113,96 @@ def counters(stack: stack_mod.Stack) -> dict[str, float]:
     return out
 
 
+def all_pids(stack: stack_mod.Stack, second: soak_store.SecondStore | None, workers: list[int]) -> dict[str, int]:
+    """Every process of the run by name: driver, Ray workers, the Collectors, both Jaegers, the OpenSearch nodes."""
+    pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(workers)}}
+    pids.update(stack.pids())
+    if second is not None:
+        pids.update(second.pids())
+    return pids
+
+
+def drain(
+    stack: stack_mod.Stack, second: soak_store.SecondStore | None, exported: int, timeout: float, t0: float
+) -> dict[str, float | None]:
+    """Wait until every store has written ``exported`` spans and the agent's and gateway's queues are empty (or
+    ``timeout`` s); returns, per store, the seconds from ``t0`` (the first step) until it had them all
+    (``None``: not within the timeout). For OpenSearch, "had them" is its span indices' document count."""
+    stored_at: dict[str, float | None] = {"badger": None} | ({second.name: None} if second is not None else {})
+    deadline = time.monotonic() + timeout
+    last_print = time.monotonic()
+    while time.monotonic() < deadline:
+        if stored_at["badger"] is None and stack.counter("jaeger", "otelcol_exporter_sent_spans") >= exported:
+            stored_at["badger"] = round(time.monotonic() - t0, 1)
+        if second is not None and stored_at[second.name] is None and second.stored() >= exported:
+            docs = second.doc_count()
+            if docs is None or docs >= exported:
+                stored_at[second.name] = round(time.monotonic() - t0, 1)
+        queues = stack.counter("agent", "otelcol_exporter_queue_size") + stack.counter(
+            "gateway", "otelcol_exporter_queue_size"
+        )
+        if queues == 0 and all(v is not None for v in stored_at.values()):
+            break
+        if time.monotonic() - last_print > 30:
+            last_print = time.monotonic()
+            second_text = f", {second.stored():,.0f} in {second.name}" if second is not None else ""
+            print(
+                f"drain: stored {stack.counter('jaeger', 'otelcol_exporter_sent_spans'):,.0f} in Badger{second_text} "
+                f"of {exported:,}; {queues:,.0f} queued",
+                flush=True,
+            )
+        time.sleep(2)
+    return stored_at
+
+
+def side_by_side(
+    args: argparse.Namespace,
+    stack: stack_mod.Stack,
+    second: soak_store.SecondStore,
+    since: datetime,
+    big_step_start: datetime,
+) -> dict[str, Any]:
+    """The query times of point 5 on both stores, the same queries on the same spans."""
+    query_step = args.query_step or max(1, args.steps // 2 - 1)
+    plan = soak_store.QueryPlan(
+        SERVICE,
+        since,
+        datetime.now(timezone.utc),
+        query_step,
+        args.big_step,
+        [],
+        big_step_start,
+        report_timeout_s=args.report_timeout,
+    )
+    plan.probes = soak_store.pick_probes(f"127.0.0.1:{stack.ports['query_grpc']}", plan, 5)
+    out = {"plan": {"step": plan.step, "big_step": plan.big_step, "probes": plan.probes}}
+    for name, jaeger in (("badger", stack), (second.name, second.stack)):
+        print(f"queries on {name} ...", flush=True)
+        try:  # a failed query must not lose the run's counts
+            out[name] = soak_store.query_store(jaeger.jaeger_url, f"127.0.0.1:{jaeger.ports['query_grpc']}", plan)
+        except Exception as exc:
+            out[name] = {"error": f"{type(exc).__name__}: {exc}"}
+    return out
+
+
 def run(args: argparse.Namespace) -> dict[str, Any]:
     out_dir = Path(args.out)
     if out_dir.exists():
         shutil.rmtree(out_dir)
     out_dir.mkdir(parents=True)
-    stack = stack_mod.start_cluster(
-        log_dir=out_dir / "logs", data_dir=out_dir / "jaeger-badger", queue_dir=out_dir / "queues"
-    )
-    result: dict[str, Any] = {"machine": machine(), "command": " ".join([sys.executable, *sys.argv])}
+    second = None
     t_start = time.monotonic()
+    if args.second_store:  # first: the gateway sends to it
+        second = soak_store.start_second(args.second_store, out_dir, args.heap)
+    try:
+        stack = soak_store.start_first(out_dir, second)
+    except BaseException:
+        if second is not None:
+            second.stop()
+        raise
+    result: dict[str, Any] = {"machine": machine(), "command": " ".join([sys.executable, *sys.argv])}
+    result["stores_start_s"] = round(time.monotonic() - t_start, 1)
+    result["started_utc"] = datetime.now(timezone.utc).isoformat(timespec="seconds")
     since = datetime.now(timezone.utc) - timedelta(seconds=5)
     try:
         handle = oal.configure(SERVICE, endpoint=stack.otlp_grpc_endpoint, max_queue_size=65536)
@@ -130,36 +222,50 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         rss: dict[int, dict[str, float]] = {}
         steps_done = 0
         created = 0
+        failed: dict[int, int] = {}  # failed samples per step (only steps with any)
+        big_step_start = since
+        rss[0] = {name: round(rss_mb(pid), 1) for name, pid in all_pids(stack, second, []).items()}
         step_walls: list[float] = []
         t_loop = time.monotonic()
-        for step in range(1, args.steps + 1):
-            if time.monotonic() - t_start > args.time_limit:
-                break
+        step = 0
+        while step < args.steps:
+            step += 1
+            if time.monotonic() - t_start > args.time_limit:  # past the limit: the big step still runs, last
+                if not args.big_step or step > args.big_step:
+                    break
+                step = args.big_step
             t0 = time.monotonic()
+            n = args.big_samples if step == args.big_step else args.samples
+            if step == args.big_step:
+                big_step_start = datetime.now(timezone.utc)
             with oal.step(step):
                 carrier = oal_ray.carrier()
                 refs = [
-                    w.run_step.remote(i * args.samples, args.samples, otel_carrier=carrier)
-                    for i, w in enumerate(workers)
+                    w.run_step.remote(i * n, n, args.fail_every, otel_carrier=carrier) for i, w in enumerate(workers)
                 ]
-                ray.get(refs, timeout=600)
+                failures = sum(ray.get(refs, timeout=600))
             finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
             metrics = oal_ray.merge_metrics(t for t, _ in finished)
             worker_pids = [pid for _, pid in finished]
-            if metrics["agent_loop/num_samples"] != args.samples * args.workers:
+            if metrics["agent_loop/num_samples"] != n * args.workers:
                 raise RuntimeError(f"step {step}: metrics of {metrics['agent_loop/num_samples']} samples")
-            created += args.workers * (args.samples * SPANS_PER_SAMPLE + 1) + 1  # + each worker span, the step
+            if failures != sum(fails(i, args.fail_every) for i in range(n * args.workers)):
+                raise RuntimeError(f"step {step}: {failures} samples failed")
+            if failures:
+                failed[step] = failures
+            # + each worker span, the step's span and its rl.step.summary (written by merge_metrics)
+            created += args.workers * (n * SPANS_PER_SAMPLE + 1) + 2
             step_walls.append(time.monotonic() - t0)
             steps_done = step
             if step in args.rss_steps or step == args.steps:
-                pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(worker_pids)}}
-                pids.update(stack.pids())
-                rss[step] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
+                rss[step] = {name: round(rss_mb(pid), 1) for name, pid in all_pids(stack, second, worker_pids).items()}
             if step % args.report_every == 0:
                 rate = created / (time.monotonic() - t_loop)
-                print(f"step {step}: {created:,} spans made, {rate:,.0f} spans/s; rss {rss.get(step, '')}", flush=True)
-        pids = {"driver": os.getpid(), **{f"worker{i}": p for i, p in enumerate(worker_pids)}}
-        pids.update(stack.pids())
+                stored = f"; stored: {stack.counter('jaeger', 'otelcol_exporter_sent_spans'):,.0f} in Badger"
+                if second is not None:
+                    stored += f", {second.stored():,.0f} in {second.name}"
+                print(f"step {step}: {created:,} spans made, {rate:,.0f} spans/s{stored}", flush=True)
+        pids = all_pids(stack, second, worker_pids)
         if steps_done and steps_done not in rss:
             rss[steps_done] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
         cpu = {name: round(cpu_s(pid), 1) for name, pid in pids.items()}  # over the whole run, by process
@@ -172,16 +278,13 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         totals = {k: driver_stats[k] + sum(ws[k] for ws in worker_stats) for k in ("queued", "exported", "dropped")}
         # wait until Jaeger has stored everything the agent took (the queues drain on their own)
         t_drain = time.monotonic()
-        while time.monotonic() - t_drain < args.drain_timeout:  # both queues empty, all handed on
-            if (
-                stack.counter("gateway", "otelcol_exporter_sent_spans") >= totals["exported"]
-                and stack.counter("agent", "otelcol_exporter_queue_size") == 0
-                and stack.counter("gateway", "otelcol_exporter_queue_size") == 0
-            ):
-                break
-            time.sleep(2)
+        stored_at = drain(stack, second, totals["exported"], args.drain_timeout, t_loop)
         drain_s = time.monotonic() - t_drain
         time.sleep(3)
+        pids = all_pids(stack, second, [])  # the workers have gone with Ray
+        result["rss_after_drain_mb"] = {name: round(rss_mb(pid), 1) for name, pid in pids.items()}
+        result["rss_peak_mb"] = {name: round(rss_mb(pid, "VmHWM"), 1) for name, pid in pids.items()}
+        result["cpu_after_drain_s"] = {name: round(cpu_s(pid), 1) for name, pid in pids.items()}
         result.update(
             steps=steps_done,
             samples_per_worker_step=args.samples,
@@ -195,7 +298,15 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             collectors=counters(stack),
             rss_mb=rss,
             cpu_s=cpu,
+            failed_samples=failed,
+            stored_at_s=stored_at,
         )
+        if second is not None:
+            result["stores"] = soak_store.store_counters(stack, second)
+            result["opensearch_docs"] = second.doc_count()
+            result["queries"] = side_by_side(args, stack, second, since, big_step_start)
+            used, apparent = second.disk_bytes()
+            result["second_disk"] = {"bytes": used, "apparent_bytes": apparent}
         client = JaegerClient(stack.jaeger_url, timeout_s=60)
         # a few sample traces back through api_v3: all 5 spans each (search one step's window)
         t0 = time.perf_counter()
@@ -237,7 +348,12 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
         if ray.is_initialized():
             ray.shutdown()
         stack.stop()
-    (out_dir / "soak.json").write_text(json.dumps(result, indent=2))
+        if second is not None:
+            second.stop()
+        if not args.keep_stores:  # the summary stays; the stores go
+            for path in (out_dir / "jaeger-badger", *(out_dir.glob("store-*"))):
+                shutil.rmtree(path, ignore_errors=True)
+        (out_dir / "soak.json").write_text(json.dumps(result, indent=2))  # what was measured, even on failure
     return result
 
 
@@ -302,6 +418,18 @@ def main() -> int:
     parser.add_argument("--rss-steps", type=lambda s: {int(x) for x in s.split(",")}, default={10, 100, 250, 500, 750})
     parser.add_argument("--report-every", type=int, default=50)
     parser.add_argument("--out", default="/tmp/otel-agentloop-soak")
+    parser.add_argument(
+        "--second-store",
+        choices=("opensearch", "badger"),
+        help="also feed the same spans to this store (bench/soak_store.py): the gateway exports to both",
+    )
+    parser.add_argument("--big-step", type=int, default=0, help="this step runs --big-samples per worker")
+    parser.add_argument("--big-samples", type=int, default=4096, help="samples per worker in --big-step")
+    parser.add_argument("--fail-every", type=int, default=0, help="every Nth sample index fails (0: none)")
+    parser.add_argument("--query-step", type=int, default=0, help="the regular step queried (default: mid-run)")
+    parser.add_argument("--report-timeout", type=float, default=600, help="s for one `report --step` run")
+    parser.add_argument("--heap", default="1g", help="JVM heap of each OpenSearch node")
+    parser.add_argument("--keep-stores", action="store_true", help="keep the stores' data (deleted by default)")
     args = parser.parse_args()
     result = run(args)
     print(json.dumps(result, indent=2))

@@ -19,6 +19,7 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 from typing import Any
 
+_UNIX = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_WINDOW = timedelta(microseconds=1)
 """The narrowest time window :meth:`JaegerClient.find_all_traces` splits a full search into (the API takes
 RFC 3339 times to the microsecond here)."""
@@ -132,10 +133,11 @@ class JaegerClient:
         """Every trace :meth:`find_traces` would match in [start, end], not just one page of ``search_depth``.
 
         ``api_v3`` has no cursor: a search that returns ``search_depth`` traces (a full page) may have left some
-        out, so its window is split in two and each half searched again (a trace found twice is kept once, span
-        by span), until no window's page is full. A window that is full and no wider than :data:`MIN_WINDOW`
-        (or past :data:`MAX_SEARCHES` searches) cannot be split further: it is listed in ``Search.full`` so that
-        the caller says what may be missing, never silently partial."""
+        out, so its window is split and each part searched again (a trace found twice is kept once, span by
+        span), until no window's page is full (:func:`_split`: at the page's oldest trace when the page holds
+        the newest ones, as Badger and OpenSearch return them, else in halves). A window that is full and no
+        wider than :data:`MIN_WINDOW` (or past :data:`MAX_SEARCHES` searches) cannot be split further: it is
+        listed in ``Search.full`` so that the caller says what may be missing, never silently partial."""
         result = Search()
         seen: set[tuple[str, str]] = set()
         windows = [(start, end)]
@@ -152,8 +154,7 @@ class JaegerClient:
             if hi - lo <= MIN_WINDOW or result.searches + len(windows) >= MAX_SEARCHES:
                 result.full.append((lo, hi, len(traces)))
                 continue
-            mid = lo + (hi - lo) / 2
-            windows += [(mid, hi), (lo, mid)]  # the older half first: pop() takes the last
+            windows += _split(page, lo, hi)
         result.traces = len({t for t, _ in seen})
         return result
 
@@ -220,6 +221,30 @@ def _spans(rs: Any) -> list[Any]:
         if isinstance(ss, dict) and isinstance(ss.get("spans"), list):
             out.extend(ss["spans"])
     return out
+
+
+def _split(page: list[Any], lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
+    """The windows to search after a full ``page`` of [lo, hi] (together they cover it; the last is searched
+    first). A backend that returns the newest traces first (Badger scans its index backwards, OpenSearch sorts
+    by start time) leaves out only traces older than the page's oldest one, at ``cut`` (the earliest of the
+    traces' latest span starts): [lo, cut] is searched next as one window (each full page there moves the cut
+    back by a page, like a cursor), and [cut, hi], which holds about the page, in halves to confirm it. When
+    the page says nothing (no cut inside the window, as from a backend that returns any traces), in halves."""
+    latest: dict[str, int] = {}
+    for rs in page:
+        for span in _spans(rs):
+            try:
+                trace, start = str(span["traceId"]), int(span["startTimeUnixNano"])
+            except (KeyError, TypeError, ValueError):
+                continue
+            latest[trace] = max(start, latest.get(trace, start))
+    if latest:
+        cut = _UNIX + timedelta(microseconds=min(latest.values()) // 1000)
+        if lo < cut < hi:
+            mid = cut + (hi - cut) / 2
+            return [(mid, hi), (cut, mid), (lo, cut)]
+    mid = lo + (hi - lo) / 2
+    return [(mid, hi), (lo, mid)]  # the older half first: pop() takes the last
 
 
 def _trace_ids(resource_spans: list[Any]) -> set[str]:
