@@ -19,7 +19,6 @@ from pathlib import Path
 from typing import Any
 
 import pytest
-from opentelemetry import trace
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
@@ -255,11 +254,12 @@ def test_an_old_single_file_reads_as_before(tmp_path) -> None:
 # -- in-process drivers through the public API ---------------------------------------------------------
 @oal.trace_generate(model="m")
 async def _generate(i: int, *, flush: bool = False) -> int:
-    with trace.get_tracer("user").start_as_current_span("user.child"):  # the user's own SDK span: no rl.step
+    handle = oal.current_handle()
+    assert handle is not None and handle.provider is not None  # not the global provider: another test may own it
+    with handle.provider.get_tracer("user").start_as_current_span("user.child"):  # the user's SDK span: no rl.step
         await asyncio.sleep(0.002)
     if flush:  # the child is exported now, alone, before any stepped span of its trace
-        handle = oal.current_handle()
-        assert handle is not None and handle.force_flush(10)
+        assert handle.force_flush(10)
     await asyncio.sleep(0.002)
     return i
 
