@@ -433,7 +433,12 @@ def build_parser() -> argparse.ArgumentParser:
         default=500,
         help="traces per Jaeger search (below its limit); a full page is split in time and searched again",
     )
-    rep.add_argument("--timeout", type=_number(0, 3600, above=True), default=10.0, help="seconds per Jaeger call")
+    rep.add_argument(
+        "--timeout",
+        type=_number(0, 3600, above=True),
+        default=10.0,
+        help="seconds per Jaeger call (a search for N > 1000 traces: N/1000 times that)",
+    )
     rep.add_argument("--step", type=int, help="the step to read (default: the last step found)")
     rep.add_argument("--validate", action="store_true", help="the validation pass of that step")
     rep.add_argument(

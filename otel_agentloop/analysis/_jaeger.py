@@ -42,6 +42,10 @@ def _rfc3339(t: datetime) -> str:
     return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
+TRACES_PER_TIMEOUT = 1000
+"""A search for N traces is bounded by ``timeout_s`` x N / this (at least ``timeout_s``)."""
+
+
 class JaegerClient:
     """``JaegerClient("http://127.0.0.1:16686")``; every call is bounded by ``timeout_s``."""
 
@@ -51,10 +55,10 @@ class JaegerClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 
-    def _get(self, path: str, params: Mapping[str, str] | None = None) -> Any | None:
+    def _get(self, path: str, params: Mapping[str, str] | None = None, *, timeout_s: float | None = None) -> Any | None:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
         try:
-            with urllib.request.urlopen(url, timeout=self.timeout_s) as response:
+            with urllib.request.urlopen(url, timeout=timeout_s or self.timeout_s) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
@@ -106,7 +110,9 @@ class JaegerClient:
     ) -> list[dict[str, Any]]:
         """The ``resourceSpans`` of the traces of ``service`` in [start, end], at most ``search_depth`` (below
         Jaeger's max-traces setting). ``attributes`` (e.g. ``{"rl.step": "3"}``) narrows the search where Jaeger
-        supports ``query.attributes`` (newer than 2.13); callers still filter the spans they get."""
+        supports ``query.attributes`` (newer than 2.13); callers still filter the spans they get. A search for
+        more than :data:`TRACES_PER_TIMEOUT` traces may take ``timeout_s`` per that many (Jaeger's OpenSearch
+        reader fetches each trace with a search of its own: 8,192 traces took 10-13 s here)."""
         params = {
             "query.service_name": service,
             "query.start_time_min": _rfc3339(start),
@@ -118,7 +124,8 @@ class JaegerClient:
             params["query.operation_name"] = operation
         if attributes:
             params["query.attributes"] = json.dumps(dict(attributes))
-        return self._resource_spans(self._get("/api/v3/traces", params))
+        timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
+        return self._resource_spans(self._get("/api/v3/traces", params, timeout_s=timeout_s))
 
     def find_all_traces(
         self,
