@@ -44,7 +44,8 @@ def run_key(resource: Mapping[str, Any]) -> RunKey:
     return False, str(resource.get("service.name", "?"))
 
 
-def _label(key: RunKey) -> str:
+def key_label(key: RunKey) -> str:
+    """A run's name for people: its id, else ``(no run id) service NAME``."""
     return key[1] if key[0] else f"{NO_RUN_ID} service {key[1]}"
 
 
@@ -81,7 +82,7 @@ class Run:
 
     @property
     def label(self) -> str:
-        return _label(self.key)
+        return key_label(self.key)
 
     @property
     def has_id(self) -> bool:

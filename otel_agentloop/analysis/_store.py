@@ -24,7 +24,7 @@ from ..export._rolled import INDEX, ROLL_NS, SUMMARIES
 from ..metrics._records import SpanRecord
 from ._decode import Skipped, read_jsonl
 from ._report import stored_summaries
-from ._runs import MAX_ID_CHARS, NO_RUN_ID, RunKey, RunNotFoundError, StepKey, run_key
+from ._runs import MAX_ID_CHARS, RunKey, RunNotFoundError, StepKey, key_label, run_key
 from ._terminal import printable
 
 Note = Callable[[str], None]
@@ -62,7 +62,7 @@ class StoreRun:
 
     @property
     def label(self) -> str:
-        return self.key[1] if self.key[0] else f"{NO_RUN_ID} service {self.key[1]}"
+        return key_label(self.key)
 
     def steps(self) -> list[StepKey]:
         return sorted({k for s in self.segments if (k := s.key) is not None})
@@ -252,7 +252,7 @@ def read_everything(path: str, skipped: Skipped, note: Note) -> Iterator[SpanRec
 
 
 def step_bytes(path: str, runs: list[StoreRun]) -> int:
-    """The bytes of every step file of ``runs`` (``stat`` only: nothing is read)."""
+    """The bytes of every segment of ``runs`` (``stat`` only: nothing is read)."""
     total = 0
     for run in runs:
         for seg in run.segments:
