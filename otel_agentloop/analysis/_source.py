@@ -103,6 +103,7 @@ class JaegerSource:
     all_services: list[str] | None = None
     """Every service Jaeger lists, once asked (the default choice asks; a "nothing found" line asks then)."""
     ours: list[str] = field(default_factory=list)
+    _step_times_cache: dict[str, dict[int, tuple[int, int]] | None] = field(default_factory=dict, repr=False)
 
     @property
     def label(self) -> str:
@@ -141,7 +142,7 @@ class JaegerSource:
                 service, lo, hi, attributes=attributes, operation=operation, search_depth=depth
             )
             if found.full:
-                warn(f"service {service}: {found.left_out(self.search_depth)}")
+                warn(f"service {service}: {found.left_out(depth)}")
             records += decode_resource_spans(found.resource_spans, skipped)
         if skipped.count:
             warn(skipped.summary(self.label))
@@ -151,24 +152,39 @@ class JaegerSource:
         """The part of [start, end] where step ``step``'s traces start: from its ``rl.step`` spans (the trainer's
         step, trainer phases inside) and its ``rl.step.summary`` spans (their start is the step's first sample's
         start, their end its collection), widened by :data:`STEP_WINDOW_SLACK` (clocks of other hosts); [start,
-        end] itself when neither is found (traces without them) or either search is incomplete. Two small
+        end] itself when neither is found (traces without them) or either search is incomplete. The two small
         searches by operation name, which every Jaeger filters on (Jaeger 2.13's HTTP api_v3 ignores
-        ``query.attributes``, so a tag alone does not narrow a search)."""
-        times: list[tuple[int, int]] = []
+        ``query.attributes``, so a tag alone does not narrow a search), run once per service (over the window of
+        the first step read) and serve every step read from this source (a run page's step pages, ``--compare``)."""
+        times = self._step_times(service, start, end)
+        if times is None or step not in times:
+            return start, end
+        first_ns, last_ns = times[step]
+        lo = datetime.fromtimestamp(first_ns / 1e9, timezone.utc) - STEP_WINDOW_SLACK
+        hi = datetime.fromtimestamp(last_ns / 1e9, timezone.utc) + STEP_WINDOW_SLACK
+        return max(lo, start), min(hi, end)
+
+    def _step_times(self, service: str, start: datetime, end: datetime) -> dict[int, tuple[int, int]] | None:
+        """Each step's (first start, last end) of its ``rl.step`` and summary spans in [start, end]; ``None`` when
+        either search is incomplete. Cached per service: ``window()`` moves with the clock between calls."""
+        if service in self._step_times_cache:
+            return self._step_times_cache[service]
+        times: dict[int, tuple[int, int]] = {}
         for operation in (sc.STEP_SPAN, sc.STEP_SUMMARY_SPAN):
             found = self.client.find_all_traces(
                 service, start, end, operation=operation, search_depth=self.search_depth
             )
             if found.full:
-                return start, end
+                self._step_times_cache[service] = None
+                return None
             for rec in decode_resource_spans(found.resource_spans, Skipped()):
-                if rec.name == operation and sc.step_key(rec.attributes)[0] == step and rec.start_ns > 0:
-                    times.append((rec.start_ns, max(rec.end_ns, rec.start_ns)))
-        if not times:
-            return start, end
-        lo = datetime.fromtimestamp(min(t[0] for t in times) / 1e9, timezone.utc) - STEP_WINDOW_SLACK
-        hi = datetime.fromtimestamp(max(t[1] for t in times) / 1e9, timezone.utc) + STEP_WINDOW_SLACK
-        return max(lo, start), min(hi, end)
+                step = sc.step_key(rec.attributes)[0]
+                if rec.name != operation or step is None or rec.start_ns <= 0:
+                    continue
+                first, last = times.get(step, (rec.start_ns, rec.end_ns))
+                times[step] = (min(first, rec.start_ns), max(last, rec.end_ns, rec.start_ns))
+        self._step_times_cache[service] = times
+        return times
 
     def nothing(self, what: str) -> str:
         """``what`` (``no sample spans``) with what was searched and which services Jaeger has."""

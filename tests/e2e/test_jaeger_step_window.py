@@ -126,3 +126,20 @@ def test_compare_reads_both_steps_windows(stack, steps: str, tmp_path) -> None:
     compared = json.loads(out.stdout)
     assert (compared["a"]["step"], compared["b"]["step"]) == (1, 3)
     assert compared["a"]["num_samples"] == compared["b"]["num_samples"] == SAMPLES  # each read once
+
+
+def test_the_step_and_summary_searches_run_once_for_every_step_read(stack, steps: str) -> None:
+    source = _source(stack, steps)
+    by_operation: list[str | None] = []
+    find = source.client.find_all_traces
+
+    def counted(*args: Any, **kwargs: Any) -> Any:
+        by_operation.append(kwargs.get("operation"))
+        return find(*args, **kwargs)
+
+    source.client.find_all_traces = counted  # type: ignore[method-assign]
+    for step in (1, 2, 3):  # as a run page's step pages read them
+        records = source.search(lambda line: pytest.fail(line), step=step)
+        assert {int(r.attributes[sc.RL_STEP]) for r in records if sc.RL_STEP in r.attributes} == {step}
+    assert by_operation.count(sc.STEP_SPAN) == 1 and by_operation.count(sc.STEP_SUMMARY_SPAN) == 1, by_operation
+    assert by_operation.count(None) == 3
