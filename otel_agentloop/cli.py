@@ -40,7 +40,7 @@ from .demo._trainer import (
     MISBEHAVE_FROM_STEP,
     SLOWDOWN,
 )
-from .export._rolled import is_one_file
+from .export._rolled import INDEX, is_one_file
 from .metrics._records import SpanRecord
 
 
@@ -316,7 +316,7 @@ def _trace_path(text: str) -> str:
             entries = os.listdir(text)
         except OSError:
             raise argparse.ArgumentTypeError(f"{text!r} is not readable") from None
-        if entries and not os.path.exists(os.path.join(text, "index.jsonl")):
+        if entries and not os.path.exists(os.path.join(text, INDEX)):
             raise argparse.ArgumentTypeError(
                 f"{text!r} is a folder that is neither empty nor a trace folder (no index.jsonl): give a new or "
                 "empty folder, or a path ending .jsonl for one file"
