@@ -77,17 +77,6 @@ def cpu_s(pid: int) -> float:
         return float("nan")
 
 
-def disk_bytes(path: Path) -> tuple[int, int]:
-    """(allocated bytes on disk, apparent size) of every file below ``path``."""
-    used = apparent = 0
-    for p in path.rglob("*"):
-        if p.is_file():
-            st = p.stat()
-            used += st.st_blocks * 512
-            apparent += st.st_size
-    return used, apparent
-
-
 def machine() -> str:
     cpu = "unknown CPU"
     for line in Path("/proc/cpuinfo").read_text().splitlines():
@@ -321,11 +310,11 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             spans = list(decode_resource_spans(client.get_trace(probe)))
             result["fetch_one_trace_warm_s"] = round(time.perf_counter() - t0, 4)
             result["fetch_one_trace_spans"] = len(spans)
-        used, apparent = disk_bytes(stack.data_dir)
+        used, apparent = soak_store.disk_bytes(stack.data_dir)
         result["disk_live"] = {"bytes": used, "apparent_bytes": apparent}
         # a clean stop (Badger writes its memtables out), then the settled size, then a cold start and fetch
         stack.stop_process("jaeger", timeout=120)
-        used, apparent = disk_bytes(stack.data_dir)
+        used, apparent = soak_store.disk_bytes(stack.data_dir)
         stored = result["collectors"]["jaeger.exporter_sent_spans"]
         result["disk_after_stop"] = {
             "bytes": used,
@@ -341,7 +330,7 @@ def run(args: argparse.Namespace) -> dict[str, Any]:
             spans = list(decode_resource_spans(client.get_trace(probe)))
             result["fetch_one_trace_cold_s"] = round(time.perf_counter() - t0, 4)
             result["fetch_one_trace_cold_spans"] = len(spans)
-        queue_used, _ = disk_bytes(stack.queue_dir)
+        queue_used, _ = soak_store.disk_bytes(stack.queue_dir)
         result["queue_disk_bytes_end"] = queue_used
         result["wall_s"] = round(time.monotonic() - t_start, 1)
     finally:
