@@ -713,7 +713,7 @@ def _store() -> types.ModuleType:
 
 def _build() -> int:
     build()
-    missing_tools = [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+    missing_tools = _store().missing_tools()
     if missing_tools:  # like `make browser`: the cluster store's tests skip (and fail under CI=true)
         print(
             f"OpenSearch's jars not fetched: {' and '.join(missing_tools)} not installed (Java 17 and Maven); the "

@@ -67,13 +67,17 @@ POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
 """
 
 
+def missing_tools() -> list[str]:
+    """The tools OpenSearch's jars need that are not on PATH: ``java`` (to run them), ``mvn`` (to fetch them)."""
+    return [tool for tool in ("java", "mvn") if shutil.which(tool) is None]
+
+
 def build_opensearch(verbose: bool = True) -> float:
     """Fetch the OpenSearch jars unless cached (the stamp); returns the seconds spent."""
     if STAMP.exists():
         return 0.0
-    for tool in ("mvn", "java"):
-        if shutil.which(tool) is None:
-            raise stack.StackError(f"{tool} is not installed (need Java 17 and Maven for OpenSearch's jars)")
+    if missing := missing_tools():
+        raise stack.StackError(f"{' and '.join(missing)} not installed (need Java 17 and Maven for OpenSearch's jars)")
     t0 = time.monotonic()
     if verbose:
         print(
