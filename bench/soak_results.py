@@ -88,14 +88,14 @@ def queries(r: dict[str, Any]) -> list[str]:
         ("failed_big", "the same for the big step {}", "big_step"),
     ):
         rows.append(f"| {what.format(plan[step])} | {_q(b, key, key + '_traces')} | {_q(o, key, key + '_traces')} |")
-    rows.append(
-        f"| `report --step {plan['big_step']}` with `--since` covering only that step | {_q(b, 'report_since')} | "
-        f"{_q(o, 'report_since')} |"
-    )
-    rows.append(
-        f"| `report --step {plan['big_step']}` as a user runs it (whole store) | {_q(b, 'report_full')} | "
-        f"{_q(o, 'report_full')} |"
-    )
+    big = plan["big_step"]
+    for key, what in (
+        ("report_full", f"`report --step {big}` as a user runs it (whole store; the step's summary + one trace)"),
+        ("report_since", f"the same with `--since` covering only step {big}"),
+        ("report_spans_since", f"`report --step {big} --from-spans` with that `--since` (every sample span)"),
+    ):
+        if any(f"{key}{end}" in store for store in (b, o) for end in ("_s", "_timed_out_s")):
+            rows.append(f"| {what} | {_q(b, key)} | {_q(o, key)} |")
     return rows
 
 

@@ -272,19 +272,22 @@ def query_store(http_url: str, grpc_target: str, plan: QueryPlan) -> dict[str, A
 
 
 def report_times(http_url: str, plan: QueryPlan) -> dict[str, Any]:
-    """``otel-agentloop report --jaeger URL --service S --step BIG`` as a subprocess, twice over: as a user runs
-    it (``full``: the whole store's window, one try, bounded by ``plan.report_timeout_s``) and with ``--since``
-    covering only the big step's time (``since``: what reading just that step's window costs; median of
-    ``plan.reps``). Wall seconds, exit code, stderr's last lines."""
+    """``otel-agentloop report --jaeger URL --service S --step BIG`` as a subprocess, three ways: as a user runs it
+    (``full``: the whole store's window; read from the step's stored summary and the slowest trace), the same with
+    ``--since`` covering only the big step's time (``since``), and ``--from-spans --since`` (``spans_since``: every
+    sample span of the step searched and fetched, what a page or Perfetto file needs). Median of ``plan.reps``
+    (one try for a slow one), each bounded by ``plan.report_timeout_s``. Wall seconds, exit code, stderr's last
+    lines, the first line printed."""
     cli = Path(sys.executable).parent / "otel-agentloop"
     cmd = [str(cli), "report", "--jaeger", http_url, "--service", plan.service, "--step", str(plan.big_step)]
     cmd += ["--timeout", "120"]
     out: dict[str, Any] = {}
-    for name, reps in (("since", plan.reps), ("full", 1)):
+    for name, reps in (("full", plan.reps), ("since", plan.reps), ("spans_since", 1)):
         times: list[float] = []
         for _ in range(reps):
-            # --since from 5 s before the big step began, as of this run's start
-            extra = ["--since", f"{int(time.time() - plan.big_step_start.timestamp()) + 5}s"] if name == "since" else []
+            extra = ["--from-spans"] if name == "spans_since" else []
+            if name != "full":  # --since from 5 s before the big step began, as of this try's start
+                extra += ["--since", f"{int(time.time() - plan.big_step_start.timestamp()) + 5}s"]
             out[f"report_{name}_command"] = " ".join([*cmd[1:], *extra])
             t0 = time.perf_counter()
             try:

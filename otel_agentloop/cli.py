@@ -30,6 +30,7 @@ from .analysis._source import (
 )
 from .analysis._step_view import build_step_view, is_snapshot
 from .analysis._store import StoreError, is_store, read_steps
+from .analysis._stored_step import SUMMARY, StepAnswer, from_report, from_summary
 from .analysis._terminal import printable, say, say_json
 from .analysis._timeline_html import write_html
 from .analysis._timeline_png import render_timeline_png
@@ -140,12 +141,15 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     jaeger = _open_source(args)
     if args.runs or args.run:
         return run_command(args, jaeger)
+    source = printable(args.file if jaeger is None else jaeger.label, max_chars=None)
     skipped = Skipped()
     try:
+        stored = from_summary(args, jaeger, _note) if jaeger is not None else None
+        if stored is not None:  # the step's summary holds all this command prints: its spans are not read
+            return _print_step(args, stored, [], source)
         everything, indexed = _load_records(args, skipped, jaeger)
     except JaegerError as exc:
         raise CliError(jaeger_error_line(exc, args.jaeger)) from None
-    source = printable(args.file if jaeger is None else jaeger.label, max_chars=None)
     if skipped.count:
         say(f"report: {printable(skipped.summary(source), max_chars=400)}", err=True)
     try:  # one run (--run-id, default the latest), each step from its latest attempt: runs are never merged
@@ -210,32 +214,40 @@ def _report_step(
     if view is not None and args.timeline_png:
         png = _write("--timeline-png", args.timeline_png, lambda: render_timeline_png(view, args.timeline_png))
         written.append(f"timeline PNG written to {png}")
+    return _print_step(args, from_report(report, args.top), written, source)
+
+
+def _print_step(args: argparse.Namespace, answer: StepAnswer, written: list[str], source: str) -> int:
+    """Print one step's answer (``--json`` or tables and the waterfall); ``written``: the files' lines."""
+    step = answer.step
     if args.json:
         say_json(
             {
                 "step": step,
-                "metrics": dict(report.metrics),
-                "slowest": report.slowest(args.top),
-                "slowest_trace_id": report.metrics.slowest_trace_id,
-                "verdicts": report.verdicts_json(),
+                "metrics": dict(answer.metrics),
+                "slowest": answer.rows,
+                "slowest_trace_id": answer.slowest_trace_id,
+                "verdicts": answer.verdicts,
+                "read_from": answer.read_from,
             },
             indent=1,
         )
         for line in written:
             say(line, err=True)
         return 0
+    how = "as collected (its rl.step.summary)" if answer.read_from == SUMMARY else "rebuilt"
     show = Output()
     show.metrics(
-        report.metrics,
-        title=f"== step {step}{' (validation)' if args.validate else ''}: agent_loop metrics rebuilt from {source}",
+        answer.metrics,
+        title=f"== step {step}{' (validation)' if args.validate else ''}: agent_loop metrics {how} from {source}",
     )
     show.line()
-    show.slowest(report.slowest(args.top))
-    if report.verdicts.hung:
+    show.slowest(answer.rows)
+    if answer.hung:
         hung = [
             f"{s.sample_index}/{s.rollout_n} ({printable(s.phase)}{' ' + printable(s.tool) if s.tool else ''}, "
             f"trace {s.trace_id})"
-            for s in report.verdicts.hung.values()
+            for s in answer.hung
         ]
         show.line()
         show.line(
@@ -244,8 +256,8 @@ def _report_step(
         )
     for line in written:
         show.line(line)
-    key = (args.sample, args.rollout) if args.sample is not None else report.metrics.slowest_sample
-    spans = report.samples.get(key) if key is not None else None
+    key = (args.sample, args.rollout) if args.sample is not None else answer.slowest_sample
+    spans = answer.samples.get(key) if key is not None else None
     if not spans or key is None:
         say(f"\nno spans stored for sample {key}", err=True)
         return 1
@@ -475,6 +487,12 @@ def build_parser() -> argparse.ArgumentParser:
         "own timeline page; a natively built Jaeger serves no UI)",
     )
     rep.add_argument("--json", action="store_true", help="print JSON instead of tables")
+    rep.add_argument(
+        "--from-spans",
+        action="store_true",
+        help="from Jaeger: rebuild the step from every sample's spans, not from the step's stored summary (what "
+        "collect() returned; read by default when it holds all that is asked)",
+    )
     add_run_arguments(rep)
     rep.set_defaults(func=_report)
     return parser

@@ -42,6 +42,7 @@ import fcntl
 import hashlib
 import json
 import os
+import random
 import re
 import shutil
 import signal
@@ -294,10 +295,43 @@ def ports_from_env() -> dict[str, int]:
     return ports
 
 
+_HANDED_OUT: set[int] = set()
+_PORT_FLOOR = 10_000
+"""The lowest port :func:`free_port` hands out (below it: well-known services and the defaults of many tools)."""
+
+
+def _ephemeral_range() -> tuple[int, int]:
+    """The kernel's range for outgoing connections' local ports (Linux's default when it cannot be read)."""
+    try:
+        low, high = (int(v) for v in Path("/proc/sys/net/ipv4/ip_local_port_range").read_text().split())
+    except (OSError, ValueError):
+        return 32768, 60999
+    return low, high
+
+
 def free_port() -> int:
+    """A port no listener holds on 127.0.0.1, for a server started next. Taken below the kernel's ephemeral range
+    (``ip_local_port_range``), so that no outgoing connection of any process can take it between this answer and
+    the server's bind (a port from ``bind(0)`` lies inside that range: measured lost to such a race in CI). Never
+    the same port twice in one process. Falls back to ``bind(0)`` when that range leaves no room below it."""
+    low, _ = _ephemeral_range()
+    candidates = list(range(_PORT_FLOOR, low))
+    random.SystemRandom().shuffle(candidates)
+    for port in candidates[:2000]:
+        if port in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", port))
+            except OSError:
+                continue
+        _HANDED_OUT.add(port)
+        return port
     with socket.socket() as s:
         s.bind(("127.0.0.1", 0))
-        return int(s.getsockname()[1])
+        port = int(s.getsockname()[1])
+    _HANDED_OUT.add(port)
+    return port
 
 
 def config_env(ports: dict[str, int], data_dir: Path | None = None, queue_dir: Path | None = None) -> dict[str, str]:

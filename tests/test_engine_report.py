@@ -194,22 +194,38 @@ def test_engine_metrics_merge_exactly_across_workers(tmp_path, monkeypatch) -> N
     assert len([k for k in merged if "/engine/" in k]) == 20
 
 
-def test_summary_v2_round_trips_and_version_1_still_reads(tmp_path, monkeypatch) -> None:
+def test_summary_v3_round_trips_and_versions_1_and_2_still_read(tmp_path, monkeypatch) -> None:
     path = tmp_path / "t.jsonl"
     slow = Sample([Turn(sleep_s=0.2, queue_s=0.15), Turn()])
     _run(path, {1: [normal(), normal(), normal(), slow]}, monkeypatch)
     summary = stored_summaries(list(read_jsonl(str(path))))[(1, False)]
     assert summary.slowest is not None and summary.slowest.cause == "waited 0.15 s in the engine queue"
     assert summary.causes == {(3, 0): "waited 0.15 s in the engine queue"}
+    assert summary.top[0] == summary.slowest and len(summary.top) == 4 and summary.top_complete(5)
     assert StepSummary.from_json(summary.to_json()) == summary
     body = json.loads(summary.to_json())
-    assert body["v"] == 2
+    assert body["v"] == 3
+    # what a version-2 writer wrote: no top, no failed list
+    v2 = {k: v for k, v in body.items() if k not in ("top", "failed")}
+    v2["v"] = 2
+    older = StepSummary.from_json(json.dumps(v2))
+    assert older == replace(summary, top=(), failed=(), version=2)
+    assert not older.top_complete(1) and not older.failed_complete
     # what a version-1 writer wrote: no engine, no causes, a 7-item slowest
-    v1 = {k: v for k, v in body.items() if k not in ("engine", "causes")}
+    v1 = {k: v for k, v in v2.items() if k not in ("engine", "causes")}
     v1["v"], v1["slowest"] = 1, body["slowest"][:7]
     old = StepSummary.from_json(json.dumps(v1))
-    assert old == replace(summary, engine={}, causes={}, slowest=replace(summary.slowest, cause=""))
-    for broken in ({**body, "v": 3}, {**body, "causes": [[1, 0]]}, {**body, "slowest": body["slowest"] + [1, 2]}):
+    assert old == replace(
+        summary, engine={}, causes={}, slowest=replace(summary.slowest, cause=""), top=(), failed=(), version=1
+    )
+    for broken in (
+        {**body, "v": 4},
+        {**body, "causes": [[1, 0]]},
+        {**body, "slowest": body["slowest"] + [1, 2]},
+        {**body, "top": [[1, 0]]},
+        {**body, "failed": [[1]]},
+        {**body, "top": {}},
+    ):
         with pytest.raises(ValueError):
             StepSummary.from_json(json.dumps(broken))
 

@@ -337,3 +337,33 @@ def test_a_later_collect_of_late_samples_does_not_replace_the_steps_summary(tmp_
     assert sorted(s.num_samples for s in written) == [1, 3]
     kept = stored_summaries(records)[(1, False)]
     assert kept.num_samples == 3 and f"{sc.METRIC_PREFIX}/{sc.LATE_SAMPLES}" not in kept.metrics
+
+
+def test_summary_lists_the_slowest_samples_and_the_failed_ones_bounded() -> None:
+    """What ``report --step`` prints from a summary (``top``, ``failed``) is ``PhaseTable.slowest``'s rows and the
+    sorted failed keys, bounded; ``top_complete``/``failed_complete`` say when a command needs more."""
+    from otel_agentloop.metrics._summary import FAILED_STORED, TOP_STORED, summarize
+    from otel_agentloop.metrics._table import compute_metrics
+
+    proc = PhaseMetricsProcessor()
+    n = FAILED_STORED + 200
+    for i in range(n):
+        attrs = {sc.RL_PHASE: sc.GENERATE, sc.RL_STEP: 1, sc.RL_SAMPLE_INDEX: i, sc.RL_ROLLOUT_N: 0}
+        end = 1_000 + 1_000_000 * (1 + (i * 7919) % n)
+        proc.ingest("chat m", attrs, 1_000, end, (i + 1) << 64 | 9, False)
+        ids = {k: attrs[k] for k in (sc.RL_STEP, sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N)}
+        proc.ingest(sc.SAMPLE_SPAN, ids, 1_000, end, (i + 1) << 64 | 9, i % 10 != 0)  # every 10th one fails
+    table = proc.take(1)
+    metrics = compute_metrics(table)
+    summary = StepSummary.from_json(summarize(table, metrics, 1).to_json())
+    rows = table.slowest(TOP_STORED)
+    assert [(s.index, s.rollout, s.trace_id, s.generate_s, s.verdict == "failed") for s in summary.top] == [
+        (r["sample_index"], r["rollout_n"], r["trace_id"], r[sc.GENERATE], r["error"]) for r in rows
+    ]
+    assert summary.top[0] == summary.slowest
+    failed = sorted((i, 0) for i in range(n) if i % 10 != 0)
+    assert summary.counts["failed"] == len(failed) > FAILED_STORED
+    assert list(summary.failed) == failed[:FAILED_STORED] and not summary.failed_complete
+    assert summary.top_complete(TOP_STORED) and not summary.top_complete(TOP_STORED + 1)
+    few = summarize(proc.take(2), compute_metrics(PhaseTable.empty()), 2)  # no samples: nothing is missing
+    assert few.top == () and few.failed == () and few.top_complete(100) and few.failed_complete

@@ -74,26 +74,22 @@ class StepReport:
     def verdicts_json(self) -> dict[str, object]:
         """The step's verdicts for ``report --json``: counts, the hung/slow/failed samples and the source."""
         by_sample = self.sample_verdicts()
-
-        def listed(items: Iterable[OverdueSample]) -> list[dict[str, object]]:
-            return [
-                {
-                    "sample_index": s.sample_index,
-                    "rollout_n": s.rollout_n,
-                    "trace_id": s.trace_id,
-                    "phase": s.phase,
-                    "tool": s.tool,
-                }
-                for s in items
-            ]
-
         return {
             "counts": count_verdicts(by_sample.values()),
-            "hung": listed(self.verdicts.hung.values()),
-            "slow": listed(self.verdicts.slow.values()),
+            "hung": overdue_json(self.verdicts.hung.values()),
+            "slow": overdue_json(self.verdicts.slow.values()),
             "failed": [list(k) for k, v in sorted(by_sample.items()) if v == FAILED],
             "from": self.verdicts.source,
         }
+
+
+def overdue_json(items: Iterable[OverdueSample]) -> list[dict[str, object]]:
+    """The watchdog's samples as ``report --json`` lists them."""
+    return [
+        {"sample_index": s.sample_index, "rollout_n": s.rollout_n, "trace_id": s.trace_id, "phase": s.phase,
+         "tool": s.tool}
+        for s in items
+    ]  # fmt: skip
 
 
 def adopt_unstepped(samples: dict[SampleKey, list[SpanRecord]], foreign: list[SpanRecord]) -> None:

@@ -34,10 +34,15 @@ CLOCK_SLACK = timedelta(days=1)
 STEP_WINDOW_SLACK = timedelta(seconds=30)
 """How far a step's window reaches past its ``rl.step`` and summary spans (a worker's clock ahead or behind)."""
 STEP_SEARCH_DEPTH = 10_000
-"""Traces one search of a step's window asks for (``--search-depth`` when larger): a step of 8,192 samples in
-one search (4.8 s from Badger) instead of pages of 500, each page's window split and searched again (37 s).
+"""Traces one search of a step's window, or of a run's step or summary spans, asks for (``--search-depth`` when
+larger): a step of 8,192 samples in one search (4.8 s from Badger) instead of pages of 500, each page's window
+split and searched again (37 s).
 Jaeger's OpenSearch/Elasticsearch reader caps a search at ``max_doc_count``, 10,000 by default; a fuller window
 is still split, never cut."""
+_ONE_PER_STEP = (sc.STEP_SPAN, sc.STEP_SUMMARY_SPAN)
+"""Operations whose search uses :data:`STEP_SEARCH_DEPTH` too: a run of 1,000 steps has 1,000 summaries, read
+in one search instead of pages of 500, each split and searched again (OpenSearch fetches every trace of every
+page: the summaries of the store soak's 1,001 steps cost about 8 s in pages of 500)."""
 MAX_LISTED = 8
 """The most services or runs one line lists (then ``and N more``)."""
 OUR_PREFIX = sc.SPAN_NAME_PREFIX
@@ -134,6 +139,8 @@ class JaegerSource:
         skipped = Skipped()
         for service in self.services:
             lo, hi, depth = start, end, self.search_depth
+            if operation in _ONE_PER_STEP:  # small traces, one or two a step: a run's in one search
+                depth = max(depth, STEP_SEARCH_DEPTH)
             if step is not None and operation is None:
                 lo, hi = self.step_window(service, step, start, end)
                 if (lo, hi) != (start, end):  # one step's traces: one search, not a page of 500 at a time
@@ -172,7 +179,7 @@ class JaegerSource:
         times: dict[int, tuple[int, int]] = {}
         for operation in (sc.STEP_SPAN, sc.STEP_SUMMARY_SPAN):
             found = self.client.find_all_traces(
-                service, start, end, operation=operation, search_depth=self.search_depth
+                service, start, end, operation=operation, search_depth=max(self.search_depth, STEP_SEARCH_DEPTH)
             )
             if found.full:
                 self._step_times_cache[service] = None

@@ -1,4 +1,5 @@
-"""One step in a few hundred bytes: the record the run page and ``report --compare`` read.
+"""One step in a few kilobytes at most: the record the run page, ``report --compare`` and a step's report from
+Jaeger read.
 
 A :class:`StepSummary` is computed from the step's :class:`PhaseTable` and its :class:`StepMetrics` by
 :func:`summarize`: the same table and the same :func:`compute_metrics` call as ``collect()``, so a summary and
@@ -34,9 +35,14 @@ SLOW: str = "slow"
 HUNG: str = "hung"
 VERDICTS: tuple[str, ...] = (OK, FAILED, SLOW, HUNG)
 """Every verdict, mildest first."""
-SCHEMA_VERSION = 2
-"""Version 2 adds ``engine``, ``causes`` and the slowest sample's cause; version-1 summaries still read."""
-_READABLE_VERSIONS = (1, 2)
+SCHEMA_VERSION = 3
+"""Version 3 adds ``top`` and ``failed`` (what ``report --step`` prints, without the step's sample spans);
+version 2 added ``engine``, ``causes`` and the slowest sample's cause; versions 1 and 2 still read."""
+_READABLE_VERSIONS = (1, 2, 3)
+TOP_STORED = 16
+"""The slowest samples a summary lists (``top``): ``report --top`` up to this many reads no sample spans."""
+FAILED_STORED = 1024
+"""The failed samples a summary lists by key (``failed``, lowest keys first); its ``counts`` has them all."""
 QUEUE_SHARE = 0.25
 """A sample *waited in the engine queue* when its turns queued for at least this share of its generation time."""
 SLOW_DECODE = 2.0
@@ -203,6 +209,9 @@ class StepSummary:
     ``counts`` has every verdict of :data:`VERDICTS`. ``hung``/``slow`` are the samples the watchdog reported.
     ``engine``: each statistic of ``semconv.ENGINE_STATS`` over the step's turns with engine timing (empty
     without). ``causes``: :func:`cause` of the slowest sample and of each slow one, by (index, rollout).
+    ``top``: the :data:`TOP_STORED` slowest collected samples, slowest first (``PhaseTable.slowest``'s order), each
+    with its verdict and cause; ``failed``: the (index, rollout) of the first :data:`FAILED_STORED` failed ones,
+    sorted (both empty in summaries older than version 3: :attr:`lists_complete` says what they cover).
     """
 
     step: int
@@ -224,6 +233,19 @@ class StepSummary:
     extra: Mapping[str, Any] = field(default_factory=dict)
     engine: Mapping[str, Distribution] = field(default_factory=dict)
     causes: Mapping[tuple[int, int], str] = field(default_factory=dict)
+    top: tuple[SlowestSample, ...] = ()
+    failed: tuple[tuple[int, int], ...] = ()
+    version: int = SCHEMA_VERSION
+    """The schema version it was written with (:meth:`from_json` keeps the stored one)."""
+
+    def top_complete(self, n: int) -> bool:
+        """Whether :attr:`top` holds the ``n`` slowest collected samples (or every one, when fewer)."""
+        return self.version >= 3 and len(self.top) >= min(n, self.num_samples)
+
+    @property
+    def failed_complete(self) -> bool:
+        """Whether :attr:`failed` lists every failed sample."""
+        return self.version >= 3 and len(self.failed) == self.counts.get(FAILED, 0)
 
     @property
     def wall_s(self) -> float:
@@ -254,10 +276,7 @@ class StepSummary:
             "slow": [list(s) for s in self.slow],
         }
         if self.slowest is not None:
-            s = self.slowest
-            body["slowest"] = [s.index, s.rollout, s.trace_id, s.generate_s, s.tool_s, s.score_s, s.verdict]
-            if s.cause:
-                body["slowest"].append(s.cause)
+            body["slowest"] = _sample_list(self.slowest)
         if self.staleness_mean is not None:
             body["staleness"] = [self.staleness_mean, self.staleness_max]
         if self.extra:
@@ -266,6 +285,8 @@ class StepSummary:
             body["engine"] = {k: d.to_list() for k, d in self.engine.items()}
         if self.causes:
             body["causes"] = [[k[0], k[1], text] for k, text in sorted(self.causes.items())]
+        body["top"] = [_sample_list(s) for s in self.top]
+        body["failed"] = [list(k) for k in self.failed]
         return json.dumps(body, separators=(",", ":"), allow_nan=False)
 
     @classmethod
@@ -281,22 +302,11 @@ class StepSummary:
         times = body.get("t")
         if not isinstance(times, list) or len(times) != 4 or not all(_is_int(t) and t >= 0 for t in times):
             raise ValueError("the summary's times are not 4 non-negative integers")
-        slowest = None
-        if body.get("slowest") is not None:
-            raw = body["slowest"]
-            if not isinstance(raw, list) or len(raw) not in (7, 8) or not _is_int(raw[0]) or not _is_int(raw[1]):
-                raise ValueError("the summary's slowest sample is malformed")
-            trace_id = raw[2] if isinstance(raw[2], str) else None
-            slowest = SlowestSample(
-                raw[0],
-                raw[1],
-                trace_id,
-                _finite(raw[3]),
-                _finite(raw[4]),
-                _finite(raw[5]),
-                _verdict(raw[6]),
-                _text(raw[7]) if len(raw) == 8 else "",
-            )
+        slowest = None if body.get("slowest") is None else _sample(body["slowest"])
+        top = body.get("top", [])
+        failed = body.get("failed", [])
+        if not (isinstance(top, list) and isinstance(failed, list)):
+            raise ValueError("the summary's top or failed samples are not lists")
         staleness = body.get("staleness")
         if staleness is not None and not (isinstance(staleness, list) and len(staleness) == 2):
             raise ValueError("the summary's staleness is malformed")
@@ -324,7 +334,44 @@ class StepSummary:
             extra=_mapping(body.get("extra"), "extra"),
             engine={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("engine"), "engine").items()},
             causes=_causes(body.get("causes")),
+            top=tuple(_sample(raw) for raw in top),
+            failed=tuple(_key(raw) for raw in failed),
+            version=body["v"],
         )
+
+
+def _sample_list(s: SlowestSample) -> list[Any]:
+    return [
+        s.index,
+        s.rollout,
+        s.trace_id,
+        s.generate_s,
+        s.tool_s,
+        s.score_s,
+        s.verdict,
+        *([s.cause] if s.cause else []),
+    ]
+
+
+def _sample(raw: Any) -> SlowestSample:
+    if not isinstance(raw, list) or len(raw) not in (7, 8) or not _is_int(raw[0]) or not _is_int(raw[1]):
+        raise ValueError("a summary's sample is malformed")
+    return SlowestSample(
+        raw[0],
+        raw[1],
+        raw[2] if isinstance(raw[2], str) else None,
+        _finite(raw[3]),
+        _finite(raw[4]),
+        _finite(raw[5]),
+        _verdict(raw[6]),
+        _text(raw[7]) if len(raw) == 8 else "",
+    )
+
+
+def _key(raw: Any) -> tuple[int, int]:
+    if not (isinstance(raw, list) and len(raw) == 2 and _is_int(raw[0]) and _is_int(raw[1])):
+        raise ValueError("a summary's sample key is malformed")
+    return raw[0], raw[1]
 
 
 def _is_int(v: Any) -> bool:
@@ -423,6 +470,10 @@ def summarize(
     wanted = [(index, -1 if r is None else r) for index, r in slow_keys if index is not None]
     if i >= 0:
         wanted.append((int(t.sample_index[i]), int(t.rollout_n[i])))
+    reported = {(s.sample_index, -1 if s.rollout_n is None else s.rollout_n) for s in metrics.slow_samples}
+    rows = t.slowest(TOP_STORED)
+    top_keys = [(int(row["sample_index"]), int(row["rollout_n"])) for row in rows]  # type: ignore[call-overload]
+    top_causes = sample_causes(t, metrics, top_keys)
     causes = sample_causes(t, metrics, wanted)
     if i >= 0:
         key = wanted[-1]
@@ -464,6 +515,22 @@ def summarize(
         staleness_max=float(stale.max()) if stale is not None and stale.size else None,
         engine={k: Distribution.of(v) for k, v in t.engine.stats().items() if v.size} if len(t.engine) else {},
         causes=causes,
+        top=tuple(
+            SlowestSample(
+                key[0],
+                key[1],
+                str(row["trace_id"]) if row["trace_id"] is not None else None,
+                float(row[sc.GENERATE]),  # type: ignore[arg-type]
+                float(row[sc.TOOL_CALLS]),  # type: ignore[arg-type]
+                float(row[sc.COMPUTE_SCORE]),  # type: ignore[arg-type]
+                verdict(error=bool(row["error"]), reported=key in reported, finished=True),
+                top_causes.get(key, ""),
+            )
+            for row, key in zip(rows, top_keys, strict=True)
+        ),
+        failed=tuple(
+            sorted((int(t.sample_index[j]), int(t.rollout_n[j])) for j in np.flatnonzero(t.error))[:FAILED_STORED]
+        ),
     )
 
 

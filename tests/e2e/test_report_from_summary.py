@@ -1,0 +1,135 @@
+"""``report --jaeger --step N`` answers from the step's stored summary, against the real Collector and Jaeger.
+
+A real run through the public API (``configure``, ``step``, the simulated agent loop, ``collect``) writes two
+steps of 24 samples, three of them failing. What the terminal and ``--json`` report print is then read from the
+step's ``rl.step.summary`` span and the slowest sample's trace, fetched by id: the metrics are exactly the dict
+``collect()`` returned (the spans' rebuild only approximates it: stored wall times), and every other fact equals
+``--from-spans``, which reads all of the step's sample spans. Whatever the summary does not hold falls back to
+the spans: ``--top`` past its list, a ``--sample`` it does not name, a page.
+"""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import os
+import subprocess
+import sys
+import uuid
+from datetime import datetime, timedelta, timezone
+from pathlib import Path
+from typing import Any
+
+import pytest
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+from otel_agentloop.analysis import decode_resource_spans
+from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._source import EPOCH
+from otel_agentloop.demo._agent import SimConfig, run_samples
+from otel_agentloop.metrics import StepMetrics
+from otel_agentloop.metrics._summary import TOP_STORED
+
+CFG = SimConfig(
+    prompts=12, rollout_n=2, time_scale=0.05, tool_prob=1.0, tool_fail_prob=0.0, fail_samples=frozenset({3})
+)
+STEPS = (1, 2)
+SAMPLES = CFG.prompts * CFG.rollout_n
+
+
+@pytest.fixture(scope="module")
+def run(stack: Any) -> tuple[str, dict[int, StepMetrics]]:
+    """A service with steps 1 and 2 stored in Jaeger; returns it and what ``collect()`` returned for each step."""
+    service = f"summary-{uuid.uuid4().hex[:6]}"
+    handle = oal.configure(service, endpoint=stack.otlp_grpc_endpoint, set_global=False, schedule_delay_s=0.05)
+    live: dict[int, StepMetrics] = {}
+    try:
+        for step in STEPS:
+
+            async def main(step: int = step) -> None:
+                with oal.step(step):
+                    await run_samples(CFG, step, CFG.work())
+
+            asyncio.run(main())
+            live[step] = handle.metrics.collect(step)
+        assert handle.force_flush(10)
+        assert handle.stats["dropped"] == 0 and handle.stats["failed"] == 0
+    finally:
+        handle.shutdown(5)
+    client = JaegerClient(stack.jaeger_url)
+    client.wait_for(
+        lambda: client.find_all_traces(service, EPOCH, _far()).resource_spans,
+        lambda found: _count(found) == len(STEPS) * (SAMPLES + 1),  # the samples and one summary a step
+        60,
+    )
+    return service, live
+
+
+def _far() -> datetime:
+    return datetime.now(timezone.utc) + timedelta(days=1)
+
+
+def _count(resource_spans: list[Any]) -> int:
+    names = [r.name for r in decode_resource_spans(resource_spans)]
+    return names.count(sc.SAMPLE_SPAN) + names.count(sc.STEP_SUMMARY_SPAN)
+
+
+def _report(stack: Any, tmp_path: Path, service: str, *args: str) -> subprocess.CompletedProcess[str]:
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    out = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "report", "--jaeger", stack.jaeger_url, "--service", service, *args],
+        cwd=tmp_path, env=env, capture_output=True, text=True, timeout=180,
+    )  # fmt: skip
+    assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
+    return out
+
+
+def test_json_from_the_summary_is_what_collect_returned_and_what_the_spans_say(stack, run, tmp_path) -> None:
+    service, live = run
+    for step in STEPS:
+        stored = json.loads(_report(stack, tmp_path, service, "--step", str(step), "--json").stdout)
+        spans = json.loads(_report(stack, tmp_path, service, "--step", str(step), "--json", "--from-spans").stdout)
+        assert (stored["read_from"], spans["read_from"]) == ("summary", "spans")
+        assert stored["metrics"] == dict(live[step])  # exactly: the dict collect() returned
+        # the spans' rebuild has every key but the live process's own counters (spans exported, dropped, ...)
+        live_only = {k for k in stored["metrics"] if k.startswith(f"{sc.METRIC_PREFIX}/telemetry/")}
+        assert live_only and stored["metrics"].keys() - live_only == spans["metrics"].keys()
+        for key, value in spans["metrics"].items():
+            assert stored["metrics"][key] == pytest.approx(value, abs=0.002), key
+        assert stored["slowest_trace_id"] == spans["slowest_trace_id"] == live[step].slowest_trace_id
+        assert stored["verdicts"] == spans["verdicts"]
+        assert stored["verdicts"]["counts"]["failed"] == CFG.rollout_n
+        assert stored["verdicts"]["failed"] == [[3, n] for n in range(CFG.rollout_n)]
+        assert len(stored["slowest"]) == 5
+        for a, b in zip(stored["slowest"], spans["slowest"], strict=True):
+            assert a.keys() == b.keys()
+            for key, value in a.items():
+                assert b[key] == (pytest.approx(value, abs=0.002) if isinstance(value, float) else value), key
+
+
+def test_terminal_report_reads_the_summary_and_draws_the_slowest_sample_from_its_trace(stack, run, tmp_path) -> None:
+    service, live = run
+    stored = _report(stack, tmp_path, service).stdout  # no --step: the latest step
+    spans = _report(stack, tmp_path, service, "--step", "2", "--from-spans").stdout
+    assert "== step 2: agent_loop metrics as collected (its rl.step.summary) from" in stored
+    assert "== step 2: agent_loop metrics rebuilt from" in spans
+    title = f"sample {live[2].slowest_sample[0]} (rollout {live[2].slowest_sample[1]}), step 2, trace "
+    assert title + str(live[2].slowest_trace_id) in stored
+    # the waterfall: the same spans, fetched by trace id instead of found by a search of the step
+    assert stored[stored.index(title) :] == spans[spans.index(title) :]
+
+
+def test_what_the_summary_does_not_hold_is_read_from_the_spans(stack, run, tmp_path) -> None:
+    service, _ = run
+    more = json.loads(_report(stack, tmp_path, service, "--step", "1", "--json", "--top", str(TOP_STORED + 1)).stdout)
+    assert more["read_from"] == "spans" and len(more["slowest"]) == TOP_STORED + 1
+    listed = json.loads(_report(stack, tmp_path, service, "--step", "1", "--json", "--top", str(TOP_STORED)).stdout)
+    assert listed["read_from"] == "summary" and len(listed["slowest"]) == TOP_STORED
+    named = {(row["sample_index"], row["rollout_n"]) for row in listed["slowest"]}
+    fastest = next(k for k in CFG.work() if k not in named)
+    other = _report(stack, tmp_path, service, "--step", "1", "--sample", str(fastest[0]), "--rollout", str(fastest[1]))
+    assert "agent_loop metrics rebuilt from" in other.stdout
+    assert f"sample {fastest[0]} (rollout {fastest[1]}), step 1, trace " in other.stdout
+    page = _report(stack, tmp_path, service, "--step", "1", "--html", str(tmp_path / "step.html"))
+    assert "agent_loop metrics rebuilt from" in page.stdout and (tmp_path / "step.html").stat().st_size > 0
