@@ -28,6 +28,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._tracer import SCOPE
+from otel_agentloop.metrics._summary import TOP_STORED
 
 from .otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, start_http, wait_for
 
@@ -314,6 +315,10 @@ def _mask_summary(text: str, which_slowest: bool = False) -> Any:
     if slowest:
         which = "<which>" if which_slowest else slowest[0]
         data["slowest"] = [which, slowest[1], "<trace>", "<time>", "<time>", "<time>", *slowest[6:]]
+    top = data.get("top", [])
+    # the slowest samples in duration order, which differs between runs: their identities and verdicts as a set
+    # (every sample while the step has fewer than the list holds; else only how many)
+    data["top"] = sorted([row[0], row[1], *row[6:]] for row in top) if len(top) < TOP_STORED else len(top)
     for key in ("hung", "slow"):
         data[key] = len(data.get(key, []))
     return data
