@@ -190,11 +190,14 @@ class OpenSearchCluster:
         return data
 
     def wait_health(self, status: str = "green", nodes: int | None = None, timeout: float = 180) -> None:
-        """Wait until the cluster is ``status`` (or better) with ``nodes`` nodes (default: all live ones);
-        raises StackError with every node's log tail when it is not within ``timeout`` s."""
+        """Wait until the cluster is ``status`` (or better) with ``nodes`` nodes (default: all live ones), as every
+        live node's HTTP port answers (a node joins the cluster before its HTTP server starts: green as one node
+        sees it, another may still refuse connections); raises StackError with every node's log tail when it is
+        not within ``timeout`` s."""
         deadline = time.monotonic() + timeout
         last = "no answer"
         while time.monotonic() < deadline:
+            answered = 0
             for i in self.alive():
                 want = nodes if nodes is not None else len(self.alive())
                 url = f"{self.urls[i]}/_cluster/health?wait_for_status={status}&wait_for_nodes={want}&timeout=2s"
@@ -207,8 +210,11 @@ class OpenSearchCluster:
                     last = repr(exc)
                     continue
                 if isinstance(data, dict) and not data.get("timed_out"):
-                    return
+                    answered += 1
+                    continue
                 last = json.dumps(data)[:300]
+            if answered and answered == len(self.alive()):
+                return
             if len(self.alive()) < (nodes or 1):  # a node exited: it will not come
                 last = f"only {', '.join(self.names[i] for i in self.alive()) or 'no node'} runs"
                 break
