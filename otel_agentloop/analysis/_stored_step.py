@@ -152,7 +152,7 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
         if trace_id is None:
             return None
         try:
-            spans = decode_resource_spans(jaeger.client.get_trace(trace_id), Skipped())
+            spans = list(decode_resource_spans(jaeger.client.get_trace(trace_id), Skipped()))
         except JaegerError:
             return None
         samples[key] = [r for r in spans if sc.step_key(r.attributes) == (summary.step, summary.validate)

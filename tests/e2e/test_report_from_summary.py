@@ -1,8 +1,9 @@
 """``report --jaeger --step N`` answers from the step's stored summary, against the real Collector and Jaeger.
 
 A real run through the public API (``configure``, ``step``, the simulated agent loop, ``collect``) writes two
-steps of 24 samples, three of them failing. What the terminal and ``--json`` report print is then read from the
-step's ``rl.step.summary`` span and the slowest sample's trace, fetched by id: the metrics are exactly the dict
+steps of 24 samples, two of them failing, and an inference engine's span (another service) under a turn of step
+2's slowest sample. What the terminal and ``--json`` report print is then read from the step's
+``rl.step.summary`` span and the slowest sample's trace, fetched by id: the metrics are exactly the dict
 ``collect()`` returned (the spans' rebuild only approximates it: stored wall times), and every other fact equals
 ``--from-spans``, which reads all of the step's sample spans. Whatever the summary does not hold falls back to
 the spans: ``--top`` past its list, a ``--sample`` it does not name, a page.
@@ -21,6 +22,11 @@ from pathlib import Path
 from typing import Any
 
 import pytest
+from opentelemetry import trace
+from opentelemetry.exporter.otlp.proto.grpc.trace_exporter import OTLPSpanExporter
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
@@ -63,7 +69,32 @@ def run(stack: Any) -> tuple[str, dict[int, StepMetrics]]:
         lambda found: _count(found) == len(STEPS) * (SAMPLES + 1),  # the samples and one summary a step
         60,
     )
+    _engine_child(stack, client, str(live[2].slowest_trace_id))
     return service, live
+
+
+ENGINE_SPAN = "llm_request"
+
+
+def _engine_child(stack: Any, client: JaegerClient, trace_id: str) -> None:
+    """An inference engine's span (another service, no ``rl.*`` identity) under the first turn of the trace: a
+    report draws it in the sample's waterfall, from its search and from the trace fetched by id alike."""
+    turn = next(
+        r for r in decode_resource_spans(client.get_trace(trace_id)) if r.attributes.get(sc.RL_PHASE) == sc.GENERATE
+    )
+    parent = trace.SpanContext(int(trace_id, 16), turn.span_id, is_remote=True, trace_flags=trace.TraceFlags(1))
+    provider = TracerProvider(resource=Resource.create({"service.name": "engine-x"}))
+    provider.add_span_processor(SimpleSpanProcessor(OTLPSpanExporter(endpoint=stack.otlp_grpc_endpoint, insecure=True)))
+    span = provider.get_tracer("engine").start_span(
+        ENGINE_SPAN, context=trace.set_span_in_context(trace.NonRecordingSpan(parent)), start_time=turn.start_ns
+    )
+    span.end(end_time=turn.end_ns)
+    provider.shutdown()
+    client.wait_for(
+        lambda: [r.name for r in decode_resource_spans(client.get_trace(trace_id))],
+        lambda names: ENGINE_SPAN in names,
+        60,
+    )
 
 
 def _far() -> datetime:
@@ -116,8 +147,10 @@ def test_terminal_report_reads_the_summary_and_draws_the_slowest_sample_from_its
     assert "== step 2: agent_loop metrics rebuilt from" in spans
     title = f"sample {live[2].slowest_sample[0]} (rollout {live[2].slowest_sample[1]}), step 2, trace "
     assert title + str(live[2].slowest_trace_id) in stored
-    # the waterfall: the same spans, fetched by trace id instead of found by a search of the step
+    # the waterfall: the same spans, fetched by trace id instead of found by a search of the step, the engine's
+    # span (another service, no step) under its turn in both
     assert stored[stored.index(title) :] == spans[spans.index(title) :]
+    assert ENGINE_SPAN in stored[stored.index(title) :]
 
 
 def test_what_the_summary_does_not_hold_is_read_from_the_spans(stack, run, tmp_path) -> None:
