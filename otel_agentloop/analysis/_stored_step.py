@@ -152,7 +152,8 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
         if trace_id is None:
             return None
         try:
-            spans = list(decode_resource_spans(jaeger.client.get_trace(trace_id), Skipped()))
+            found = decode_resource_spans(jaeger.client.get_trace(trace_id), Skipped())
+            spans = [r for r in found if r.attributes.get(sc.RL_SNAPSHOT) is not True]  # as report leaves them out
         except JaegerError:
             return None
         samples[key] = [r for r in spans if sc.step_key(r.attributes) == (summary.step, summary.validate)

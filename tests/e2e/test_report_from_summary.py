@@ -166,3 +166,52 @@ def test_what_the_summary_does_not_hold_is_read_from_the_spans(stack, run, tmp_p
     assert f"sample {fastest[0]} (rollout {fastest[1]}), step 1, trace " in other.stdout
     page = _report(stack, tmp_path, service, "--step", "1", "--html", str(tmp_path / "step.html"))
     assert "agent_loop metrics rebuilt from" in page.stdout and (tmp_path / "step.html").stat().st_size > 0
+
+
+MISBEHAVE = ["--steps", "3", "--misbehave", "--prompts", "4", "--rollout-n", "4", "--time-scale", "0.2"]
+MISBEHAVE += ["--val-every", "0"]
+HUNG_KEY, SLOW_KEY = (0, 0), (1, 0)  # demo/_main.misbehaviour, at step 3
+
+
+@pytest.fixture(scope="module")
+def misbehaved(stack: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
+    """``simulate --misbehave`` into Jaeger (step 3: sample 0/0 hung, 1/0 slow, the watchdog's snapshot spans in
+    their traces); returns the service."""
+    service = f"misbehave-{uuid.uuid4().hex[:6]}"
+    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
+    done = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "simulate", *MISBEHAVE, "--endpoint", stack.otlp_grpc_endpoint,
+         "--service-name", service],
+        cwd=tmp_path_factory.mktemp("misbehave"), env=env,
+        capture_output=True, text=True, timeout=300,
+    )  # fmt: skip
+    assert done.returncode == 0, done.stderr[-3000:]
+    client = JaegerClient(stack.jaeger_url)
+
+    def stored() -> list[str]:
+        return [r.name for r in decode_resource_spans(client.find_all_traces(service, EPOCH, _far()).resource_spans)]
+
+    def complete(names: list[str]) -> bool:  # 3 summaries; 16 samples a step (the hung one may end cancelled)
+        return names.count(sc.STEP_SUMMARY_SPAN) >= 3 and names.count(sc.SAMPLE_SPAN) >= 47
+
+    assert complete(client.wait_for(stored, complete, 60))
+    return service
+
+
+def test_hung_and_slow_samples_from_the_summary_are_what_the_spans_say(stack, misbehaved, tmp_path) -> None:
+    """Step 3's verdicts, and the waterfalls of its hung and its slow sample (their traces hold the watchdog's
+    snapshot spans, which no report draws), are the same from the summary as from the spans."""
+    stored = json.loads(_report(stack, tmp_path, misbehaved, "--step", "3", "--json").stdout)
+    spans = json.loads(_report(stack, tmp_path, misbehaved, "--step", "3", "--json", "--from-spans").stdout)
+    assert (stored["read_from"], spans["read_from"]) == ("summary", "spans")
+    assert stored["verdicts"] == spans["verdicts"]
+    assert [[s["sample_index"], s["rollout_n"]] for s in stored["verdicts"]["hung"]] == [list(HUNG_KEY)]
+    assert [[s["sample_index"], s["rollout_n"]] for s in stored["verdicts"]["slow"]] == [list(SLOW_KEY)]
+    for index, rollout in (HUNG_KEY, SLOW_KEY):
+        args = ("--step", "3", "--sample", str(index), "--rollout", str(rollout))
+        text = _report(stack, tmp_path, misbehaved, *args).stdout
+        rebuilt = _report(stack, tmp_path, misbehaved, *args, "--from-spans").stdout
+        assert "as collected (its rl.step.summary)" in text and "rebuilt from" in rebuilt
+        title = f"sample {index} (rollout {rollout}), step 3, trace "
+        assert text[text.index(title) :] == rebuilt[rebuilt.index(title) :]
+        assert sc.SNAPSHOT_SUFFIX.strip() not in text[text.index(title) :]
