@@ -13,7 +13,7 @@ from the watchdog's snapshot spans (:func:`step_verdicts`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
 from .. import semconv as sc
@@ -83,6 +83,14 @@ class StepReport:
         }
 
 
+def sample_key_of(attrs: Mapping[str, object]) -> SampleKey | None:
+    """(sample index, rollout) of a sample's span (rollout -1 when unknown); ``None`` without an index."""
+    index, rollout = attrs.get(sc.RL_SAMPLE_INDEX), attrs.get(sc.RL_ROLLOUT_N)
+    if not isinstance(index, int):
+        return None
+    return index, rollout if isinstance(rollout, int) else -1
+
+
 def overdue_json(items: Iterable[OverdueSample]) -> list[dict[str, object]]:
     """The watchdog's samples as ``report --json`` lists them."""
     return [
@@ -125,10 +133,8 @@ def build_report(
             if attrs.get(sc.RL_STEP) is None:
                 foreign.append(rec)
             continue
-        index = attrs.get(sc.RL_SAMPLE_INDEX)
-        if isinstance(index, int):
-            rollout = attrs.get(sc.RL_ROLLOUT_N)
-            key = (index, rollout if isinstance(rollout, int) else -1)
+        key = sample_key_of(attrs)
+        if key is not None:
             samples.setdefault(key, []).append(rec)
             if key in hung:
                 continue

@@ -21,10 +21,18 @@ from .. import semconv as sc
 from ..metrics._records import SpanRecord
 from ..metrics._summary import FAILED, StepSummary
 from ..metrics._table import OverdueSample
-from ..metrics._verdicts import StepVerdicts, Verdict
+from ..metrics._verdicts import StepVerdicts
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerError
-from ._report import SampleKey, StepReport, adopt_unstepped, overdue_json, stored_summaries
+from ._report import (
+    SampleKey,
+    StepReport,
+    adopt_unstepped,
+    overdue_json,
+    sample_key_of,
+    step_verdicts,
+    stored_summaries,
+)
 from ._runs import RunNotFoundError, one_run
 from ._source import JaegerSource
 
@@ -90,9 +98,9 @@ def summary_rows(summary: StepSummary, top: int) -> list[dict[str, object]]:
     ]
 
 
-def summary_verdicts(summary: StepSummary) -> dict[str, object]:
-    """``StepReport.verdicts_json`` from the summary: its counts, the watchdog's samples, the failed keys."""
-    verdicts = StepVerdicts.of(Verdict(summary.slow, summary.hung), SUMMARY)
+def summary_verdicts(summary: StepSummary, verdicts: StepVerdicts) -> dict[str, object]:
+    """``StepReport.verdicts_json`` from the summary (``verdicts``: its own, :func:`step_verdicts`): its counts,
+    the watchdog's samples, the failed keys."""
     return {
         "counts": dict(summary.counts),
         "hung": overdue_json(verdicts.hung.values()),
@@ -111,14 +119,6 @@ def _trace_of(summary: StepSummary, key: SampleKey) -> str | None:
         if (o.sample_index, -1 if o.rollout_n is None else o.rollout_n) == key:
             return o.trace_id
     return None
-
-
-def _sample_key(rec: SpanRecord) -> SampleKey | None:
-    """(sample index, rollout) of a sample's span, as ``build_report`` keys it (rollout -1 when unknown)."""
-    index, rollout = rec.attributes.get(sc.RL_SAMPLE_INDEX), rec.attributes.get(sc.RL_ROLLOUT_N)
-    if not isinstance(index, int):
-        return None
-    return index, rollout if isinstance(rollout, int) else -1
 
 
 def wants_spans(args: argparse.Namespace) -> bool:
@@ -157,19 +157,20 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
         except JaegerError:
             return None
         samples[key] = [r for r in spans if sc.step_key(r.attributes) == (summary.step, summary.validate)
-                        and _sample_key(r) == key]  # fmt: skip
+                        and sample_key_of(r.attributes) == key]  # fmt: skip
         if not samples[key]:
             return None
         adopt_unstepped(samples, [r for r in spans if r.attributes.get(sc.RL_STEP) is None])
     for line in lines:
         note(line)
+    verdicts = step_verdicts((), summary.step, summary.validate, summary)  # from the summary alone
     return StepAnswer(
         summary.step,
         summary.validate,
         summary.metrics,
         summary_rows(summary, args.top),
-        list(StepVerdicts.of(Verdict(summary.slow, summary.hung), SUMMARY).hung.values()),
-        summary_verdicts(summary),
+        list(verdicts.hung.values()),
+        summary_verdicts(summary, verdicts),
         slowest,
         summary.slowest.trace_id if summary.slowest is not None else None,
         SUMMARY,

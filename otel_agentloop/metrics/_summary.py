@@ -473,8 +473,8 @@ def summarize(
     reported = {(s.sample_index, -1 if s.rollout_n is None else s.rollout_n) for s in metrics.slow_samples}
     rows = t.slowest(TOP_STORED)
     top_keys = [(int(row["sample_index"]), int(row["rollout_n"])) for row in rows]  # type: ignore[call-overload]
-    top_causes = sample_causes(t, metrics, top_keys)
-    causes = sample_causes(t, metrics, wanted)
+    top_causes = sample_causes(t, metrics, [*wanted, *top_keys])  # one pass: the step's percentiles once
+    causes = {key: top_causes[key] for key in wanted if key in top_causes}
     if i >= 0:
         key = wanted[-1]
         slowest = SlowestSample(
