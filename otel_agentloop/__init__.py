@@ -28,7 +28,6 @@ from .config._environment import sanitize_environment
 sanitize_environment()
 
 from . import semconv as semconv  # noqa: E402  (a public sub-module: `oal.semconv.RL_SAMPLE_INDEX`)
-from ._configure import Handle, configure, current_handle  # noqa: E402
 from ._version import __version__  # noqa: E402
 from .core._context import (  # noqa: E402
     bind,
@@ -42,6 +41,7 @@ from .core._context import (  # noqa: E402
 from .core._phase import phase, span, trace_generate, trace_reward, trace_tool  # noqa: E402
 from .core._trainer import trainer_phase  # noqa: E402
 from .health._watchdog import WatchdogSettings  # noqa: E402
+from .setup import Handle, configure, current_handle  # noqa: E402
 
 __all__ = [
     "Handle",

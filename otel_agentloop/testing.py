@@ -24,10 +24,10 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from ._configure import Handle, configure
 from .config._settings import forget_warnings
 from .core._guard import reset_warnings
 from .core._state import state
+from .setup import Handle, configure
 
 __all__ = ["Captured", "capture", "configure_for_tests", "isolated", "reset"]
 

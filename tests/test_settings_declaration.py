@@ -19,10 +19,10 @@ from otel_agentloop.config._environment import (
     WORKER_VARIABLES,
     _duration,
     handed_over,
-    otlp_variable,
     variable,
 )
 from otel_agentloop.config._options import OBJECT_OPTIONS, Options
+from otel_agentloop.config._otlp import otlp_variable
 from otel_agentloop.config._settings import SPECS, Settings, resolve
 from otel_agentloop.config._values import AdjustedError
 from otel_agentloop.config._watchdog import PREFIX, WATCHDOG_FIELDS, WatchdogSettings

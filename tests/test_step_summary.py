@@ -228,7 +228,7 @@ def test_summary_writer_never_raises_and_counts_and_nothing_when_disabled(monkey
     off = oal.configure("off", enabled=False, file=str(tmp_path / "off.jsonl"), set_global=False)
     try:
         assert off.summaries is None and off.run_id is None
-        assert oal._configure.write_step_summary(PhaseTable.empty(), off.metrics.collect(1), 1) is None
+        assert oal.setup.write_step_summary(PhaseTable.empty(), off.metrics.collect(1), 1) is None
     finally:
         off.shutdown(1)
     assert not (tmp_path / "off.jsonl").exists()

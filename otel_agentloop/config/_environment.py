@@ -12,7 +12,7 @@ Declared here: :data:`SDK_VARIABLES` (the SDK's variables that are not :class:`~
 its parser and default), :data:`WORKER_VARIABLES` (those handed to Ray workers), :data:`LIBRARY_VARIABLES`
 (ours that are not settings) and :data:`TOOL_VARIABLES`;
 ``Settings`` declares the rest. The rest of the library reads a variable only through :func:`variable` (a
-declared name) or :func:`otlp_variable`, or takes it from resolved ``Settings``. An unknown
+declared name), or takes it from resolved ``Settings`` or ``_otlp`` (the OTLP exporters' settings). An unknown
 ``OTEL_AGENTLOOP_*`` name (a typo) warns once with the closest real name.
 """
 
@@ -416,17 +416,6 @@ def _sanitize() -> None:
             warn_once(f"unknown:{name}", "otel_agentloop: %s is not a variable otel_agentloop reads%s", name, hint)
 
 
-def compression(signal: str) -> str:
-    """The compression the ``signal``'s (``"TRACES"``, ``"METRICS"``) OTLP exporter should use, as the SDK reads
-    it (``gzip``, ``deflate`` or ``none``); passed explicitly to the gRPC exporters, whose own reading knows
-    neither ``deflate`` nor ``none``."""
-    for var in (f"{_OTLP}{signal}_COMPRESSION", f"{_OTLP}COMPRESSION"):
-        raw = env_str(var)
-        if raw is not None and raw.lower() in ("gzip", "deflate", "none"):
-            return raw.lower()
-    return "none"
-
-
 _DECLARED = frozenset({var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {v.name for v in _CHECKED})
 
 
@@ -437,12 +426,6 @@ def variable(name: str) -> str | None:
     if name not in _DECLARED:
         raise KeyError(f"{name} is not a declared variable (config._settings.Settings or SDK_VARIABLES)")
     return env_str(name)
-
-
-def otlp_variable(signal: str, key: str) -> str | None:
-    """``OTEL_EXPORTER_OTLP_{signal}_{key}``, else ``OTEL_EXPORTER_OTLP_{key}``, as the SDK's exporters read them
-    (``signal``: ``"TRACES"``, ``"METRICS"``)."""
-    return variable(f"{_OTLP}{signal}_{key}") or variable(_OTLP + key)
 
 
 def handed_over() -> dict[str, str]:

@@ -1,6 +1,6 @@
 """OTLP exporter headers: read once, as the OTel specification says, and checked for each transport.
 
-Read (:func:`env_headers`): ``OTEL_EXPORTER_OTLP_{SIGNAL}_HEADERS`` (``TRACES``, ``METRICS``), else
+Read (``_otlp.resolve_otlp``): ``OTEL_EXPORTER_OTLP_{SIGNAL}_HEADERS`` (``TRACES``, ``METRICS``), else
 ``OTEL_EXPORTER_OTLP_HEADERS``: the signal's variable replaces the generic one whole. Comma-separated
 ``key=value`` items, each key and value whitespace-trimmed and percent-decoded, names lowercased; a malformed
 item is skipped with a warning.
@@ -22,10 +22,9 @@ from __future__ import annotations
 import re
 from collections.abc import Mapping
 
-from ._environment import otlp_variable
-from ._values import parse_headers, warn_once
+from ._values import warn_once
 
-__all__ = ["GrpcMetadata", "env_headers", "grpc_metadata", "http_headers"]
+__all__ = ["GrpcMetadata", "grpc_metadata", "http_headers"]
 
 GrpcMetadata = tuple[tuple[str, str | bytes], ...]
 """gRPC call metadata: (key, value) pairs, a ``-bin`` key's value as bytes."""
@@ -34,13 +33,6 @@ _HTTP_NAME = re.compile(r"[!#$%&'*+\-.^_`|~0-9A-Za-z]+")
 _HTTP_BAD_VALUE = re.compile(r"[\x00-\x08\x0a-\x1f\x7f]")  # all C0 controls but TAB, and DEL
 _GRPC_KEY = re.compile(r"[0-9a-z_.\-]+")
 _GRPC_VALUE = re.compile(r"[\x20-\x7e]*")
-
-
-def env_headers(signal: str) -> dict[str, str]:
-    """The headers of ``OTEL_EXPORTER_OTLP_{signal}_HEADERS``, else of ``OTEL_EXPORTER_OTLP_HEADERS`` (see the
-    module docstring); ``{}`` when neither is set."""
-    raw = otlp_variable(signal, "HEADERS")
-    return parse_headers(raw, f"OTEL_EXPORTER_OTLP_[{signal}_]HEADERS") if raw else {}
 
 
 def _skip(transport: str, name: object, problem: str) -> None:

@@ -11,7 +11,6 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from .._configure import Handle, configure
 from ..analysis._display import Output
 from ..analysis._display import info_stream as _info
 from ..analysis._progress import Progress
@@ -27,6 +26,7 @@ from ..metrics._records import SpanRecord
 from ..metrics._summary import FAILED, HUNG, OK, SLOW, verdict
 from ..metrics._table import StepMetrics
 from ..metrics._verdicts import count_verdicts, sample_key
+from ..setup import Handle, configure
 from ._agent import SimConfig, failed, run_samples
 from ._trainer import (
     MISBEHAVE_FROM_STEP,

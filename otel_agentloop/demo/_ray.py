@@ -18,7 +18,6 @@ from typing import Any
 
 import otel_agentloop
 
-from .._configure import configure, current_handle
 from ..analysis._display import info_stream as _info
 from ..analysis._progress import Progress
 from ..analysis._terminal import counted
@@ -31,6 +30,7 @@ from ..integrations import ray as oal_ray
 from ..metrics._records import SpanRecord
 from ..metrics._table import PhaseTable
 from ..metrics._verdicts import Verdict
+from ..setup import configure, current_handle
 from ._agent import SimConfig, failed, run_samples
 from ._main import StepOutcome, finish, misbehaviour, report_step, sim_config, sim_watchdog, verdict_counts
 from ._trainer import run_trainer_phases, slowdown, trainer_metrics, validation_config

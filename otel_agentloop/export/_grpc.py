@@ -23,7 +23,8 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
-from ..config._headers import GrpcMetadata, env_headers, grpc_metadata
+from ..config._headers import GrpcMetadata, grpc_metadata
+from ..config._otlp import OtlpTarget, resolve_otlp
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ._otlp_proto import encode_request, warn_rejected
 from ._sending import SendingExporter
@@ -42,7 +43,6 @@ RETRYABLE = (
 """The status codes retried (the SDK's list), unless ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``
 names others."""
 MAX_TRIES = 6
-_TLS_FILES = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
 
 
 @dataclass(frozen=True)
@@ -56,37 +56,32 @@ class GrpcTarget:
     retryable: tuple[str, ...]
 
 
-def _both(name: str) -> str | None:
-    return variable(f"OTEL_EXPORTER_OTLP_TRACES_{name}") or variable(f"OTEL_EXPORTER_OTLP_{name}")
-
-
 def grpc_target(endpoint: str | None, headers: Mapping[str, object] | None) -> GrpcTarget:
     """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): ``endpoint``
     and ``headers`` arguments win over the variables."""
-    endpoint = endpoint or _both("ENDPOINT") or DEFAULT_ENDPOINT
+    return target_of(resolve_otlp("TRACES", endpoint, headers))
+
+
+def target_of(otlp: OtlpTarget) -> GrpcTarget:
+    """Where and how to connect to the resolved ``otlp`` (``config._otlp``), as the SDK's gRPC span exporter
+    does (see the module docstring)."""
+    endpoint = otlp.endpoint or DEFAULT_ENDPOINT
     try:
         parsed = urlparse(endpoint)
     except ValueError:  # "http://[::1": gRPC is handed the text as it is, and fails to connect (counted)
         parsed = urlparse("")
-    flag = _both("INSECURE")
     if parsed.scheme in ("https", "http"):
         insecure = parsed.scheme == "http"
-    elif flag is not None:
-        insecure = flag.lower() == "true"
+    elif otlp.insecure is not None:
+        insecure = otlp.insecure
     else:
         insecure = parsed.scheme == "http"
-    tls = None
-    if not insecure:
-        kind = "TRACES_" if variable("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE") else ""
-        tls = tuple(
-            variable(f"OTEL_EXPORTER_OTLP_{kind}{name}") for name in ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
-        )
     codes = variable("OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES")
     retryable = tuple(c.strip().upper() for c in codes.split(",") if c.strip()) if codes else RETRYABLE
     return GrpcTarget(
         target=parsed.netloc or endpoint,
-        tls=tls,  # type: ignore[arg-type]
-        headers=grpc_metadata(env_headers("TRACES") if headers is None else headers),
+        tls=None if insecure else otlp.grpc_tls,
+        headers=grpc_metadata(otlp.headers if otlp.given_headers is None else otlp.given_headers),
         retryable=retryable,
     )
 

@@ -35,8 +35,8 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ..config._environment import otlp_variable
 from ..config._headers import http_headers
+from ..config._otlp import OtlpTarget, resolve_otlp
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ._otlp_json import encode_request
 from ._sending import SendingExporter
@@ -96,16 +96,20 @@ class OTLPJsonHttpExporter(SendingExporter):
     def __init__(
         self,
         endpoint: str,
-        headers: Mapping[str, str] | None = None,
+        headers: Mapping[str, object] | None = None,
         timeout_s: float = 10.0,
         *,
         compression: str | None = None,
         certificate_file: str | None = None,
         client_key_file: str | None = None,
         client_certificate_file: str | None = None,
+        otlp: OtlpTarget | None = None,
     ) -> None:
+        """``otlp``: the resolved settings (``config._otlp``) that arguments left ``None`` come from (default: the
+        environment's)."""
+        otlp = otlp if otlp is not None else resolve_otlp("TRACES")
         self.endpoint = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-        chosen = (compression or otlp_variable("TRACES", "COMPRESSION") or self.default_compression).lower()
+        chosen = (compression or otlp.compression or self.default_compression).lower()
         if chosen not in COMPRESSIONS:
             warn_once(
                 f"{self.protocol}-compression",
@@ -130,9 +134,9 @@ class OTLPJsonHttpExporter(SendingExporter):
             timeout_s = DEFAULT_TIMEOUT_S
         self.timeout_s = float(timeout_s)
         self.spans_unencodable = 0
-        self.verify: bool | str = certificate_file or otlp_variable("TRACES", "CERTIFICATE") or True
-        client_cert = client_certificate_file or otlp_variable("TRACES", "CLIENT_CERTIFICATE")
-        client_key = client_key_file or otlp_variable("TRACES", "CLIENT_KEY")
+        self.verify: bool | str = certificate_file or otlp.tls[0] or True
+        client_cert = client_certificate_file or otlp.tls[2]
+        client_key = client_key_file or otlp.tls[1]
         self.cert: str | tuple[str, str] | None = (
             (client_cert, client_key) if client_cert and client_key else client_cert
         )

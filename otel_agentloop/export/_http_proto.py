@@ -16,29 +16,24 @@ from typing import Any
 
 from opentelemetry.sdk.trace import ReadableSpan
 
-from ..config._environment import variable
-from ..config._headers import env_headers
+from ..config._otlp import OtlpTarget, resolve_otlp
 from ._http_json import OTLPJsonHttpExporter
 from ._otlp_proto import encode_request, warn_rejected
 
-DEFAULT_ENDPOINT = "http://localhost:4318/v1/traces"
 
-
-def http_target(endpoint: str | None, headers: Mapping[str, str] | None) -> tuple[str, dict[str, str]]:
+def http_target(endpoint: str | None, headers: Mapping[str, object] | None) -> tuple[str, dict[str, object]]:
     """The URL and headers, as the SDK's OTLP/HTTP exporter resolves them: an ``endpoint`` argument gets
     ``/v1/traces`` appended when it lacks it; else ``OTEL_EXPORTER_OTLP_TRACES_ENDPOINT`` as it is, else
     ``OTEL_EXPORTER_OTLP_ENDPOINT`` + ``/v1/traces``. The headers of ``OTEL_EXPORTER_OTLP_TRACES_HEADERS`` (else
     ``OTEL_EXPORTER_OTLP_HEADERS``), names lowercased, updated with ``headers``; unchecked (the exporter checks)."""
-    if endpoint is not None:
-        url = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-    else:
-        base = variable("OTEL_EXPORTER_OTLP_ENDPOINT")
-        url = variable("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT") or (
-            base.rstrip("/") + "/v1/traces" if base else DEFAULT_ENDPOINT
-        )
-    merged = env_headers("TRACES")
-    merged.update({str(k).lower(): v for k, v in (headers or {}).items()})
-    return url, merged  # the exporter skips, with a warning, an item HTTP cannot carry
+    return target_of(resolve_otlp("TRACES", endpoint, headers))
+
+
+def target_of(otlp: OtlpTarget) -> tuple[str, dict[str, object]]:
+    """The URL and headers of the resolved ``otlp`` (``config._otlp``), as :func:`http_target` says."""
+    merged: dict[str, object] = dict(otlp.headers)
+    merged.update({str(k).lower(): v for k, v in (otlp.given_headers or {}).items()})
+    return otlp.url, merged  # the exporter skips, with a warning, an item HTTP cannot carry
 
 
 class OTLPProtoHttpExporter(OTLPJsonHttpExporter):
@@ -49,7 +44,7 @@ class OTLPProtoHttpExporter(OTLPJsonHttpExporter):
     content_type = "application/x-protobuf"
     default_compression = "none"
 
-    def __init__(self, endpoint: str, headers: Mapping[str, str] | None = None, timeout_s: float = 10.0, **kw: Any):
+    def __init__(self, endpoint: str, headers: Mapping[str, object] | None = None, timeout_s: float = 10.0, **kw: Any):
         super().__init__(endpoint, headers, timeout_s, **kw)
         self.endpoint = endpoint  # as given (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as it is)
 

@@ -50,7 +50,6 @@ from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
 from .. import semconv as sc
-from .._configure import Handle, configure, current_handle, write_step_summary
 from ..config._environment import DRIVER_VARIABLE
 from ..config._settings import SPECS, resolve
 from ..core import _context
@@ -61,6 +60,7 @@ from ..core._scope import OpenSpan, Scope, span_of
 from ..core._state import state
 from ..core._tracer import current_tracer
 from ..metrics._table import PhaseTable, StepMetrics, compute_metrics
+from ..setup import Handle, configure, current_handle, write_step_summary
 from ._instrumentor import Instrumentor
 
 SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}

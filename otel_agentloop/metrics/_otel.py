@@ -29,8 +29,9 @@ from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
 from .. import semconv as sc
 from .._version import __version__
-from ..config._environment import compression, otlp_variable, variable
-from ..config._headers import env_headers, grpc_metadata, http_headers
+from ..config._environment import variable
+from ..config._headers import grpc_metadata, http_headers
+from ..config._otlp import OtlpTarget
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
 
@@ -69,10 +70,11 @@ _SAMPLE_ATTRS: tuple[str, ...] = (sc.RL_VALIDATE, sc.ERROR_TYPE)
 
 
 def exporter_choice(endpoint: str | None) -> str:
-    """``OTEL_METRICS_EXPORTER`` (first supported entry), default ``otlp`` with an OTLP endpoint, else ``none``."""
+    """``OTEL_METRICS_EXPORTER`` (first supported entry), default ``otlp`` with an OTLP ``endpoint`` (the metric
+    target's: ``config._otlp``), else ``none``."""
     raw = variable("OTEL_METRICS_EXPORTER")
     if raw is None:
-        return "otlp" if endpoint or otlp_variable("METRICS", "ENDPOINT") else "none"
+        return "otlp" if endpoint else "none"
     for item in raw.lower().split(","):
         if item.strip() in ("otlp", "console", "none"):
             return item.strip()
@@ -80,27 +82,30 @@ def exporter_choice(endpoint: str | None) -> str:
     return "none"
 
 
-def grpc_compression(signal: str) -> Any:
-    """The ``grpc.Compression`` for ``signal`` (``"TRACES"``, ``"METRICS"``; see ``config._environment.compression``):
-    passed explicitly, as the SDK's gRPC exporters raise on ``deflate`` and ``none``."""
+def grpc_compression(compression: str | None) -> Any:
+    """The ``grpc.Compression`` for a resolved target's ``compression`` (``config._otlp``; anything but ``gzip``
+    and ``deflate`` is none): passed explicitly, as the SDK's gRPC exporters raise on ``deflate`` and ``none``."""
     from grpc import Compression  # type: ignore[import-untyped]
 
-    names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate, "none": Compression.NoCompression}
-    return names[compression(signal)]
+    names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate}
+    return names.get(compression or "none", Compression.NoCompression)
 
 
-def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
-    """The SDK's OTLP metric exporter, sent only the headers its transport can carry (``config._headers``:
-    each item it cannot carry is skipped with a warning, as for the traces; the SDK would fail every export)."""
-    proto = (protocol or otlp_variable("METRICS", "PROTOCOL") or "grpc").lower()
-    headers = env_headers("METRICS")
-    if proto == "grpc":
+def _otlp_metric_exporter(otlp: OtlpTarget) -> Any:
+    """The SDK's OTLP metric exporter for the resolved ``otlp`` (its endpoint only when given as an argument:
+    else the SDK reads the variables as it does), sent only the headers its transport can carry
+    (``config._headers``: each item it cannot carry is skipped with a warning, as for the traces; the SDK would
+    fail every export)."""
+    endpoint, headers = otlp.given_endpoint, otlp.headers
+    if otlp.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
         insecure = True if endpoint is not None and endpoint.startswith("http://") else None
         # Any: a -bin key's value is bytes (gRPC takes them; the SDK's annotation says str)
         metadata: Any = (grpc_metadata(headers) or _NoHeaders()) if headers else None
-        return Grpc(endpoint=endpoint, insecure=insecure, compression=grpc_compression("METRICS"), headers=metadata)
+        return Grpc(
+            endpoint=endpoint, insecure=insecure, compression=grpc_compression(otlp.compression), headers=metadata
+        )
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
     if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
@@ -130,13 +135,11 @@ def _session_without(names: frozenset[str]) -> Any:
     return Session()
 
 
-def build_readers(
-    endpoint: str | None, protocol: str | None, *, interval_s: float = 60.0, timeout_s: float = 30.0
-) -> list[MetricReader]:
-    """The metric readers the environment asks for (see the module docstring), exporting every ``interval_s``
-    within ``timeout_s`` (``OTEL_METRIC_EXPORT_INTERVAL``/``_TIMEOUT`` as ``Settings`` resolved and bounded
-    them: passed explicitly, so the SDK never parses the variables itself)."""
-    choice = exporter_choice(endpoint)
+def build_readers(otlp: OtlpTarget, *, interval_s: float = 60.0, timeout_s: float = 30.0) -> list[MetricReader]:
+    """The metric readers the environment asks for (see the module docstring; ``otlp``: the metrics' resolved
+    target), exporting every ``interval_s`` within ``timeout_s`` (``OTEL_METRIC_EXPORT_INTERVAL``/``_TIMEOUT`` as
+    ``Settings`` resolved and bounded them: passed explicitly, so the SDK never parses the variables itself)."""
+    choice = exporter_choice(otlp.endpoint)
     if choice == "none":
         return []
     if choice == "console":
@@ -144,8 +147,7 @@ def build_readers(
 
         exporter: Any = ConsoleMetricExporter()
     else:
-        explicit = endpoint if not variable("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
-        exporter = _otlp_metric_exporter(explicit, protocol)
+        exporter = _otlp_metric_exporter(otlp)
     return [
         PeriodicExportingMetricReader(
             exporter, export_interval_millis=interval_s * 1000, export_timeout_millis=timeout_s * 1000

@@ -25,8 +25,8 @@ STEP = 31
 def _describe() -> dict:
     import os
 
-    from otel_agentloop._configure import current_handle
     from otel_agentloop.integrations import verl as oal_verl
+    from otel_agentloop.setup import current_handle
 
     handle = current_handle()
     return {

@@ -15,8 +15,8 @@ class ProbeTaskRunner:
         import transfer_queue as tq
         from omegaconf import OmegaConf
 
-        from otel_agentloop._configure import current_handle
         from otel_agentloop.integrations import verl as oal_verl
+        from otel_agentloop.setup import current_handle
 
         if not oal_verl.is_instrumented() or current_handle() is None:
             raise RuntimeError("the setup hook did not configure and instrument this Ray worker")

@@ -30,9 +30,9 @@ pytest.importorskip("vllm.outputs", reason="vLLMHttpServer needs vLLM: run in th
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from otel_agentloop._configure import current_handle
 from otel_agentloop.integrations import ray as oal_ray
 from otel_agentloop.integrations.verl import _engine_path
+from otel_agentloop.setup import current_handle
 from tests.otlp_receiver import Receiver, start_grpc, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]

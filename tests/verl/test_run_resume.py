@@ -23,9 +23,9 @@ import pytest
 import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
-from otel_agentloop._configure import process_run_id
 from otel_agentloop.analysis._decode import read_jsonl
 from otel_agentloop.integrations.verl import _run
+from otel_agentloop.setup import process_run_id
 
 DRIVER = textwrap.dedent("""
     import json, sys

@@ -14,7 +14,6 @@ from collections.abc import Callable, Generator, Mapping
 from typing import Any
 
 from ... import semconv as sc
-from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
 from ...core._lifecycle import finish
@@ -22,6 +21,7 @@ from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ...metrics._verdicts import apply_verdicts
+from ...setup import current_handle, write_step_summary
 from . import _engine_path
 from . import _patching as patching
 from ._rows import OpenSampleRows, identity_int, read_identity

@@ -34,8 +34,8 @@ from opentelemetry import trace
 from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
-from ..._configure import current_handle
 from ...core._guard import internal_error, warn_once
+from ...setup import current_handle
 from .._engine import engine_attributes, trace_headers
 from ..vllm._wrappers import engine_service_name
 from . import _patching as patching

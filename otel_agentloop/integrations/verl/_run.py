@@ -27,9 +27,9 @@ import os
 import time
 from typing import Any
 
-from ..._configure import adopt_run_id, current_handle, process_run_id
 from ...config._settings import resolve
 from ...core._guard import internal_error, logger
+from ...setup import adopt_run_id, current_handle, process_run_id
 from . import _patching as patching
 
 CONSTANTS_PPO = "verl.trainer.constants_ppo"

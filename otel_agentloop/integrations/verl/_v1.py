@@ -27,7 +27,6 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from ... import semconv as sc
-from ..._configure import current_handle, write_step_summary
 from ...core import _context
 from ...core._guard import internal_error
 from ...core._lifecycle import finish, open_span
@@ -35,6 +34,7 @@ from ...core._scope import span_of
 from ...core._state import state
 from ...core._tracer import current_tracer
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
+from ...setup import current_handle, write_step_summary
 from . import _patching as patching
 from ._agent_loop import (
     CARRIER_KEY,

@@ -93,12 +93,12 @@ def _apply(module: Any) -> None:
 
 def _endpoint() -> str | None:
     """The configured OTLP endpoint when it speaks gRPC (what vLLM exports), else ``None``."""
-    from ..._configure import current_handle
+    from ...setup import current_handle
 
     handle = current_handle()
-    if handle is None or handle.settings.protocol != "grpc":
+    if handle is None or handle.otlp.traces.protocol != "grpc":
         return None
-    return handle.settings.endpoint
+    return handle.otlp.traces.endpoint
 
 
 class VllmInstrumentor(Instrumentor):

@@ -101,7 +101,7 @@ def _give_endpoint(vllm_config: Any, endpoint: Callable[[], str | None]) -> None
 
 def engine_service_name() -> str | None:
     """The service name the engine's own processes export under: the configured one (the same service)."""
-    from ..._configure import current_handle
+    from ...setup import current_handle
 
     handle = current_handle()
     return handle.settings.service_name if handle is not None and handle.settings.service_name else None
