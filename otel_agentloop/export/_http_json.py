@@ -211,28 +211,10 @@ class OTLPJsonHttpExporter(SendingExporter):
                     allow_redirects=False,
                     stream=True,
                 )
-                answer = _discard_answer(response, deadline)
-                status = response.status_code
-                if 200 <= status < 300:
-                    self._answered(response, answer)
-                    return SpanExportResult.SUCCESS
-                if 300 <= status < 400:
-                    warn_once(
-                        f"{self.protocol}-redirect",
-                        "otel_agentloop: OTLP %s endpoint %s answered HTTP %d (Location: %r); redirects "
-                        "are not followed, so spans are counted as failed: set the endpoint to the final URL",
-                        self.protocol,
-                        self.endpoint,
-                        status,
-                        response.headers.get("Location"),
-                    )
-                    return SpanExportResult.FAILURE
-                retry = status in _RETRYABLE
-                reason = f"HTTP {status}"
-                if retry:
-                    wait = retry_after_s(response.headers.get("Retry-After"))
-                    if wait is not None:
-                        wait = max(wait, MIN_RETRY_WAIT_S)
+                judged = self._judge(response, deadline)
+                if isinstance(judged, SpanExportResult):
+                    return judged
+                retry, reason, wait = judged
             except requests.exceptions.SSLError as exc:
                 retry, reason = False, f"TLS: {exc}"
             except (requests.exceptions.ConnectionError, requests.exceptions.Timeout) as exc:
@@ -256,6 +238,32 @@ class OTLPJsonHttpExporter(SendingExporter):
                 return SpanExportResult.FAILURE
             if wait > 0 and self._stop.wait(wait):
                 return SpanExportResult.FAILURE
+
+    def _judge(self, response: Any, deadline: float) -> SpanExportResult | tuple[bool, str, float | None]:
+        """A 2xx answer is SUCCESS, a 3xx FAILURE (warned once, not followed); any other: (retry it?, the reason,
+        the wait its ``Retry-After`` asks for: ``None`` when it asks none)."""
+        answer = _discard_answer(response, deadline)
+        status = response.status_code
+        if 200 <= status < 300:
+            self._answered(response, answer)
+            return SpanExportResult.SUCCESS
+        if 300 <= status < 400:
+            warn_once(
+                f"{self.protocol}-redirect",
+                "otel_agentloop: OTLP %s endpoint %s answered HTTP %d (Location: %r); redirects "
+                "are not followed, so spans are counted as failed: set the endpoint to the final URL",
+                self.protocol,
+                self.endpoint,
+                status,
+                response.headers.get("Location"),
+            )
+            return SpanExportResult.FAILURE
+        wait = None
+        if status in _RETRYABLE:
+            wait = retry_after_s(response.headers.get("Retry-After"))
+            if wait is not None:
+                wait = max(wait, MIN_RETRY_WAIT_S)
+        return status in _RETRYABLE, f"HTTP {status}", wait
 
     def shutdown(self) -> None:
         """Stop: abort a back-off wait and close the connections; never blocks on the network."""

@@ -13,10 +13,10 @@ from opentelemetry.sdk.resources import Resource
 from .. import semconv as sc
 from ..config._environment import handed_over
 from ..config._options import Options, settings_from_options
-from ..config._otlp import otlp_settings
+from ..config._otlp import OtlpSettings, otlp_settings
 from ..config._settings import Settings
 from ..core import _tracer
-from ..core._state import state
+from ..core._state import Saved, state
 from ..export._step_summary import StepSummaryWriter
 from ..metrics import _otel as _otel_metrics
 from ..metrics._processor import PhaseMetricsProcessor
@@ -86,8 +86,9 @@ def configure(service_name: str | None = None, **options: Unpack[Options]) -> Ha
 
 
 def _build(s: Settings, options: Options) -> Handle:
-    """Install what resolved settings ``s`` and the objects among ``options`` describe (see :func:`configure`);
-    the caller holds ``state.lock``."""
+    """Install what resolved settings ``s`` and the objects among ``options`` describe (see :func:`configure`)
+    and make its handle the current one (its shutdown restores what was current); the caller holds
+    ``state.lock``."""
     saved = state.save()
     metrics = PhaseMetricsProcessor(max_steps=s.max_steps, max_samples_per_step=s.max_samples_per_step)
     state.content.set(s.capture_content, s.max_content_chars, options.get("redact"))
@@ -96,24 +97,23 @@ def _build(s: Settings, options: Options) -> Handle:
     if worker:
         state.defaults.worker = worker
     otlp = otlp_settings(s)
-    if not s.enabled:
+    if s.enabled:
+        handle = _build_tracing(s, otlp, options, metrics, saved)
+    else:
         _tracer.set_disabled(True)
-        worker_env = _worker_env(s, None)
-        disabled = Handle(
-            None,
-            metrics,
-            (),
-            None,
-            "disabled",
-            None,
-            s,
-            otlp=otlp,
-            worker_env=worker_env,
-            parent=state.handle,
-            saved=saved,
+        handle = Handle(
+            None, metrics, (), None, "disabled", None, s, otlp=otlp, worker_env=_worker_env(s, None), saved=saved
         )
-        state.handle = disabled
-        return disabled
+    state.handle = handle
+    if s.enabled:
+        metrics.add_hooks(_ExportCounters(handle))
+    return handle
+
+
+def _build_tracing(
+    s: Settings, otlp: OtlpSettings, options: Options, metrics: PhaseMetricsProcessor, saved: Saved
+) -> Handle:
+    """The handle of tracing on: provider, exporters, keeper, live view and step summaries installed."""
     _tracer.set_disabled(False)
     s, resource = _resource(s)
     provider, selective = _provider(s, resource, metrics, options)
@@ -128,8 +128,7 @@ def _build(s: Settings, options: Options) -> Handle:
     live = _live_view(s, otlp.metrics, provider, metrics, export_processors, options.get("metric_readers") or ())
     summaries = StepSummaryWriter(resource, export_processors)
     metrics.add_hooks(summaries)
-    worker_env = _worker_env(s, otlp.traces.endpoint if s.traces_exporter == "otlp" else None)
-    handle = Handle(
+    return Handle(
         provider,
         metrics,
         export_processors,
@@ -138,15 +137,11 @@ def _build(s: Settings, options: Options) -> Handle:
         keeper,
         s,
         otlp=otlp,
-        worker_env=worker_env,
+        worker_env=_worker_env(s, otlp.traces.endpoint if s.traces_exporter == "otlp" else None),
         live=live,
         summaries=summaries,
-        parent=state.handle,
         saved=saved,
     )
-    state.handle = handle  # current until its shutdown, which restores ``saved``
-    metrics.add_hooks(_ExportCounters(handle))
-    return handle
 
 
 def _resource(s: Settings) -> tuple[Settings, Resource]:

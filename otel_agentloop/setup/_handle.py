@@ -31,6 +31,8 @@ from ..metrics._processor import PhaseMetricsProcessor
 from ..metrics._summary import StepSummary
 from ..metrics._table import PhaseTable, StepMetrics
 
+__all__ = ["Handle", "_ExportCounters", "current_handle", "write_step_summary"]
+
 
 class Handle:
     """What :func:`configure` returns: the provider, the metrics processor, and bounded flush/shutdown.
@@ -53,7 +55,6 @@ class Handle:
         worker_env: dict[str, str],
         live: LiveMonitor | None = None,
         summaries: StepSummaryWriter | None = None,
-        parent: Handle | None = None,
         saved: Saved | None = None,
     ) -> None:
         self.provider = provider
@@ -74,7 +75,7 @@ class Handle:
         tracing is off."""
         self._previous = previous
         self._closed = False
-        self._parent = parent  # the handle that was current when this one was configured
+        self._parent: Handle | None = state.handle  # the handle current when this one was configured
         self._saved = saved  # what configure() replaced, restored by shutdown()
         after_fork_in_child(self, "_after_fork")
 

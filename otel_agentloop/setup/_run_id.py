@@ -13,6 +13,9 @@ from ..config._settings import Settings
 from ..core._guard import logger
 from ._handle import current_handle
 
+__all__ = ["_run_identity", "adopt_run_id", "new_run_id", "process_run_id"]
+
+
 _run_lock = threading.Lock()
 _generated_run: list[str] = []  # this process's generated (run id, attempt), once: a reconfigure keeps them
 

@@ -31,6 +31,17 @@ from ..health import _watchdog
 from ..metrics import _otel as _otel_metrics
 from ..metrics._processor import PhaseMetricsProcessor
 
+__all__ = [
+    "RESERVED_ATTRIBUTES",
+    "_export_processors",
+    "_export_targets",
+    "_install",
+    "_keeper",
+    "_live_view",
+    "_provider",
+]
+
+
 RESERVED_ATTRIBUTES = 16
 """Room this library adds to the span attribute count limit for its own identity attributes (``rl.*``,
 ``gen_ai.*``, ``error.type``): ``OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT=4`` still gives 4 attributes to the user's
