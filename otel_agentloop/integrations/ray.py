@@ -51,6 +51,7 @@ from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapProp
 
 from .. import semconv as sc
 from ..config._environment import DRIVER_VARIABLE
+from ..config._otlp import resolve_otlp
 from ..config._settings import SPECS, resolve
 from ..core import _context
 from ..core._guard import internal_error, logger, warn_once
@@ -216,14 +217,8 @@ def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
             warn_once(
                 "ray.driver_settings", "otel_agentloop: malformed %s in this Ray worker; ignored", DRIVER_VARIABLE
             )
-    if any(
-        os.environ.get(key, "").strip()
-        for key in (
-            "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT",
-            "OTEL_EXPORTER_OTLP_ENDPOINT",
-            "OTEL_AGENTLOOP_FILE",
-            "OTEL_TRACES_EXPORTER",
-        )
+    if resolve_otlp("TRACES").endpoint is not None or any(
+        os.environ.get(key, "").strip() for key in ("OTEL_AGENTLOOP_FILE", "OTEL_TRACES_EXPORTER")
     ):
         return None  # this node's environment chose where spans go
     warn_once(
