@@ -158,3 +158,36 @@ def test_the_environment_is_read_only_through_the_declaration() -> None:
     ]
     assert found == []
     assert all((PACKAGE / name).exists() for name in ENVIRONMENT_READERS)
+
+
+def _otlp_reads(path: Path) -> list[str]:
+    """Calls in ``path`` that read an ``OTEL_EXPORTER_OTLP_*`` variable: ``variable``/``env_str``/``getenv``/``get``
+    of a name written there, or ``otlp_variable``."""
+    found = []
+    for node in ast.walk(ast.parse(path.read_text())):
+        if not isinstance(node, ast.Call):
+            continue
+        func = node.func
+        name = func.id if isinstance(func, ast.Name) else func.attr if isinstance(func, ast.Attribute) else ""
+        texts = [
+            part.value
+            for arg in node.args[:1]
+            for part in ([arg] if isinstance(arg, ast.Constant) else getattr(arg, "values", []))
+            if isinstance(part, ast.Constant) and isinstance(part.value, str)
+        ]
+        named = name in ("variable", "env_str", "getenv", "get") and any("OTEL_EXPORTER_OTLP" in t for t in texts)
+        if named or name == "otlp_variable":
+            found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {name}")
+    return found
+
+
+def test_only_config_otlp_reads_the_otlp_exporter_variables() -> None:
+    """Every exporter reads its resolved ``OtlpTarget``: the ``OTEL_EXPORTER_OTLP_*`` variables are read in
+    ``config/_otlp.py`` alone (``Settings`` declares some, ``_environment`` checks them all)."""
+    found = [
+        read
+        for path in sorted(PACKAGE.rglob("*.py"))
+        if path.relative_to(PACKAGE).as_posix() != "config/_otlp.py"
+        for read in _otlp_reads(path)
+    ]
+    assert found == []

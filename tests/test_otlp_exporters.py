@@ -322,3 +322,42 @@ def test_configure_exports_records_without_materialising_them(protocol, tmp_path
     assert sorted(names) == ["execute_tool search"] * 3 + ["rl.sample"] * 3, names
     assert stats["exported"] == 6 and stats["failed"] == stats["dropped"] == 0, stats
     assert not built
+
+
+def test_configure_resolves_the_otlp_settings_once_signal_over_generic_and_the_exporter_reads_them(
+    monkeypatch: pytest.MonkeyPatch,
+) -> None:
+    """``handle.otlp``: each signal's variable over the generic one, as the OTel specification says; the trace
+    exporter connects, compresses and sends headers as it says, and the metrics get their own."""
+    import otel_agentloop as oal
+
+    receiver = Receiver()
+    server, endpoint = start_http(receiver)
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://127.0.0.1:9")  # the traces' own wins
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", endpoint + "/v1/traces")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", "http/protobuf")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_COMPRESSION", "gzip")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", "deflate")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-generic=1")
+    monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "x-traces=2")
+    monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
+    handle = oal.configure("otlp-once", set_global=False, schedule_delay_s=0.05)
+    try:
+        traces, metrics = handle.otlp.traces, handle.otlp.metrics
+        assert (traces.url, traces.source) == (endpoint + "/v1/traces", "OTEL_EXPORTER_OTLP_TRACES_ENDPOINT")
+        assert (traces.protocol, traces.compression, dict(traces.headers)) == (
+            "http/protobuf",
+            "deflate",
+            {"x-traces": "2"},
+        )
+        assert (metrics.endpoint, metrics.url) == ("http://127.0.0.1:9", "http://127.0.0.1:9/v1/metrics")
+        assert (metrics.compression, dict(metrics.headers)) == ("gzip", {"x-generic": "1"})
+        with oal.sample(0, step=1):
+            pass
+        assert handle.force_flush(10)
+    finally:
+        handle.shutdown(5)
+        server.shutdown()
+    assert [r.name for r in receiver.records] == ["rl.sample"]
+    sent = receiver.headers[0]
+    assert sent["content-encoding"] == "deflate" and sent["x-traces"] == "2" and "x-generic" not in sent
