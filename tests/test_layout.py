@@ -148,7 +148,7 @@ def environment_reads(path: Path) -> list[str]:
 
 def test_the_environment_is_read_only_through_the_declaration() -> None:
     """Outside ``config/`` (which declares every variable: ``Settings`` and ``SDK_VARIABLES``), the library
-    reads variables through ``config._environment.variable``/``otlp_variable`` or resolved settings."""
+    reads variables through ``config._environment.variable`` or resolved settings (``Settings``, ``config._otlp``)."""
     found = [
         read
         for path in sorted(PACKAGE.rglob("*.py"))
