@@ -7,9 +7,9 @@ import threading
 from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
-from .. import semconv as sc
-from ..core._guard import after_fork_in_child, internal_error
-from ..metrics._records import SpanRecord
+from ... import semconv as sc
+from ...core._guard import after_fork_in_child, internal_error
+from ...metrics._records import SpanRecord
 
 SampleKey = tuple[int, int]
 

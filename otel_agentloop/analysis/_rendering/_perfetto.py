@@ -44,12 +44,12 @@ from collections.abc import Generator, Iterable, Mapping
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import semconv as sc
-from ..metrics._records import SpanRecord
-from ..metrics._summary import HUNG, OK, SLOW
-from ..metrics._verdicts import StepVerdicts
-from ._engine import engine_parts
-from ._report import build_report, step_verdicts, stored_summaries
+from ... import semconv as sc
+from ...metrics._records import SpanRecord
+from ...metrics._summary import HUNG, OK, SLOW
+from ...metrics._verdicts import StepVerdicts
+from .._reading._engine import engine_parts
+from .._reading._report import build_report, step_verdicts, stored_summaries
 
 SampleKey = tuple[int, int]
 SpanKey = tuple[int, int]

@@ -18,11 +18,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from .. import semconv as sc
-from ..metrics._records import SpanRecord
-from ._engine import ENGINE_PARTS, Part, engine_note, engine_parts
+from ... import semconv as sc
+from ...metrics._records import SpanRecord
+from .._reading._engine import ENGINE_PARTS, Part, engine_parts
+from .._reading._step_view import StepView, build_step_view, is_snapshot
+from ._engine_text import engine_note
 from ._html import HEAD, fill, jaeger_ui_base, write_page
-from ._step_view import StepView, build_step_view, is_snapshot
 
 _MS = 1e6  # ns per ms
 

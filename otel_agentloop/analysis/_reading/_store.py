@@ -19,13 +19,13 @@ from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
 from typing import Any
 
-from .. import semconv as sc
-from ..export._rolled import INDEX, ROLL_NS, SUMMARIES
-from ..metrics._records import SpanRecord
+from ... import semconv as sc
+from ...export._rolled import INDEX, ROLL_NS, SUMMARIES
+from ...metrics._records import SpanRecord
 from ._decode import Skipped, read_jsonl
 from ._report import stored_summaries
 from ._runs import MAX_ID_CHARS, RunKey, RunNotFoundError, StepKey, key_label, run_key
-from ._terminal import printable
+from ._text import printable
 
 Note = Callable[[str], None]
 

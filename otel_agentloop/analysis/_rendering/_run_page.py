@@ -19,12 +19,12 @@ import os
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
-from .. import semconv as sc
-from ..metrics._summary import FAILED, HUNG, SLOW, Distribution
+from ... import semconv as sc
+from ...metrics._summary import FAILED, HUNG, SLOW, Distribution
 from ._html import HEAD, fill, write_page
 
 if TYPE_CHECKING:
-    from ._runs import RunSteps, StepKey
+    from .._reading._runs import RunSteps, StepKey
 
 PHASES = (sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE)
 STEP_FIELDS = [

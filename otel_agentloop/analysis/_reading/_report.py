@@ -16,12 +16,12 @@ from __future__ import annotations
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
 
-from .. import semconv as sc
-from ..metrics._processor import PhaseMetricsProcessor
-from ..metrics._records import SpanRecord
-from ..metrics._summary import StepSummary, sample_causes, summarize
-from ..metrics._table import OverdueSample, PhaseTable, StepMetrics, compute_metrics
-from ..metrics._verdicts import FAILED, HUNG, StepVerdicts, Verdict, apply_verdicts, classify_reported, count_verdicts
+from ... import semconv as sc
+from ...metrics._processor import PhaseMetricsProcessor
+from ...metrics._records import SpanRecord
+from ...metrics._summary import StepSummary, sample_causes, summarize
+from ...metrics._table import OverdueSample, PhaseTable, StepMetrics, compute_metrics
+from ...metrics._verdicts import FAILED, HUNG, StepVerdicts, Verdict, apply_verdicts, classify_reported, count_verdicts
 
 SampleKey = tuple[int, int]
 

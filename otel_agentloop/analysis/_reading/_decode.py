@@ -18,8 +18,8 @@ from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
 
-from .. import semconv as sc
-from ..metrics._records import SpanRecord
+from ... import semconv as sc
+from ...metrics._records import SpanRecord
 
 _INT64 = 1 << 63
 _DECIMAL = re.compile(r"-?[0-9]{1,20}")

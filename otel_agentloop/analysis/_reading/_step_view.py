@@ -18,18 +18,56 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
 from typing import Any
 
-from .. import semconv as sc
-from ..metrics._accumulate import add_interval
-from ..metrics._records import SpanRecord
-from ..metrics._summary import FAILED, HUNG, OK, SLOW, VERDICTS
-from ..metrics._table import OverdueSample
-from ..metrics._verdicts import StepVerdicts
+from ... import semconv as sc
+from ...metrics._accumulate import add_interval
+from ...metrics._records import SpanRecord
+from ...metrics._summary import FAILED, HUNG, OK, SLOW, VERDICTS
+from ...metrics._table import OverdueSample
+from ...metrics._verdicts import StepVerdicts
 from ._engine import Part, engine_parts
 from ._report import adopt_unstepped, build_report, step_verdicts
-from ._waterfall import order_spans
 
 SampleKey = tuple[int, int]
 __all__ = ["FAILED", "HUNG", "OK", "SLOW", "SampleView", "StepView", "build_step_view", "is_snapshot"]
+
+
+def order_spans(spans: Sequence[SpanRecord]) -> list[tuple[int, SpanRecord]]:
+    """Spans as (depth, span) in tree order (children by start time); orphans hang off the top level.
+
+    Iterative and cycle-safe: every span appears exactly once, however deep the tree; a span that is its own
+    parent, or a cycle of parents, is drawn from its earliest span as a top-level one.
+    """
+    by_id = {s.span_id: s for s in spans}
+    children: dict[int, list[SpanRecord]] = {}
+    roots: list[SpanRecord] = []
+    for s in spans:
+        if s.parent_id and s.parent_id in by_id and s.parent_id != s.span_id:
+            children.setdefault(s.parent_id, []).append(s)
+        else:
+            roots.append(s)
+    for kids in children.values():
+        kids.sort(key=lambda c: (c.start_ns, c.name))
+    out: list[tuple[int, SpanRecord]] = []
+    seen: set[int] = set()  # id() of the spans placed: duplicate span ids and cycles place each span once
+
+    def walk(root: SpanRecord) -> None:
+        stack = [(0, root)]
+        while stack:
+            depth, span = stack.pop()
+            if id(span) in seen:
+                continue
+            seen.add(id(span))
+            out.append((depth, span))
+            kids = children.get(span.span_id, ())
+            stack.extend((depth + 1, c) for c in reversed(kids) if id(c) not in seen)
+
+    for root in sorted(roots, key=lambda r: (r.name != sc.SAMPLE_SPAN, r.start_ns)):
+        walk(root)
+    if len(seen) < len(spans):  # spans only reachable through a cycle of parents
+        for s in sorted(spans, key=lambda r: (r.start_ns, r.name)):
+            if id(s) not in seen:
+                walk(s)
+    return out
 
 
 def is_snapshot(rec: SpanRecord) -> bool:

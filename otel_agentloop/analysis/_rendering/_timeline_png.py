@@ -6,9 +6,9 @@ from typing import Any
 
 import numpy as np
 
-from .. import semconv as sc
-from ..metrics._summary import FAILED, HUNG, OK, SLOW
-from ._step_view import StepView
+from ... import semconv as sc
+from ...metrics._summary import FAILED, HUNG, OK, SLOW
+from .._reading._step_view import StepView
 from ._waterfall import LITERAL_TEXT
 
 PALETTE = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}

@@ -17,13 +17,13 @@ from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
-from .. import semconv as sc
-from ..config._environment import variable
-from ..metrics._records import SpanRecord
+from ... import semconv as sc
+from ...config._environment import variable
+from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
 from ._runs import group_runs, steps_text
-from ._terminal import printable
+from ._text import printable
 
 EPOCH = datetime(1970, 1, 2, tzinfo=timezone.utc)
 """Where a search without ``--since`` starts: everything Jaeger keeps, whatever its retention. A day after the Unix

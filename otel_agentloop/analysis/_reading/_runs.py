@@ -12,15 +12,14 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from datetime import datetime, timezone
 from typing import Any
 
-from .. import semconv as sc
-from ..export._clean import clean_text
-from ..metrics._records import SpanRecord
-from ..metrics._summary import StepSummary
+from ... import semconv as sc
+from ...export._clean import clean_text
+from ...metrics._records import SpanRecord
+from ...metrics._summary import StepSummary
 from ._report import stored_summaries
-from ._terminal import printable
+from ._text import printable
 
 NO_RUN_ID = "(no run id)"
 """The label's prefix of a run made of records without ``rl.run.id``: ``(no run id) service NAME``."""
@@ -241,42 +240,6 @@ def latest_attempts(
         if (key := _step_key(r)) is None or key not in latest or attempt_of(r.resource) == latest[key]
     ]
     return kept, rerun
-
-
-def _time(ns: int) -> str:
-    if not ns:
-        return "-"
-    return datetime.fromtimestamp(ns / 1e9, timezone.utc).strftime("%Y-%m-%d %H:%M:%S")
-
-
-def runs_table(runs: Sequence[Run]) -> list[list[str]]:
-    """The ``report --runs`` rows (a header first): the latest run last, marked ``*``."""
-    rows = [["run", "attempts", "steps", "val", "samples", "first (UTC)", "last (UTC)", "service"]]
-    latest = max(runs, key=lambda r: (r.first_ns, r.key)) if runs else None
-    for run in runs:
-        steps = run.steps()
-        train = [s for s, v in steps if not v]
-        val = sum(v for _, v in steps)
-        span = f"{min(train)}..{max(train)} ({len(train)})" if train else "0"
-        rows.append(
-            [
-                ("* " if run is latest else "  ") + printable(run.label, max_chars=MAX_ID_CHARS),
-                ",".join(a or "-" for a in run.attempts),
-                span,
-                str(val),
-                str(run.samples()),
-                _time(run.first_ns),
-                _time(run.last_ns),
-                printable(run.service, max_chars=MAX_ID_CHARS),
-            ]
-        )
-    return rows
-
-
-def format_table(rows: Sequence[Sequence[str]]) -> str:
-    """Left-aligned columns, two spaces apart."""
-    widths = [max(len(row[i]) for row in rows) for i in range(len(rows[0]))] if rows else []
-    return "\n".join("  ".join(cell.ljust(w) for cell, w in zip(row, widths, strict=True)).rstrip() for row in rows)
 
 
 def one_run(records: Iterable[SpanRecord], run_id: str | None, note: Callable[[str], None]) -> list[SpanRecord]:

@@ -19,7 +19,7 @@ import time
 from collections.abc import Callable, Sequence
 from typing import TYPE_CHECKING, Any
 
-from ..core._guard import internal_error
+from ...core._guard import internal_error
 from ._display import inflight_lines, live_view, rich_console
 
 if TYPE_CHECKING:

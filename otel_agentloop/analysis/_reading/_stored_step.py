@@ -17,11 +17,11 @@ import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
-from .. import semconv as sc
-from ..metrics._records import SpanRecord
-from ..metrics._summary import FAILED, StepSummary
-from ..metrics._table import OverdueSample
-from ..metrics._verdicts import StepVerdicts
+from ... import semconv as sc
+from ...metrics._records import SpanRecord
+from ...metrics._summary import FAILED, StepSummary
+from ...metrics._table import OverdueSample
+from ...metrics._verdicts import StepVerdicts
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerError
 from ._report import (

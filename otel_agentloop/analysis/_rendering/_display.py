@@ -12,16 +12,17 @@ import sys
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any, TextIO
 
-from .. import semconv as sc
-from ..metrics._summary import OK
-from ._engine import ENGINE_HEAD, engine_cells, engine_table
-from ._terminal import color_enabled, isatty, printable
+from ... import semconv as sc
+from ...metrics._summary import OK
+from .._reading._text import printable
+from ._engine_text import ENGINE_HEAD, engine_cells, engine_table
+from ._terminal import color_enabled, isatty
 
 if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
 
-    from ..metrics._records import SpanRecord
+    from ...metrics._records import SpanRecord
 
 _PHASES = ("generate_sequences", "tool_calls", "compute_score")
 _STAT_COLS = ("min", "mean", "p50", "p90", "p99", "max")
