@@ -23,6 +23,7 @@ from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_
 from ..analysis._reading._store import StoreError, is_store, read_steps
 from ..analysis._reading._text import printable
 from ..analysis._rendering._html import jaeger_ui_base
+from ..analysis._rendering._run_page import write_run_page
 from ..analysis._rendering._runs_text import format_table, run_steps_rows, runs_table
 from ..analysis._rendering._terminal import counted, say, say_json
 from ..analysis._rendering._timeline_html import write_step_pages
@@ -137,10 +138,6 @@ def _write_run_page(
             f"timeline pages for {len(pages)} of {len(steps.summaries)} steps (--step-pages {page_count}); "
             "for another step: report --step N --html FILE"
         )
-    from ..analysis._rendering._run_page import (
-        write_run_page,  # the page's template is only loaded when a page is written
-    )
-
     jaeger_ui = jaeger_ui_base(args.jaeger_ui)
     write_run_page(steps, args.html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
     say(

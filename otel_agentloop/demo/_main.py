@@ -12,11 +12,11 @@ from dataclasses import dataclass, replace
 from typing import Any
 
 from .._configure import Handle, configure
+from ..analysis._reading._timeline import TimelineRecorder
 from ..analysis._rendering._display import Output
 from ..analysis._rendering._display import info_stream as _info
 from ..analysis._rendering._progress import Progress
 from ..analysis._rendering._terminal import counted
-from ..analysis._reading._timeline import TimelineRecorder
 from ..analysis._rendering._waterfall import render_png
 from ..core import _context as ctx
 from ..core._trainer import trainer_phase

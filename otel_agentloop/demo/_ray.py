@@ -19,10 +19,10 @@ from typing import Any
 import otel_agentloop
 
 from .._configure import configure, current_handle
+from ..analysis._reading._timeline import TimelineRecorder
 from ..analysis._rendering._display import info_stream as _info
 from ..analysis._rendering._progress import Progress
 from ..analysis._rendering._terminal import counted
-from ..analysis._reading._timeline import TimelineRecorder
 from ..core import _context as ctx
 from ..core._trainer import trainer_phase
 from ..health._training import HealthMonitor
