@@ -78,94 +78,104 @@ class Comparison:
 
     def to_json(self) -> dict[str, Any]:
         """Plain JSON-able data (``report --compare --json`` prints it; the page draws it)."""
-
-        def dist(d: Distribution) -> dict[str, float]:
-            return {"count": d.count, **{s: getattr(d, s) for s in STATS}, "mean": d.mean}
-
-        def side(s: StepSide, step_s: float, tail: TailMix) -> dict[str, Any]:
-            m = s.summary
-            slowest = m.slowest
-            return {
-                "step": m.step,
-                "validate": m.validate,
-                "summary": "stored" if s.stored else "rebuilt from spans",
-                "num_samples": m.num_samples,
-                "step_s": step_s,
-                "wall_s": m.wall_s,
-                "until_median_s": m.median_s,
-                "tail_s": m.tail_s,
-                "counts": dict(m.counts),
-                "slowest": None
-                if slowest is None
-                else {
-                    "sample_index": slowest.index,
-                    "rollout_n": slowest.rollout,
-                    "trace_id": slowest.trace_id,
-                    "total_s": slowest.total_s,
-                    sc.GENERATE: slowest.generate_s,
-                    sc.TOOL_CALLS: slowest.tool_s,
-                    sc.COMPUTE_SCORE: slowest.score_s,
-                    **({"cause": slowest.cause} if slowest.cause else {}),
-                },
-                **({"engine": {k: dist(d) for k, d in m.engine.items()}} if m.engine else {}),
-                "tail_mix": {
-                    "basis": tail.basis,
-                    "samples": tail.samples,
-                    "phases": dict(tail.phases),
-                    "tools": dict(tail.tools),
-                },
-            }
-
-        c = self.cause
         return {
-            "a": side(self.a, self.step_a_s, self.tail_a),
-            "b": side(self.b, self.step_b_s, self.tail_b),
+            "a": _side_json(self.a, self.step_a_s, self.tail_a),
+            "b": _side_json(self.b, self.step_b_s, self.tail_b),
             "step_time": {
                 "basis": self.step_time_basis,
                 "a": self.step_a_s,
                 "b": self.step_b_s,
                 "delta": self.step_b_s - self.step_a_s,
             },
-            "cause": {
-                "phase": c.phase,
-                "tool": c.tool,
-                "phase_share": c.phase_share,
-                "tool_share": c.tool_share,
-                "step_delta_s": c.step_delta_s,
-                "noise_threshold_s": c.threshold_s,
-                "tail_phase_deltas": dict(c.phase_deltas),
-                "tail_tool_deltas": dict(c.tool_deltas),
-                "text": c.text,
-            },
-            "rows": [
-                {
-                    "kind": r.kind,
-                    "name": r.name,
-                    "a": dist(r.a),
-                    "b": dist(r.b),
-                    "delta": {"count": r.b.count - r.a.count, **{s: r.delta(s) for s in STATS}},
-                }
-                for r in self.rows
-            ],
-            "moved": [
-                {
-                    "sample_index": m.index,
-                    "rollout_n": m.rollout,
-                    "total_a": m.total_a,
-                    "total_b": m.total_b,
-                    "delta": m.delta,
-                    "moved_most": m.moved_most(),
-                    "phase_deltas": dict(m.phase_deltas),
-                    "tool_deltas": dict(m.tool_deltas),
-                    "trace_id_a": m.trace_a,
-                    "trace_id_b": m.trace_b,
-                }
-                for m in self.moved
-            ],
+            "cause": _cause_json(self.cause),
+            "rows": [_row_json(r) for r in self.rows],
+            "moved": [_moved_json(m) for m in self.moved],
             "only_in_a": self.only_a,
             "only_in_b": self.only_b,
             "notes": list(self.notes),
         }
+
+
+# -- its JSON -----------------------------------------------------------------------------------------------
+def _dist_json(d: Distribution) -> dict[str, float]:
+    return {"count": d.count, **{s: getattr(d, s) for s in STATS}, "mean": d.mean}
+
+
+def _side_json(s: StepSide, step_s: float, tail: TailMix) -> dict[str, Any]:
+    m = s.summary
+    slowest = m.slowest
+    return {
+        "step": m.step,
+        "validate": m.validate,
+        "summary": "stored" if s.stored else "rebuilt from spans",
+        "num_samples": m.num_samples,
+        "step_s": step_s,
+        "wall_s": m.wall_s,
+        "until_median_s": m.median_s,
+        "tail_s": m.tail_s,
+        "counts": dict(m.counts),
+        "slowest": None
+        if slowest is None
+        else {
+            "sample_index": slowest.index,
+            "rollout_n": slowest.rollout,
+            "trace_id": slowest.trace_id,
+            "total_s": slowest.total_s,
+            sc.GENERATE: slowest.generate_s,
+            sc.TOOL_CALLS: slowest.tool_s,
+            sc.COMPUTE_SCORE: slowest.score_s,
+            **({"cause": slowest.cause} if slowest.cause else {}),
+        },
+        **({"engine": {k: _dist_json(d) for k, d in m.engine.items()}} if m.engine else {}),
+        "tail_mix": {
+            "basis": tail.basis,
+            "samples": tail.samples,
+            "phases": dict(tail.phases),
+            "tools": dict(tail.tools),
+        },
+    }
+
+
+def _cause_json(c: Cause) -> dict[str, Any]:
+    return {
+        "phase": c.phase,
+        "tool": c.tool,
+        "phase_share": c.phase_share,
+        "tool_share": c.tool_share,
+        "step_delta_s": c.step_delta_s,
+        "noise_threshold_s": c.threshold_s,
+        "tail_phase_deltas": dict(c.phase_deltas),
+        "tail_tool_deltas": dict(c.tool_deltas),
+        "text": c.text,
+    }
+
+
+def _row_json(r: Row) -> dict[str, Any]:
+    return {
+        "kind": r.kind,
+        "name": r.name,
+        "a": _dist_json(r.a),
+        "b": _dist_json(r.b),
+        "delta": {"count": r.b.count - r.a.count, **{s: r.delta(s) for s in STATS}},
+    }
+
+
+def _moved_json(m: MovedSample) -> dict[str, Any]:
+    return {
+        "sample_index": m.index,
+        "rollout_n": m.rollout,
+        "total_a": m.total_a,
+        "total_b": m.total_b,
+        "delta": m.delta,
+        "moved_most": m.moved_most(),
+        "phase_deltas": dict(m.phase_deltas),
+        "tool_deltas": dict(m.tool_deltas),
+        "trace_id_a": m.trace_a,
+        "trace_id_b": m.trace_b,
+    }
+
+
+# -- making it ----------------------------------------------------------------------------------------------
 
 
 def _moved(a: StepSide, b: StepSide, top: int) -> tuple[list[MovedSample], int, int]:

@@ -38,6 +38,22 @@ def _engine_lines(a: StepSummary, b: StepSummary, add: Callable[[str], None]) ->
             add(f"{label:<{width}}{s.step:>8}{cells}")
 
 
+def _table_lines(c: Comparison, add: Callable[..., None], width: int) -> None:
+    """The side-by-side table: per phase (seconds per sample) and per tool (seconds per call), with deltas."""
+    a, b = c.a.summary, c.b.summary
+    add()
+    add("per phase (seconds per sample) and per tool (seconds per call)", "bold")
+    add(f"{'':<{width}}{'step':>8}{'n':>8}" + "".join(f"{s:>10}" for s in STATS))
+    for r in c.rows:
+        label = r.name if r.kind == "phase" else f"tool {r.name}"
+        add(f"{label:<{width}}{a.step:>8}{r.a.count:>8}" + "".join(f"{_f(getattr(r.a, s)):>10}" for s in STATS))
+        add(f"{'':<{width}}{b.step:>8}{r.b.count:>8}" + "".join(f"{_f(getattr(r.b, s)):>10}" for s in STATS))
+        add(
+            f"{'':<{width}}{'delta':>8}{r.b.count - r.a.count:>+8}" + "".join(f"{_d(r.delta(s)):>10}" for s in STATS),
+            "cyan",
+        )
+
+
 def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | None]]:
     """The comparison for people: (line, rich style) pairs, the cause near the top."""
     a, b = c.a.summary, c.b.summary
@@ -68,18 +84,8 @@ def terminal_lines(c: Comparison, source: str = "") -> list[tuple[str, str | Non
         if s.slowest is not None and s.slowest.cause:
             add(f"  slowest sample of step {s.step}: {s.slowest.index} / {s.slowest.rollout}: {s.slowest.cause}")
     _engine_lines(a, b, add)
-    add()
-    add("per phase (seconds per sample) and per tool (seconds per call)", "bold")
     width = max([len("tool_calls"), *(len(r.name) + 5 for r in c.rows)]) + 2
-    add(f"{'':<{width}}{'step':>8}{'n':>8}" + "".join(f"{s:>10}" for s in STATS))
-    for r in c.rows:
-        label = r.name if r.kind == "phase" else f"tool {r.name}"
-        add(f"{label:<{width}}{a.step:>8}{r.a.count:>8}" + "".join(f"{_f(getattr(r.a, s)):>10}" for s in STATS))
-        add(f"{'':<{width}}{b.step:>8}{r.b.count:>8}" + "".join(f"{_f(getattr(r.b, s)):>10}" for s in STATS))
-        add(
-            f"{'':<{width}}{'delta':>8}{r.b.count - r.a.count:>+8}" + "".join(f"{_d(r.delta(s)):>10}" for s in STATS),
-            "cyan",
-        )
+    _table_lines(c, add, width)
     add()
     add(f"tail mix (mean seconds per sample): {sa}: {c.tail_a.basis}; {sb}: {c.tail_b.basis}", "bold")
     add(f"{'':<{width}}{sa:>10}{sb:>10}{'delta':>10}")

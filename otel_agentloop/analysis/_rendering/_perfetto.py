@@ -34,14 +34,13 @@ spans give the same file. Verdicts come from :func:`otel_agentloop.metrics._summ
 
 from __future__ import annotations
 
-import bisect
 import contextlib
 import gc
 import json
 import math
 import os
 from collections.abc import Generator, Iterable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass
 from typing import Any
 
 from ... import semconv as sc
@@ -50,49 +49,19 @@ from ...metrics._summary import HUNG, OK, SLOW
 from ...metrics._verdicts import StepVerdicts
 from .._reading._engine import engine_parts
 from .._reading._report import build_report, step_verdicts, stored_summaries
+from ._perfetto_layout import Group, Item, layout
 
 SampleKey = tuple[int, int]
 SpanKey = tuple[int, int]
 """(trace id, span id)"""
+Event = tuple[tuple[int, int, int, int, int], dict[str, Any]]
+"""An event with its sort key (tid, start, -duration, depth, span id)."""
 
 MAX_STRING_CHARS = 1000
 """A longer string attribute is cut to this many characters in ``args`` (prompt/response content)."""
 MAX_ATTR_DEPTH = 8
-SKEW_US = 1000
-"""A child span that starts before or ends after its parent by at most this many µs is drawn inside the parent
-(its ``args.skew_us`` says by how much it was moved); a larger difference puts it on a lane. Spans of one sample
-can disagree by that much: the library's phase spans are timed on the sample's monotonic timeline, a user's own
-spans and a remote process's spans on their wall clock."""
 TIME_UNIT = "ms"
 """``displayTimeUnit``: how viewers print times (the ``ts``/``dur`` numbers are microseconds either way)."""
-
-
-@dataclass(slots=True)
-class _Item:
-    """One span of the step as an event: its place (track group, lane) and its integer-µs times."""
-
-    rec: SpanRecord
-    start: int
-    end: int
-    instant: bool = False
-    primary: bool = False
-    name: str = ""
-    lane: int = 0
-    depth: int = 0
-    skew: tuple[int, int] | None = None
-    """µs the span's start and end were moved by to fit in its parent (see :data:`SKEW_US`)."""
-    children: list[_Item] = field(default_factory=list)
-
-
-@dataclass(slots=True)
-class _Group:
-    """The spans drawn on one track and its lanes: a sample's, or a process's spans outside any sample."""
-
-    worker: str
-    key: SampleKey | None
-    items: list[_Item] = field(default_factory=list)
-    verdict: str = OK
-    lanes: int = 1
 
 
 def _sample_key(attrs: Mapping[str, Any]) -> SampleKey | None:
@@ -212,96 +181,12 @@ def _us(ns: int, t0: int) -> int:
     return (ns - t0) // 1000
 
 
-def _overlaps(lane: list[tuple[int, int]], start: int, end: int) -> bool:
-    """Whether [start, end) overlaps an interval of ``lane`` (sorted, pairwise disjoint); a zero-length event
-    overlaps an interval it lies strictly inside."""
-    i = bisect.bisect_right(lane, (start, math.inf))
-    if i and lane[i - 1][1] > start:
-        return True
-    return i < len(lane) and lane[i][0] < end
-
-
-def _layout(group: _Group) -> None:
-    """Give every item a lane and a depth so that each lane's complete events nest strictly and follow the
-    span tree. A child shares its parent's lane when it lies inside the parent (starting before the parent's
-    end: a slice that starts where another ends is its sibling) and after its previous sibling there;
-    otherwise it starts a subtree at the top of the first lane (>= 1) where it overlaps nothing. Spans whose
-    parent is not here hang under the group's primary event (the sample span, or the snapshot standing in for
-    a sample span that never ended)."""
-    items = [it for it in group.items if not it.instant]
-    by_id = {(it.rec.trace_id, it.rec.span_id): it for it in items}
-    primary = next((it for it in items if it.primary), None)
-    roots: list[_Item] = []
-    for it in items:
-        parent = by_id.get((it.rec.trace_id, it.rec.parent_id)) if it.rec.parent_id else None
-        if parent is None and it is not primary:
-            parent = primary
-        if parent is None or parent is it:
-            roots.append(it)
-        else:
-            parent.children.append(it)
-    lanes: list[list[tuple[int, int]]] = [[]]
-    placed: set[int] = set()
-    overflow: list[_Item] = []
-
-    def order(it: _Item) -> tuple[int, int, int]:
-        return (it.start, -it.end, it.rec.span_id)
-
-    def descend(top: _Item, lane: int) -> None:
-        stack = [(top, 0)]
-        while stack:
-            item, depth = stack.pop()
-            if id(item) in placed:  # a cycle of parent ids in untrusted input
-                continue
-            placed.add(id(item))
-            item.lane, item.depth = lane, depth
-            last_end = item.start
-            for child in sorted(item.children, key=order):
-                # a child sticking out of its parent by less than SKEW_US is drawn inside it (clock skew)
-                start = max(child.start, item.start) if child.start >= item.start - SKEW_US else child.start
-                end = min(child.end, item.end) if child.end <= item.end + SKEW_US else child.end
-                if item.start <= start < item.end and end <= item.end and start >= last_end and start <= end:
-                    if (start, end) != (child.start, child.end):
-                        child.skew = (child.start - start, child.end - end)
-                        child.start, child.end = start, end
-                    last_end = end
-                    stack.append((child, depth + 1))
-                else:
-                    overflow.append(child)
-
-    def place_top(item: _Item, first_lane: int) -> None:
-        lane = first_lane
-        while lane < len(lanes) and _overlaps(lanes[lane], item.start, item.end):
-            lane += 1
-        if lane == len(lanes):
-            lanes.append([])
-        bisect.insort(lanes[lane], (item.start, item.end))
-        descend(item, lane)
-
-    def place(item: _Item, first_lane: int) -> None:
-        if id(item) in placed:
-            return
-        place_top(item, first_lane)
-        while overflow:  # children that could not nest, in start order, each with its own subtree
-            pending = sorted(overflow, key=order)
-            overflow.clear()
-            for child in pending:
-                if id(child) not in placed:
-                    place_top(child, 1)
-
-    for root in sorted(roots, key=order):
-        place(root, 0)
-    for item in sorted(items, key=order):  # only members of a parent-id cycle are left
-        place(item, 1)
-    group.lanes = len(lanes)
-
-
 def _label(verdict_: str) -> str:
     return "" if verdict_ == OK else f" [{verdict_}]"
 
 
 def _group_items(
-    group: _Group, spans: list[SpanRecord], verdicts: StepVerdicts, t0: int, causes: Mapping[SampleKey, str]
+    group: Group, spans: list[SpanRecord], verdicts: StepVerdicts, t0: int, causes: Mapping[SampleKey, str]
 ) -> dict[str, Any] | None:
     """Fill ``group.items`` (and the sample's verdict); returns the sample's facts for its events' args."""
     snapshot_events: set[int] = set()
@@ -315,7 +200,7 @@ def _group_items(
         if group.key in causes:
             facts["cause"] = causes[group.key]
     for rec in spans:
-        item = _Item(rec, _us(rec.start_ns, t0), _us(rec.end_ns, t0), name=rec.name)
+        item = Item(rec, _us(rec.start_ns, t0), _us(rec.end_ns, t0), name=rec.name)
         if id(rec) in snapshot_events:
             phase, tool = rec.attributes.get(sc.RL_PHASE), rec.attributes.get(sc.GEN_AI_TOOL_NAME)
             item.instant, item.start = True, item.end
@@ -324,11 +209,11 @@ def _group_items(
             item.primary = True
             item.name = rec.name + _label(group.verdict).upper()
         group.items.append(item)
-    _layout(group)
+    layout(group)
     return facts
 
 
-def _args(item: _Item, facts: dict[str, Any] | None) -> dict[str, Any]:
+def _args(item: Item, facts: dict[str, Any] | None) -> dict[str, Any]:
     rec = item.rec
     args: dict[str, Any] = {"trace_id": rec.trace_id_hex, "span_id": format(rec.span_id, "016x")}
     if rec.parent_id:
@@ -366,9 +251,7 @@ def _category(rec: SpanRecord) -> str:
     return "span"
 
 
-def _engine_events(
-    item: _Item, pid: int, tid: int, t0: int
-) -> list[tuple[tuple[int, int, int, int, int], dict[str, Any]]]:
+def _engine_events(item: Item, pid: int, tid: int, t0: int) -> list[Event]:
     """The engine's parts of a turn as events nested in it (none for a turn with child spans: they could
     overlap them), each inside the turn's event, zero-length ones left out."""
     if item.instant or item.children:
@@ -389,14 +272,18 @@ def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
     return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
 
 
-def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False, *, source: str = "") -> dict[str, Any]:
-    """The Trace Event Format object of ``step`` (its validation pass with ``validate``) from ``records``
-    (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events."""
-    records = list(records)
-    spans = {k: r for k, r in _step_spans(records, step, validate).items() if r.start_ns > 0}
-    verdicts = step_verdicts(records, step, validate, stored_summaries(records).get((step, validate)))
-    causes = build_report(records, step, validate, verdicts).causes()
-    t0 = min((r.start_ns for r in spans.values()), default=0)
+@dataclass(slots=True)
+class _Tracks:
+    """The step's spans by sample and by process, and the track groups in the file's order."""
+
+    by_sample: dict[SampleKey, list[SpanRecord]]
+    outside: dict[str, list[SpanRecord]]
+    sample_worker: dict[SampleKey, str]
+    workers: list[str]
+    groups: list[Group]
+
+
+def _tracks(spans: Mapping[SpanKey, SpanRecord]) -> _Tracks:
     owners = _owners(spans)
     by_sample: dict[SampleKey, list[SpanRecord]] = {}
     outside: dict[str, list[SpanRecord]] = {}
@@ -415,23 +302,67 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
     for sample in sorted(by_sample):
         first_sample.setdefault(sample_worker[sample], sample)
     workers = sorted(outside.keys() - first_sample.keys()) + sorted(first_sample, key=lambda w: first_sample[w])
-    pids = {w: i + 1 for i, w in enumerate(workers)}
-    groups: list[_Group] = []
+    groups: list[Group] = []
     for worker in workers:
         if worker in outside:
-            groups.append(_Group(worker, None, []))
-        groups.extend(_Group(worker, s) for s in sorted(by_sample) if sample_worker[s] == worker)
+            groups.append(Group(worker, None, []))
+        groups.extend(Group(worker, s) for s in sorted(by_sample) if sample_worker[s] == worker)
+    return _Tracks(by_sample, outside, sample_worker, workers, groups)
 
+
+def _item_events(group: Group, pid: int, track: int, facts: dict[str, Any] | None, t0: int) -> list[Event]:
+    """The events of one group's items (and their engine parts) on the tracks from ``track`` on."""
+    out: list[Event] = []
+    for item in group.items:
+        event: dict[str, Any] = {
+            "name": item.name,
+            "cat": _category(item.rec),
+            "ph": "i" if item.instant else "X",
+            "ts": item.start,
+            "pid": pid,
+            "tid": track + item.lane,
+        }
+        if item.instant:
+            event["s"] = "t"
+        else:
+            event["dur"] = item.end - item.start
+        event["args"] = _args(item, facts)
+        out.append(((event["tid"], item.start, item.start - item.end, item.depth, item.rec.span_id), event))
+        out.extend(_engine_events(item, pid, track + item.lane, t0))
+    return out
+
+
+def _process_meta(tracks: _Tracks, pids: Mapping[str, int], first_tid: Mapping[int, int]) -> list[dict[str, Any]]:
+    """A process's metadata on its first track: every event's (pid, tid) agrees."""
     meta: list[dict[str, Any]] = []
+    for worker in tracks.workers:
+        pid = pids[worker]
+        n = sum(1 for s in tracks.by_sample if tracks.sample_worker[s] == worker)
+        meta.append(_meta("process_name", pid, first_tid[pid], name=f"worker {worker}" if n else worker))
+        meta.append(_meta("process_labels", pid, first_tid[pid], labels=f"{n} samples"))
+        meta.append(_meta("process_sort_index", pid, first_tid[pid], sort_index=pid))
+    return meta
+
+
+def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False, *, source: str = "") -> dict[str, Any]:
+    """The Trace Event Format object of ``step`` (its validation pass with ``validate``) from ``records``
+    (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events."""
+    records = list(records)
+    spans = {k: r for k, r in _step_spans(records, step, validate).items() if r.start_ns > 0}
+    verdicts = step_verdicts(records, step, validate, stored_summaries(records).get((step, validate)))
+    causes = build_report(records, step, validate, verdicts).causes()
+    t0 = min((r.start_ns for r in spans.values()), default=0)
+    tracks = _tracks(spans)
+    pids = {w: i + 1 for i, w in enumerate(tracks.workers)}
     threads: list[dict[str, Any]] = []
-    events: list[tuple[tuple[int, int, int, int, int], dict[str, Any]]] = []
+    events: list[Event] = []
     counts: dict[str, int] = {}
     # tids are unique across processes (Perfetto keys thread names by tid) and never equal a pid (Perfetto takes
     # the thread whose tid is its pid for the process's main thread): they count on from the last pid.
-    tid = len(workers)
+    tid = len(tracks.workers)
     first_tid: dict[int, int] = {}
-    for group in groups:
-        recs = by_sample[group.key] if group.key is not None else outside[group.worker]
+    for group in tracks.groups:
+        recs = tracks.by_sample[group.key] if group.key is not None else tracks.outside[group.worker]
         facts = _group_items(group, recs, verdicts, t0, causes)
         if group.key is not None:
             counts[group.verdict] = counts.get(group.verdict, 0) + 1
@@ -445,45 +376,31 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
             thread = title if lane == 0 else f"{title} (lane {lane})"
             threads.append(_meta("thread_name", pid, tid, name=thread))
             threads.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
-        for item in group.items:
-            event: dict[str, Any] = {
-                "name": item.name,
-                "cat": _category(item.rec),
-                "ph": "i" if item.instant else "X",
-                "ts": item.start,
-                "pid": pid,
-                "tid": track + item.lane,
-            }
-            if item.instant:
-                event["s"] = "t"
-            else:
-                event["dur"] = item.end - item.start
-            event["args"] = _args(item, facts)
-            events.append(((event["tid"], item.start, item.start - item.end, item.depth, item.rec.span_id), event))
-            events.extend(_engine_events(item, pid, track + item.lane, t0))
+        events.extend(_item_events(group, pid, track, facts, t0))
     events.sort(key=lambda e: e[0])
-    for worker in workers:  # a process's metadata on its first track: every event's (pid, tid) agrees
-        pid = pids[worker]
-        n = sum(1 for s in by_sample if sample_worker[s] == worker)
-        meta.append(_meta("process_name", pid, first_tid[pid], name=f"worker {worker}" if n else worker))
-        meta.append(_meta("process_labels", pid, first_tid[pid], labels=f"{n} samples"))
-        meta.append(_meta("process_sort_index", pid, first_tid[pid], sort_index=pid))
     return {
-        "traceEvents": meta + threads + [e for _, e in events],
+        "traceEvents": _process_meta(tracks, pids, first_tid) + threads + [e for _, e in events],
         "displayTimeUnit": TIME_UNIT,
-        "otherData": {
-            "generator": "otel-agentloop report --perfetto",
-            "step": step,
-            "validate": validate,
-            "source": source,
-            "t0_unix_ns": t0,
-            "time_origin": "ts is integer microseconds since t0_unix_ns (the step's first span start)",
-            "spans": len(spans),
-            "samples": len(by_sample),
-            "verdicts": {v: counts[v] for v in sorted(counts)},
-            "hung": sorted(f"{g.key[0]}/{g.key[1]}" for g in groups if g.key is not None and g.verdict == HUNG),
-            "slow": sorted(f"{g.key[0]}/{g.key[1]}" for g in groups if g.key is not None and g.verdict == SLOW),
-        },
+        "otherData": _other_data(step, validate, source, t0, len(spans), tracks, counts),
+    }
+
+
+def _other_data(
+    step: int, validate: bool, source: str, t0: int, spans: int, tracks: _Tracks, counts: Mapping[str, int]
+) -> dict[str, Any]:
+    groups = tracks.groups
+    return {
+        "generator": "otel-agentloop report --perfetto",
+        "step": step,
+        "validate": validate,
+        "source": source,
+        "t0_unix_ns": t0,
+        "time_origin": "ts is integer microseconds since t0_unix_ns (the step's first span start)",
+        "spans": spans,
+        "samples": len(tracks.by_sample),
+        "verdicts": {v: counts[v] for v in sorted(counts)},
+        "hung": sorted(f"{g.key[0]}/{g.key[1]}" for g in groups if g.key is not None and g.verdict == HUNG),
+        "slow": sorted(f"{g.key[0]}/{g.key[1]}" for g in groups if g.key is not None and g.verdict == SLOW),
     }
 
 

@@ -21,7 +21,7 @@ from typing import Any
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
 from .._reading._engine import ENGINE_PARTS, Part, engine_parts
-from .._reading._step_view import StepView, build_step_view, is_snapshot
+from .._reading._step_view import Bar, SampleView, StepView, build_step_view, is_snapshot
 from ._assets import asset
 from ._engine_text import engine_note
 from ._html import HEAD, fill, jaeger_ui_base, write_page
@@ -54,80 +54,86 @@ def _info(span: Any) -> str:
     return "; ".join(parts)[:300]
 
 
+class _Encoder:
+    """One page's compact encoding: times in ms since the step's first sample, names through one string table."""
+
+    def __init__(self, view: StepView) -> None:
+        self.t0 = view.t0_ns
+        self.strings = _Strings()
+        self.phases = list(sc.PHASES)
+        self.slowest = view.slowest
+
+    def ms(self, t: int) -> float:
+        return round((t - self.t0) / _MS, 3)
+
+    def parts(self, engine: list[Part]) -> list[list[float]]:
+        return [[ENGINE_PARTS.index(name), self.ms(a), self.ms(b)] for name, a, b in engine]
+
+    def wf_engine(self, span: SpanRecord) -> list[Any]:
+        """The engine's parts of a turn and their note (nothing for a span without them: its entry as before)."""
+        found = self.parts(engine_parts(span.start_ns, span.end_ns, span.attributes))
+        return [found, self.strings(engine_note(span.attributes))] if found else []
+
+    def bar(self, b: Bar) -> list[Any]:
+        return [
+            self.phases.index(b.phase) if b.phase in self.phases else -1,
+            self.strings(b.name),
+            self.ms(b.start_ns),
+            self.ms(b.end_ns),
+            b.lane,
+            int(b.error),
+            int(b.open),
+            *([self.parts(b.engine)] if b.engine else []),
+        ]
+
+    def waterfall_row(self, s: SampleView, depth: int, span: SpanRecord) -> list[Any]:
+        return [
+            depth,
+            self.strings(span.name),
+            self.ms(span.start_ns),
+            self.ms(span.end_ns),
+            int(span.error),
+            self.strings(_info(span)),
+            int(span is s.snapshot),
+            *self.wf_engine(span),
+        ]
+
+    def sample(self, s: SampleView) -> dict[str, Any]:
+        return {
+            "i": s.index,
+            "r": s.rollout,
+            "tid": s.trace_id,
+            "st": s.state,
+            "s": self.ms(s.start_ns),
+            "e": self.ms(s.end_ns),
+            "ph": [round(s.phase_s[p], 6) for p in self.phases],
+            "tot": round(s.total_s, 6),
+            "lanes": s.lanes,
+            "bars": [self.bar(b) for b in s.bars],
+            "wf": [self.waterfall_row(s, depth, span) for depth, span in s.waterfall],
+            "snap": self.ms(s.snapshot.end_ns) if s.snapshot is not None else None,
+            "cur": s.current_phase,
+            "ended": s.ended,
+            "errs": s.error_spans,
+            "slowest": s.key == self.slowest,
+            **({"cause": s.cause} if s.cause else {}),
+        }
+
+
 def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> dict[str, Any]:
     """What the page's script draws, as plain JSON-able data (times in ms since the step's first sample)."""
-    t0 = view.t0_ns
-    strings = _Strings()
-    phases = list(sc.PHASES)
-
-    def ms(t: int) -> float:
-        return round((t - t0) / _MS, 3)
-
-    def parts(engine: list[Part]) -> list[list[float]]:
-        return [[ENGINE_PARTS.index(name), ms(a), ms(b)] for name, a, b in engine]
-
-    def wf_engine(span: SpanRecord) -> list[Any]:
-        """The engine's parts of a turn and their note (nothing for a span without them: its entry as before)."""
-        found = parts(engine_parts(span.start_ns, span.end_ns, span.attributes))
-        return [found, strings(engine_note(span.attributes))] if found else []
-
-    samples = []
-    for s in view.samples:
-        samples.append(
-            {
-                "i": s.index,
-                "r": s.rollout,
-                "tid": s.trace_id,
-                "st": s.state,
-                "s": ms(s.start_ns),
-                "e": ms(s.end_ns),
-                "ph": [round(s.phase_s[p], 6) for p in phases],
-                "tot": round(s.total_s, 6),
-                "lanes": s.lanes,
-                "bars": [
-                    [
-                        phases.index(b.phase) if b.phase in phases else -1,
-                        strings(b.name),
-                        ms(b.start_ns),
-                        ms(b.end_ns),
-                        b.lane,
-                        int(b.error),
-                        int(b.open),
-                        *([parts(b.engine)] if b.engine else []),
-                    ]
-                    for b in s.bars
-                ],
-                "wf": [
-                    [
-                        depth,
-                        strings(span.name),
-                        ms(span.start_ns),
-                        ms(span.end_ns),
-                        int(span.error),
-                        strings(_info(span)),
-                        int(span is s.snapshot),
-                        *wf_engine(span),
-                    ]
-                    for depth, span in s.waterfall
-                ],
-                "snap": ms(s.snapshot.end_ns) if s.snapshot is not None else None,
-                "cur": s.current_phase,
-                "ended": s.ended,
-                "errs": s.error_spans,
-                "slowest": s.key == view.slowest,
-                **({"cause": s.cause} if s.cause else {}),
-            }
-        )
+    enc = _Encoder(view)
+    samples = [enc.sample(s) for s in view.samples]
     return {
         "step": view.step,
         "validate": view.validate,
         "source": source,
         "jaeger": jaeger_ui_base(jaeger_ui),
-        "span_ms": ms(view.t1_ns),
-        "phases": phases,
+        "span_ms": enc.ms(view.t1_ns),
+        "phases": enc.phases,
         "counts": view.counts,
         "verdicts_from": view.verdicts.source if view.verdicts is not None else "none",
-        "names": strings.items,
+        "names": enc.strings.items,
         "samples": samples,
         "engine": any(b.engine for s in view.samples for b in s.bars),
     }

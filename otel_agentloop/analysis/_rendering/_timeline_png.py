@@ -2,13 +2,14 @@
 
 from __future__ import annotations
 
+from collections.abc import Sequence
 from typing import Any
 
 import numpy as np
 
 from ... import semconv as sc
 from ...metrics._summary import FAILED, HUNG, OK, SLOW
-from .._reading._step_view import StepView
+from .._reading._step_view import SampleView, StepView
 from ._waterfall import LITERAL_TEXT
 
 PALETTE = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
@@ -60,6 +61,17 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
     fig = plt.figure(figsize=(14, height))
     grid = fig.add_gridspec(len(sc.PHASES) + 1, 2, width_ratios=(3.2, 1), hspace=1.1, wspace=0.12)
     ax = fig.add_subplot(grid[:, 0])
+    _draw_samples(ax, view, n)
+    _label_rows(ax, view, n, title)
+    _legend(ax, Patch, height)
+    _histograms(fig, grid, samples)
+    fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.5 / height, bottom=1.3 / height)
+    return fig
+
+
+def _draw_samples(ax: Any, view: StepView, n: int) -> None:
+    """Each sample's line, its phase bars (one collection per colour), its snapshot mark, ``hung`` at its end."""
+    samples = view.samples
     from matplotlib.collections import LineCollection, PolyCollection
 
     t0 = view.t0_ns
@@ -107,6 +119,12 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
         )
     if snaps:
         ax.add_collection(LineCollection(snaps, colors=ERROR, linewidths=1.2, linestyles=":", zorder=3))
+
+
+def _label_rows(ax: Any, view: StepView, n: int, title: str) -> None:
+    """The rows' labels (marked samples in red or bold), the axes' limits, labels and title."""
+    samples = view.samples
+    t0 = view.t0_ns
     # one label per row while they are legible; past that only the marked samples are named
     shown = [(y, s) for y, s in enumerate(samples) if n <= MAX_LABELLED_ROWS or s.state != OK or s.key == view.slowest][
         :MAX_LABELLED_ROWS
@@ -125,6 +143,9 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
     ax.set_ylabel("sample/rollout: hung, then last-ending first (* slowest)")
     ax.grid(axis="x", alpha=0.3)
     ax.set_title(title or timeline_title(view), fontsize=10)
+
+
+def _legend(ax: Any, Patch: Any, height: float) -> None:  # noqa: N803 - matplotlib's class
     handles = [Patch(color=c, label=_LABELS[p]) for p, c in PALETTE.items()]
     handles += [
         Patch(color=ERROR, label="error"),
@@ -139,6 +160,9 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
         frameon=False,
     )
 
+
+def _histograms(fig: Any, grid: Any, samples: Sequence[SampleView]) -> None:
+    """Per phase and in total, the finished samples' seconds as histograms at the right."""
     finished = [s for s in samples if s.state != HUNG]
     for row, phase in enumerate((*sc.PHASES, "total")):
         hax = fig.add_subplot(grid[row, 1])
@@ -146,5 +170,3 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
         hax.hist(values, bins=24, color=PALETTE.get(phase, "#777777"))
         hax.set_title(f"{_LABELS.get(phase, 'sample total')} (s per sample)", fontsize=8)
         hax.tick_params(labelsize=7)
-    fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.5 / height, bottom=1.3 / height)
-    return fig
