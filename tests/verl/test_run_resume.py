@@ -24,7 +24,7 @@ import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
 from otel_agentloop._configure import process_run_id
-from otel_agentloop.analysis._decode import read_jsonl
+from otel_agentloop.analysis._reading._decode import read_jsonl
 from otel_agentloop.integrations.verl import _run
 
 DRIVER = textwrap.dedent("""

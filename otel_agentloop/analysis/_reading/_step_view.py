@@ -3,7 +3,7 @@
 Built from stored spans (a trace file or Jaeger). A still-open sample reaches the backend only as a snapshot span
 (``semconv.RL_SNAPSHOT``). Each sample has the one verdict (``metrics._summary.verdict``) that ``collect()`` and
 ``report`` give it, from the same :class:`~otel_agentloop.metrics._verdicts.StepVerdicts`
-(``analysis._report.step_verdicts``: the step's stored summary, else the snapshot rule): *hung* (reported, still
+(``analysis._reading._report.step_verdicts``: the step's stored summary, else the snapshot rule): *hung* (reported, still
 running when the step was collected, even if it ended later; one that never ended is drawn up to its snapshot),
 *failed* (its ``rl.sample`` span ended with an error), *slow* (reported, finished before the collect), *ok*.
 Phase time per sample is the wall time its phase spans cover (parallel tool calls count once), computed as the
@@ -79,7 +79,7 @@ def is_snapshot(rec: SpanRecord) -> bool:
 class Bar:
     """One phase span of a sample on the step's axis; ``lane`` separates overlapping bars (parallel tools).
     ``open`` marks the phase a hung sample is still in (from its last finished phase to the snapshot);
-    ``engine``: the engine's queue, prefill and decode inside a turn (``analysis._engine.engine_parts``)."""
+    ``engine``: the engine's queue, prefill and decode inside a turn (``analysis._reading._engine.engine_parts``)."""
 
     phase: str
     name: str
@@ -237,7 +237,7 @@ def build_step_view(
     causes: Mapping[SampleKey, str] | None = None,
 ) -> StepView:
     """The view of ``step`` (its validation pass with ``validate``) from ``records``; other steps are ignored.
-    ``verdicts``: the step's (``analysis._report.step_verdicts``); by default the snapshot rule over ``records``.
+    ``verdicts``: the step's (``analysis._reading._report.step_verdicts``); by default the snapshot rule over ``records``.
     ``causes``: the slowest and slow samples' (``StepReport.causes``); by default rebuilt from ``records``.
     """
     records = list(records)

@@ -63,7 +63,7 @@ class StepAnswer:
 
 
 def from_report(report: StepReport, top: int) -> StepAnswer:
-    """The answer of a step rebuilt from its spans (``analysis._report.build_report``)."""
+    """The answer of a step rebuilt from its spans (``analysis._reading._report.build_report``)."""
     return StepAnswer(
         report.step,
         report.validate,

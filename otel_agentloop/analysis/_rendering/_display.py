@@ -89,7 +89,7 @@ def metrics_footer(metrics: Mapping[str, float]) -> list[str]:
 
 def metrics_table(metrics: Mapping[str, float], title: str = "") -> str:
     """verl's per-phase keys as a grid (phase x min/mean/p50/p90/p99/max, seconds), the engine's per-turn grid
-    when some turn carried the engine's timing (:func:`~._engine.engine_table`), then the slowest sample."""
+    when some turn carried the engine's timing (:func:`~._engine_text.engine_table`), then the slowest sample."""
     lines = [title] if title else []
     lines.append(f"{'phase (s)':<20}" + "".join(f"{c:>9}" for c in _STAT_COLS))
     lines += [f"{row[0]:<20}" + "".join(f"{c:>9}" for c in row[1:]) for row in metrics_cells(metrics)]
@@ -204,7 +204,7 @@ class Output:
         self.console = rich_console(self.stream)
 
     def line(self, text: str = "", style: str | None = None) -> None:
-        """``text`` (never wrapped; its lines' control characters escaped: :func:`~._terminal.printable`),
+        """``text`` (never wrapped; its lines' control characters escaped: :func:`~.._reading._text.printable`),
         coloured with the rich ``style`` when colour is on."""
         text = "\n".join(printable(part, max_chars=None) for part in text.split("\n"))
         if self.console is None:

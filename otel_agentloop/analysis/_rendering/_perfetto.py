@@ -13,7 +13,7 @@ Layout (the JSON Object Format of Google's "Trace Event Format" document):
   the watchdog looked. A hung sample whose span never ended is drawn by its latest snapshot (from the sample's
   start to the snapshot).
 - inside a generation turn that carries the engine's timing and has no child span of its own, the engine's
-  ``queue``, ``prefill`` and ``decode`` (``analysis._engine.engine_parts``) as nested complete events named
+  ``queue``, ``prefill`` and ``decode`` (``analysis._reading._engine.engine_parts``) as nested complete events named
   ``engine queue`` etc. (category ``engine``); the turn's ``args.attributes`` carry the engine's numbers either
   way. A sample's own event says why it took its time (``args.cause``, ``metrics._summary.cause``) for the
   slowest and slow samples.
@@ -169,7 +169,7 @@ def _owners(spans: Mapping[SpanKey, SpanRecord]) -> dict[SpanKey, SampleKey | No
 def _verdict(
     spans: list[SpanRecord], verdicts: StepVerdicts, key: SampleKey
 ) -> tuple[str, SpanRecord | None, list[SpanRecord]]:
-    """A sample's one verdict (``verdicts``: the step's, see ``analysis._report.step_verdicts``), its finished
+    """A sample's one verdict (``verdicts``: the step's, see ``analysis._reading._report.step_verdicts``), its finished
     sample span (if any) and its snapshots (oldest first)."""
     roots = [s for s in spans if _is_sample_root(s)]
     root = max(roots, key=lambda s: (s.end_ns, s.span_id)) if roots else None
