@@ -3,11 +3,11 @@
 Built from stored spans (a trace file or Jaeger). A still-open sample reaches the backend only as a snapshot span
 (``semconv.RL_SNAPSHOT``). Each sample has the one verdict (``metrics._summary.verdict``) that ``collect()`` and
 ``report`` give it, from the same :class:`~otel_agentloop.metrics._verdicts.StepVerdicts`
-(``analysis._reading._report.step_verdicts``: the step's stored summary, else the snapshot rule): *hung* (reported, still
-running when the step was collected, even if it ended later; one that never ended is drawn up to its snapshot),
-*failed* (its ``rl.sample`` span ended with an error), *slow* (reported, finished before the collect), *ok*.
-Phase time per sample is the wall time its phase spans cover (parallel tool calls count once), computed as the
-metrics compute it.
+(``analysis._reading._report.step_verdicts``: the step's stored summary, else the snapshot rule): *hung*
+(reported, still running when the step was collected, even if it ended later; one that never ended is drawn up to
+its snapshot), *failed* (its ``rl.sample`` span ended with an error), *slow* (reported, finished before the
+collect), *ok*. Phase time per sample is the wall time its phase spans cover (parallel tool calls count once),
+computed as the metrics compute it.
 
 Rows open on the tail: hung samples first, then the others by end time, last-ending first.
 """
@@ -237,7 +237,8 @@ def build_step_view(
     causes: Mapping[SampleKey, str] | None = None,
 ) -> StepView:
     """The view of ``step`` (its validation pass with ``validate``) from ``records``; other steps are ignored.
-    ``verdicts``: the step's (``analysis._reading._report.step_verdicts``); by default the snapshot rule over ``records``.
+    ``verdicts``: the step's (``analysis._reading._report.step_verdicts``); by default the snapshot rule over
+    ``records``.
     ``causes``: the slowest and slow samples' (``StepReport.causes``); by default rebuilt from ``records``.
     """
     records = list(records)
