@@ -6,8 +6,11 @@ from __future__ import annotations
 import functools
 from importlib import resources
 
+_PACKAGE = __name__.rpartition(".")[0]
+"""``otel_agentloop.analysis._rendering``: the package whose ``assets/`` folder holds the files."""
+
 
 @functools.cache
 def asset(name: str) -> str:
     """The text of ``assets/<name>`` (UTF-8, exactly as stored), read on first use and then kept."""
-    return resources.files(__package__).joinpath("assets").joinpath(name).read_bytes().decode("utf-8")
+    return resources.files(_PACKAGE).joinpath("assets").joinpath(name).read_bytes().decode("utf-8")
