@@ -122,7 +122,7 @@ def test_the_limits_check_sees_long_modules_and_functions(tmp_path: Path) -> Non
 ENVIRONMENT_READERS = {
     "integrations/ray.py": "hands the driver's OTEL_* variables to Ray workers and applies them there",
     "testing.py": "isolates a test's OTEL_* variables (saves, clears, restores)",
-    "analysis/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
+    "analysis/_rendering/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
     "integrations/vllm/_wrappers.py": "gives a vLLM engine's processes OTEL_SERVICE_NAME (vLLM reads only that)",
     "integrations/verl/_engine_path.py": "the same, for the engine verl's server actor spawns",
 }
