@@ -18,18 +18,18 @@ Layout (the JSON Object Format of Google's "Trace Event Format" document):
   way. A sample's own event says why it took its time (``args.cause``, ``metrics._summary.cause``) for the
   slowest and slow samples.
 
-Events on one track must nest strictly (an event that partially overlaps another on its tid is mis-nested by
-both viewers), so a span that would overlap a sibling (parallel tool calls), or that lies outside its parent's
-time range by more than :data:`SKEW_US` (clock skew between processes), goes onto a *lane*: an extra track
-right below its sample's, named ``sample I/R (lane k)``, where it and its children nest again. Lanes are threads
-rather than async events because thread tracks sort next to the sample's own track in both viewers and keep
-strict nesting checkable; async tracks are grouped per process, away from the sample.
+Events on one track must nest strictly (an event that partially overlaps another on its tid is mis-nested by both
+viewers), so a span that would overlap a sibling (parallel tool calls), or that lies outside its parent's time
+range by more than :data:`~._perfetto_layout.SKEW_US` (clock skew between processes), goes onto a *lane*: an extra
+track right below its sample's, named ``sample I/R (lane k)``, where it and its children nest again. Lanes are
+threads rather than async events because thread tracks sort next to the sample's own track in both viewers and
+keep strict nesting checkable; async tracks are grouped per process, away from the sample.
 
 Times are integer microseconds since the step's first span start (the absolute start is in ``otherData``):
-flooring both ends keeps every containment and every disjointness of the nanosecond times, so the nesting on
-a track is the spans' nesting (a child moved into its parent by at most :data:`SKEW_US` says so in its args).
-Every event carries its trace and span ids in ``args``; pids and tids are assigned in sorted order, so the same
-spans give the same file. Verdicts come from :func:`otel_agentloop.metrics._summary.verdict`.
+flooring both ends keeps every containment and every disjointness of the nanosecond times, so the nesting on a
+track is the spans' nesting (a child moved into its parent by at most :data:`~._perfetto_layout.SKEW_US` says so
+in its args). Every event carries its trace and span ids in ``args``; pids and tids are assigned in sorted order,
+so the same spans give the same file. Verdicts come from :func:`otel_agentloop.metrics._summary.verdict`.
 """
 
 from __future__ import annotations
