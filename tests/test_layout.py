@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -52,6 +54,19 @@ def test_the_import_contract_holds() -> None:
     out = subprocess.run([lint_imports, "--no-cache"], capture_output=True, text=True, cwd=ROOT)  # no cache dir in ROOT
     assert out.returncode == 0, out.stdout + out.stderr
     assert "3 kept, 0 broken" in out.stdout
+
+
+def test_the_pages_assets_are_package_data() -> None:
+    """The pages' CSS and JavaScript are files a wheel must carry: each file in ``analysis/_rendering/assets`` is
+    matched by a package-data glob in pyproject.toml, and the renderers read exactly those files."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    folder = ROOT / "otel_agentloop" / "analysis" / "_rendering"
+    files = sorted(p.relative_to(folder).as_posix() for p in (folder / "assets").iterdir())
+    globs = package_data["otel_agentloop.analysis._rendering"]
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files)
+    used = {m for p in folder.glob("*.py") for m in re.findall(r'asset\("([^"]+)"\)', p.read_text())}
+    assert sorted(used) == [f.removeprefix("assets/") for f in files]
 
 
 def test_reset_returns_the_process_to_its_import_time_state() -> None:
