@@ -39,7 +39,7 @@ from opentelemetry.trace import SpanContext, Status, StatusCode, TraceFlags
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._perfetto import write_perfetto
+from otel_agentloop.analysis._rendering._perfetto import write_perfetto
 from otel_agentloop.export._file import OTLPJsonFileExporter
 
 WORKERS = 8

@@ -36,8 +36,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._decode import Skipped
-from otel_agentloop.analysis._run_report import lines_with, read_summary_lines
+from otel_agentloop.analysis._reading._decode import Skipped
+from otel_agentloop.analysis._reading._summary_lines import lines_with, read_summary_lines
 from otel_agentloop.export._otlp_json import encode_request
 from otel_agentloop.metrics._summary import summarize
 from otel_agentloop.metrics._table import PhaseTable, compute_metrics

@@ -45,7 +45,7 @@ import ray
 
 import otel_agentloop as oal
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.integrations import ray as oal_ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))

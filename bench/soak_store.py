@@ -35,7 +35,7 @@ import stack_store
 from soak_grpc import FoundSpan, GrpcSearch
 
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 
 EXPORTERS = {"badger": "otlp/jaeger", "second": "otlp/opensearch"}
 """The gateway's exporter to each store."""

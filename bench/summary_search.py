@@ -31,9 +31,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import _source
-from otel_agentloop.analysis._jaeger import JaegerClient
-from otel_agentloop.analysis._source import EPOCH, JaegerSource
+from otel_agentloop.analysis._reading import _source
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._source import EPOCH, JaegerSource
 
 SERVICE = "summary-search"
 

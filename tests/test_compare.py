@@ -21,15 +21,9 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._compare import (
-    NOISE_ABS_S,
-    StepSide,
-    TailMix,
-    compare,
-    compare_steps,
-    explain,
-)
-from otel_agentloop.analysis._report import summary_of
+from otel_agentloop.analysis._reading._compare import NOISE_ABS_S, StepSide, TailMix, explain
+from otel_agentloop.analysis._reading._comparison import compare, compare_steps
+from otel_agentloop.analysis._reading._report import summary_of
 from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._table import PhaseTable
 
@@ -332,7 +326,7 @@ def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_pa
 
 def test_user_strings_on_the_page_are_text(tmp_path) -> None:
     """A tool name with markup reaches the page as data, never as markup."""
-    from otel_agentloop.analysis._compare_html import render_compare_html
+    from otel_agentloop.analysis._rendering._compare_html import render_compare_html
     from otel_agentloop.metrics._summary import summarize
     from otel_agentloop.metrics._table import compute_metrics
 

@@ -309,7 +309,7 @@ def test_png_draws_dollar_signs_as_written_not_as_italic_math(tmp_path: Path) ->
 def test_the_live_view_escapes_tool_names_and_phases(tool: str, phase: str) -> None:
     from rich.console import Console
 
-    from otel_agentloop.analysis._display import inflight_lines, live_view
+    from otel_agentloop.analysis._rendering._display import inflight_lines, live_view
     from otel_agentloop.core._inflight import InflightSample
 
     running = [

@@ -15,7 +15,7 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_traces
-from otel_agentloop.analysis._report import build_report
+from otel_agentloop.analysis._reading._report import build_report
 
 ARGS = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]
 

@@ -3,7 +3,9 @@
 from __future__ import annotations
 
 import ast
+import fnmatch
 import importlib
+import re
 import shutil
 import subprocess
 import sys
@@ -51,7 +53,20 @@ def test_the_import_contract_holds() -> None:
     assert lint_imports, "import-linter is in the test extra"
     out = subprocess.run([lint_imports, "--no-cache"], capture_output=True, text=True, cwd=ROOT)  # no cache dir in ROOT
     assert out.returncode == 0, out.stdout + out.stderr
-    assert "2 kept, 0 broken" in out.stdout
+    assert "3 kept, 0 broken" in out.stdout
+
+
+def test_the_pages_assets_are_package_data() -> None:
+    """The pages' CSS and JavaScript are files a wheel must carry: each file in ``analysis/_rendering/assets`` is
+    matched by a package-data glob in pyproject.toml, and the renderers read exactly those files."""
+    tomllib = pytest.importorskip("tomllib")  # Python 3.11+
+    package_data = tomllib.loads((ROOT / "pyproject.toml").read_text())["tool"]["setuptools"]["package-data"]
+    folder = ROOT / "otel_agentloop" / "analysis" / "_rendering"
+    files = sorted(p.relative_to(folder).as_posix() for p in (folder / "assets").iterdir())
+    globs = package_data["otel_agentloop.analysis._rendering"]
+    assert files and all(any(fnmatch.fnmatch(f, g) for g in globs) for f in files)
+    used = {m for p in folder.glob("*.py") for m in re.findall(r'asset\("([^"]+)"\)', p.read_text())}
+    assert sorted(used) == [f.removeprefix("assets/") for f in files]
 
 
 def test_reset_returns_the_process_to_its_import_time_state() -> None:
@@ -122,7 +137,7 @@ def test_the_limits_check_sees_long_modules_and_functions(tmp_path: Path) -> Non
 ENVIRONMENT_READERS = {
     "integrations/ray.py": "hands the driver's OTEL_* variables to Ray workers and applies them there",
     "testing.py": "isolates a test's OTEL_* variables (saves, clears, restores)",
-    "analysis/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
+    "analysis/_rendering/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
     "integrations/vllm/_wrappers.py": "gives a vLLM engine's processes OTEL_SERVICE_NAME (vLLM reads only that)",
     "integrations/verl/_engine_path.py": "the same, for the engine verl's server actor spawns",
 }

@@ -23,9 +23,9 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._report import build_report, step_verdicts, stored_summaries, summary_of
-from otel_agentloop.analysis._step_view import build_step_view
-from otel_agentloop.analysis._timeline_png import row_label, timeline_title
+from otel_agentloop.analysis._reading._report import build_report, step_verdicts, stored_summaries, summary_of
+from otel_agentloop.analysis._reading._step_view import build_step_view
+from otel_agentloop.analysis._rendering._timeline_png import row_label, timeline_title
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
 from tests import test_timeline_page as step_page
 from tests.test_timeline_page import _open, _rows, _severe_console
@@ -281,7 +281,7 @@ def test_live_view_counts_add_up_and_other_steps_are_said_apart(capsys, tmp_path
 
     import otel_agentloop as oal
     from otel_agentloop import testing
-    from otel_agentloop.analysis._progress import Progress
+    from otel_agentloop.analysis._rendering._progress import Progress
 
     handle = oal.configure("live-view", file=str(tmp_path / "t.jsonl"), set_global=False)
     try:

@@ -26,7 +26,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._perfetto import step_trace
+from otel_agentloop.analysis._rendering._perfetto import step_trace
 from otel_agentloop.core._context import SampleHandle
 from otel_agentloop.demo._agent import SimConfig, generate
 from otel_agentloop.metrics import SpanRecord

@@ -13,8 +13,8 @@ import textwrap
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._decode import read_jsonl
-from otel_agentloop.analysis._report import stored_summaries
+from otel_agentloop.analysis._reading._decode import read_jsonl
+from otel_agentloop.analysis._reading._report import stored_summaries
 
 pytest.importorskip("ray")
 

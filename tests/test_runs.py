@@ -22,8 +22,8 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, read_jsonl
-from otel_agentloop.analysis._run_report import read_summary_lines
-from otel_agentloop.analysis._runs import group_runs, select_run
+from otel_agentloop.analysis._reading._runs import group_runs, select_run
+from otel_agentloop.analysis._reading._summary_lines import read_summary_lines
 from otel_agentloop.metrics._summary import StepSummary
 
 COMPARED = ("generate_sequences", "tool_calls", "compute_score", "num_samples", "slowest")

@@ -16,8 +16,8 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from otel_agentloop.analysis._decode import read_jsonl
-from otel_agentloop.analysis._report import stored_summaries, summary_of
+from otel_agentloop.analysis._reading._decode import read_jsonl
+from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
 from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable
 from otel_agentloop.metrics._summary import MAX_TOOLS, OTHER_TOOLS, StepSummary
 

@@ -11,12 +11,12 @@ from collections.abc import Callable
 from dataclasses import dataclass, replace
 from typing import Any
 
-from ..analysis._display import Output
-from ..analysis._display import info_stream as _info
-from ..analysis._progress import Progress
-from ..analysis._terminal import counted
-from ..analysis._timeline import TimelineRecorder
-from ..analysis._waterfall import render_png
+from ..analysis._reading._timeline import TimelineRecorder
+from ..analysis._rendering._display import Output
+from ..analysis._rendering._display import info_stream as _info
+from ..analysis._rendering._progress import Progress
+from ..analysis._rendering._terminal import counted
+from ..analysis._rendering._waterfall import render_png
 from ..core import _context as ctx
 from ..core._trainer import trainer_phase
 from ..health._training import Alert, HealthMonitor

@@ -18,10 +18,10 @@ from typing import Any
 
 import otel_agentloop
 
-from ..analysis._display import info_stream as _info
-from ..analysis._progress import Progress
-from ..analysis._terminal import counted
-from ..analysis._timeline import TimelineRecorder
+from ..analysis._reading._timeline import TimelineRecorder
+from ..analysis._rendering._display import info_stream as _info
+from ..analysis._rendering._progress import Progress
+from ..analysis._rendering._terminal import counted
 from ..core import _context as ctx
 from ..core._trainer import trainer_phase
 from ..health._training import HealthMonitor

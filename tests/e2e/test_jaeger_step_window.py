@@ -26,8 +26,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._jaeger import JaegerClient
-from otel_agentloop.analysis._source import EPOCH, JaegerSource
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._source import EPOCH, JaegerSource
 
 SAMPLES = 6
 GAP_S = 600

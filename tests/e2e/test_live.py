@@ -11,7 +11,7 @@ import uuid
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.health._watchdog import WatchdogSettings
 from otel_agentloop.metrics import StepMetrics

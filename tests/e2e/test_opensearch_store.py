@@ -24,7 +24,7 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 
 from .conftest import stack_mod, stack_store
 from .test_stack_lifecycle import SCRIPT, Cli

@@ -29,8 +29,8 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
-from otel_agentloop.analysis._source import EPOCH
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._source import EPOCH
 
 from ..test_runs import DRIVER
 

@@ -22,7 +22,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics._summary import StepSummary
 
 from ..test_runs import DRIVER, _same

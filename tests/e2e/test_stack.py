@@ -20,8 +20,8 @@ import yaml
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
-from otel_agentloop.analysis._report import build_report
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._report import build_report
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import StepMetrics
 

@@ -12,7 +12,7 @@ from datetime import datetime, timedelta, timezone
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 
 from ..test_timeline_page import _open, _rows, browser  # noqa: F401 - the browser fixture
 

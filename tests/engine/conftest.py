@@ -21,7 +21,7 @@ from typing import Any
 import pytest
 
 from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics import SpanRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))

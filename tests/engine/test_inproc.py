@@ -15,8 +15,8 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._jaeger import JaegerClient
-from otel_agentloop.analysis._waterfall import ENGINE_LEGEND
+from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis._rendering._waterfall import ENGINE_LEGEND
 from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._summary import MIN_QUEUE_S, QUEUE_SHARE
 

@@ -7,7 +7,7 @@ import pytest
 import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._report import stored_summaries
+from otel_agentloop.analysis._reading._report import stored_summaries
 from otel_agentloop.integrations import verl as oal_verl
 
 

@@ -14,7 +14,7 @@ import ray_scenarios as rs
 import torch
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._report import stored_summaries
+from otel_agentloop.analysis._reading._report import stored_summaries
 from otel_agentloop.integrations import verl as oal_verl
 
 PROMPTS, SESSIONS, STEPS = 2, rs.N_SESSIONS, 3

@@ -1,0 +1,253 @@
+"""Where ``report --jaeger`` reads, and what ``report`` says when it finds nothing.
+
+The services: ``--service``; else ``OTEL_SERVICE_NAME`` when set (the name the traced program used); else every
+service Jaeger lists whose operations include ours (a span name starting ``rl.``: the sample and step-summary
+spans; one small ``/api/v3/operations`` call per service). The window: ``--since`` back from now; else all that
+Jaeger stores (``api_v3`` needs a time range: from the Unix epoch to a day from now covers any retention and a
+clock ahead of this one; a full page is still split in time, see :meth:`JaegerClient.find_all_traces`).
+
+A "nothing found" line names what was searched and what exists (services, runs, steps), never just "none".
+"""
+
+from __future__ import annotations
+
+import argparse
+import re
+from collections.abc import Callable, Iterable, Sequence
+from dataclasses import dataclass, field
+from datetime import datetime, timedelta, timezone
+
+from ... import semconv as sc
+from ...config._environment import variable
+from ...metrics._records import SpanRecord
+from ._decode import Skipped, decode_resource_spans
+from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
+from ._runs import group_runs, steps_text
+from ._text import printable
+
+EPOCH = datetime(1970, 1, 2, tzinfo=timezone.utc)
+"""Where a search without ``--since`` starts: everything Jaeger keeps, whatever its retention. A day after the Unix
+epoch: Jaeger's OpenSearch/Elasticsearch reader searches from a day before the start, in unsigned microseconds, and
+from 1970-01-01 that wraps around and finds nothing (Jaeger v2.13)."""
+CLOCK_SLACK = timedelta(days=1)
+"""How far past now a search ends (spans stamped by a host whose clock runs ahead)."""
+STEP_WINDOW_SLACK = timedelta(seconds=30)
+"""How far a step's window reaches past its ``rl.step`` and summary spans (a worker's clock ahead or behind)."""
+STEP_SEARCH_DEPTH = 10_000
+"""Traces one search of a step's window, or of a run's step or summary spans, asks for (``--search-depth`` when
+larger): a step of 8,192 samples in one search (4.8 s from Badger) instead of pages of 500, each page's window
+split and searched again (37 s).
+Jaeger's OpenSearch/Elasticsearch reader caps a search at ``max_doc_count``, 10,000 by default; a fuller window
+is still split, never cut."""
+_ONE_PER_STEP = (sc.STEP_SPAN, sc.STEP_SUMMARY_SPAN)
+"""Operations whose search uses :data:`STEP_SEARCH_DEPTH` too, made once per service and operation
+(:meth:`JaegerSource.one_per_step`): a run of 1,000 steps has 1,000 summaries, read in one search instead of
+pages of 500, each split and searched again (OpenSearch fetches every trace of every page: ``report --step`` on
+the store soak's 2.6 M spans took 9.1 s with the summaries in pages of 500, 1.5 s in one search)."""
+MAX_LISTED = 8
+"""The most services or runs one line lists (then ``and N more``)."""
+OUR_PREFIX = sc.SPAN_NAME_PREFIX
+"""A service is ours when one of its operations (span names) starts with this (``rl.sample``, ``rl.step.summary``)."""
+_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0, "w": 10080.0}
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhdw]?)\s*")
+MAX_SINCE_MINUTES = 5e6
+
+
+class NothingFoundError(LookupError):
+    """The source holds nothing ``report`` can read; the message says what was searched and what exists."""
+
+
+def since_minutes(text: str) -> float:
+    """An argparse type: a duration back from now, ``90s``, ``30m``, ``2h``, ``7d``, ``1w`` or minutes (``90``)."""
+    match = _DURATION.fullmatch(text)
+    minutes = float(match.group(1)) * _UNITS[match.group(2) or "m"] if match else -1.0
+    if not 0 < minutes <= MAX_SINCE_MINUTES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (e.g. 90s, 30m, 2h, 7d, 1w, or minutes; > 0 and <= {MAX_SINCE_MINUTES:g} min)"
+        )
+    return minutes
+
+
+def listed(names: Sequence[str], limit: int = MAX_LISTED) -> str:
+    """``a, b, c and 4 more`` (each printable and cut), or ``none``."""
+    if not names:
+        return "none"
+    shown = ", ".join(printable(n, max_chars=80) for n in names[:limit])
+    return shown + (f" and {len(names) - limit} more" if len(names) > limit else "")
+
+
+def runs_text(records: Iterable[SpanRecord]) -> str:
+    """What ``records`` hold, for a "nothing found" line: ``runs: ID (service S; steps 1, 2; validation: 2), ...``."""
+    runs = group_runs(records)
+    if not runs:
+        return "it holds no spans"
+    parts = [f"{printable(r.label, max_chars=80)} (service {printable(r.service, 80)}; steps {steps_text(r.steps())})"
+             for r in runs[-MAX_LISTED:]]  # fmt: skip
+    more = f" and {len(runs) - MAX_LISTED} older" if len(runs) > MAX_LISTED else ""
+    return f"runs: {'; '.join(parts)}{more}"
+
+
+def jaeger_error_line(exc: JaegerError, url: str) -> str:
+    """The one line for a Jaeger that could not be asked: short, with what to check."""
+    if isinstance(exc, JaegerUnreachableError):
+        return (
+            f"cannot query Jaeger at {printable(url, max_chars=200)}: {printable(str(exc).rpartition(': ')[2])}; is "
+            "it running? (`make up` starts one; --jaeger is its query URL, e.g. http://127.0.0.1:16686)"
+        )
+    return f"cannot query Jaeger: {printable(exc, max_chars=400)}"
+
+
+@dataclass
+class JaegerSource:
+    """The services and window one ``report --jaeger`` reads; :meth:`search` fetches their spans."""
+
+    client: JaegerClient
+    services: list[str]
+    chosen_by: str
+    since_minutes: float | None
+    search_depth: int
+    all_services: list[str] | None = None
+    """Every service Jaeger lists, once asked (the default choice asks; a "nothing found" line asks then)."""
+    ours: list[str] = field(default_factory=list)
+    _step_times_cache: dict[str, dict[int, tuple[int, int]] | None] = field(default_factory=dict, repr=False)
+    _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
+
+    @property
+    def label(self) -> str:
+        return f"{self.client.base_url} (service {', '.join(self.services)})"
+
+    def window(self) -> tuple[datetime, datetime]:
+        now = datetime.now(timezone.utc)
+        if self.since_minutes is None:
+            return EPOCH, now + CLOCK_SLACK
+        return now - timedelta(minutes=self.since_minutes), now + CLOCK_SLACK
+
+    def window_text(self) -> str:
+        if self.since_minutes is None:
+            return "all it stores"
+        return f"the last {self.since_minutes:g} min (--since)"
+
+    def search(
+        self, warn: Callable[[str], None], operation: str | None = None, step: int | None = None
+    ) -> list[SpanRecord]:
+        """The spans of every chosen service in the window (only ``operation`` spans, only step ``step``, when
+        given); a full page that could not be split, and malformed records, are reported through ``warn``.
+
+        For a step's spans the window is first narrowed to the step's own time (:meth:`step_window`): the
+        search then reads that step's traces, not every trace the store keeps."""
+        start, end = self.window()
+        attributes = {sc.RL_STEP: str(step)} if step is not None else None
+        records: list[SpanRecord] = []
+        skipped = Skipped()
+        for service in self.services:
+            lo, hi, depth = start, end, self.search_depth
+            if operation in _ONE_PER_STEP:  # small traces, one or two a step: a run's in one search
+                depth = max(depth, STEP_SEARCH_DEPTH)
+            if step is not None and operation is None:
+                lo, hi = self.step_window(service, step, start, end)
+                if (lo, hi) != (start, end):  # one step's traces: one search, not a page of 500 at a time
+                    depth = max(depth, STEP_SEARCH_DEPTH)
+            if operation in _ONE_PER_STEP and step is None:  # the search a step's window shares
+                found = self.one_per_step(service, operation, start, end)
+            else:
+                found = self.client.find_all_traces(
+                    service, lo, hi, attributes=attributes, operation=operation, search_depth=depth
+                )
+            if found.full:
+                warn(f"service {service}: {found.left_out(depth)}")
+            records += decode_resource_spans(found.resource_spans, skipped)
+        if skipped.count:
+            warn(skipped.summary(self.label))
+        return records
+
+    def step_window(self, service: str, step: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
+        """The part of [start, end] where step ``step``'s traces start: from its ``rl.step`` spans (the trainer's
+        step, trainer phases inside) and its ``rl.step.summary`` spans (their start is the step's first sample's
+        start, their end its collection), widened by :data:`STEP_WINDOW_SLACK` (clocks of other hosts); [start,
+        end] itself when neither is found (traces without them) or either search is incomplete. The two small
+        searches by operation name, which every Jaeger filters on (Jaeger 2.13's HTTP api_v3 ignores
+        ``query.attributes``, so a tag alone does not narrow a search), run once per service (over the window of
+        the first step read) and serve every step read from this source (a run page's step pages, ``--compare``)."""
+        times = self._step_times(service, start, end)
+        if times is None or step not in times:
+            return start, end
+        first_ns, last_ns = times[step]
+        lo = datetime.fromtimestamp(first_ns / 1e9, timezone.utc) - STEP_WINDOW_SLACK
+        hi = datetime.fromtimestamp(last_ns / 1e9, timezone.utc) + STEP_WINDOW_SLACK
+        return max(lo, start), min(hi, end)
+
+    def _step_times(self, service: str, start: datetime, end: datetime) -> dict[int, tuple[int, int]] | None:
+        """Each step's (first start, last end) of its ``rl.step`` and summary spans in [start, end]; ``None`` when
+        either search is incomplete. Cached per service: ``window()`` moves with the clock between calls."""
+        if service in self._step_times_cache:
+            return self._step_times_cache[service]
+        times: dict[int, tuple[int, int]] = {}
+        for operation in _ONE_PER_STEP:
+            found = self.one_per_step(service, operation, start, end)
+            if found.full:
+                self._step_times_cache[service] = None
+                return None
+            for rec in decode_resource_spans(found.resource_spans, Skipped()):
+                step = sc.step_key(rec.attributes)[0]
+                if rec.name != operation or step is None or rec.start_ns <= 0:
+                    continue
+                first, last = times.get(step, (rec.start_ns, rec.end_ns))
+                times[step] = (min(first, rec.start_ns), max(last, rec.end_ns, rec.start_ns))
+        self._step_times_cache[service] = times
+        return times
+
+    def one_per_step(self, service: str, operation: str, start: datetime, end: datetime) -> Search:
+        """Every ``operation`` trace (one of :data:`_ONE_PER_STEP`) of ``service`` in [start, end], in searches of
+        :data:`STEP_SEARCH_DEPTH`; made once per service and operation and kept (``window()`` moves with the
+        clock between calls), so that a step's window and the summaries a report reads share one search."""
+        key = (service, operation)
+        if key not in self._one_per_step_cache:
+            depth = max(self.search_depth, STEP_SEARCH_DEPTH)
+            self._one_per_step_cache[key] = self.client.find_all_traces(
+                service, start, end, operation=operation, search_depth=depth
+            )
+        return self._one_per_step_cache[key]
+
+    def nothing(self, what: str) -> str:
+        """``what`` (``no sample spans``) with what was searched and which services Jaeger has."""
+        try:
+            if self.all_services is None:
+                self.all_services = sorted(self.client.services())
+            others = [s for s in self.all_services if s not in self.services]
+            exists = f"Jaeger lists services: {listed(others)} besides {listed(self.services)}"
+        except JaegerError:
+            exists = "Jaeger's service list could not be read"
+        return (
+            f"{what} found in Jaeger {printable(self.client.base_url, 200)} for service {listed(self.services)} "
+            f"({self.chosen_by}) over {self.window_text()}; {exists}"
+        )
+
+
+def open_jaeger(args: argparse.Namespace, note: Callable[[str], None]) -> JaegerSource:
+    """The Jaeger source of ``args``; ``note`` gets one line saying which services are read when they were not
+    named with ``--service``. Raises :class:`JaegerError`, or :class:`NothingFoundError` when no service has
+    agent-loop spans."""
+    client = JaegerClient(args.jaeger, timeout_s=args.timeout)
+    source = JaegerSource(client, [], "", args.since_minutes, args.search_depth)
+    if args.service:
+        source.services, source.chosen_by = [args.service], "--service"
+        return source
+    env = variable("OTEL_SERVICE_NAME") or ""
+    if env:
+        source.services, source.chosen_by = [env], "from OTEL_SERVICE_NAME"
+        note(f"reading service {printable(env, 200)} (OTEL_SERVICE_NAME; --service picks another)")
+        return source
+    source.all_services = sorted(client.services())
+    source.services = [s for s in source.all_services if any(op.startswith(OUR_PREFIX) for op in client.operations(s))]
+    source.chosen_by = "every service with agent-loop spans"
+    if not source.services:
+        raise NothingFoundError(
+            f"no sample spans found in Jaeger {printable(client.base_url, 200)}: no service has agent-loop spans "
+            f"({OUR_PREFIX}* span names); services: {listed(source.all_services)}"
+        )
+    note(
+        f"reading {'service' if len(source.services) == 1 else 'services'} {listed(source.services)} from Jaeger "
+        f"(every service with agent-loop spans; --service or OTEL_SERVICE_NAME picks one), over "
+        f"{source.window_text()}"
+    )
+    return source

@@ -1,0 +1,185 @@
+"""``report --runs`` (the runs in a source) and ``report --run`` (one run, step by step; ``--html``: the run page).
+
+Per-step data comes from the step summaries the live side wrote with the traces (``rl.step.summary`` spans), so
+the cost does not grow with samples: a large file is scanned for summary lines only (other lines are skipped
+without being parsed), and Jaeger is searched for the summary operation only. A step whose spans were read but
+that has no stored summary is rebuilt from its spans through the live code (:func:`summary_of`); the page says
+how many. Timeline pages for steps are written beside the run page (``run.html`` -> ``run.steps/step-N.html``)
+for at most ``--step-pages`` steps whose sample spans the source holds."""
+
+from __future__ import annotations
+
+import argparse
+import json
+import os
+from collections.abc import Sequence
+
+from .. import semconv as sc
+from ..analysis._reading._decode import Skipped, read_jsonl
+from ..analysis._reading._jaeger import JaegerError
+from ..analysis._reading._run_load import Loaded, load, run_steps
+from ..analysis._reading._runs import Run, RunNotFoundError, RunSteps, StepKey, group_runs, select_run
+from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_error_line, runs_text
+from ..analysis._reading._store import StoreError, is_store, read_steps
+from ..analysis._reading._text import printable
+from ..analysis._rendering._html import jaeger_ui_base
+from ..analysis._rendering._run_page import write_run_page
+from ..analysis._rendering._runs_text import format_table, run_steps_rows, runs_table
+from ..analysis._rendering._terminal import counted, say, say_json
+from ..analysis._rendering._timeline_html import write_step_pages
+from ..metrics._records import SpanRecord
+
+DEFAULT_STEP_PAGES = 100
+"""Timeline pages written by default (when the sample spans were read anyway)."""
+
+
+def _warn(line: str) -> None:
+    say(f"report: {printable(line, max_chars=600)}", err=True)
+
+
+def _page_steps(steps: RunSteps, limit: int) -> list[StepKey]:
+    """The steps that get a timeline page: all when at most ``limit``, else the ``limit`` slowest by wall time."""
+    keys = list(steps.summaries)
+    if len(keys) <= limit:
+        return keys
+    return sorted(sorted(keys, key=lambda k: -steps.summaries[k].wall_s)[:limit])
+
+
+# -- the command -----------------------------------------------------------------------------------
+def run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
+    """``report --runs`` / ``report --run`` from ``--file`` or ``jaeger``: prints, writes the page; returns the
+    exit status."""
+    try:
+        return _run_command(args, jaeger)
+    except StoreError as exc:
+        say(f"report: {printable(str(exc), max_chars=1000)}", err=True)
+        return 1
+    except OSError as exc:
+        say(f"report: {printable(exc.filename or '')}: {printable(exc.strerror or type(exc).__name__)}", err=True)
+        return 1
+    except JaegerError as exc:
+        say(f"report: {jaeger_error_line(exc, args.jaeger)}", err=True)
+        return 1
+    except (RunNotFoundError, NothingFoundError) as exc:
+        say(f"report: {printable(str(exc), max_chars=1000)}", err=True)
+        return 1
+
+
+def _nothing(what: str, source: str, jaeger: JaegerSource | None, records: Sequence[SpanRecord]) -> str:
+    if jaeger is not None and not records:
+        return jaeger.nothing(what)
+    return f"{what} found in {printable(source, 200)}; {runs_text(records)}"
+
+
+def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
+    source = args.file if jaeger is None else jaeger.label
+    if args.runs:
+        loaded = load(args, jaeger, _warn)
+        runs = group_runs(loaded.records)
+        loaded.add_attempts(runs)
+        if not runs:
+            raise NothingFoundError(_nothing("no spans", source, jaeger, loaded.records))
+        say(format_table(runs_table(runs)))
+        if loaded.unlisted:
+            _warn(
+                f"runs {', '.join(printable(r, 80) for r in loaded.unlisted[:8])} in the index wrote no step "
+                "summaries and are not listed; report --step N --run-id ID reads them"
+            )
+        elif not loaded.spans_read and loaded.unlisted is None:
+            _warn(
+                f"{loaded.notes[0]}: runs that wrote no step summaries (older traces) are not listed; "
+                "report --step N --run-id ID still reads them"
+            )
+        return 0
+    if args.html and not os.path.isdir(os.path.dirname(args.html) or "."):
+        say(f"report: cannot write --html {printable(args.html)}: no such folder", err=True)
+        return 1
+    loaded = load(args, jaeger, _warn)
+    try:
+        steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
+    except RunNotFoundError:
+        if loaded.spans_read:
+            raise
+        loaded = load(args, jaeger, _warn, full=True)  # a run that wrote no summaries: read its spans
+        steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
+    if steps is None or not steps.summaries:
+        raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records))
+    loaded.add_attempts([steps.run])
+    notes = loaded.notes + steps.notes
+    for line in notes:
+        _warn(line)
+    if args.json:
+        body = {
+            "run": steps.run.label,
+            "attempts": steps.run.attempts,
+            "steps": [json.loads(s.to_json()) for s in steps.summaries.values()],
+            "rebuilt": [list(k) for k in sorted(steps.rebuilt)],
+        }
+        say_json(body)
+    if not args.html:
+        if not args.json:
+            say(format_table(run_steps_rows(steps)))
+        return 0
+    return _write_run_page(args, jaeger, steps, loaded, notes)
+
+
+def _write_run_page(
+    args: argparse.Namespace, jaeger: JaegerSource | None, steps: RunSteps, loaded: Loaded, notes: list[str]
+) -> int:
+    """The run page and its steps' timeline pages: by default as many as :data:`DEFAULT_STEP_PAGES`, from a file
+    read whole or from Jaeger (each chosen step's spans fetched); none from a large file read for its summaries."""
+    source = args.file if jaeger is None else jaeger.label
+    default = DEFAULT_STEP_PAGES if (loaded.spans_read or loaded.pages_cheap or jaeger is not None) else 0
+    page_count = args.step_pages if args.step_pages is not None else default
+    chosen = _page_steps(steps, page_count)
+    pages = _write_step_pages(args, jaeger, steps, chosen, loaded.spans_read, source) if chosen else {}
+    if len(pages) < len(steps.summaries):
+        notes.append(
+            f"timeline pages for {len(pages)} of {len(steps.summaries)} steps (--step-pages {page_count}); "
+            "for another step: report --step N --html FILE"
+        )
+    jaeger_ui = jaeger_ui_base(args.jaeger_ui)
+    write_run_page(steps, args.html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
+    say(
+        f"run page written to {args.html} ({counted(len(steps.summaries), 'step')}, "
+        f"{counted(len(pages), 'timeline page')})"
+    )
+    return 0
+
+
+def _write_step_pages(
+    args: argparse.Namespace,
+    jaeger: JaegerSource | None,
+    steps: RunSteps,
+    chosen: Sequence[StepKey],
+    spans_read: bool,
+    source: str,
+) -> dict[StepKey, str]:
+    """Write the chosen steps' timeline pages beside ``args.html``; returns their paths relative to it."""
+    spans = steps.spans
+    if not spans_read:  # only summaries were read: fetch the chosen steps' spans now
+        spans = _fetch_step_spans(args, jaeger, steps.run, chosen)
+    wanted = {key: spans[key] for key in chosen if spans.get(key)}
+    return write_step_pages(wanted, args.html, source=source, jaeger_ui=args.jaeger_ui)
+
+
+def _fetch_step_spans(
+    args: argparse.Namespace, jaeger: JaegerSource | None, run: Run, chosen: Sequence[StepKey]
+) -> dict[StepKey, list[SpanRecord]]:
+    wanted = set(chosen)
+    out: dict[StepKey, list[SpanRecord]] = {}
+    if jaeger is None and is_store(args.file):
+        read = read_steps(args.file, None, wanted, False, Skipped(), _warn, run_key_=run.key)
+        records: list[SpanRecord] = read.records
+    elif jaeger is None:
+        records = list(read_jsonl(args.file, Skipped()))
+    else:
+        records = [r for step in sorted({k[0] for k in wanted}) for r in jaeger.search(_warn, None, step)]
+    selection = select_run(records, key=run.key)
+    for rec in selection.records if selection else ():
+        step, validate = sc.step_key(rec.attributes)
+        if step is not None and rec.name != sc.STEP_SUMMARY_SPAN:
+            key = (step, validate)
+            if key in wanted:
+                out.setdefault(key, []).append(rec)
+    return out
