@@ -120,7 +120,7 @@ def test_the_limits_check_sees_long_modules_and_functions(tmp_path: Path) -> Non
 
 
 ENVIRONMENT_READERS = {
-    "integrations/ray.py": "hands the driver's OTEL_* variables to Ray workers and applies them there",
+    "integrations/ray/_handover.py": "hands the driver's OTEL_* variables to Ray workers and applies them there",
     "testing.py": "isolates a test's OTEL_* variables (saves, clears, restores)",
     "analysis/_terminal.py": "NO_COLOR / FORCE_COLOR of the terminal, not settings",
     "integrations/vllm/_wrappers.py": "gives a vLLM engine's processes OTEL_SERVICE_NAME (vLLM reads only that)",
