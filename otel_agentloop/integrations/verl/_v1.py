@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from ... import semconv as sc
@@ -32,7 +31,6 @@ from ...core import _context
 from ...core._guard import internal_error
 from ...core._lifecycle import finish, open_span
 from ...core._scope import span_of
-from ...core._state import state
 from ...core._tracer import current_tracer
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from . import _patching as patching
@@ -176,12 +174,8 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
             attrs[sc.RL_STEP] = step
             attrs[sc.RL_SAMPLE_INDEX] = position if position is not None else arrival_index(step, validate, uid)
             release_stale(step, validate)
-            links = None
-            ctx = outer.span.get_span_context() if outer is not None and outer.span is not None else None
-            if ctx is not None and ctx.is_valid:
-                links = [Link(ctx)]
-            per_sample = (outer.trace_per if outer is not None else state.defaults.trace_per) == "sample"
-            scope = open_span(tracer, sc.GROUP_SPAN, attrs, context=Context() if per_sample else None, links=links)
+            parent, links = _context.root_context(outer)
+            scope = open_span(tracer, sc.GROUP_SPAN, attrs, context=parent, links=links)
             if scope is not None:
                 state_ = _context.StepState(step, validate, "step", span_of(scope))
                 step_token = _context.enter_step_state(state_)
