@@ -87,7 +87,7 @@ def worker_verdict(step: int | None, validate: bool = False) -> Any:
     handle = _handle()
     live = handle.live if handle is not None else None
     if live is None:
-        from ..metrics._verdicts import Verdict
+        from ...metrics._verdicts import Verdict
 
         return Verdict()
     return live.verdict(step, validate)
@@ -101,7 +101,7 @@ def add_verdicts(
     (at most :data:`MAX_LISTED`): Ray folds similar lines from different workers into one
     (``[repeated Nx across cluster]``), so the merged verdict is said where nothing folds it. Pass
     ``log=False`` when the caller prints the verdict itself."""
-    from ..metrics._verdicts import apply_verdicts
+    from ...metrics._verdicts import apply_verdicts
 
     verdicts = list(verdicts)
     apply_verdicts(metrics, verdicts)
