@@ -92,9 +92,8 @@ def test_trace_per_sample_links_to_step_and_per_step_nests(traced) -> None:
 
 def test_sample_outside_a_step_starts_a_trace_linked_to_the_current_span(traced) -> None:
     # the rule verl's group span shares (core/_context.root_context): no step, so the current span is the link
-    with oal.span("tool_calls", tool="dispatch"):
-        with oal.sample(0, step=1):
-            work("x")
+    with oal.span("tool_calls", tool="dispatch"), oal.sample(0, step=1):
+        work("x")
     spans = traced.spans()
     (outer,) = [s for s in spans if s.attributes.get(sc.RL_PHASE) == "tool_calls" and s.name.endswith("dispatch")]
     (root,) = [s for s in spans if s.name == "rl.sample"]

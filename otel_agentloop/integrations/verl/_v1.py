@@ -38,13 +38,12 @@ from ._agent_loop import (
     CARRIER_KEY,
     PENDING,
     POSITION_KEY,
-    _compute_score,
     _remote,
-    arrival_index,
     open_rows,
-    release_stale,
     run_agent_loop,
 )
+from ._identity import arrival_index, release_stale
+from ._phases import _compute_score
 from ._rows import TAG, identity_int, read_identity, row_tags, table_from_tags
 
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
