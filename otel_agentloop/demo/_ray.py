@@ -25,6 +25,7 @@ from ..analysis._timeline import TimelineRecorder
 from ..health._training import HealthMonitor
 from ..health._validation import ValidationCapture
 from ..integrations import ray as oal_ray
+from ..integrations.ray._common import ray_module
 from ..metrics._records import SpanRecord
 from ..metrics._table import PhaseTable, StepMetrics
 from ..metrics._verdicts import Verdict
@@ -148,7 +149,7 @@ def _finished_on(ray: Any, workers: list[Any], step: int) -> int:
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
     """The simulated main job as a manager (this process) and ``args.workers`` Ray actor workers."""
-    ray = oal_ray._ray()
+    ray = ray_module()
     cfg = sim_config(args)
     handle = configure(
         args.service_name,

@@ -32,7 +32,6 @@ from __future__ import annotations
 
 from ...config._environment import DRIVER_VARIABLE
 from ._common import SETUP_HOOK
-from ._common import _ray as _ray  # the demo's and tests' oal_ray._ray
 from ._handover import SPECS_BY_NAME, runtime_env
 from ._instrumentor import RayInstrumentor, instrument, is_instrumented, traced_runtime_env, uninstrument
 from ._instrumentor import _init as _init  # tests read oal_ray._init

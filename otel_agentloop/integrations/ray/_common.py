@@ -14,7 +14,7 @@ every worker, and the startup hook's ``.pth`` line matches it)."""
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
 
 
-def _ray() -> Any:
+def ray_module() -> Any:
     try:
         import ray
     except ImportError as exc:
@@ -22,7 +22,7 @@ def _ray() -> Any:
     return ray
 
 
-def _handle() -> Handle | None:
+def own_handle() -> Handle | None:
     """This process's handle: the worker's own while it is open, else the current one."""
     handle: Handle | None = state.worker_handle
     return handle if handle is not None and not handle.closed else current_handle()

@@ -13,7 +13,7 @@ from ..._configure import Handle, current_handle
 from ...config._environment import DRIVER_VARIABLE
 from ...config._settings import SPECS, resolve
 from ...core._guard import warn_once
-from ._common import SETUP_HOOK, _ray
+from ._common import SETUP_HOOK, ray_module
 
 SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}
 
@@ -30,7 +30,7 @@ def runtime_env(
     ``setup_hook`` runs in every worker). Pass it to ``ray.init`` (all workers) or to an actor's
     ``.options(runtime_env=...)``.
     """
-    _ray()
+    ray_module()
     handle = handle or current_handle()
     env = dict(handle.worker_env if handle is not None else {})
     out: dict[str, Any] = dict(base or {})
@@ -43,7 +43,7 @@ def runtime_env(
     return out
 
 
-def _job_run_identity(job: str) -> None:
+def job_run_identity(job: str) -> None:
     """A Ray worker that got no run identity from its driver cannot know the driver's run: unless its node
     sets ``OTEL_AGENTLOOP_RUN_ID``/``_RUN_ATTEMPT``, its spans carry ``ray-job-<job id>`` as both, the same for
     every such worker of the job (never an id of its own per process)."""
@@ -57,7 +57,7 @@ def _describe(node: tuple[str, str]) -> str:
     return f"{node[0]} (node id {node[1][:12]})"
 
 
-def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
+def take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
     """In a Ray worker: the driver's hand-off (:data:`DRIVER_VARIABLE`), with this node's own ``OTEL_*``
     variables that the driver did not hand over removed. Without a hand-off, and without an OTLP endpoint or
     an explicit exporter choice of its own, this worker exports nothing and warns once, naming its node."""
@@ -101,7 +101,7 @@ def _take_driver_settings(node: tuple[str, str]) -> dict[str, Any] | None:
     return None
 
 
-def _check_file_on_remote_node(handle: Handle, driver: Mapping[str, Any], node: tuple[str, str]) -> None:
+def check_file_on_remote_node(handle: Handle, driver: Mapping[str, Any], node: tuple[str, str]) -> None:
     path = handle.settings.file
     if driver.get("host") == socket.gethostname() or not any(
         p.startswith("file ") for p in handle.description.split(", ")

@@ -12,9 +12,9 @@ from typing import Any
 
 from ...core._guard import internal_error
 from .._instrumentor import Instrumentor
-from ._common import SETUP_HOOK, _ray
+from ._common import SETUP_HOOK, ray_module
 from ._handover import runtime_env
-from ._worker import _driver_handle
+from ._worker import driver_handle
 
 
 class _InitPatch:
@@ -69,7 +69,7 @@ def instrument() -> bool:
                 wrapt.register_post_import_hook(_wrap_init, "ray")
                 _init.hooked = True
             except ImportError:
-                _wrap_init(_ray())
+                _wrap_init(ray_module())
         return True
 
 
@@ -105,7 +105,7 @@ def _wrap_init(ray: Any) -> None:
 def traced_runtime_env(given: Mapping[str, Any] | None) -> dict[str, Any]:
     """``given`` (a ``ray.init`` runtime_env, or ``None``) plus this process's tracing settings and setup hook
     (:func:`runtime_env`); tracing is configured here first when it is not yet."""
-    handle = _driver_handle()
+    handle = driver_handle()
     verl = sys.modules.get("otel_agentloop.integrations.verl")  # verl's hook also instruments each worker
     verl_on = verl is not None and verl.is_instrumented()
     hook = "otel_agentloop.integrations.verl.setup_worker" if verl_on else SETUP_HOOK

@@ -9,7 +9,7 @@ from typing import Any
 from ..._configure import write_step_summary
 from ...core._guard import internal_error, logger
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
-from ._common import _handle, _ray
+from ._common import own_handle, ray_module
 from ._worker import setup_worker
 
 
@@ -45,14 +45,14 @@ def merge_metrics(
     if step is not None or key is not None:
         summary_step = step if step is not None or key is None else key[0]
         summary_validate = validate if validate is not None else key is not None and key[1]
-        write_step_summary(table, metrics, summary_step, summary_validate, handle=_handle())
+        write_step_summary(table, metrics, summary_step, summary_validate, handle=own_handle())
     return metrics
 
 
 # -- in-flight samples across workers --------------------------------------------------------------
 def inflight(limit: int | None = None) -> list[Any]:
     """This process's running samples (``InflightSample``, oldest first); ``[]`` before ``configure``."""
-    handle = _handle()
+    handle = own_handle()
     return handle.inflight(limit) if handle is not None else []
 
 
@@ -67,7 +67,7 @@ def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_
     answers at once even while its samples run; a sync actor answers between calls. Actors that do not
     answer within ``timeout_s`` (in total) are left out. Nothing is added to the actor class.
     """
-    ray = _ray()
+    ray = ray_module()
     refs = [actor.__ray_call__.remote(_inflight_in_actor, limit) for actor in actors]
     if not refs:
         return []
@@ -84,7 +84,7 @@ def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_
 
 def worker_verdict(step: int | None, validate: bool = False) -> Any:
     """This worker's watchdog verdict for ``step`` (call after :func:`worker_table`, which classifies)."""
-    handle = _handle()
+    handle = own_handle()
     live = handle.live if handle is not None else None
     if live is None:
         from ...metrics._verdicts import Verdict

@@ -22,7 +22,7 @@ from ...core._lifecycle import open_span
 from ...core._scope import OpenSpan, Scope, span_of
 from ...core._state import state
 from ...core._tracer import current_tracer
-from ._common import _handle
+from ._common import own_handle
 from ._worker import setup_worker
 
 CARRIER_KEYWORD = "otel_carrier"
@@ -129,7 +129,7 @@ def _flush(wait_s: float) -> None:
     healthy: once an export failed or a wait timed out, calls never wait until an export succeeds again, so
     a dead or hung backend costs the caller nothing (spans queue, and drops are counted)."""
     try:
-        handle = _handle()
+        handle = own_handle()
         if handle is not None and handle.enabled:
             handle.request_flush(wait_s)
     except Exception:
@@ -190,5 +190,5 @@ def traced_remote(
 
 
 def _flush_would_wait() -> bool:
-    handle = _handle()
+    handle = own_handle()
     return handle is not None and handle.enabled and any(p.healthy for p in handle.export_processors)

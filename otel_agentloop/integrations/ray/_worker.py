@@ -15,7 +15,7 @@ from ... import semconv as sc
 from ..._configure import Handle, configure, current_handle
 from ...core._guard import internal_error, logger
 from ...core._state import state
-from ._handover import _check_file_on_remote_node, _job_run_identity, _take_driver_settings
+from ._handover import check_file_on_remote_node, job_run_identity, take_driver_settings
 
 _setup_lock = threading.Lock()
 
@@ -69,14 +69,14 @@ def setup_worker() -> Handle:
         driver = None
         if node is not None:
             route_logs_to_stderr()
-            driver = _take_driver_settings(node)
+            driver = take_driver_settings(node)
             if driver is None:
-                _job_run_identity(str(attrs.get("ray.job.id") or "unknown"))
+                job_run_identity(str(attrs.get("ray.job.id") or "unknown"))
         attrs[sc.RL_WORKER] = worker
         own = state.worker_handle = configure(resource_attributes=attrs, worker=worker)
         _instrument_engines()
         if node is not None and driver is not None:
-            _check_file_on_remote_node(own, driver, node)
+            check_file_on_remote_node(own, driver, node)
         atexit.register(own.shutdown, 5.0)
         return own
 
@@ -110,7 +110,7 @@ def route_logs_to_stderr() -> None:
     logger.propagate = False
 
 
-def _driver_handle() -> Handle:
+def driver_handle() -> Handle:
     """The driver's open handle, else one configured now from the environment (shut down at exit)."""
     with _setup_lock:
         handle = current_handle()

@@ -20,8 +20,8 @@ from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ...metrics._verdicts import apply_verdicts
 from . import _engine_path
 from . import _patching as patching
-from ._identity import _field, _unique, arrival_index, as_int, release_stale
-from ._phases import _call_tool, _compute_score, _generate, _traced_timer
+from ._identity import arrival_index, as_int, field_of, release_stale, unique_key
+from ._phases import call_tool, compute_score, generate, traced_timer
 from ._rows import OpenSampleRows, identity_int, read_identity
 
 AGENT_LOOP = "verl.experimental.agent_loop.agent_loop"
@@ -78,24 +78,24 @@ def apply_agent_loop(module: Any) -> None:
     patching.patch(module, "AgentLoopManager", "_performance_metrics", _performance_metrics)
     patching.patch(module, "AgentLoopWorker", "generate_sequences", _worker_generate_sequences)
     patching.patch(module, "AgentLoopWorker", "_run_agent_loop", run_agent_loop)
-    patching.patch(module, "AgentLoopWorker", "_compute_score", _compute_score)
-    patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
+    patching.patch(module, "AgentLoopWorker", "_compute_score", compute_score)
+    patching.replace(module, "", "simple_timer", traced_timer(vars(module)["simple_timer"]))
 
 
 def apply_tool_loop(module: Any) -> None:
-    patching.patch(module, "ToolAgentLoop", "_call_tool", _call_tool)
-    patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
+    patching.patch(module, "ToolAgentLoop", "_call_tool", call_tool)
+    patching.replace(module, "", "simple_timer", traced_timer(vars(module)["simple_timer"]))
 
 
 def apply_single_turn_loop(module: Any) -> None:
-    patching.replace(module, "", "simple_timer", _traced_timer(vars(module)["simple_timer"]))
+    patching.replace(module, "", "simple_timer", traced_timer(vars(module)["simple_timer"]))
 
 
 def apply_llm_server(module: Any) -> None:
     for name in ("LLMServerClient", "FullyAsyncLLMServerClient"):
         cls = getattr(module, name, None)
         if cls is not None and "generate" in vars(cls):
-            patching.patch(module, name, "generate", _generate)
+            patching.patch(module, name, "generate", generate)
     _engine_path.apply_llm_server(module)  # the turn's context to the engine (issue 28)
 
 
@@ -249,14 +249,14 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
         return await original(*args, **kwargs)
     with _remote(carrier):
         async with _context.sample(
-            who.index, who.rollout, step=who.step, validate=who.validate, attributes=who.attrs
+            who.sample_index, who.rollout, step=who.step, validate=who.validate, attributes=who.attrs
         ) as handle:
             step = handle.step  # the enclosing (dispatching) step's when verl's could not be read
             if (who.v1 or who.call_rows is not None) and step is not None:
                 release_stale(step, who.validate)
             token = None
             rows = None
-            key = (step, who.validate, who.index, who.rollout)
+            key = (step, who.validate, who.sample_index, who.rollout)
             if (who.v1 or who.call_rows is not None) and handle.span is not None:
                 rows = open_rows()
                 if rows is not None:
@@ -281,7 +281,7 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
                         and step is not None
                     ):
                         who.call_rows[who.verl_key] = _call_row(
-                            handle, output, values, who.index, who.verl_key[1], who.uid, step
+                            handle, output, values, who.sample_index, who.verl_key[1], who.uid, step
                         )
                 except Exception:
                     internal_error("verl._run_agent_loop.record")
@@ -291,7 +291,7 @@ async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str,
 class _Sample(NamedTuple):
     """A sample's identity as :func:`_read_sample` reads it from verl's call."""
 
-    index: int
+    sample_index: int
     rollout: int | None
     step: int | None
     validate: bool
@@ -308,8 +308,8 @@ def _read_sample(args: tuple[Any, ...], kwargs: dict[str, Any], position: Any) -
     attributes. Fully-async: the arrival order in the step, verl's index as the dataset index. Identity values
     that cannot be read are left out (warned once), never the span (see ``read_identity``)."""
     trajectory = args[2] if len(args) > 2 else kwargs["trajectory"]
-    step = read_identity("trajectory step", _field(trajectory, "step"))
-    validate = bool(_field(trajectory, "validate"))
+    step = read_identity("trajectory step", field_of(trajectory, "step"))
+    validate = bool(field_of(trajectory, "validate"))
     attrs: dict[str, Any] = {}
     agent = kwargs.get("agent_name")
     if agent:
@@ -319,7 +319,7 @@ def _read_sample(args: tuple[Any, ...], kwargs: dict[str, Any], position: Any) -
     verl_key: tuple[int, int] | None = None
     if v1:
         rollout = read_identity("session_id", kwargs["session_id"])
-        dataset_index = read_identity("sample_index", _field(trajectory, "sample_index"))
+        dataset_index = read_identity("sample_index", field_of(trajectory, "sample_index"))
         uid = str(kwargs.get("uid", ""))
         index = identity_int(position) if position is not None else None
         if index is None:
@@ -329,9 +329,9 @@ def _read_sample(args: tuple[Any, ...], kwargs: dict[str, Any], position: Any) -
             attrs[sc.RL_SAMPLE_DATASET_INDEX] = dataset_index
     else:
         uid = ""
-        read = read_identity("sample_index", _field(trajectory, "sample_index"))
-        rollout = read_identity("rollout_n", _field(trajectory, "rollout_n"))
-        index = read if read is not None else arrival_index(-1 if step is None else step, validate, _unique())
+        read = read_identity("sample_index", field_of(trajectory, "sample_index"))
+        rollout = read_identity("rollout_n", field_of(trajectory, "rollout_n"))
+        index = read if read is not None else arrival_index(-1 if step is None else step, validate, unique_key())
         call_rows = _CALL_ROWS.get()
         if call_rows is not None:  # fully-async: the dataset index is not unique among in-flight prompts
             verl_key = (index, rollout) if rollout is not None else None  # how verl's output rows are keyed

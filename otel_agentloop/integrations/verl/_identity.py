@@ -54,7 +54,7 @@ def as_int(value: Any) -> int:
     return number
 
 
-def _field(trajectory: Any, key: str) -> Any:
+def field_of(trajectory: Any, key: str) -> Any:
     """``trajectory[key]``, ``None`` when missing."""
     try:
         return trajectory[key]
@@ -65,6 +65,6 @@ def _field(trajectory: Any, key: str) -> Any:
 _unique_ids = itertools.count()
 
 
-def _unique() -> str:
+def unique_key() -> str:
     """A key that :func:`arrival_index` never saw: the sample's own arrival number."""
     return f"#{next(_unique_ids)}"

@@ -22,7 +22,7 @@ _GENERATE_TURN = PhaseSpec.build(sc.GENERATE)
 _TURN: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_agentloop_turn_span", default=None)
 
 
-def _traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
+def traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
     """verl's ``simple_timer`` with our phase span on verl's own measurement: the span starts just inside verl's
     timer and gets verl's measured duration (what verl adds to ``timing_raw``), so spans and verl's
     AgentLoopMetrics agree exactly, whatever the GIL does between the two clocks. ``tool_calls``: the
@@ -118,7 +118,7 @@ async def _awaited(started: OpenSpan | None, original: Any, args: Any, kwargs: A
 _IN_GENERATE: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_agentloop_in_generate", default=False)
 
 
-async def _generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """One generation span per turn: ``FullyAsyncLLMServerClient.generate`` (resuming aborted requests) calls
     the base client's, which then adds no span of its own."""
     if _IN_GENERATE.get():
@@ -181,7 +181,7 @@ def _record_generation(span: Any, output: Any, kwargs: dict[str, Any]) -> None:
         internal_error("verl.generate.record")
 
 
-async def _call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     tool_call = args[1] if len(args) > 1 else kwargs.get("tool_call")
     name = str(getattr(tool_call, "name", "") or "unknown")
     spec = _spec(_tool_specs, name, lambda: PhaseSpec.build(sc.TOOL_CALLS, tool=name))
@@ -193,7 +193,7 @@ async def _call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     return result
 
 
-async def _compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     started = start(_REWARD)
     holder: list[float] = []
     token = _SCORE_TIMER.set(holder)

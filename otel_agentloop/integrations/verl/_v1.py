@@ -5,7 +5,7 @@ separate-async modes, and validation.
   carrier (a ``NonTensorData``) and each prompt's position ride in the batch; they are removed again after.
 - ``AgentLoopWorkerTQ`` (patched on the class Ray ships, ``__ray_metadata__.modified_class``):
   ``_run_prompt`` is the group span (one per ``uid``, its ``n`` sessions as children); the inherited
-  ``_run_agent_loop``/``_compute_score`` as in :mod:`._agent_loop` (the carrier and position keywords are
+  ``_run_agent_loop``/``compute_score`` as in :mod:`._agent_loop` (the carrier and position keywords are
   popped before the agent loop sees them).
 - ``transfer_queue.async_kv_batch_put``, only while a V1 sample of ours is putting its trajectory: the
   sample's phase times (from its spans) join the trajectory's tags; lengths, policy versions and
@@ -43,7 +43,7 @@ from ._agent_loop import (
     run_agent_loop,
 )
 from ._identity import arrival_index, release_stale
-from ._phases import _compute_score
+from ._phases import compute_score
 from ._rows import TAG, identity_int, read_identity, row_tags, table_from_tags
 
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
@@ -59,7 +59,7 @@ def apply_agent_loop_tq(module: Any) -> None:
     patching.patch(module, "AgentLoopManagerTQ", "generate_sequences", _manager_generate_sequences)
     patching.patch(module, _WORKER, "_run_prompt", _run_prompt)
     patching.patch(module, _WORKER, "_run_agent_loop", run_agent_loop)  # skipped when Ray copied ours already
-    patching.patch(module, _WORKER, "_compute_score", _compute_score)
+    patching.patch(module, _WORKER, "_compute_score", compute_score)
     patching.patch(sys.modules[module.tq.__name__], "", "async_kv_batch_put", _tq_batch_put)
 
 
