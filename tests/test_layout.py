@@ -110,6 +110,11 @@ def test_core_keeps_the_code_limits() -> None:
     assert over_the_limits(PACKAGE / "core") == []
 
 
+def test_integrations_and_demo_keep_the_code_limits() -> None:
+    assert over_the_limits(PACKAGE / "integrations") == []
+    assert over_the_limits(PACKAGE / "demo") == []
+
+
 def test_the_limits_check_sees_long_modules_and_functions(tmp_path: Path) -> None:
     body = "\n".join(f"    x{i} = {i}" for i in range(MAX_FUNCTION_LINES))
     (tmp_path / "long.py").write_text(f"@decorator\ndef short():\n    pass\n\n\nasync def long():\n{body}\n")
