@@ -26,6 +26,12 @@ the setup hook (verl's ``...worker_process_setup_hook=otel_agentloop.integration
 the same wrap from the installed ``otel_agentloop_startup.pth``. Settings travel only through
 ``runtime_env``: a worker never relies on its node's shell, and one that got no settings from its driver
 says so once, naming its node, instead of writing a local file nobody reads.
+
+Modules, one job each: ``_handover`` (what the driver hands every worker in ``runtime_env``, and how a worker
+takes it), ``_worker`` (a worker's setup), ``_remote`` (the carrier, :func:`remote_step`, :func:`traced_remote`),
+``_merge`` (workers' tables, verdicts and running samples, merged in the driver), ``_instrumentor`` (``ray.init``
+wrapped: :class:`RayInstrumentor`), ``_common`` (Ray imported on demand, the setup hook's path, this process's
+handle). Every public name is here.
 """
 
 from __future__ import annotations

@@ -1,4 +1,5 @@
-"""Patches of verl's agent loop shared by every trainer (legacy, V1, fully-async): phase spans, the sample.
+"""Patches of verl's agent loop shared by every trainer (legacy, V1, fully-async): the legacy manager, the
+worker's calls, the sample span (the phase spans: :mod:`._phases`; identity helpers: :mod:`._identity`).
 
 Each ``apply_*`` patches one verl module (called at import or at once); each wrapper has the
 ``impl(original, args, kwargs)`` shape of :func:`._patching.patch`, with ``self`` in ``args``.

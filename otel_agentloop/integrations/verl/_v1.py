@@ -5,8 +5,8 @@ separate-async modes, and validation.
   carrier (a ``NonTensorData``) and each prompt's position ride in the batch; they are removed again after.
 - ``AgentLoopWorkerTQ`` (patched on the class Ray ships, ``__ray_metadata__.modified_class``):
   ``_run_prompt`` is the group span (one per ``uid``, its ``n`` sessions as children); the inherited
-  ``_run_agent_loop``/``compute_score`` as in :mod:`._agent_loop` (the carrier and position keywords are
-  popped before the agent loop sees them).
+  ``_run_agent_loop``/``_compute_score`` as in :mod:`._agent_loop` and :mod:`._phases` (the carrier and
+  position keywords are popped before the agent loop sees them).
 - ``transfer_queue.async_kv_batch_put``, only while a V1 sample of ours is putting its trajectory: the
   sample's phase times (from its spans) join the trajectory's tags; lengths, policy versions and
   num_preempted go on the ``rl.sample`` span.
