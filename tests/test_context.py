@@ -87,6 +87,18 @@ def test_trace_per_sample_links_to_step_and_per_step_nests(traced) -> None:
     # per step: one trace, samples are children of the step span
     assert {r.context.trace_id for r in roots2} == {steps[2].context.trace_id}
     assert all(r.parent.span_id == steps[2].context.span_id for r in roots2)
+    assert all(not r.links for r in roots2)  # a link to its own parent says nothing (core/_context.root_context)
+
+
+def test_sample_outside_a_step_starts_a_trace_linked_to_the_current_span(traced) -> None:
+    # the rule verl's group span shares (core/_context.root_context): no step, so the current span is the link
+    with oal.span("tool_calls", tool="dispatch"), oal.sample(0, step=1):
+        work("x")
+    spans = traced.spans()
+    (outer,) = [s for s in spans if s.attributes.get(sc.RL_PHASE) == "tool_calls" and s.name.endswith("dispatch")]
+    (root,) = [s for s in spans if s.name == "rl.sample"]
+    assert root.parent is None and root.context.trace_id != outer.context.trace_id
+    assert [link.context.span_id for link in root.links] == [outer.context.span_id]
 
 
 def test_sample_outside_step_and_explicit_identity(traced) -> None:

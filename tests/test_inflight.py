@@ -175,7 +175,7 @@ def test_a_phase_ended_at_a_time_measured_elsewhere_leaves_the_registry(live) ->
     """verl's timers end a phase span at the time verl measured (not now): the registry forgets it and learns
     that duration; an error ends it through the same scope."""
     from otel_agentloop.core._phase import PhaseSpec, start
-    from otel_agentloop.integrations.verl._agent_loop import end_span
+    from otel_agentloop.integrations.verl._phases import end_span
 
     handle, _, _ = live
     registry = handle.live.registry

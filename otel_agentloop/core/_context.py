@@ -68,6 +68,17 @@ class StepState:
         self.span = span
 
 
+def root_context(outer: StepState | None) -> tuple[Context | None, list[Link] | None]:
+    """Where a sample's root span (or verl's group span) starts: with ``trace_per="sample"`` a new trace linked
+    to the step span (the current span outside a step); else the current context, no link (the span is the
+    step's child, and a link to its own parent would say nothing more)."""
+    if (outer.trace_per if outer is not None else defaults.trace_per) != "sample":
+        return None, None
+    step_span = outer.span if outer is not None else trace.get_current_span()
+    ctx = step_span.get_span_context() if step_span is not None else None
+    return Context(), [Link(ctx)] if ctx is not None and ctx.is_valid else None
+
+
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
@@ -373,14 +384,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
             attrs.pop(key, None)
         attrs[sc.RL_WORKER] = self.worker or defaults.worker
         attrs.update(handle.phase_attributes)
-        links = None
-        parent: Context | None = None
-        if (outer.trace_per if outer is not None else defaults.trace_per) == "sample":
-            parent = Context()  # a new trace for this sample ...
-            step_span = outer.span if outer is not None else trace.get_current_span()
-            ctx = step_span.get_span_context() if step_span is not None else None
-            if ctx is not None and ctx.is_valid:
-                links = [Link(ctx)]  # ... linked to the step
+        parent, links = root_context(outer)
         scope = open_span(tracer, sc.SAMPLE_SPAN, attrs, context=parent, links=links)
         if scope is None:
             return None

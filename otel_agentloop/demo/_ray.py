@@ -12,8 +12,7 @@ import argparse
 import asyncio
 import functools
 import os
-import time
-from dataclasses import replace
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import otel_agentloop
@@ -22,18 +21,16 @@ from ..analysis._reading._timeline import TimelineRecorder
 from ..analysis._rendering._display import info_stream as _info
 from ..analysis._rendering._progress import Progress
 from ..analysis._rendering._terminal import counted
-from ..core import _context as ctx
-from ..core._trainer import trainer_phase
 from ..health._training import HealthMonitor
 from ..health._validation import ValidationCapture
 from ..integrations import ray as oal_ray
+from ..integrations.ray._common import ray_module
 from ..metrics._records import SpanRecord
-from ..metrics._table import PhaseTable
+from ..metrics._table import PhaseTable, StepMetrics
 from ..metrics._verdicts import Verdict
-from ..setup import configure, current_handle
+from ..setup import Handle, configure, current_handle
 from ._agent import SimConfig, failed, run_samples
-from ._main import StepOutcome, finish, misbehaviour, report_step, sim_config, sim_watchdog, verdict_counts
-from ._trainer import run_trainer_phases, slowdown, trainer_metrics, validation_config
+from ._loop import finish, run_steps, sim_config, sim_watchdog
 
 CHUNKS_PER_WORKER = 4  # finer chunks: a livelier progress bar and better balance
 
@@ -152,7 +149,7 @@ def _finished_on(ray: Any, workers: list[Any], step: int) -> int:
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
     """The simulated main job as a manager (this process) and ``args.workers`` Ray actor workers."""
-    ray = oal_ray._ray()
+    ray = ray_module()
     cfg = sim_config(args)
     handle = configure(
         args.service_name,
@@ -170,79 +167,13 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         f"traces -> {handle.description}",
         file=_info(args),
     )
-    package_root = os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__)))  # holds otel_agentloop/
-    env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
-    ray.init(
-        address="local",
-        num_cpus=max(2, n),
-        include_dashboard=False,
-        log_to_driver=True,  # worker warnings (the watchdog's) reach this terminal
-        runtime_env=env,
-        configure_logging=False,
-    )
+    _start_ray(ray, handle, n)
     results: list[dict[str, Any]] = []
     worker_stats: list[dict[str, int]] = []
     try:
         actor = ray.remote(num_cpus=0)(SimWorker)
         workers = [actor.remote() for _ in range(n)]
-        for step in range(1, args.steps + 1):
-            step_cfg = replace(
-                cfg, time_scale=cfg.time_scale * slowdown(step, args.misbehave), **misbehaviour(step, args.misbehave)
-            )
-            bar = Progress(
-                len(cfg.work()),
-                f"step {step}",
-                enabled=not args.quiet,
-                inflight=lambda: oal_ray.gather_inflight(workers, timeout_s=2.0),
-                finished=functools.partial(_finished_on, ray, workers, step),
-                step=step,
-                live_every_s=args.live_every,
-            )
-            timing_raw: dict[str, float] = {}
-            t0 = time.perf_counter()
-            with ctx.step(step):
-                with trainer_phase("gen", timing_raw):
-                    failed_keys, rewards = _rollout(ray, workers, step_cfg, step, bar)
-                run_trainer_phases(timing_raw, cfg.time_scale)
-                step_s = time.perf_counter() - t0
-                bar.close()
-                finished = ray.get([w.finish_step.remote(step) for w in workers], timeout=120)
-                metrics = oal_ray.merge_metrics(  # log=False: the step's report below prints the verdict
-                    (t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
-                )
-                capture: ValidationCapture | None = None
-                val_rewards: list[float] = []
-                if args.val_every and step % args.val_every == 0:
-                    with ctx.step(step, validate=True), trainer_phase("testing", timing_raw):
-                        _, val_rewards = _rollout(
-                            ray, workers, validation_config(cfg), step, None, args.val_generations
-                        )
-                    capture = ValidationCapture(args.val_generations, seed=cfg.seed)
-                    validated = ray.get([w.finish_validation.remote(step) for w in workers], timeout=120)
-                    for state, offered, _, _ in validated:
-                        capture.merge(state, offered)
-                    # the validation pass's metrics, and its rl.step.summary (written by merge_metrics)
-                    oal_ray.merge_metrics((t for *_, t, _ in validated), [v for *_, v in validated], log=False)
-                trainer = trainer_metrics(step, cfg.seed, rewards, step_s, args.misbehave, val_rewards)
-                alerts = monitor.observe(step, trainer)
-            spans: dict[tuple[int, int], list[SpanRecord]] = {}
-            for _, worker_spans, _, _ in finished:
-                spans.update(worker_spans)
-            report_step(
-                args,
-                results,
-                StepOutcome(
-                    step,
-                    metrics,
-                    verdict_counts(cfg.work(), failed_keys, metrics),
-                    trainer,
-                    timing_raw,
-                    alerts,
-                    capture,
-                    spans,
-                ),
-                where=f" over {n} workers",
-            )
+        results = run_steps(args, cfg, OnRay(ray, workers, args.val_generations, cfg.seed), monitor)
         worker_stats = ray.get([w.shutdown.remote(args.flush_timeout) for w in workers], timeout=120)
     finally:
         ray.shutdown()
@@ -253,3 +184,61 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         for key in ("exported", "dropped", "failed"):
             stats[key] += ws[key]
     return finish(args, results, monitor, stats, flushed, handle.description)
+
+
+def _start_ray(ray: Any, handle: Handle, workers: int) -> None:
+    """A local Ray cluster whose workers export like ``handle`` and import this package from its source."""
+    package_root = os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__)))  # holds otel_agentloop/
+    env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
+    ray.init(
+        address="local",
+        num_cpus=max(2, workers),
+        include_dashboard=False,
+        log_to_driver=True,  # worker warnings (the watchdog's) reach this terminal
+        runtime_env=env,
+        configure_logging=False,
+    )
+
+
+class OnRay:
+    """The step loop's rollouts (:class:`._loop.Rollouts`) on Ray actor workers, this process the manager."""
+
+    def __init__(self, ray: Any, workers: list[Any], generations: int, seed: int) -> None:
+        self.ray = ray
+        self.workers = workers
+        self.where = f" over {len(workers)} workers"
+        self.generations = generations
+        self.seed = seed
+
+    def progress(self, step: int) -> tuple[Callable[[], Sequence[Any]], Callable[[], int] | None]:
+        return (
+            lambda: oal_ray.gather_inflight(self.workers, timeout_s=2.0),
+            functools.partial(_finished_on, self.ray, self.workers, step),
+        )
+
+    def rollout(self, cfg: SimConfig, step: int, bar: Progress) -> tuple[set[tuple[int, int]], list[float]]:
+        return _rollout(self.ray, self.workers, cfg, step, bar)
+
+    def collect(self, step: int) -> tuple[StepMetrics, dict[tuple[int, int], list[SpanRecord]]]:
+        """The workers' tables merged (and the step's ``rl.step.summary`` written); the slowest samples' spans."""
+        finished = self.ray.get([w.finish_step.remote(step) for w in self.workers], timeout=120)
+        metrics = oal_ray.merge_metrics(  # log=False: the step's report prints the verdict
+            (t for t, _, _, _ in finished), [v for _, _, _, v in finished], log=False
+        )
+        spans: dict[tuple[int, int], list[SpanRecord]] = {}
+        for _, worker_spans, _, _ in finished:
+            spans.update(worker_spans)
+        return metrics, spans
+
+    def validate(self, cfg: SimConfig, step: int) -> list[float]:
+        _, rewards = _rollout(self.ray, self.workers, cfg, step, None, self.generations)
+        return rewards
+
+    def finish_validation(self, step: int) -> ValidationCapture:
+        """The workers' validation sketches merged; the validation pass's metrics and ``rl.step.summary``."""
+        capture = ValidationCapture(self.generations, seed=self.seed)
+        validated = self.ray.get([w.finish_validation.remote(step) for w in self.workers], timeout=120)
+        for state, offered, _, _ in validated:
+            capture.merge(state, offered)
+        oal_ray.merge_metrics((t for *_, t, _ in validated), [v for *_, v in validated], log=False)
+        return capture

@@ -16,7 +16,7 @@ import logging
 import math
 import statistics
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from dataclasses import asdict, dataclass, field
 from typing import Any
 
@@ -122,6 +122,12 @@ class HealthSummary:
         return "\n".join(lines)
 
 
+_Reading = tuple[str, float] | None
+"""One rule's input: the metric key it was read from and its value (``None``: the step did not log it)."""
+_Alert = Callable[[str, str, float, float, str], None]
+"""Adds an alert of this step: ``(rule, key, value, threshold, message)``."""
+
+
 class HealthMonitor:
     """``observe(step, metrics)`` after each step; ``summary()`` at the end. Never raises on bad values."""
 
@@ -215,87 +221,29 @@ class HealthMonitor:
             return []
 
     def _observe(self, step: int, metrics: dict[str, Any]) -> list[Alert]:
+        """The rules over one step's readings, in a fixed order (the alerts' order); then the readings join the
+        history and the summary, and the alerts are reported."""
         self._steps += 1
-        t = self.t
         alerts: list[Alert] = []
 
         def alert(rule: str, key: str, value: float, threshold: float, message: str) -> None:
             alerts.append(Alert(rule, step, key, value, threshold, message))
 
-        warm = self._steps > t.warmup_steps
+        warm = self._steps > self.t.warmup_steps
         got = {
             name: self._value(metrics, getattr(self.keys, name))
             for name in ("reward", "pg_loss", "kl", "entropy", "grad_norm", "step_time", "memory")
         }
         val = self._val_reward(metrics)
-        if (r := got["reward"]) is not None:
-            key, value = r
-            past = self._past("reward")
-            if warm and past and max(past) > 0 and value < max(past) * (1 - t.reward_drop):
-                alert(
-                    "reward_falling",
-                    key,
-                    value,
-                    max(past) * (1 - t.reward_drop),
-                    f"reward mean {value:.4g} fell over {t.reward_drop:.0%} below its recent best {max(past):.4g}",
-                )
-            if val is not None and value != 0 and (value - val[1]) / abs(value) > t.val_gap:
-                alert(
-                    "val_gap",
-                    val[0],
-                    val[1],
-                    value * (1 - t.val_gap),
-                    f"validation reward {val[1]:.4g} trails training reward {value:.4g} by more than {t.val_gap:.0%}",
-                )
-        if (r := got["pg_loss"]) is not None and warm and abs(r[1]) > t.pg_loss_max:
-            alert("pg_loss_not_settling", r[0], r[1], t.pg_loss_max, f"|policy loss| {abs(r[1]):.4g} > {t.pg_loss_max}")
-        if (r := got["kl"]) is not None and r[1] > t.kl_max:
-            alert("kl_high", r[0], r[1], t.kl_max, f"KL loss {r[1]:.4g} above {t.kl_max} (healthy: ~0.005-0.02)")
-        if (r := got["entropy"]) is not None:
-            key, value = r
-            past = self._past("entropy")
-            if value < t.entropy_min:
-                alert("entropy_collapse", key, value, t.entropy_min, f"entropy {value:.4g} below {t.entropy_min}")
-            elif past and past[-1] > 0 and value < past[-1] * (1 - t.entropy_drop):
-                alert(
-                    "entropy_drop",
-                    key,
-                    value,
-                    past[-1] * (1 - t.entropy_drop),
-                    f"entropy fell from {past[-1]:.4g} to {value:.4g} in one step",
-                )
-        if (r := got["grad_norm"]) is not None:
-            key, value = r
-            past = self._past("grad_norm")
-            if value > t.grad_norm_max:
-                alert("grad_norm_high", key, value, t.grad_norm_max, f"grad norm {value:.4g} above {t.grad_norm_max}")
-            med = statistics.median(past) if len(past) >= 2 else 0.0
-            if med > 0 and value > t.grad_norm_jump * med:  # from a median of 0 (no update), no jump to speak of
-                alert(
-                    "grad_norm_jump",
-                    key,
-                    value,
-                    t.grad_norm_jump * med,
-                    f"grad norm jumped to {value:.4g} ({value / med:.1f}x its recent median)",
-                )
-        if (r := got["step_time"]) is not None:
-            key, value = r
-            past = self._past("step_time")
-            if len(past) >= 2:
-                med = statistics.median(past)
-                if med > 0 and (value > t.step_time_swing * med or value < med / t.step_time_swing):
-                    alert(
-                        "step_time_swing",
-                        key,
-                        value,
-                        t.step_time_swing * med,
-                        f"step took {value:.3g} s against a recent median of {med:.3g} s",
-                    )
-            self._steady_rise("step_time_rise", key, [*past, value], t.step_time_rise, alert, "seconds per step")
+        self._check_reward(got["reward"], val, warm, alert)
+        self._check_losses(got["pg_loss"], got["kl"], warm, alert)
+        self._check_entropy(got["entropy"], alert)
+        self._check_grad_norm(got["grad_norm"], alert)
+        self._check_step_time(got["step_time"], alert)
         if (r := got["memory"]) is not None:
             key, value = r
             self._steady_rise(
-                "memory_growth", key, [*self._past("memory"), value], t.memory_growth, alert, "GPU memory"
+                "memory_growth", key, [*self._past("memory"), value], self.t.memory_growth, alert, "GPU memory"
             )
         for name, r in got.items():
             if r is not None:
@@ -306,6 +254,89 @@ class HealthMonitor:
         for a in alerts:
             self._report(a)
         return alerts
+
+    def _check_reward(self, r: _Reading, val: _Reading, warm: bool, alert: _Alert) -> None:
+        t = self.t
+        if r is None:
+            return
+        key, value = r
+        past = self._past("reward")
+        if warm and past and max(past) > 0 and value < max(past) * (1 - t.reward_drop):
+            alert(
+                "reward_falling",
+                key,
+                value,
+                max(past) * (1 - t.reward_drop),
+                f"reward mean {value:.4g} fell over {t.reward_drop:.0%} below its recent best {max(past):.4g}",
+            )
+        if val is not None and value != 0 and (value - val[1]) / abs(value) > t.val_gap:
+            alert(
+                "val_gap",
+                val[0],
+                val[1],
+                value * (1 - t.val_gap),
+                f"validation reward {val[1]:.4g} trails training reward {value:.4g} by more than {t.val_gap:.0%}",
+            )
+
+    def _check_losses(self, pg_loss: _Reading, kl: _Reading, warm: bool, alert: _Alert) -> None:
+        t = self.t
+        if (r := pg_loss) is not None and warm and abs(r[1]) > t.pg_loss_max:
+            alert("pg_loss_not_settling", r[0], r[1], t.pg_loss_max, f"|policy loss| {abs(r[1]):.4g} > {t.pg_loss_max}")
+        if (r := kl) is not None and r[1] > t.kl_max:
+            alert("kl_high", r[0], r[1], t.kl_max, f"KL loss {r[1]:.4g} above {t.kl_max} (healthy: ~0.005-0.02)")
+
+    def _check_entropy(self, r: _Reading, alert: _Alert) -> None:
+        t = self.t
+        if r is None:
+            return
+        key, value = r
+        past = self._past("entropy")
+        if value < t.entropy_min:
+            alert("entropy_collapse", key, value, t.entropy_min, f"entropy {value:.4g} below {t.entropy_min}")
+        elif past and past[-1] > 0 and value < past[-1] * (1 - t.entropy_drop):
+            alert(
+                "entropy_drop",
+                key,
+                value,
+                past[-1] * (1 - t.entropy_drop),
+                f"entropy fell from {past[-1]:.4g} to {value:.4g} in one step",
+            )
+
+    def _check_grad_norm(self, r: _Reading, alert: _Alert) -> None:
+        t = self.t
+        if r is None:
+            return
+        key, value = r
+        past = self._past("grad_norm")
+        if value > t.grad_norm_max:
+            alert("grad_norm_high", key, value, t.grad_norm_max, f"grad norm {value:.4g} above {t.grad_norm_max}")
+        med = statistics.median(past) if len(past) >= 2 else 0.0
+        if med > 0 and value > t.grad_norm_jump * med:  # from a median of 0 (no update), no jump to speak of
+            alert(
+                "grad_norm_jump",
+                key,
+                value,
+                t.grad_norm_jump * med,
+                f"grad norm jumped to {value:.4g} ({value / med:.1f}x its recent median)",
+            )
+
+    def _check_step_time(self, r: _Reading, alert: _Alert) -> None:
+        t = self.t
+        if r is None:
+            return
+        key, value = r
+        past = self._past("step_time")
+        if len(past) >= 2:
+            med = statistics.median(past)
+            if med > 0 and (value > t.step_time_swing * med or value < med / t.step_time_swing):
+                alert(
+                    "step_time_swing",
+                    key,
+                    value,
+                    t.step_time_swing * med,
+                    f"step took {value:.3g} s against a recent median of {med:.3g} s",
+                )
+        self._steady_rise("step_time_rise", key, [*past, value], t.step_time_rise, alert, "seconds per step")
 
     def _steady_rise(self, rule: str, key: str, series: list[float], fraction: float, alert: Any, what: str) -> None:
         window = series[-(self.t.window + 1) :]

@@ -33,8 +33,8 @@ def _no_outer_otel_env(monkeypatch: pytest.MonkeyPatch) -> None:
 def _fresh_arrival_order() -> None:
     """Each test's fit restarts at step 1 in this one process: forget the previous fit's positions per
     step (a real run's steps only grow), or a prompt of step 1 would be numbered after the last fit's."""
-    from otel_agentloop.integrations.verl import _agent_loop, _v1
+    from otel_agentloop.integrations.verl import _identity, _v1
 
     _v1._dispatched.clear()  # the dispatching process's positions per step
-    _agent_loop._arrivals.clear()  # a worker's arrival order, where the position did not come
-    _agent_loop._released_before.clear()
+    _identity._arrivals.clear()  # a worker's arrival order, where the position did not come
+    _identity._released_before.clear()

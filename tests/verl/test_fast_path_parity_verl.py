@@ -99,11 +99,11 @@ def _actor_mode(self: Any) -> tuple[str | None, bool]:
 def _v1_run(mode: str, monkeypatch: pytest.MonkeyPatch) -> tuple[list[Any], dict[str, Any]]:
     """One local cluster with the fast path on or off in every process, one V1 step; the OTLP requests received
     and what the actor reports of itself."""
-    from otel_agentloop.integrations.verl import _agent_loop, _v1
+    from otel_agentloop.integrations.verl import _identity, _v1
 
     _v1._dispatched.clear()  # each run is step 3's first dispatch (as _fresh_arrival_order does per test)
-    _agent_loop._arrivals.clear()
-    _agent_loop._released_before.clear()
+    _identity._arrivals.clear()
+    _identity._released_before.clear()
     value = "true" if mode == "fast" else "false"
     monkeypatch.setenv(FAST_PATH_ENV, value)
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")

@@ -5,8 +5,8 @@ separate-async modes, and validation.
   carrier (a ``NonTensorData``) and each prompt's position ride in the batch; they are removed again after.
 - ``AgentLoopWorkerTQ`` (patched on the class Ray ships, ``__ray_metadata__.modified_class``):
   ``_run_prompt`` is the group span (one per ``uid``, its ``n`` sessions as children); the inherited
-  ``_run_agent_loop``/``_compute_score`` as in :mod:`._agent_loop` (the carrier and position keywords are
-  popped before the agent loop sees them).
+  ``_run_agent_loop``/``_compute_score`` as in :mod:`._agent_loop` and :mod:`._phases` (the carrier and
+  position keywords are popped before the agent loop sees them).
 - ``transfer_queue.async_kv_batch_put``, only while a V1 sample of ours is putting its trajectory: the
   sample's phase times (from its spans) join the trajectory's tags; lengths, policy versions and
   num_preempted go on the ``rl.sample`` span.
@@ -23,7 +23,6 @@ from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, TraceFlags
 
 from ... import semconv as sc
@@ -31,7 +30,6 @@ from ...core import _context
 from ...core._guard import internal_error
 from ...core._lifecycle import finish, open_span
 from ...core._scope import span_of
-from ...core._state import state
 from ...core._tracer import current_tracer
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ...setup import current_handle, write_step_summary
@@ -40,13 +38,12 @@ from ._agent_loop import (
     CARRIER_KEY,
     PENDING,
     POSITION_KEY,
-    _compute_score,
     _remote,
-    arrival_index,
     open_rows,
-    release_stale,
     run_agent_loop,
 )
+from ._identity import arrival_index, release_stale
+from ._phases import compute_score
 from ._rows import TAG, identity_int, read_identity, row_tags, table_from_tags
 
 AGENT_LOOP_TQ = "verl.trainer.ppo.v1.agent_loop_tq"
@@ -62,7 +59,7 @@ def apply_agent_loop_tq(module: Any) -> None:
     patching.patch(module, "AgentLoopManagerTQ", "generate_sequences", _manager_generate_sequences)
     patching.patch(module, _WORKER, "_run_prompt", _run_prompt)
     patching.patch(module, _WORKER, "_run_agent_loop", run_agent_loop)  # skipped when Ray copied ours already
-    patching.patch(module, _WORKER, "_compute_score", _compute_score)
+    patching.patch(module, _WORKER, "_compute_score", compute_score)
     patching.patch(sys.modules[module.tq.__name__], "", "async_kv_batch_put", _tq_batch_put)
 
 
@@ -176,12 +173,8 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
             attrs[sc.RL_STEP] = step
             attrs[sc.RL_SAMPLE_INDEX] = position if position is not None else arrival_index(step, validate, uid)
             release_stale(step, validate)
-            links = None
-            ctx = outer.span.get_span_context() if outer is not None and outer.span is not None else None
-            if ctx is not None and ctx.is_valid:
-                links = [Link(ctx)]
-            per_sample = (outer.trace_per if outer is not None else state.defaults.trace_per) == "sample"
-            scope = open_span(tracer, sc.GROUP_SPAN, attrs, context=Context() if per_sample else None, links=links)
+            parent, links = _context.root_context(outer)
+            scope = open_span(tracer, sc.GROUP_SPAN, attrs, context=parent, links=links)
             if scope is not None:
                 state_ = _context.StepState(step, validate, "step", span_of(scope))
                 step_token = _context.enter_step_state(state_)

@@ -1,0 +1,28 @@
+"""What every part of the Ray integration shares: Ray itself (imported on demand), the setup hook's name and
+this process's handle."""
+
+from __future__ import annotations
+
+from typing import Any
+
+from ...core._state import state
+from ...setup import Handle, current_handle
+
+SETUP_HOOK = "otel_agentloop.integrations.ray.setup_worker"
+"""The worker setup hook's import path: the package's name, which re-exports :func:`setup_worker` (Ray imports it in
+every worker, and the startup hook's ``.pth`` line matches it)."""
+_INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
+
+
+def ray_module() -> Any:
+    try:
+        import ray
+    except ImportError as exc:
+        raise ImportError(_INSTALL_HINT) from exc
+    return ray
+
+
+def own_handle() -> Handle | None:
+    """This process's handle: the worker's own while it is open, else the current one."""
+    handle: Handle | None = state.worker_handle
+    return handle if handle is not None and not handle.closed else current_handle()
