@@ -13,16 +13,16 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import numpy as np
-import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
+from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
+from ._numpy import LazyNumpy
 from ._table import MAX_TOOLS, OTHER_TOOLS, EngineTurns, PhaseTable, bound_tools
 
-# numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
-# while another thread runs that first import would leave the child blocked on its import lock forever.
+if TYPE_CHECKING:
+    import numpy as np
+else:
+    np = LazyNumpy(globals(), "np")  # imported on first use, numpy.ma with it (fork safety: see ._numpy)
 PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
 _UNSET = -(1 << 62)
 _MASK64 = (1 << 64) - 1

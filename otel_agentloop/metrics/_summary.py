@@ -19,15 +19,19 @@ import json
 import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, NamedTuple
 
 from .. import semconv as sc
+from ._numpy import LazyNumpy
 from ._table import MAX_TOOLS as MAX_TOOLS  # defined with the table, which bounds tool calls as it merges them
 from ._table import OTHER_TOOLS as OTHER_TOOLS
 from ._table import PERCENTILES, EngineSample, OverdueSample, PhaseTable, StepMetrics, bound_tools
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    np = LazyNumpy(globals(), "np")
 
 OK: str = "ok"
 FAILED: str = "failed"
