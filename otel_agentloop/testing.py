@@ -25,8 +25,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 from ._configure import Handle, configure
-from .config._settings import forget_warnings
-from .core._guard import reset_warnings
+from .core._guard import forget_warnings
 from .core._state import state
 
 __all__ = ["Captured", "capture", "configure_for_tests", "isolated", "reset"]
@@ -76,7 +75,6 @@ def isolated() -> Generator[None, None, None]:
         del os.environ[key]
     saved = state.save()
     handle, worker_handle = state.handle, state.worker_handle
-    reset_warnings()
     forget_warnings()
     try:
         yield

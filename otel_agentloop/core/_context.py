@@ -20,33 +20,23 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ._bind import bind
-from ._errors import IDENTITY_KEYS, error_type, mark_error, restore_identity
 from ._guard import internal_error, safe_str
 from ._lifecycle import announce, open_span
 from ._scope import OpenSpan, span_of
 from ._state import TracePer, state
 from ._tracer import current_live, current_tracer
-from ._values import INT64_MAX, INT64_MIN, clean_attributes, coerce_number, safe_repr
+from ._values import clean_attributes, coerce_number
 
 __all__ = [
-    "IDENTITY_KEYS",
-    "INT64_MAX",
-    "INT64_MIN",
     "SampleHandle",
     "StepState",
     "bind",
-    "clean_attributes",
-    "coerce_number",
     "current_sample",
     "current_step",
     "enter_step_state",
-    "error_type",
     "leave_step_state",
-    "mark_error",
     "record_generation",
     "record_sample",
-    "restore_identity",
-    "safe_repr",
     "sample",
     "step",
 ]

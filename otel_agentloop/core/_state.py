@@ -17,7 +17,7 @@ from typing import Any, Literal, NamedTuple
 from opentelemetry.trace import Tracer, TracerProvider
 
 from ._content import ContentPolicy, Redactor
-from ._guard import after_fork_in_child, internal_error, reset_warnings
+from ._guard import after_fork_in_child, forget_warnings, internal_error
 
 TracePer = Literal["sample", "step"]
 
@@ -146,7 +146,7 @@ class ProcessState:
         self.handle = self.worker_handle = None
         self.restore(Saved(None, False, (False, ContentPolicy.DEFAULT_MAX_CHARS, None), "sample", Defaults().worker))
         self.content.truncated = 0
-        reset_warnings()
+        forget_warnings()
 
 
 state = ProcessState()
