@@ -21,6 +21,7 @@ from ._table import MAX_TOOLS, OTHER_TOOLS, EngineTurns, PhaseTable, bound_tools
 
 if TYPE_CHECKING:
     import numpy as np
+    import numpy.typing as npt
 else:
     np = LazyNumpy(globals(), "np")  # imported on first use, numpy.ma with it (fork safety: see ._numpy)
 PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
@@ -211,8 +212,7 @@ class StepRows:
             r = self._new_row(key)
             if r < 0:
                 return
-            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # the sample's first span names its trace ...
-            self.tid_lo[r] = trace_id & _MASK64
+            self.tid_hi[r], self.tid_lo[r] = (trace_id >> 64) & _MASK64, trace_id & _MASK64  # its first span's trace
         if p >= 0:
             blocks = self.blocks[p]
             b = blocks[r]
@@ -236,22 +236,20 @@ class StepRows:
                 known = type(value) is int and -(1 << 40) < value < (1 << 40)
                 if known:
                     self.npre_sum[r] += value  # type: ignore[operator]
-                first = self.npre_first[r]
-                if first < 0 or start < first:
+                if (first := self.npre_first[r]) < 0 or start < first:
                     self.npre_first[r] = start
                     self.npre_first_missing[r] = not known
                 if _EQ in attrs or _EDEC in attrs or _ETTFT in attrs or _EPF in attrs:  # the engine's timing
                     self._engine_turn(r, attrs)
-            elif p == 1:
-                tool = attrs.get(_TOOL)
-                if tool is not None:
-                    calls = self.tools.get(tool) or self._tool(tool)
-                    if calls is not None:
-                        calls[0].append(r)
-                        calls[1].append(end - start)
+            elif (
+                p == 1
+                and (tool := attrs.get(_TOOL)) is not None
+                and (calls := self.tools.get(tool) or self._tool(tool)) is not None
+            ):
+                calls[0].append(r)
+                calls[1].append(end - start)
         else:
-            self.root_start[r] = start
-            self.root_end[r] = end
+            self.root_start[r], self.root_end[r] = start, end
             value = attrs.get(_NPRE)
             if type(value) is int and _I64_MIN < value <= _I64_MAX:
                 self.npre_final[r] = value
@@ -261,8 +259,7 @@ class StepRows:
             value = attrs.get(_RLEN)
             if type(value) is int and _I64_MIN <= value <= _I64_MAX:
                 self.response_len[r] = value
-            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
-            self.tid_lo[r] = trace_id & _MASK64
+            self.tid_hi[r], self.tid_lo[r] = (trace_id >> 64) & _MASK64, trace_id & _MASK64  # ... until the root's
         if error and p < 0:  # failed: the sample span ended with an error (a caught tool error is not)
             self.error[r] = 1
 
@@ -351,6 +348,17 @@ class StepRows:
         end = np.where(rooted, root_end, np.frombuffer(self.span_end, dtype=np.int64))
         return start, end
 
+    def _tool_seconds(self, keep: npt.NDArray[np.bool_] | None) -> dict[str, npt.NDArray[np.float64]]:
+        """Each tool's call durations in seconds, without the calls of rows ``keep`` leaves out."""
+        tools: dict[str, npt.NDArray[np.float64]] = {}
+        for tool, (call_rows, durations) in self.tools.items():
+            seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
+            if keep is not None and len(call_rows):
+                seconds = seconds[keep[np.frombuffer(call_rows, dtype=np.int64)]]
+            if seconds.size:
+                tools[tool] = seconds
+        return tools
+
     def to_table(
         self,
         exclude: Mapping[tuple[int, int], object] | None = None,
@@ -378,13 +386,6 @@ class StepRows:
         def col_object(a: np.ndarray) -> np.ndarray:
             return a if keep is None else a[keep]
 
-        tools: dict[str, np.ndarray] = {}
-        for tool, (call_rows, durations) in self.tools.items():
-            seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
-            if keep is not None and len(call_rows):
-                seconds = seconds[keep[np.frombuffer(call_rows, dtype=np.int64)]]
-            if seconds.size:
-                tools[tool] = seconds
         wall_start, wall_end = self._walls()
         if keep is not None:
             wall_start, wall_end = wall_start[keep], wall_end[keep]
@@ -408,7 +409,7 @@ class StepRows:
             end_ns=wall_end,
             ordered=self.in_order,
             top_tool=col_object(self._top_tools()),
-            tools=bound_tools(tools),
+            tools=bound_tools(self._tool_seconds(keep)),
             step_key=step_key,
             engine=self._engine_turns(keep),
         )

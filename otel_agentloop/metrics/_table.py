@@ -228,10 +228,15 @@ class PhaseTable:
         cols = {name: getattr(self, name)[order] for name, _ in _COLUMNS}
         return PhaseTable(**cols, ordered=True, tools=self.tools, step_key=self.step_key, engine=self.engine)
 
+    def slowest_rows(self, n: int) -> list[int]:
+        """The rows of the ``n`` samples with the largest total, slowest first (row order breaks ties: call it
+        on the :meth:`canonical` table)."""
+        return [int(i) for i in np.argsort(-self.total, kind="stable")[: max(0, n)]]
+
     def slowest(self, n: int = 5) -> list[dict[str, object]]:
         """The ``n`` samples with the largest total, slowest first (canonical order breaks ties)."""
         t = self.canonical()
-        order = np.argsort(-t.total, kind="stable")[: max(0, n)]
+        order = t.slowest_rows(n)
         rows: list[dict[str, object]] = []
         for i in order:
             rows.append(
