@@ -22,9 +22,9 @@ from .. import semconv as sc
 from ._bind import bind
 from ._guard import internal_error, safe_str
 from ._lifecycle import announce, open_span
-from ._scope import OpenSpan, span_of
+from ._scope import OpenSpan, TrackedSample, span_of
 from ._state import TracePer, state
-from ._tracer import current_live, current_tracer
+from ._tracer import current_registry, current_tracer
 from ._values import clean_attributes, coerce_number
 
 __all__ = [
@@ -61,7 +61,17 @@ class StepState:
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("clock_offset", "index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = (
+        "clock_offset",
+        "index",
+        "merged",
+        "phase_attributes",
+        "rollout_n",
+        "span",
+        "step",
+        "tracked_sample",
+        "validate",
+    )
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -77,8 +87,8 @@ class SampleHandle:
         self.phase_attributes: Mapping[str, AttributeValue] = attrs
         self.merged: dict[object, dict[str, AttributeValue]] = {}
         """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
-        self.live: Any = None
-        """The in-flight registry's record of this sample (``_inflight``), ``None`` when not tracked."""
+        self.tracked_sample: TrackedSample | None = None
+        """The in-flight registry's record of this sample, ``None`` when not tracked."""
         self.clock_offset: int | None = None
         """The root span's wall-clock start minus its monotonic start (``_clock``): the timeline its phase
         spans share; ``None`` when the sample is not traced."""
@@ -377,9 +387,9 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         handle.span = span = span_of(scope)
         handle.clock_offset = scope.offset
         announce(scope)
-        registry = current_live()
+        registry = current_registry()
         if registry is not None:
-            handle.live = registry.sample_started(span, attrs, scope.start_mono)
+            handle.tracked_sample = registry.sample_started(span, attrs, scope.start_mono)
         return scope
 
     async def __aenter__(self) -> SampleHandle:
@@ -391,6 +401,6 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
             return
         entry.scope.close(exc)
         handle: SampleHandle = entry.value
-        live = handle.live
-        if live is not None and handle.span is not None:
-            live.registry.sample_ended(live, handle.span)  # after end: the registry queues the ended span
+        tracked = handle.tracked_sample
+        if tracked is not None and handle.span is not None:
+            tracked.registry.sample_ended(tracked, handle.span)  # after end: the registry queues the ended span

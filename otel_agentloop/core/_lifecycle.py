@@ -26,7 +26,7 @@ from ._errors import mark_error, restore_identity
 from ._guard import internal_error
 from ._record import FastSpan
 from ._recorder import START, Recorder
-from ._scope import OpenSpan
+from ._scope import OpenSpan, TrackedSample
 from ._tracer import current_recorder
 
 
@@ -138,10 +138,10 @@ def announce(scope: OpenSpan) -> None:
         scope.recorder.put((START, scope))
 
 
-def track_phase(scope: OpenSpan, live: Any, phase: str, tool: str | None) -> None:
-    """Hand ``scope``, a phase span of the tracked sample ``live`` (``SampleHandle.live``), to its in-flight
+def track_phase(scope: OpenSpan, sample: TrackedSample, phase: str, tool: str | None) -> None:
+    """Hand ``scope``, a phase span of the tracked ``sample`` (``SampleHandle.tracked_sample``), to its in-flight
     registry. Never raises."""
     try:
-        live.registry.phase_started(scope, live, phase, tool)
+        sample.registry.phase_started(scope, sample, phase, tool)
     except Exception:
         internal_error("phase.live")

@@ -136,9 +136,9 @@ class PhaseBegin:
             if extra:
                 attrs = {**clean_attributes(extra), **attrs}
             scope = open_span(tracer, self.name, attrs, sample.clock_offset, enter=enter)
-            live = sample.live
-            if scope is not None and live is not None and live.tracked:
-                track_phase(scope, live, self.phase, self.tool)
+            tracked = sample.tracked_sample
+            if scope is not None and tracked is not None and tracked.tracked:
+                track_phase(scope, tracked, self.phase, self.tool)
             return scope
         except Exception:
             internal_error("phase.start")
