@@ -11,11 +11,11 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span
+from opentelemetry.trace import Link, Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
@@ -213,19 +213,23 @@ def record_generation(
         internal_error("record_generation")
 
 
-class _Entry:
+V = TypeVar("V", StepState, SampleHandle)
+"""What a block puts in its context variable: a :class:`StepState` (``step``) or a :class:`SampleHandle`."""
+
+
+class _Entry(Generic[V]):
     """One entry of a :class:`step` or :class:`sample` block: what leaving it undoes. Kept per entry, never on
     the block object, which two threads or tasks may enter at once."""
 
     __slots__ = ("scope", "value", "var_token")
 
-    def __init__(self, value: Any, scope: OpenSpan | None) -> None:
-        self.value = value  # what entering set the context variable to
+    def __init__(self, value: V, scope: OpenSpan | None) -> None:
+        self.value: V = value  # what entering set the context variable to
         self.scope = scope  # its span, entered (None when tracing is off)
-        self.var_token: contextvars.Token[Any] | None = None
+        self.var_token: contextvars.Token[V | None] | None = None
 
 
-class _Scope:
+class _Scope(Generic[V]):
     """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``.
 
     Each entry sets :attr:`_var` to a new value (a :class:`StepState` or :class:`SampleHandle`) and keeps its
@@ -233,17 +237,17 @@ class _Scope:
     value is current there (the innermost block). One object may be entered by several threads or tasks at
     once, each seeing only its own entry."""
 
-    _var: contextvars.ContextVar[Any]
+    _var: contextvars.ContextVar[V | None]
 
     def __init__(self) -> None:
-        self._entries: dict[object, _Entry] = {}
+        self._entries: dict[object, _Entry[V]] = {}
 
-    def _enter(self, value: object, scope: OpenSpan | None) -> None:
+    def _enter(self, value: V, scope: OpenSpan | None) -> None:
         entry = _Entry(value, scope)
         entry.var_token = self._var.set(value)
         self._entries[value] = entry  # one dict operation: atomic under the GIL
 
-    def _leave(self) -> _Entry | None:
+    def _leave(self) -> _Entry[V] | None:
         """Pop this context's entry and undo what entering did; ``None`` when there is none (never entered)."""
         entry = self._entries.pop(self._var.get(), None)
         if entry is None:  # a block left out of order (an inner one never left): the latest entry, as before
@@ -274,7 +278,7 @@ class _Scope:
         self._exit(exc)
 
 
-class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.step(3):``
+class step(_Scope[StepState]):  # noqa: N801 - used like a function: ``with otel_agentloop.step(3):``
     """Context of one training (or validation) step: a ``rl.step`` span and the step number for samples.
 
     ``trace_per="sample"`` (default, see :func:`otel_agentloop.configure`) gives each sample its own trace,
@@ -323,7 +327,7 @@ _IDENTITY_KEYS = (sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, sc.RL_VALIDAT
 span; the same keys in ``attributes=`` are ignored (on the root only, they made it a sample of its own)."""
 
 
-class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
+class sample(_Scope[SampleHandle]):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
     """Context of one sample: a ``rl.sample`` root span whose identity every phase span below it carries.
 
     ``step``/``validate`` default to the enclosing :class:`step`. An exception leaving the block marks the root
@@ -366,7 +370,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         self._enter(handle, scope)
         return handle
 
-    def _open(self, tracer: Any, handle: SampleHandle, outer: StepState | None) -> OpenSpan | None:
+    def _open(self, tracer: Tracer, handle: SampleHandle, outer: StepState | None) -> OpenSpan | None:
         """The sample's root span: a new trace linked to the step (``trace_per="sample"``) or the step's child."""
         attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
         for key in _IDENTITY_KEYS:  # identity comes from the arguments alone: root and phases agree
@@ -400,7 +404,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         if entry is None or entry.scope is None:
             return
         entry.scope.close(exc)
-        handle: SampleHandle = entry.value
+        handle = entry.value
         tracked = handle.tracked_sample
         if tracked is not None and handle.span is not None:
             tracked.registry.sample_ended(tracked, handle.span)  # after end: the registry queues the ended span

@@ -5,7 +5,7 @@ from __future__ import annotations
 import os
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
 
 from ..config._values import forget_warnings as forget_warnings  # the one warn-once registry, for every layer
 from ..config._values import logger as logger
@@ -36,7 +36,7 @@ def safe_str(value: object, limit: int = 1024) -> str:
 
 
 # -- fork safety --------------------------------------------------------------------------------------
-_fork_hooks: list[weakref.ref[Any]] = []
+_fork_hooks: list[weakref.WeakMethod[Callable[[], object]]] = []
 _fork_hooks_lock = threading.Lock()
 
 

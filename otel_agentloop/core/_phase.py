@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from opentelemetry import trace
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
@@ -54,7 +54,7 @@ class PhaseSpec:
         tool = self.attributes.get(sc.GEN_AI_TOOL_NAME)
         self.tool = tool if isinstance(tool, str) else None
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (PhaseSpec, (self.phase, self.name, self.attributes))
 
     @classmethod
@@ -109,7 +109,7 @@ class PhaseBegin:
         self.spec = spec
         self.name, self.attrs, self.phase, self.tool = spec.name, spec.attributes, spec.phase, spec.tool
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (PhaseBegin, (self.spec,))
 
     def begin(self, kwargs: dict[str, Any]) -> Scope | None:
@@ -120,7 +120,7 @@ class PhaseBegin:
             return None
         return self.open(tracer, None, True)
 
-    def open(self, tracer: Any, extra: Mapping[str, AttributeValue] | None, enter: bool) -> OpenSpan | None:
+    def open(self, tracer: Tracer, extra: Mapping[str, AttributeValue] | None, enter: bool) -> OpenSpan | None:
         """Open this phase's span below the current context, with the current sample's identity (last: an
         attribute count limit evicts the oldest) and ``extra`` attributes (first). Never raises."""
         try:

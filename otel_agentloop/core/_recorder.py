@@ -26,6 +26,7 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.context import Context, get_current
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
@@ -48,7 +49,7 @@ class Recorder:
     def __init__(
         self,
         *,
-        resource: Any,
+        resource: Resource,
         scope: InstrumentationScope,
         limits: SpanLimits,
         sampler: Sampler,

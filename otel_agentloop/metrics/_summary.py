@@ -176,7 +176,7 @@ class StepSummary:
     # -- the record on the wire --------------------------------------------------------------------
     def to_json(self) -> str:
         """Versioned compact JSON (``{"v": 2, ...}``); :meth:`from_json` reads it back equal."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "v": SCHEMA_VERSION,
             "step": self.step,
             "validate": self.validate,
@@ -254,7 +254,7 @@ class StepSummary:
         )
 
 
-def _sample_list(s: SlowestSample) -> list[Any]:
+def _sample_list(s: SlowestSample) -> list[object]:
     return [
         s.index,
         s.rollout,
@@ -282,7 +282,7 @@ def _sample(raw: Any) -> SlowestSample:
     )
 
 
-def _verdict(v: Any) -> str:
+def _verdict(v: object) -> str:
     if v not in VERDICTS:
         raise ValueError(f"{v!r:.40} is not a verdict")
     return str(v)
