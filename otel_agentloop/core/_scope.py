@@ -12,9 +12,11 @@ from __future__ import annotations
 
 from collections import deque
 from collections.abc import Callable, Mapping
+from contextvars import Token
 from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
 from .. import semconv as sc
 from ._guard import internal_error
@@ -66,14 +68,14 @@ class OpenSpan(Scope):
 
     __slots__ = ("offset", "phase", "sample", "start_mono", "started", "token", "tool", "tracked", "window")
 
-    token: object
+    token: Token[Context] | None
 
     def leave(self) -> None:
         """Detach the context entering attached (nothing when not entered). Never raises."""
         token, self.token = self.token, None
         if token is not None:
             try:
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)
             except Exception:
                 internal_error("span.detach")
 

@@ -22,6 +22,9 @@ from ._table import MAX_TOOLS, OTHER_TOOLS, EngineTurns, PhaseTable, bound_tools
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
+
+    _EngineColumns = tuple[array[int], array[float], array[float], array[float], array[float], array[float]]
+    """The engine's timing of a step's turns: row, queue, ttft, prefill, decode (seconds), output tokens."""
 else:
     np = LazyNumpy(globals(), "np")  # imported on first use, numpy.ma with it (fork safety: see ._numpy)
 PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
@@ -151,10 +154,10 @@ class StepRows:
         self.span_end = array("q")
         # tool name -> (rows, durations ns) of each call (spans with gen_ai.tool.name of phase tool_calls);
         # at most MAX_TOOLS names, further names' calls under OTHER_TOOLS
-        self.tools: dict[str, tuple[array, array]] = {}  # type: ignore[type-arg]
+        self.tools: dict[str, tuple[array[int], array[int]]] = {}
         # generation turns carrying the engine's timing: (row, queue, ttft, prefill, decode, output tokens),
         # floats NaN where not carried; at most MAX_ENGINE_TURNS
-        self.engine: tuple[array, ...] = (array("q"), array("d"), array("d"), array("d"), array("d"), array("d"))  # type: ignore[type-arg]
+        self.engine: _EngineColumns = (array("q"), array("d"), array("d"), array("d"), array("d"), array("d"))
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
         self.late = False  # holds samples carried over from an earlier collect of the step (split_off)
@@ -191,7 +194,7 @@ class StepRows:
         self.span_end.append(0)
         return r
 
-    def _tool(self, name: object) -> tuple[array, array] | None:  # type: ignore[type-arg]
+    def _tool(self, name: object) -> tuple[array[int], array[int]] | None:
         """The call lists of tool ``name`` (new, or :data:`OTHER_TOOLS`'s past :data:`MAX_TOOLS` names)."""
         if type(name) is not str:
             return None
@@ -379,7 +382,7 @@ class StepRows:
             if r is not None:
                 late_col[r] = True
 
-        def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]
+        def col(a: array[int], dtype: type) -> np.ndarray:
             out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
             return out if keep is None else out[keep]
 
