@@ -1,4 +1,4 @@
-"""``import otel_agentloop`` leaves numpy out: it is imported where first used (``metrics._numpy``)."""
+"""``import otel_agentloop`` leaves numpy (``metrics._numpy``) and the SDK's metrics out: imported where first used."""
 
 from __future__ import annotations
 
@@ -9,6 +9,7 @@ _PROBE = """
 import sys
 import otel_agentloop as oal
 assert "numpy" not in sys.modules, "import otel_agentloop imported numpy"
+assert "opentelemetry.sdk.metrics" not in sys.modules, "import otel_agentloop imported the SDK's metrics"
 from otel_agentloop import testing
 assert "numpy" not in sys.modules, "import otel_agentloop.testing imported numpy"
 with testing.capture() as captured:

@@ -18,12 +18,10 @@ configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORT
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.metrics import CallbackOptions, Histogram, Observation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
@@ -33,6 +31,9 @@ from ..config._environment import compression, otlp_variable, variable
 from ..config._headers import env_headers, grpc_metadata, http_headers
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
+
+if TYPE_CHECKING:  # the SDK's metrics are imported where a configure() uses them, not with the package
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
 DURATION_BUCKETS_S: Sequence[float] = (
     0.005,
@@ -89,7 +90,7 @@ def grpc_compression(signal: str) -> Any:
     return names[compression(signal)]
 
 
-def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> Any:
+def _otlp_metric_exporter(endpoint: str | None, protocol: str | None) -> MetricExporter:
     """The SDK's OTLP metric exporter, sent only the headers its transport can carry (``config._headers``:
     each item it cannot carry is skipped with a warning, as for the traces; the SDK would fail every export)."""
     proto = (protocol or otlp_variable("METRICS", "PROTOCOL") or "grpc").lower()
@@ -136,13 +137,13 @@ def build_readers(
     """The metric readers the environment asks for (see the module docstring), exporting every ``interval_s``
     within ``timeout_s`` (``OTEL_METRIC_EXPORT_INTERVAL``/``_TIMEOUT`` as ``Settings`` resolved and bounded
     them: passed explicitly, so the SDK never parses the variables itself)."""
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
     choice = exporter_choice(endpoint)
     if choice == "none":
         return []
     if choice == "console":
-        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
-        exporter: Any = ConsoleMetricExporter()
+        exporter: MetricExporter = ConsoleMetricExporter()
     else:
         explicit = endpoint if not variable("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT") else None
         exporter = _otlp_metric_exporter(explicit, protocol)
@@ -157,11 +158,13 @@ class LibraryMetrics:
     """The library's instruments on their own ``MeterProvider`` (never the global one)."""
 
     def __init__(self, resource: Resource, readers: Iterable[MetricReader], registry: InflightRegistry) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+
         self.provider = MeterProvider(resource=resource, metric_readers=list(readers), shutdown_on_exit=False)
         meter = self.provider.get_meter("otel_agentloop", __version__)
         self._registry = registry
 
-        def histogram(name: str, description: str) -> Any:
+        def histogram(name: str, description: str) -> Histogram:
             return meter.create_histogram(
                 name, unit="s", description=description, explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
             )
@@ -193,6 +196,7 @@ class LibraryMetrics:
                 attrs, ctx, start, end = span._attributes._dict, span._context, span._start_time, span._end_time
             except AttributeError:
                 attrs, ctx, start, end = span.attributes or {}, span.context, span.start_time, span.end_time
+            instrument: Histogram | None
             if phase is None:
                 instrument, keys = self.sample, _SAMPLE_ATTRS
             else:
