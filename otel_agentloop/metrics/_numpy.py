@@ -24,7 +24,7 @@ import threading
 from collections.abc import MutableMapping
 from types import ModuleType
 
-_lock = threading.Lock()
+_lock = threading.RLock()  # reentrant: a fork from inside the import itself must not wait for it
 
 
 def load_numpy() -> ModuleType:
