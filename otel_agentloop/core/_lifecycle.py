@@ -20,6 +20,7 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from ._clock import monotonic_ns
 from ._errors import mark_error, restore_identity
@@ -69,7 +70,7 @@ class SdkScope(OpenSpan):
 def open_span(
     tracer: Tracer,
     name: str,
-    attributes: dict[str, Any],
+    attributes: dict[str, AttributeValue],
     offset: int | None = None,
     *,
     context: Context | None = None,
@@ -105,7 +106,7 @@ def open_span(
 def _open_fast(
     recorder: Recorder,
     name: str,
-    attributes: dict[str, Any],
+    attributes: dict[str, AttributeValue],
     offset: int | None,
     mono: int,
     context: Context | None,

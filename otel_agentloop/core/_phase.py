@@ -200,7 +200,9 @@ def phase(
 def trace_generate(fn: F, /) -> F: ...
 @overload
 def trace_generate(*, model: str | None = None, operation: str | None = None) -> Callable[[F], F]: ...
-def trace_generate(fn: Any = None, /, *, model: str | None = None, operation: str | None = None) -> Any:
+def trace_generate(
+    fn: F | None = None, /, *, model: str | None = None, operation: str | None = None
+) -> F | Callable[[F], F]:
     """``@phase("generate_sequences")``; usable bare (``@trace_generate``) or with ``model=``."""
     deco = phase(sc.GENERATE, model=model, operation=operation)
     return deco if fn is None else deco(fn)
@@ -217,7 +219,7 @@ def trace_tool(name: str | None = None) -> Callable[[F], F]:
 def trace_reward(fn: F, /) -> F: ...
 @overload
 def trace_reward() -> Callable[[F], F]: ...
-def trace_reward(fn: Any = None, /) -> Any:
+def trace_reward(fn: F | None = None, /) -> F | Callable[[F], F]:
     """``@phase("compute_score")``; usable bare (``@trace_reward``) or called."""
     deco = phase(sc.COMPUTE_SCORE)
     return deco if fn is None else deco(fn)

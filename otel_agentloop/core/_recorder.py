@@ -33,6 +33,7 @@ from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace import Span as ApiSpan
+from opentelemetry.util.types import AttributeValue
 
 from ._clock import monotonic_ns
 from ._errors import mark_error
@@ -92,7 +93,7 @@ class Recorder:
     def start(
         self,
         name: str,
-        attributes: dict[str, Any],
+        attributes: dict[str, AttributeValue],
         start_ns: int,
         parent: ApiSpan | None = None,
         context: Context | None = None,
@@ -119,7 +120,7 @@ class Recorder:
     def _sampled(
         self,
         name: str,
-        attributes: dict[str, Any],
+        attributes: dict[str, AttributeValue],
         start_ns: int,
         parent: ApiSpan | None,
         context: Context | None,
