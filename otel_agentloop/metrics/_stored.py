@@ -16,17 +16,17 @@ def sample_key(raw: Any) -> tuple[int, int]:
     return raw[0], raw[1]
 
 
-def is_int(v: Any) -> bool:
+def is_int(v: object) -> bool:
     return type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
-def finite(v: Any) -> float:
+def finite(v: object) -> float:
     if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
         raise ValueError(f"{v!r:.40} is not a finite number")
     return float(v)
 
 
-def string(v: Any) -> str:
+def string(v: object) -> str:
     if not isinstance(v, str):
         raise ValueError(f"{v!r:.40} is not a string")
     return v
