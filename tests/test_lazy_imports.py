@@ -29,3 +29,38 @@ def test_import_leaves_numpy_out_until_collect(tmp_path: object) -> None:
     )
     assert done.returncode == 0, done.stderr
     assert int(done.stdout.strip()) > 0
+
+
+_FORK_PROBE = """
+import os, threading, time
+from otel_agentloop.metrics import _numpy
+
+held, order = threading.Event(), []
+
+def holder():
+    with _numpy._lock:  # as a thread importing numpy holds it
+        held.set()
+        time.sleep(0.3)
+        order.append("import done")
+
+thread = threading.Thread(target=holder)
+thread.start()
+held.wait()
+pid = os.fork()
+if pid == 0:
+    os._exit(0 if _numpy.load_numpy().arange(3).sum() == 3 else 1)  # the child imports numpy itself
+order.append("forked")
+_, status = os.waitpid(pid, 0)
+thread.join()
+print(order, os.waitstatus_to_exitcode(status))
+"""
+
+
+def test_a_fork_waits_for_a_lazy_numpy_import_in_flight(tmp_path: object) -> None:
+    """A child forked while another thread imports numpy would inherit that import's lock, held by a thread it
+    does not have: ``os.fork`` waits for the import (``metrics._numpy``), and the child can import numpy."""
+    done = subprocess.run(
+        [sys.executable, "-c", _FORK_PROBE], capture_output=True, text=True, timeout=120, cwd=str(tmp_path), check=False
+    )
+    assert done.returncode == 0, done.stderr
+    assert done.stdout.strip() == "['import done', 'forked'] 0"
