@@ -24,8 +24,7 @@ from typing import Any
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from .config._settings import forget_warnings
-from .core._guard import reset_warnings
+from .core._guard import forget_warnings
 from .core._state import state
 from .setup import Handle, configure
 
@@ -76,7 +75,6 @@ def isolated() -> Generator[None, None, None]:
         del os.environ[key]
     saved = state.save()
     handle, worker_handle = state.handle, state.worker_handle
-    reset_warnings()
     forget_warnings()
     try:
         yield

@@ -28,7 +28,8 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._decode import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
 from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, compute_metrics
-from otel_agentloop.metrics._summary import StepEngine, StepSummary, cause
+from otel_agentloop.metrics._causes import StepEngine, cause
+from otel_agentloop.metrics._summary import StepSummary
 from otel_agentloop.metrics._table import EngineSample
 
 from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the browser fixture

@@ -5,6 +5,7 @@ from __future__ import annotations
 import ast
 import fnmatch
 import importlib
+import logging
 import re
 import shutil
 import subprocess
@@ -15,6 +16,8 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import testing
+from otel_agentloop.config import _values as config_values
+from otel_agentloop.core import _guard as guard
 from otel_agentloop.core._state import state
 from otel_agentloop.core._tracer import current_tracer
 
@@ -93,6 +96,30 @@ def test_capture_configures_an_in_memory_handle_and_shuts_it_down() -> None:
     assert captured.handle.closed
 
 
+def test_one_warn_once_registry_that_isolated_and_reset_forget(caplog: pytest.LogCaptureFixture) -> None:
+    """A config warning and an internal error share one registry (``core._guard`` re-exports ``config``'s):
+    each is logged once, and ``testing.isolated``/``testing.reset`` make both warn again."""
+    assert guard.warn_once is config_values.warn_once
+
+    def warn_both() -> int:
+        caplog.clear()
+        config_values.warn_once("layout:config", "layout config warning")
+        try:
+            raise RuntimeError("layout")
+        except RuntimeError:
+            guard.internal_error("layout")
+        return len([r for r in caplog.records if "layout" in r.getMessage()])
+
+    with caplog.at_level(logging.WARNING, logger="otel_agentloop"):
+        assert warn_both() == 2
+        assert warn_both() == 0
+        with testing.isolated():
+            assert warn_both() == 2
+        assert warn_both() == 0
+        testing.reset()
+        assert warn_both() == 2
+
+
 # -- code limits and where the environment is read ------------------------------------------------------
 PACKAGE = ROOT / "otel_agentloop"
 MAX_MODULE_LINES = 450
@@ -128,6 +155,36 @@ def test_core_keeps_the_code_limits() -> None:
 def test_integrations_and_demo_keep_the_code_limits() -> None:
     assert over_the_limits(PACKAGE / "integrations") == []
     assert over_the_limits(PACKAGE / "demo") == []
+
+
+def test_metrics_keeps_the_code_limits() -> None:
+    assert over_the_limits(PACKAGE / "metrics") == []
+
+
+def misplaced_class_docstrings(folder: Path) -> list[str]:
+    """Classes under ``folder`` with a string statement in their body but none first: the class docstring was
+    written after an attribute (it then documents the attribute and the class's ``__doc__`` is ``None``)."""
+    found: list[str] = []
+    for path in sorted(folder.rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.ClassDef):
+                strings = [
+                    i
+                    for i, stmt in enumerate(node.body)
+                    if isinstance(stmt, ast.Expr) and isinstance(stmt.value, ast.Constant)
+                    if isinstance(stmt.value.value, str)
+                ]
+                if strings and strings[0] != 0:
+                    found.append(f"{path.relative_to(PACKAGE)}:{node.lineno} {node.name}")
+    return found
+
+
+@pytest.mark.parametrize("room", ["core", "metrics", "config"])
+def test_every_class_docstring_comes_first(room: str) -> None:
+    assert misplaced_class_docstrings(PACKAGE / room) == []
+    from otel_agentloop.metrics import PhaseMetricsProcessor
+
+    assert (PhaseMetricsProcessor.__doc__ or "").startswith("Accumulates, per step")
 
 
 def test_the_limits_check_sees_long_modules_and_functions(tmp_path: Path) -> None:

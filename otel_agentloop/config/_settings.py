@@ -22,7 +22,6 @@ from ._values import MAX_SECONDS as MAX_SECONDS
 from ._values import MAX_WATCHDOG_SECONDS, MIN_WATCHDOG_INTERVAL, AdjustedError, env_str, logger
 from ._values import check_int as check_int
 from ._values import check_seconds as check_seconds
-from ._values import forget_warnings as forget_warnings
 
 PROTOCOLS = ("grpc", "http/protobuf", "http/json")
 DEFAULT_FILE = "otel-agentloop-traces"

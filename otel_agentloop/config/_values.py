@@ -249,20 +249,33 @@ def _is_ip(host: str) -> bool:
     return True
 
 
+# -- the process's one warn-once registry (core._guard re-exports it) ---------------------------------
 _warned: set[str] = set()
 _warned_lock = threading.Lock()
 
 
-def warn_once(key: str, message: str, *args: object) -> None:
-    """Log ``message % args`` as a warning once per ``key`` in this process (see :func:`forget_warnings`)."""
+def warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
+    """Log ``message % args`` at WARNING the first time ``key`` is seen in this process; later calls are free
+    (see :func:`forget_warnings`)."""
+    if key in _warned:
+        return
     with _warned_lock:
         if key in _warned:
             return
         _warned.add(key)
-    logger.warning(message, *args)
+    logger.warning(message, *args, exc_info=exc_info)
 
 
 def forget_warnings() -> None:
-    """Warn again about what :func:`warn_once` already reported (``testing.isolated`` calls it)."""
+    """Warn again about what :func:`warn_once` already reported (``testing.isolated`` and ``testing.reset``)."""
     with _warned_lock:
         _warned.clear()
+
+
+def _new_warned_lock() -> None:  # a forked child: the lock may be held by a thread the child does not have
+    global _warned_lock
+    _warned_lock = threading.Lock()
+
+
+if hasattr(os, "register_at_fork"):
+    os.register_at_fork(after_in_child=_new_warned_lock)

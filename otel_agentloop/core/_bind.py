@@ -55,7 +55,7 @@ def bind(fn: Callable[..., T]) -> Callable[..., T]:
         bound = bound_sync
     with contextlib.suppress(Exception):  # a callable without __name__ & co. (a partial, an instance)
         functools.update_wrapper(bound, fn)
-    return bound  # type: ignore[return-value]  # the same kind of callable as fn, with the same result
+    return cast("Callable[..., T]", bound)  # the same kind of callable as fn, with the same result
 
 
 def _bound_agen(ctx: contextvars.Context, fn: Callable[..., Any]) -> Callable[..., Any]:

@@ -11,42 +11,32 @@ from __future__ import annotations
 import contextvars
 from collections.abc import Mapping
 from types import TracebackType
-from typing import Any
+from typing import Any, Generic, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.trace import Link, Span
+from opentelemetry.trace import Link, Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ._bind import bind
-from ._errors import IDENTITY_KEYS, error_type, mark_error, restore_identity
 from ._guard import internal_error, safe_str
 from ._lifecycle import announce, open_span
-from ._scope import OpenSpan, span_of
+from ._scope import OpenSpan, TrackedSample, span_of
 from ._state import TracePer, state
-from ._tracer import current_live, current_tracer
-from ._values import INT64_MAX, INT64_MIN, clean_attributes, coerce_number, safe_repr
+from ._tracer import current_registry, current_tracer
+from ._values import clean_attributes, coerce_number
 
 __all__ = [
-    "IDENTITY_KEYS",
-    "INT64_MAX",
-    "INT64_MIN",
     "SampleHandle",
     "StepState",
     "bind",
-    "clean_attributes",
-    "coerce_number",
     "current_sample",
     "current_step",
     "enter_step_state",
-    "error_type",
     "leave_step_state",
-    "mark_error",
     "record_generation",
     "record_sample",
-    "restore_identity",
-    "safe_repr",
     "sample",
     "step",
 ]
@@ -82,7 +72,17 @@ def root_context(outer: StepState | None) -> tuple[Context | None, list[Link] | 
 class SampleHandle:
     """The active sample: its identity, root span, and the attributes every phase span below it carries."""
 
-    __slots__ = ("clock_offset", "index", "live", "merged", "phase_attributes", "rollout_n", "span", "step", "validate")
+    __slots__ = (
+        "clock_offset",
+        "index",
+        "merged",
+        "phase_attributes",
+        "rollout_n",
+        "span",
+        "step",
+        "tracked_sample",
+        "validate",
+    )
 
     def __init__(self, index: int, rollout_n: int | None, step: int | None, validate: bool, span: Span | None):
         self.index = index
@@ -98,8 +98,8 @@ class SampleHandle:
         self.phase_attributes: Mapping[str, AttributeValue] = attrs
         self.merged: dict[object, dict[str, AttributeValue]] = {}
         """Per phase spec: its attributes + this sample's identity (built once per sample, not per span)."""
-        self.live: Any = None
-        """The in-flight registry's record of this sample (``_inflight``), ``None`` when not tracked."""
+        self.tracked_sample: TrackedSample | None = None
+        """The in-flight registry's record of this sample, ``None`` when not tracked."""
         self.clock_offset: int | None = None
         """The root span's wall-clock start minus its monotonic start (``_clock``): the timeline its phase
         spans share; ``None`` when the sample is not traced."""
@@ -224,19 +224,23 @@ def record_generation(
         internal_error("record_generation")
 
 
-class _Entry:
+V = TypeVar("V", StepState, SampleHandle)
+"""What a block puts in its context variable: a :class:`StepState` (``step``) or a :class:`SampleHandle`."""
+
+
+class _Entry(Generic[V]):
     """One entry of a :class:`step` or :class:`sample` block: what leaving it undoes. Kept per entry, never on
     the block object, which two threads or tasks may enter at once."""
 
     __slots__ = ("scope", "value", "var_token")
 
-    def __init__(self, value: Any, scope: OpenSpan | None) -> None:
-        self.value = value  # what entering set the context variable to
+    def __init__(self, value: V, scope: OpenSpan | None) -> None:
+        self.value: V = value  # what entering set the context variable to
         self.scope = scope  # its span, entered (None when tracing is off)
-        self.var_token: contextvars.Token[Any] | None = None
+        self.var_token: contextvars.Token[V | None] | None = None
 
 
-class _Scope:
+class _Scope(Generic[V]):
     """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``.
 
     Each entry sets :attr:`_var` to a new value (a :class:`StepState` or :class:`SampleHandle`) and keeps its
@@ -244,17 +248,17 @@ class _Scope:
     value is current there (the innermost block). One object may be entered by several threads or tasks at
     once, each seeing only its own entry."""
 
-    _var: contextvars.ContextVar[Any]
+    _var: contextvars.ContextVar[V | None]
 
     def __init__(self) -> None:
-        self._entries: dict[object, _Entry] = {}
+        self._entries: dict[object, _Entry[V]] = {}
 
-    def _enter(self, value: object, scope: OpenSpan | None) -> None:
+    def _enter(self, value: V, scope: OpenSpan | None) -> None:
         entry = _Entry(value, scope)
         entry.var_token = self._var.set(value)
         self._entries[value] = entry  # one dict operation: atomic under the GIL
 
-    def _leave(self) -> _Entry | None:
+    def _leave(self) -> _Entry[V] | None:
         """Pop this context's entry and undo what entering did; ``None`` when there is none (never entered)."""
         entry = self._entries.pop(self._var.get(), None)
         if entry is None:  # a block left out of order (an inner one never left): the latest entry, as before
@@ -285,7 +289,7 @@ class _Scope:
         self._exit(exc)
 
 
-class step(_Scope):  # noqa: N801 - used like a function: ``with otel_agentloop.step(3):``
+class step(_Scope[StepState]):  # noqa: N801 - used like a function: ``with otel_agentloop.step(3):``
     """Context of one training (or validation) step: a ``rl.step`` span and the step number for samples.
 
     ``trace_per="sample"`` (default, see :func:`otel_agentloop.configure`) gives each sample its own trace,
@@ -334,7 +338,7 @@ _IDENTITY_KEYS = (sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, sc.RL_VALIDAT
 span; the same keys in ``attributes=`` are ignored (on the root only, they made it a sample of its own)."""
 
 
-class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
+class sample(_Scope[SampleHandle]):  # noqa: N801 - used like a function: ``async with otel_agentloop.sample(i):``
     """Context of one sample: a ``rl.sample`` root span whose identity every phase span below it carries.
 
     ``step``/``validate`` default to the enclosing :class:`step`. An exception leaving the block marks the root
@@ -377,7 +381,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         self._enter(handle, scope)
         return handle
 
-    def _open(self, tracer: Any, handle: SampleHandle, outer: StepState | None) -> OpenSpan | None:
+    def _open(self, tracer: Tracer, handle: SampleHandle, outer: StepState | None) -> OpenSpan | None:
         """The sample's root span: a new trace linked to the step (``trace_per="sample"``) or the step's child."""
         attrs = clean_attributes(self.attributes)  # identity last: a count limit evicts the oldest
         for key in _IDENTITY_KEYS:  # identity comes from the arguments alone: root and phases agree
@@ -391,9 +395,9 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         handle.span = span = span_of(scope)
         handle.clock_offset = scope.offset
         announce(scope)
-        registry = current_live()
+        registry = current_registry()
         if registry is not None:
-            handle.live = registry.sample_started(span, attrs, scope.start_mono)
+            handle.tracked_sample = registry.sample_started(span, attrs, scope.start_mono)
         return scope
 
     async def __aenter__(self) -> SampleHandle:
@@ -404,7 +408,7 @@ class sample(_Scope):  # noqa: N801 - used like a function: ``async with otel_ag
         if entry is None or entry.scope is None:
             return
         entry.scope.close(exc)
-        handle: SampleHandle = entry.value
-        live = handle.live
-        if live is not None and handle.span is not None:
-            live.registry.sample_ended(live, handle.span)  # after end: the registry queues the ended span
+        handle = entry.value
+        tracked = handle.tracked_sample
+        if tracked is not None and handle.span is not None:
+            tracked.registry.sample_ended(tracked, handle.span)  # after end: the registry queues the ended span

@@ -2,27 +2,14 @@
 
 from __future__ import annotations
 
-import logging
 import os
 import threading
 import weakref
-from typing import Any
+from collections.abc import Callable
 
-logger = logging.getLogger("otel_agentloop")
-
-_seen: set[str] = set()
-_seen_lock = threading.Lock()
-
-
-def warn_once(key: str, message: str, *args: object, exc_info: bool = False) -> None:
-    """Log ``message`` at WARNING the first time ``key`` is seen in this process; later calls are free."""
-    if key in _seen:
-        return
-    with _seen_lock:
-        if key in _seen:
-            return
-        _seen.add(key)
-    logger.warning(message, *args, exc_info=exc_info)
+from ..config._values import forget_warnings as forget_warnings  # the one warn-once registry, for every layer
+from ..config._values import logger as logger
+from ..config._values import warn_once as warn_once
 
 
 def internal_error(where: str) -> None:
@@ -33,12 +20,6 @@ def internal_error(where: str) -> None:
         where,
         exc_info=True,
     )
-
-
-def reset_warnings() -> None:
-    """Forget which warnings were issued (tests)."""
-    with _seen_lock:
-        _seen.clear()
 
 
 def safe_str(value: object, limit: int = 1024) -> str:
@@ -55,7 +36,7 @@ def safe_str(value: object, limit: int = 1024) -> str:
 
 
 # -- fork safety --------------------------------------------------------------------------------------
-_fork_hooks: list[weakref.ref[Any]] = []
+_fork_hooks: list[weakref.WeakMethod[Callable[[], object]]] = []
 _fork_hooks_lock = threading.Lock()
 
 
@@ -70,8 +51,7 @@ def after_fork_in_child(owner: object, method: str) -> None:
 
 
 def _run_fork_hooks() -> None:
-    global _seen_lock, _fork_hooks_lock
-    _seen_lock = threading.Lock()
+    global _fork_hooks_lock
     _fork_hooks_lock = threading.Lock()
     alive = []
     for ref in _fork_hooks:

@@ -23,13 +23,14 @@ import threading
 import time
 import weakref
 from collections import deque
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from .. import semconv as sc
+from opentelemetry.sdk.trace import Span as SdkSpan
+
 from ._guard import internal_error
 from ._record import FastSpan
-from ._scope import OpenSpan, span_of
+from ._scope import OpenSpan, TrackedSample, span_of
 
 _GONE = object()
 
@@ -37,63 +38,12 @@ NO_PHASE = "other"
 """The phase reported for a sample with no phase span open (between turns, or in untraced code)."""
 
 
-class _Sample:
-    """A running sample (fields written once at start, ``tripped``/``ended``/``tracked`` flags later).
-
-    ``tracked``: still in its registry (not ended, evicted, or inherited across a ``fork``)."""
-
-    __slots__ = (
-        "ended",
-        "index",
-        "name",
-        "registry",
-        "rollout",
-        "span_id",
-        "start_mono_ns",
-        "start_ns",
-        "step",
-        "trace_flags",
-        "trace_id",
-        "tracked",
-        "tripped",
-        "validate",
-        "worker",
-    )
-
-    def __init__(
-        self,
-        registry: InflightRegistry,
-        attrs: Any,
-        name: str,
-        trace_id: int,
-        span_id: int,
-        trace_flags: int,
-        start_ns: int,
-        start_mono_ns: int,
-    ) -> None:
-        self.registry = registry
-        get = attrs.get
-        self.step, self.validate = sc.step_key(attrs)
-        self.index: int | None = get(sc.RL_SAMPLE_INDEX)
-        self.rollout: int | None = get(sc.RL_ROLLOUT_N)
-        self.worker: str | None = get(sc.RL_WORKER)
-        self.name = name
-        self.trace_id = trace_id
-        self.span_id = span_id
-        self.trace_flags = trace_flags
-        self.start_ns = start_ns  # the root span's start: wall clock, ns since the epoch
-        self.start_mono_ns = start_mono_ns  # the same instant on the monotonic clock: ages are measured from it
-        self.tripped = False
-        self.ended = False
-        self.tracked = True
-
-
 class OpenPhase(NamedTuple):
     """An open phase span of a tracked sample, as :meth:`InflightRegistry.overdue` reports it.
     ``start_mono_ns``: its start on the monotonic clock (``time.monotonic_ns``), never the wall clock, so its
     age is right whatever the wall clock does."""
 
-    sample: _Sample
+    sample: TrackedSample
     phase: str
     tool: str | None
     start_mono_ns: int
@@ -173,9 +123,9 @@ class InflightRegistry:
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()
-        self._samples: dict[int, _Sample] = {}  # by span id, in start order
+        self._samples: dict[int, TrackedSample] = {}  # by span id, in start order
         self._phases: dict[OpenSpan, None] = {}  # open phase spans, in start order
-        self._ended: deque[tuple[str | None, Any]] = deque()
+        self._ended: deque[tuple[str | None, object]] = deque()  # (phase, ended span of either path)
         self.durations: dict[tuple[str, str | None], deque[int]] = {}
         """Recent phase durations in ns per (phase, tool): bounded deques (``learn``)."""
         self.samples_evicted = 0
@@ -183,7 +133,9 @@ class InflightRegistry:
         self.ended_dropped = 0
 
     # -- fed by the span lifecycle (_context.sample, _phase) --------------------------------------
-    def sample_started(self, span: Any, attrs: Mapping[str, Any], start_mono_ns: int) -> _Sample | None:
+    def sample_started(
+        self, span: FastSpan | SdkSpan, attrs: Mapping[str, Any], start_mono_ns: int
+    ) -> TrackedSample | None:
         """Track the ``rl.sample`` root ``span`` that started with ``attrs`` at ``start_mono_ns``
         (``time.monotonic_ns``); the record to hand to :meth:`phase_started` and :meth:`sample_ended`, or
         ``None`` when the span is not recorded. Never raises."""
@@ -195,7 +147,7 @@ class InflightRegistry:
                 ids = (ctx.trace_id, ctx.span_id, int(ctx.trace_flags), getattr(span, "start_time", None) or 0)
             else:
                 return None
-            sample = _Sample(self, attrs, span.name, *ids, start_mono_ns)
+            sample = TrackedSample(self, attrs, span.name, *ids, start_mono_ns)
             with self._lock:
                 samples = self._samples
                 while len(samples) >= self.max_samples:
@@ -210,7 +162,7 @@ class InflightRegistry:
             internal_error("InflightRegistry.sample_started")
             return None
 
-    def sample_ended(self, sample: _Sample, span: Any) -> None:
+    def sample_ended(self, sample: TrackedSample, span: object) -> None:
         """``sample``'s root span has ended. Never raises."""
         try:
             if sample.tracked:
@@ -222,7 +174,7 @@ class InflightRegistry:
         except Exception:
             internal_error("InflightRegistry.sample_ended")
 
-    def phase_started(self, span: OpenSpan, sample: _Sample, phase: str, tool: str | None) -> None:
+    def phase_started(self, span: OpenSpan, sample: TrackedSample, phase: str, tool: str | None) -> None:
         """Track ``span``, an open phase span of ``sample`` (its ``start_mono``: ``time.monotonic_ns`` at its
         start), with its phase and tool; sets ``span.tracked`` to this registry. Not tracked when ``sample`` no
         longer is here (ended, evicted, or tracked before a ``fork``) or the bound is reached (counted).
@@ -249,7 +201,7 @@ class InflightRegistry:
             if self._phases.pop(span, _GONE) is _GONE:
                 return  # evicted with its sample, or tracked before a fork
             if span.window is not None:
-                span.window.append(span.duration_ns())  # type: ignore[attr-defined]
+                span.window.append(span.duration_ns())
             if self.keep_ended:
                 self.queue_ended(span.phase, span_of(span))
         except Exception:
@@ -262,7 +214,7 @@ class InflightRegistry:
             window = self.durations.setdefault(key, deque(maxlen=self.window))
         return window
 
-    def queue_ended(self, phase: str | None, span: Any) -> None:
+    def queue_ended(self, phase: str | None, span: object) -> None:
         """Hand an ended span (a phase span of ``phase``, or a sample's root span: ``None``) to :meth:`drain`,
         bounded."""
         if len(self._ended) < self.max_ended:
@@ -271,7 +223,7 @@ class InflightRegistry:
             self.ended_dropped += 1
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
-    def drain(self) -> list[tuple[str | None, Any]]:
+    def drain(self) -> list[tuple[str | None, object]]:
         """Take the ended spans queued so far: ``(phase, span)``, ``phase`` ``None`` for a sample's root."""
         ended = self._ended
         return [ended.popleft() for _ in range(len(ended))]
@@ -280,7 +232,9 @@ class InflightRegistry:
         """The most recently started open phase of each sample (by the sample's span id)."""
         latest: dict[int, OpenSpan] = {}
         for span in list(self._phases):  # start order: later entries win
-            latest[span.sample.span_id] = span
+            sample = span.sample  # set by phase_started for every key of _phases
+            if sample is not None:
+                latest[sample.span_id] = span
         return latest
 
     def __len__(self) -> int:
@@ -295,7 +249,7 @@ class InflightRegistry:
         current = self._current()
         return [self._describe(s, current.get(s.span_id), now) for s in samples]
 
-    def _describe(self, s: _Sample, cur: OpenSpan | None, now: int) -> InflightSample:
+    def _describe(self, s: TrackedSample, cur: OpenSpan | None, now: int) -> InflightSample:
         return InflightSample(
             step=s.step,
             validate=s.validate,
@@ -325,7 +279,9 @@ class InflightRegistry:
             by_phase[key] = by_phase.get(key, 0) + 1
         return by_phase, ((now - samples[0].start_mono_ns) / 1e9 if samples else 0.0)
 
-    def overdue(self, now_ns: int, thresholds: Any, min_threshold_ns: int) -> list[tuple[OpenPhase, int]]:
+    def overdue(
+        self, now_ns: int, thresholds: Callable[[str, str | None], int], min_threshold_ns: int
+    ) -> list[tuple[OpenPhase, int]]:
         """Open phase spans whose age at ``now_ns`` (``time.monotonic_ns()``) reached ``thresholds(phase, tool)``
         (ns), of samples not reported before; their samples are marked reported. Phases are visited oldest
         first and the scan stops at the first younger than ``min_threshold_ns``: O(candidates), not
@@ -336,7 +292,7 @@ class InflightRegistry:
             age = now_ns - start
             if age < min_threshold_ns:
                 break
-            if sample.tripped or sample.ended:
+            if sample is None or phase is None or sample.tripped or sample.ended:  # (never None once tracked)
                 continue
             if age >= thresholds(phase, tool):
                 sample.tripped = True

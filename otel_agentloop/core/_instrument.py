@@ -10,14 +10,24 @@ from __future__ import annotations
 import asyncio
 import functools
 import inspect
-from collections.abc import AsyncGenerator, Callable, Generator
-from typing import Any, TypeVar
+from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from typing import Any, Protocol, TypeVar, cast
 
 from ._guard import internal_error
 from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._scope import NOOP, Begin, Scope
 
 F = TypeVar("F", bound=Callable[..., Any])
+T = TypeVar("T")
+
+
+class _Outcome(Protocol):
+    """A completed future, as a done callback sees it (asyncio's, ``concurrent.futures``', Ray's)."""
+
+    def cancelled(self) -> bool: ...
+
+    def exception(self) -> BaseException | None: ...
+
 
 _awaitable_types: dict[type, bool] = {}
 
@@ -32,7 +42,7 @@ def _is_awaitable(value: object) -> bool:
     return known
 
 
-async def _finish_after(awaitable: Any, scope: Scope) -> Any:
+async def _finish_after(awaitable: Awaitable[T], scope: Scope) -> T:
     scope.enter()
     try:
         result = await awaitable
@@ -43,8 +53,8 @@ async def _finish_after(awaitable: Any, scope: Scope) -> Any:
     return result
 
 
-def _future_done(scope: Scope) -> Callable[[Any], None]:
-    def done(future: Any) -> None:
+def _future_done(scope: Scope) -> Callable[[_Outcome], None]:
+    def done(future: _Outcome) -> None:
         try:
             exc = asyncio.CancelledError() if future.cancelled() else future.exception()
         except BaseException as err:
@@ -54,7 +64,7 @@ def _future_done(scope: Scope) -> Callable[[Any], None]:
     return done
 
 
-def _timed_result(result: Any, scope: Scope) -> Any:
+def _timed_result(result: Any, scope: Scope) -> object:  # result: the user function's
     """``result`` of a sync call that returned an awaitable: the scope ends when it completes. A coroutine is
     wrapped in a coroutine; a future (asyncio's or ``concurrent.futures``', a Ray ``ObjectRef``) keeps its
     identity and a done callback ends the scope. Any other awaitable is returned as is and timed until
@@ -74,7 +84,7 @@ def _timed_result(result: Any, scope: Scope) -> Any:
     return result
 
 
-def _wraps(fn: Any) -> Callable[[F], F]:
+def _wraps(fn: Callable[..., object]) -> Callable[[F], F]:
     def apply(wrapper: F) -> F:
         try:
             functools.update_wrapper(wrapper, fn)
@@ -102,15 +112,17 @@ def instrument(fn: F, begin: Begin) -> F:
     or SDK object.
     """
     if is_asyncgen_callable(fn):
-        return _asyncgen_wrapper(fn, begin)  # type: ignore[no-any-return]
+        return cast(F, _asyncgen_wrapper(fn, begin))  # the same kind of callable as fn, with the same result
     if is_async_callable(fn):
-        return _async_wrapper(fn, begin)  # type: ignore[no-any-return]
+        return cast(F, _async_wrapper(fn, begin))
     if is_gen_callable(fn):
-        return _gen_wrapper(fn, begin)  # type: ignore[no-any-return]
-    return _sync_wrapper(fn, begin)  # type: ignore[no-any-return]
+        return cast(F, _gen_wrapper(fn, begin))
+    return cast(F, _sync_wrapper(fn, begin))
 
 
-def _asyncgen_wrapper(fn: Any, begin: Begin) -> Any:
+def _asyncgen_wrapper(
+    fn: Callable[..., AsyncGenerator[Any, Any]], begin: Begin
+) -> Callable[..., AsyncGenerator[Any, Any]]:
 
     @_wraps(fn)
     async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
@@ -155,7 +167,7 @@ def _asyncgen_wrapper(fn: Any, begin: Begin) -> Any:
     return agen_wrapper
 
 
-def _async_wrapper(fn: Any, begin: Begin) -> Any:
+def _async_wrapper(fn: Callable[..., Awaitable[Any]], begin: Begin) -> Callable[..., Awaitable[Any]]:
 
     @_wraps(fn)
     async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
@@ -173,7 +185,7 @@ def _async_wrapper(fn: Any, begin: Begin) -> Any:
     return async_wrapper
 
 
-def _gen_wrapper(fn: Any, begin: Begin) -> Any:
+def _gen_wrapper(fn: Callable[..., Generator[Any, Any, Any]], begin: Begin) -> Callable[..., Generator[Any, Any, Any]]:
 
     @_wraps(fn)
     def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
@@ -220,7 +232,7 @@ def _gen_wrapper(fn: Any, begin: Begin) -> Any:
     return gen_wrapper
 
 
-def _sync_wrapper(fn: Any, begin: Begin) -> Any:
+def _sync_wrapper(fn: Callable[..., Any], begin: Begin) -> Callable[..., Any]:
     @_wraps(fn)
     def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
         scope = begin(kwargs)  # entered

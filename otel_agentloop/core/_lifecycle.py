@@ -20,13 +20,14 @@ from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
 from opentelemetry.trace import Link, Span, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from ._clock import monotonic_ns
 from ._errors import mark_error, restore_identity
 from ._guard import internal_error
 from ._record import FastSpan
 from ._recorder import START, Recorder
-from ._scope import OpenSpan
+from ._scope import OpenSpan, TrackedSample
 from ._tracer import current_recorder
 
 
@@ -69,7 +70,7 @@ class SdkScope(OpenSpan):
 def open_span(
     tracer: Tracer,
     name: str,
-    attributes: dict[str, Any],
+    attributes: dict[str, AttributeValue],
     offset: int | None = None,
     *,
     context: Context | None = None,
@@ -105,7 +106,7 @@ def open_span(
 def _open_fast(
     recorder: Recorder,
     name: str,
-    attributes: dict[str, Any],
+    attributes: dict[str, AttributeValue],
     offset: int | None,
     mono: int,
     context: Context | None,
@@ -138,10 +139,10 @@ def announce(scope: OpenSpan) -> None:
         scope.recorder.put((START, scope))
 
 
-def track_phase(scope: OpenSpan, live: Any, phase: str, tool: str | None) -> None:
-    """Hand ``scope``, a phase span of the tracked sample ``live`` (``SampleHandle.live``), to its in-flight
+def track_phase(scope: OpenSpan, sample: TrackedSample, phase: str, tool: str | None) -> None:
+    """Hand ``scope``, a phase span of the tracked ``sample`` (``SampleHandle.tracked_sample``), to its in-flight
     registry. Never raises."""
     try:
-        live.registry.phase_started(scope, live, phase, tool)
+        sample.registry.phase_started(scope, sample, phase, tool)
     except Exception:
         internal_error("phase.live")

@@ -16,7 +16,7 @@ from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from opentelemetry import trace
-from opentelemetry.trace import Span
+from opentelemetry.trace import Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
@@ -54,7 +54,7 @@ class PhaseSpec:
         tool = self.attributes.get(sc.GEN_AI_TOOL_NAME)
         self.tool = tool if isinstance(tool, str) else None
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (PhaseSpec, (self.phase, self.name, self.attributes))
 
     @classmethod
@@ -109,7 +109,7 @@ class PhaseBegin:
         self.spec = spec
         self.name, self.attrs, self.phase, self.tool = spec.name, spec.attributes, spec.phase, spec.tool
 
-    def __reduce__(self) -> tuple[Any, ...]:
+    def __reduce__(self) -> tuple[object, ...]:
         return (PhaseBegin, (self.spec,))
 
     def begin(self, kwargs: dict[str, Any]) -> Scope | None:
@@ -120,7 +120,7 @@ class PhaseBegin:
             return None
         return self.open(tracer, None, True)
 
-    def open(self, tracer: Any, extra: Mapping[str, AttributeValue] | None, enter: bool) -> OpenSpan | None:
+    def open(self, tracer: Tracer, extra: Mapping[str, AttributeValue] | None, enter: bool) -> OpenSpan | None:
         """Open this phase's span below the current context, with the current sample's identity (last: an
         attribute count limit evicts the oldest) and ``extra`` attributes (first). Never raises."""
         try:
@@ -136,9 +136,9 @@ class PhaseBegin:
             if extra:
                 attrs = {**clean_attributes(extra), **attrs}
             scope = open_span(tracer, self.name, attrs, sample.clock_offset, enter=enter)
-            live = sample.live
-            if scope is not None and live is not None and live.tracked:
-                track_phase(scope, live, self.phase, self.tool)
+            tracked = sample.tracked_sample
+            if scope is not None and tracked is not None and tracked.tracked:
+                track_phase(scope, tracked, self.phase, self.tool)
             return scope
         except Exception:
             internal_error("phase.start")
@@ -200,7 +200,9 @@ def phase(
 def trace_generate(fn: F, /) -> F: ...
 @overload
 def trace_generate(*, model: str | None = None, operation: str | None = None) -> Callable[[F], F]: ...
-def trace_generate(fn: Any = None, /, *, model: str | None = None, operation: str | None = None) -> Any:
+def trace_generate(
+    fn: F | None = None, /, *, model: str | None = None, operation: str | None = None
+) -> F | Callable[[F], F]:
     """``@phase("generate_sequences")``; usable bare (``@trace_generate``) or with ``model=``."""
     deco = phase(sc.GENERATE, model=model, operation=operation)
     return deco if fn is None else deco(fn)
@@ -217,7 +219,7 @@ def trace_tool(name: str | None = None) -> Callable[[F], F]:
 def trace_reward(fn: F, /) -> F: ...
 @overload
 def trace_reward() -> Callable[[F], F]: ...
-def trace_reward(fn: Any = None, /) -> Any:
+def trace_reward(fn: F | None = None, /) -> F | Callable[[F], F]:
     """``@phase("compute_score")``; usable bare (``@trace_reward``) or called."""
     deco = phase(sc.COMPUTE_SCORE)
     return deco if fn is None else deco(fn)

@@ -31,7 +31,7 @@ import traceback
 from collections import deque
 from collections.abc import Mapping
 from itertools import islice
-from typing import Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol, Union
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -45,13 +45,18 @@ from ._guard import internal_error, safe_str, warn_once
 from ._scope import OpenSpan
 from ._values import bound_attributes, clean_value, frozen_attributes, safe_repr, timestamp_ns
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.resources import Resource
+    from opentelemetry.sdk.trace import SpanLimits
+    from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+
 
 class Sink(Protocol):
     """What a :class:`FastSpan` needs of the recorder that made it (``_recorder.Recorder``)."""
 
-    resource: Any
-    scope: Any
-    limits: Any
+    resource: Resource
+    scope: InstrumentationScope
+    limits: SpanLimits
 
     def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None: ...
 
@@ -357,11 +362,11 @@ class FastSpan(OpenSpan, trace.Span):
         return SpanKind.INTERNAL
 
     @property
-    def resource(self) -> Any:
+    def resource(self) -> Resource:
         return self.recorder.resource
 
     @property
-    def instrumentation_scope(self) -> Any:
+    def instrumentation_scope(self) -> InstrumentationScope:
         return self.recorder.scope
 
     def __repr__(self) -> str:

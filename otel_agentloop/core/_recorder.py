@@ -26,12 +26,14 @@ from collections.abc import Callable, Sequence
 from typing import Any
 
 from opentelemetry.context import Context, get_current
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits
 from opentelemetry.sdk.trace.id_generator import IdGenerator
 from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind, get_current_span
 from opentelemetry.trace import Span as ApiSpan
+from opentelemetry.util.types import AttributeValue
 
 from ._clock import monotonic_ns
 from ._errors import mark_error
@@ -48,7 +50,7 @@ class Recorder:
     def __init__(
         self,
         *,
-        resource: Any,
+        resource: Resource,
         scope: InstrumentationScope,
         limits: SpanLimits,
         sampler: Sampler,
@@ -91,7 +93,7 @@ class Recorder:
     def start(
         self,
         name: str,
-        attributes: dict[str, Any],
+        attributes: dict[str, AttributeValue],
         start_ns: int,
         parent: ApiSpan | None = None,
         context: Context | None = None,
@@ -118,7 +120,7 @@ class Recorder:
     def _sampled(
         self,
         name: str,
-        attributes: dict[str, Any],
+        attributes: dict[str, AttributeValue],
         start_ns: int,
         parent: ApiSpan | None,
         context: Context | None,

@@ -4,16 +4,21 @@ Every span this library starts is an :class:`OpenSpan`: a :class:`~otel_agentloo
 fast path's record) or an :class:`~otel_agentloop.core._lifecycle.SdkScope` (an OpenTelemetry SDK span). Both
 are started and ended by :mod:`~otel_agentloop.core._lifecycle` alone, and both carry the fields the in-flight
 registry reads (:class:`~otel_agentloop.core._inflight.InflightRegistry`): the registry protocol is written
-here, once, as typed slots.
+here, once, below both: typed slots, the registry's record of a sample (:class:`TrackedSample`) and the calls a
+tracked span makes on its registry (:class:`PhaseRegistry`).
 """
 
 from __future__ import annotations
 
+from collections import deque
 from collections.abc import Callable, Mapping
-from typing import Any
+from contextvars import Token
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
+from opentelemetry.context import Context
 
+from .. import semconv as sc
 from ._guard import internal_error
 
 
@@ -63,14 +68,14 @@ class OpenSpan(Scope):
 
     __slots__ = ("offset", "phase", "sample", "start_mono", "started", "token", "tool", "tracked", "window")
 
-    token: object
+    token: Token[Context] | None
 
     def leave(self) -> None:
         """Detach the context entering attached (nothing when not entered). Never raises."""
         token, self.token = self.token, None
         if token is not None:
             try:
-                otel_context.detach(token)  # type: ignore[arg-type]
+                otel_context.detach(token)
             except Exception:
                 internal_error("span.detach")
 
@@ -83,11 +88,77 @@ class OpenSpan(Scope):
         self.started = started
         self.start_mono = start_mono
         self.token = None
-        self.sample: Any = None
+        self.sample: TrackedSample | None = None
         self.phase: str | None = None
         self.tool: str | None = None
-        self.window: Any = None
-        self.tracked: Any = None  # the InflightRegistry tracking this span, or None
+        self.window: deque[int] | None = None
+        self.tracked: PhaseRegistry | None = None  # the InflightRegistry tracking this span, or None
+
+    def duration_ns(self) -> int:
+        """How long the ended span lasted (its end minus its start, ns)."""
+        raise NotImplementedError
+
+
+class PhaseRegistry(Protocol):
+    """The in-flight registry (:class:`~otel_agentloop.core._inflight.InflightRegistry`) as the span lifecycle
+    calls it once a sample is tracked: declared here, below both."""
+
+    def phase_started(self, span: OpenSpan, sample: TrackedSample, phase: str, tool: str | None) -> None: ...
+
+    def phase_ended(self, span: OpenSpan) -> None: ...
+
+    def sample_ended(self, sample: TrackedSample, span: object) -> None: ...
+
+
+class TrackedSample:
+    """The in-flight registry's record of a running sample (fields written once at start, ``tripped``/``ended``/
+    ``tracked`` flags later). ``tracked``: still in its registry (not ended, evicted, or inherited across a
+    ``fork``)."""
+
+    __slots__ = (
+        "ended",
+        "index",
+        "name",
+        "registry",
+        "rollout",
+        "span_id",
+        "start_mono_ns",
+        "start_ns",
+        "step",
+        "trace_flags",
+        "trace_id",
+        "tracked",
+        "tripped",
+        "validate",
+        "worker",
+    )
+
+    def __init__(
+        self,
+        registry: PhaseRegistry,
+        attrs: Mapping[str, Any],  # attribute values: the sample's identity, as the library wrote it
+        name: str,
+        trace_id: int,
+        span_id: int,
+        trace_flags: int,
+        start_ns: int,
+        start_mono_ns: int,
+    ) -> None:
+        self.registry = registry
+        get = attrs.get
+        self.step, self.validate = sc.step_key(attrs)
+        self.index: int | None = get(sc.RL_SAMPLE_INDEX)
+        self.rollout: int | None = get(sc.RL_ROLLOUT_N)
+        self.worker: str | None = get(sc.RL_WORKER)
+        self.name = name
+        self.trace_id = trace_id
+        self.span_id = span_id
+        self.trace_flags = trace_flags
+        self.start_ns = start_ns  # the root span's start: wall clock, ns since the epoch
+        self.start_mono_ns = start_mono_ns  # the same instant on the monotonic clock: ages are measured from it
+        self.tripped = False
+        self.ended = False
+        self.tracked = True
 
 
 def span_of(scope: OpenSpan) -> Any:

@@ -12,12 +12,16 @@ import os
 import socket
 import threading
 import weakref
-from typing import Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Any, Literal, NamedTuple
 
 from opentelemetry.trace import Tracer, TracerProvider
 
 from ._content import ContentPolicy, Redactor
-from ._guard import after_fork_in_child, internal_error, reset_warnings
+from ._guard import after_fork_in_child, forget_warnings, internal_error
+
+if TYPE_CHECKING:  # typed here, imported where they are made (neither imports this module)
+    from ._inflight import InflightRegistry
+    from ._recorder import Recorder
 
 TracePer = Literal["sample", "step"]
 
@@ -30,11 +34,11 @@ class TracerState:
         "configured",
         "disabled",
         "key",
-        "live",
-        "lives",
         "lock",
         "recorder",
         "recorders",
+        "registries",
+        "registry",
         "retired",
         "tracer",
     )
@@ -44,10 +48,12 @@ class TracerState:
         self.disabled = False
         self.key: object = None  # the provider `tracer` was resolved for
         self.tracer: Tracer | None = None
-        self.live: Any = None  # the in-flight registry of the provider `tracer` was resolved for
-        self.lives: weakref.WeakKeyDictionary[TracerProvider, Any] = weakref.WeakKeyDictionary()
-        self.recorder: Any = None  # the fast-path recorder of the provider `tracer` was resolved for
-        self.recorders: weakref.WeakKeyDictionary[TracerProvider, Any] = weakref.WeakKeyDictionary()
+        self.registry: InflightRegistry | None = (
+            None  # the in-flight registry of the provider `tracer` was resolved for
+        )
+        self.registries: weakref.WeakKeyDictionary[TracerProvider, InflightRegistry] = weakref.WeakKeyDictionary()
+        self.recorder: Recorder | None = None  # the fast-path recorder of the provider `tracer` was resolved for
+        self.recorders: weakref.WeakKeyDictionary[TracerProvider, Recorder] = weakref.WeakKeyDictionary()
         self.lock = threading.Lock()
         self.retired: weakref.WeakSet[TracerProvider] = weakref.WeakSet()
 
@@ -146,7 +152,7 @@ class ProcessState:
         self.handle = self.worker_handle = None
         self.restore(Saved(None, False, (False, ContentPolicy.DEFAULT_MAX_CHARS, None), "sample", Defaults().worker))
         self.content.truncated = 0
-        reset_warnings()
+        forget_warnings()
 
 
 state = ProcessState()

@@ -3,18 +3,23 @@
 Precedence: the provider installed by :func:`otel_agentloop.configure` (even with ``set_global=False``),
 else the global OpenTelemetry provider. No provider, the API's proxy/no-op provider, an SDK disabled by
 ``OTEL_SDK_DISABLED``, or an explicit disable all resolve to ``None``: the caller then runs the bare function.
-The in-flight registry attached to that provider (:func:`set_live`) is resolved with it (:func:`current_live`).
+The in-flight registry attached to that provider (:func:`set_registry`) is resolved with it
+(:func:`current_registry`).
 """
 
 from __future__ import annotations
 
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.trace import NoOpTracer, NoOpTracerProvider, ProxyTracerProvider, Tracer, TracerProvider
 
 from .._version import __version__
 from ._state import state
+
+if TYPE_CHECKING:  # typed here, imported where they are made (neither imports this module)
+    from ._inflight import InflightRegistry
+    from ._recorder import Recorder
 
 SCOPE = "otel_agentloop"
 """The instrumentation scope of every span the library starts."""
@@ -44,34 +49,34 @@ def _resolve(provider: TracerProvider) -> Tracer | None:
     with _state.lock:
         _state.key = provider
         _state.tracer = tracer
-        _state.live = _state.lives.get(provider) if tracer is not None else None
+        _state.registry = _state.registries.get(provider) if tracer is not None else None
         _state.recorder = _state.recorders.get(provider) if tracer is not None else None
     return tracer
 
 
-def current_live() -> Any:
+def current_registry() -> InflightRegistry | None:
     """The in-flight registry of the provider :func:`current_tracer` resolved last (call it right after),
     or ``None``."""
-    return _state.live
+    return _state.registry
 
 
-def current_recorder() -> Any:
+def current_recorder() -> Recorder | None:
     """The fast-path recorder (``_recorder.Recorder``) of the provider :func:`current_tracer` resolved last (call
     it right after), or ``None``: spans then go through the SDK."""
     return _state.recorder
 
 
-def set_recorder(provider: TracerProvider, recorder: Any) -> None:
+def set_recorder(provider: TracerProvider, recorder: Recorder) -> None:
     """Record the spans the library starts through ``provider`` on ``recorder`` (the fast path)."""
     with _state.lock:
         _state.recorders[provider] = recorder
         _state.key = None
 
 
-def set_live(provider: TracerProvider, registry: Any) -> None:
-    """Feed ``registry`` (an ``_inflight.InflightRegistry``) from the spans started through ``provider``."""
+def set_registry(provider: TracerProvider, registry: InflightRegistry) -> None:
+    """Feed ``registry`` from the spans started through ``provider``."""
     with _state.lock:
-        _state.lives[provider] = registry
+        _state.registries[provider] = registry
         _state.key = None
 
 

@@ -15,6 +15,7 @@ from typing import Any, TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
+from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ._context import _SAMPLE, current_step
@@ -57,7 +58,7 @@ class _TrainerScope(Scope):
             return
         try:
             step = current_step()
-            attrs: dict[str, Any] = {sc.RL_PHASE_TRAIN: name}
+            attrs: dict[str, AttributeValue] = {sc.RL_PHASE_TRAIN: name}
             if step is not None:
                 attrs[sc.RL_STEP] = step.step
                 attrs[sc.RL_VALIDATE] = step.validate

@@ -18,9 +18,8 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
-import numpy.typing as npt
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor
@@ -31,6 +30,9 @@ from ..metrics._hooks import StepHooks
 from ..metrics._summary import StepSummary, summarize
 from ..metrics._table import PhaseTable, StepMetrics
 from ._side import side_tracer
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
 
 NO_STEP = -1
 """The step a summary records for ``collect(None)`` (a step-less collect), as verl marks an unknown step."""

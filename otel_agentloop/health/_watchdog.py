@@ -37,7 +37,8 @@ from ..config._watchdog import WATCHDOG_FIELDS as WATCHDOG_FIELDS
 from ..config._watchdog import WatchdogSettings as WatchdogSettings
 from ..core import _tracer
 from ..core._guard import internal_error, logger
-from ..core._inflight import InflightRegistry, OpenPhase, _Sample
+from ..core._inflight import InflightRegistry, OpenPhase
+from ..core._scope import TrackedSample
 from ..export._side import side_tracer
 from ..metrics._hooks import StepHooks
 from ..metrics._processor import PhaseMetricsProcessor
@@ -108,7 +109,7 @@ class LiveMonitor(StepHooks):
         self._explicit = settings.parsed
         self._thresholds: dict[ThresholdKey, float] = {}
         self._rebuild({})
-        self._tripped: dict[tuple[int | None, bool], list[tuple[_Sample, OpenPhase]]] = {}
+        self._tripped: dict[tuple[int | None, bool], list[tuple[TrackedSample, OpenPhase]]] = {}
         self._verdicts: dict[tuple[int | None, bool], Verdict] = {}
         self.reports = 0
         self.snapshots_exported = 0
@@ -216,7 +217,7 @@ class LiveMonitor(StepHooks):
             tripped.append((sample, rec))
         self._snapshot(sample, rec, now_ns)
 
-    def _snapshot(self, sample: _Sample, rec: OpenPhase | None, now_ns: int) -> None:
+    def _snapshot(self, sample: TrackedSample, rec: OpenPhase | None, now_ns: int) -> None:
         if self._snapshots is None:
             return
         try:
@@ -345,5 +346,5 @@ def install(
     lib_metrics = LibraryMetrics(provider.resource, readers, registry) if readers else None
     monitor = LiveMonitor(registry, settings, provider=provider, export=export, metrics=lib_metrics)
     metrics_processor.add_hooks(monitor)
-    _tracer.set_live(provider, registry)  # fed by the library's span lifecycle (sample(), the phase wrappers)
+    _tracer.set_registry(provider, registry)  # fed by the library's span lifecycle (sample(), the phase wrappers)
     return monitor

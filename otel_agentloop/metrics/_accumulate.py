@@ -13,16 +13,20 @@ from __future__ import annotations
 
 from array import array
 from collections.abc import Iterable, Mapping
-from typing import Any
-
-import numpy as np
-import numpy.ma  # pyright: ignore[reportUnusedImport]  # eager, see below
+from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
+from ._numpy import LazyNumpy
 from ._table import MAX_TOOLS, OTHER_TOOLS, EngineTurns, PhaseTable, bound_tools
 
-# numpy.ma is imported eagerly above: numpy imports it lazily inside np.percentile (collect()), and a fork
-# while another thread runs that first import would leave the child blocked on its import lock forever.
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+
+    _EngineColumns = tuple[array[int], array[float], array[float], array[float], array[float], array[float]]
+    """The engine's timing of a step's turns: row, queue, ttft, prefill, decode (seconds), output tokens."""
+else:
+    np = LazyNumpy(globals(), "np")  # imported on first use, numpy.ma with it (fork safety: see ._numpy)
 PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
 _UNSET = -(1 << 62)
 _MASK64 = (1 << 64) - 1
@@ -150,10 +154,10 @@ class StepRows:
         self.span_end = array("q")
         # tool name -> (rows, durations ns) of each call (spans with gen_ai.tool.name of phase tool_calls);
         # at most MAX_TOOLS names, further names' calls under OTHER_TOOLS
-        self.tools: dict[str, tuple[array, array]] = {}  # type: ignore[type-arg]
+        self.tools: dict[str, tuple[array[int], array[int]]] = {}
         # generation turns carrying the engine's timing: (row, queue, ttft, prefill, decode, output tokens),
         # floats NaN where not carried; at most MAX_ENGINE_TURNS
-        self.engine: tuple[array, ...] = (array("q"), array("d"), array("d"), array("d"), array("d"), array("d"))  # type: ignore[type-arg]
+        self.engine: _EngineColumns = (array("q"), array("d"), array("d"), array("d"), array("d"), array("d"))
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
         self.late = False  # holds samples carried over from an earlier collect of the step (split_off)
@@ -190,7 +194,7 @@ class StepRows:
         self.span_end.append(0)
         return r
 
-    def _tool(self, name: object) -> tuple[array, array] | None:  # type: ignore[type-arg]
+    def _tool(self, name: object) -> tuple[array[int], array[int]] | None:
         """The call lists of tool ``name`` (new, or :data:`OTHER_TOOLS`'s past :data:`MAX_TOOLS` names)."""
         if type(name) is not str:
             return None
@@ -211,8 +215,7 @@ class StepRows:
             r = self._new_row(key)
             if r < 0:
                 return
-            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # the sample's first span names its trace ...
-            self.tid_lo[r] = trace_id & _MASK64
+            self.tid_hi[r], self.tid_lo[r] = (trace_id >> 64) & _MASK64, trace_id & _MASK64  # its first span's trace
         if p >= 0:
             blocks = self.blocks[p]
             b = blocks[r]
@@ -236,22 +239,20 @@ class StepRows:
                 known = type(value) is int and -(1 << 40) < value < (1 << 40)
                 if known:
                     self.npre_sum[r] += value  # type: ignore[operator]
-                first = self.npre_first[r]
-                if first < 0 or start < first:
+                if (first := self.npre_first[r]) < 0 or start < first:
                     self.npre_first[r] = start
                     self.npre_first_missing[r] = not known
                 if _EQ in attrs or _EDEC in attrs or _ETTFT in attrs or _EPF in attrs:  # the engine's timing
                     self._engine_turn(r, attrs)
-            elif p == 1:
-                tool = attrs.get(_TOOL)
-                if tool is not None:
-                    calls = self.tools.get(tool) or self._tool(tool)
-                    if calls is not None:
-                        calls[0].append(r)
-                        calls[1].append(end - start)
+            elif (
+                p == 1
+                and (tool := attrs.get(_TOOL)) is not None
+                and (calls := self.tools.get(tool) or self._tool(tool)) is not None
+            ):
+                calls[0].append(r)
+                calls[1].append(end - start)
         else:
-            self.root_start[r] = start
-            self.root_end[r] = end
+            self.root_start[r], self.root_end[r] = start, end
             value = attrs.get(_NPRE)
             if type(value) is int and _I64_MIN < value <= _I64_MAX:
                 self.npre_final[r] = value
@@ -261,8 +262,7 @@ class StepRows:
             value = attrs.get(_RLEN)
             if type(value) is int and _I64_MIN <= value <= _I64_MAX:
                 self.response_len[r] = value
-            self.tid_hi[r] = (trace_id >> 64) & _MASK64  # ... until its root span, whose trace id wins
-            self.tid_lo[r] = trace_id & _MASK64
+            self.tid_hi[r], self.tid_lo[r] = (trace_id >> 64) & _MASK64, trace_id & _MASK64  # ... until the root's
         if error and p < 0:  # failed: the sample span ended with an error (a caught tool error is not)
             self.error[r] = 1
 
@@ -351,6 +351,17 @@ class StepRows:
         end = np.where(rooted, root_end, np.frombuffer(self.span_end, dtype=np.int64))
         return start, end
 
+    def _tool_seconds(self, keep: npt.NDArray[np.bool_] | None) -> dict[str, npt.NDArray[np.float64]]:
+        """Each tool's call durations in seconds, without the calls of rows ``keep`` leaves out."""
+        tools: dict[str, npt.NDArray[np.float64]] = {}
+        for tool, (call_rows, durations) in self.tools.items():
+            seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
+            if keep is not None and len(call_rows):
+                seconds = seconds[keep[np.frombuffer(call_rows, dtype=np.int64)]]
+            if seconds.size:
+                tools[tool] = seconds
+        return tools
+
     def to_table(
         self,
         exclude: Mapping[tuple[int, int], object] | None = None,
@@ -371,20 +382,13 @@ class StepRows:
             if r is not None:
                 late_col[r] = True
 
-        def col(a: array, dtype: type) -> np.ndarray:  # type: ignore[type-arg]
+        def col(a: array[int], dtype: type) -> np.ndarray:
             out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
             return out if keep is None else out[keep]
 
         def col_object(a: np.ndarray) -> np.ndarray:
             return a if keep is None else a[keep]
 
-        tools: dict[str, np.ndarray] = {}
-        for tool, (call_rows, durations) in self.tools.items():
-            seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
-            if keep is not None and len(call_rows):
-                seconds = seconds[keep[np.frombuffer(call_rows, dtype=np.int64)]]
-            if seconds.size:
-                tools[tool] = seconds
         wall_start, wall_end = self._walls()
         if keep is not None:
             wall_start, wall_end = wall_start[keep], wall_end[keep]
@@ -408,7 +412,7 @@ class StepRows:
             end_ns=wall_end,
             ordered=self.in_order,
             top_tool=col_object(self._top_tools()),
-            tools=bound_tools(tools),
+            tools=bound_tools(self._tool_seconds(keep)),
             step_key=step_key,
             engine=self._engine_turns(keep),
         )

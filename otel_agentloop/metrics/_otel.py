@@ -18,12 +18,10 @@ configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORT
 from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.metrics import CallbackOptions, Observation
-from opentelemetry.sdk.metrics import MeterProvider
-from opentelemetry.sdk.metrics.export import MetricReader, PeriodicExportingMetricReader
+from opentelemetry.metrics import CallbackOptions, Histogram, Observation
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
 
@@ -34,6 +32,9 @@ from ..config._headers import grpc_metadata, http_headers
 from ..config._otlp import OtlpTarget
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
+
+if TYPE_CHECKING:  # the SDK's metrics are imported where a configure() uses them, not with the package
+    from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
 DURATION_BUCKETS_S: Sequence[float] = (
     0.005,
@@ -91,7 +92,7 @@ def grpc_compression(compression: str | None) -> Any:
     return names.get(compression or "none", Compression.NoCompression)
 
 
-def _otlp_metric_exporter(otlp: OtlpTarget) -> Any:
+def _otlp_metric_exporter(otlp: OtlpTarget) -> MetricExporter:
     """The SDK's OTLP metric exporter for the resolved ``otlp`` (its endpoint only when given as an argument:
     else the SDK reads the variables as it does), sent only the headers its transport can carry
     (``config._headers``: each item it cannot carry is skipped with a warning, as for the traces; the SDK would
@@ -139,13 +140,13 @@ def build_readers(otlp: OtlpTarget, *, interval_s: float = 60.0, timeout_s: floa
     """The metric readers the environment asks for (see the module docstring; ``otlp``: the metrics' resolved
     target), exporting every ``interval_s`` within ``timeout_s`` (``OTEL_METRIC_EXPORT_INTERVAL``/``_TIMEOUT`` as
     ``Settings`` resolved and bounded them: passed explicitly, so the SDK never parses the variables itself)."""
+    from opentelemetry.sdk.metrics.export import ConsoleMetricExporter, PeriodicExportingMetricReader
+
     choice = exporter_choice(otlp.endpoint)
     if choice == "none":
         return []
     if choice == "console":
-        from opentelemetry.sdk.metrics.export import ConsoleMetricExporter
-
-        exporter: Any = ConsoleMetricExporter()
+        exporter: MetricExporter = ConsoleMetricExporter()
     else:
         exporter = _otlp_metric_exporter(otlp)
     return [
@@ -159,11 +160,13 @@ class LibraryMetrics:
     """The library's instruments on their own ``MeterProvider`` (never the global one)."""
 
     def __init__(self, resource: Resource, readers: Iterable[MetricReader], registry: InflightRegistry) -> None:
+        from opentelemetry.sdk.metrics import MeterProvider
+
         self.provider = MeterProvider(resource=resource, metric_readers=list(readers), shutdown_on_exit=False)
         meter = self.provider.get_meter("otel_agentloop", __version__)
         self._registry = registry
 
-        def histogram(name: str, description: str) -> Any:
+        def histogram(name: str, description: str) -> Histogram:
             return meter.create_histogram(
                 name, unit="s", description=description, explicit_bucket_boundaries_advisory=DURATION_BUCKETS_S
             )
@@ -195,6 +198,7 @@ class LibraryMetrics:
                 attrs, ctx, start, end = span._attributes._dict, span._context, span._start_time, span._end_time
             except AttributeError:
                 attrs, ctx, start, end = span.attributes or {}, span.context, span.start_time, span.end_time
+            instrument: Histogram | None
             if phase is None:
                 instrument, keys = self.sample, _SAMPLE_ATTRS
             else:

@@ -28,9 +28,6 @@ _MAX_RUNNING_ROOTS = 1 << 18
 
 
 class PhaseMetricsProcessor(SpanProcessor):
-    accepts_records = True
-    """Takes the fast path's records as they are (``export._pipeline``)."""
-
     """Accumulates, per step, each sample's phase time from finished spans; :meth:`collect` returns verl's dict.
 
     Add it to any SDK ``TracerProvider`` (``configure()`` does). It reads only span attributes written by this
@@ -55,6 +52,9 @@ class PhaseMetricsProcessor(SpanProcessor):
     never raises. Releases, collects and the provider's flush and shutdown reach the handle's other parts
     through :class:`~._hooks.StepHooks` (:meth:`add_hooks`).
     """
+
+    accepts_records = True
+    """Takes the fast path's records as they are (``export._pipeline``)."""
 
     def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:
         if max_steps < 1:

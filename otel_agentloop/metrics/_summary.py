@@ -16,18 +16,24 @@ the collect), else ``ok``.
 from __future__ import annotations
 
 import json
-import math
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
+from ._causes import cause as cause  # the causes' rule (its own module), read with the summary
+from ._causes import sample_causes as sample_causes
+from ._numpy import LazyNumpy
+from ._stored import causes_of, finite, is_int, mapping, overdue, sample_key, string
 from ._table import MAX_TOOLS as MAX_TOOLS  # defined with the table, which bounds tool calls as it merges them
 from ._table import OTHER_TOOLS as OTHER_TOOLS
-from ._table import PERCENTILES, EngineSample, OverdueSample, PhaseTable, StepMetrics, bound_tools
+from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics, bound_tools
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    np = LazyNumpy(globals(), "np")
 
 OK: str = "ok"
 FAILED: str = "failed"
@@ -43,14 +49,6 @@ TOP_STORED = 16
 """The slowest samples a summary lists (``top``): ``report --top`` up to this many reads no sample spans."""
 FAILED_STORED = 1024
 """The failed samples a summary lists by key (``failed``, lowest keys first); its ``counts`` has them all."""
-QUEUE_SHARE = 0.25
-"""A sample *waited in the engine queue* when its turns queued for at least this share of its generation time."""
-SLOW_DECODE = 2.0
-"""A sample *decoded K times slower* when the step's median decode speed is at least this many times its own."""
-MIN_QUEUE_S = 0.01
-"""...and for at least this many seconds (shorter waits are the scheduler's normal step, not a cause)."""
-LONG_OUTPUT = 1.5
-"""A sample *generated N tokens* when its output reaches the step's p90 and this many times the step's median."""
 
 
 def verdict(*, error: bool, reported: bool, finished: bool) -> str:
@@ -61,90 +59,6 @@ def verdict(*, error: bool, reported: bool, finished: bool) -> str:
     if error:
         return FAILED
     return SLOW if reported else OK
-
-
-class StepEngine(NamedTuple):
-    """What a sample's engine facts are compared with: the step's median decode speed (tokens/s, the p50 of
-    ``agent_loop/engine/decode_tokens_per_s``) and the p50/p90/p99 of its samples' output tokens (per sample,
-    summed over its turns)."""
-
-    median_tokens_per_s: float | None
-    tokens_p50: float
-    tokens_p90: float
-    tokens_p99: float
-
-
-def cause(
-    *,
-    generate_s: float,
-    tool_s: float,
-    score_s: float,
-    tool: str = "",
-    engine: EngineSample | None = None,
-    step: StepEngine | None = None,
-) -> str:
-    """Why a sample took its time, in words: the one rule (``report``, the pages, ``--compare``, Perfetto).
-
-    The phase that took most of its time first: ``reward`` when scoring took longer than generation and tools;
-    ``tool X`` (its most expensive tool) when tool calls took longer than generation. Generation, with the
-    engine's timing (``engine``, ``step``), in this order:
-
-    - ``waited N s in the engine queue``: its turns queued for >= :data:`QUEUE_SHARE` (25%) of its generation
-      time and >= :data:`MIN_QUEUE_S` (10 ms) (the engine was saturated: more concurrent requests than
-      ``max_num_seqs``, or preemption);
-    - ``decoded K times slower than the step's median``: its decode speed (its tokens / its decode seconds) is
-      <= 1 / :data:`SLOW_DECODE` (half) the step's median turn's (a straggler replica, long-context attention);
-    - ``generated N tokens (p99 of the step) at normal speed``: its output tokens reach the step's p90 (the label
-      says p99 when they reach it) and >= :data:`LONG_OUTPUT` (1.5x) the step's median (a long response: the
-      policy's, not the system's);
-    - otherwise ``generation N s`` (no engine timing, or none of these stands out).
-    """
-    if score_s > generate_s and score_s >= tool_s:
-        return f"reward {score_s:.2f} s"
-    if tool_s > generate_s:
-        return f"tool {tool} {tool_s:.2f} s" if tool else f"tools {tool_s:.2f} s"
-    if engine is not None and step is not None:
-        if engine.queue_s >= MIN_QUEUE_S and engine.queue_s >= QUEUE_SHARE * generate_s:
-            return f"waited {engine.queue_s:.2f} s in the engine queue"
-        tps, median = engine.tokens_per_s, step.median_tokens_per_s
-        if tps is not None and median is not None and tps > 0 and tps * SLOW_DECODE <= median:
-            times = median / tps
-            return f"decoded {times:.1f} times slower than the step's median ({tps:.0f} vs {median:.0f} tokens/s)"
-        tokens = engine.output_tokens
-        if tokens > 0 and tokens >= step.tokens_p90 and tokens >= LONG_OUTPUT * step.tokens_p50:
-            rank = "p99" if tokens >= step.tokens_p99 else "p90"
-            return f"generated {tokens} tokens ({rank} of the step) at normal speed"
-    return f"generation {generate_s:.2f} s"
-
-
-def sample_causes(
-    table: PhaseTable, metrics: Mapping[str, float], keys: Iterable[tuple[int, int]]
-) -> dict[tuple[int, int], str]:
-    """:func:`cause` of each sample of ``keys`` that is in ``table`` (``metrics``: ``compute_metrics(table)``).
-    Only for a step where some turn carries the engine's timing: without it every view stays as it was (the
-    phase mix beside the slowest sample already says as much as the phases alone can)."""
-    if not len(table.engine):
-        return {}
-    t = table.canonical()
-    rows = {(int(t.sample_index[i]), int(t.rollout_n[i])): i for i in range(len(t))}
-    tokens = t.engine.tokens_per_sample()
-    p50, p90, p99 = (float(v) for v in np.percentile(tokens, PERCENTILES))
-    tps_key = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_DECODE_TPS}/p50"
-    step = StepEngine(metrics.get(tps_key), p50, p90, p99)
-    out: dict[tuple[int, int], str] = {}
-    for key in keys:
-        i = rows.get(key)
-        if i is None:
-            continue
-        out[key] = cause(
-            generate_s=float(t.generate_sequences[i]),
-            tool_s=float(t.tool_calls[i]),
-            score_s=float(t.compute_score[i]),
-            tool=str(t.top_tool[i]),
-            engine=t.engine.of_sample(key),
-            step=step,
-        )
-    return out
 
 
 @dataclass(frozen=True, slots=True)
@@ -175,7 +89,7 @@ class Distribution:
     def from_list(cls, raw: Any) -> Distribution:
         if not isinstance(raw, list) or len(raw) != 7:
             raise ValueError("a distribution is a list of 7 numbers")
-        count, *rest = (_finite(v) for v in raw)
+        count, *rest = (finite(v) for v in raw)
         if count < 0 or not float(count).is_integer():
             raise ValueError("a distribution's count is not a non-negative integer")
         return cls(int(count), *rest)
@@ -262,7 +176,7 @@ class StepSummary:
     # -- the record on the wire --------------------------------------------------------------------
     def to_json(self) -> str:
         """Versioned compact JSON (``{"v": 2, ...}``); :meth:`from_json` reads it back equal."""
-        body: dict[str, Any] = {
+        body: dict[str, object] = {
             "v": SCHEMA_VERSION,
             "step": self.step,
             "validate": self.validate,
@@ -300,7 +214,7 @@ class StepSummary:
         if not isinstance(body, dict) or body.get("v") not in _READABLE_VERSIONS or type(body.get("v")) is not int:
             raise ValueError(f"not a version-{SCHEMA_VERSION} (or 1) step summary")
         times = body.get("t")
-        if not isinstance(times, list) or len(times) != 4 or not all(_is_int(t) and t >= 0 for t in times):
+        if not isinstance(times, list) or len(times) != 4 or not all(is_int(t) and t >= 0 for t in times):
             raise ValueError("the summary's times are not 4 non-negative integers")
         slowest = None if body.get("slowest") is None else _sample(body["slowest"])
         top = body.get("top", [])
@@ -311,36 +225,36 @@ class StepSummary:
         if staleness is not None and not (isinstance(staleness, list) and len(staleness) == 2):
             raise ValueError("the summary's staleness is malformed")
         step, n = body.get("step"), body.get("n")
-        if not (isinstance(step, int) and _is_int(step) and isinstance(n, int) and _is_int(n) and n >= 0):
+        if not (isinstance(step, int) and is_int(step) and isinstance(n, int) and is_int(n) and n >= 0):
             raise ValueError("the summary's step or sample count is not an integer")
-        counts = _mapping(body.get("counts"), "counts")
+        counts = mapping(body.get("counts"), "counts")
         return cls(
             step=step,
             validate=body.get("validate") is True,
             num_samples=n,
-            metrics={str(k): _finite(v) for k, v in _mapping(body.get("metrics"), "metrics").items()},
-            phases={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("phases"), "phases").items()},
-            tools={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("tools"), "tools").items()},
-            counts={v: int(_finite(counts.get(v, 0))) for v in VERDICTS},
+            metrics={str(k): finite(v) for k, v in mapping(body.get("metrics"), "metrics").items()},
+            phases={str(k): Distribution.from_list(v) for k, v in mapping(body.get("phases"), "phases").items()},
+            tools={str(k): Distribution.from_list(v) for k, v in mapping(body.get("tools"), "tools").items()},
+            counts={v: int(finite(counts.get(v, 0))) for v in VERDICTS},
             slowest=slowest,
             start_ns=times[0],
             median_end_ns=times[1],
             end_ns=times[2],
             collected_ns=times[3],
-            hung=_overdue(body.get("hung")),
-            slow=_overdue(body.get("slow")),
-            staleness_mean=None if staleness is None else _finite(staleness[0]),
-            staleness_max=None if staleness is None else _finite(staleness[1]),
-            extra=_mapping(body.get("extra"), "extra"),
-            engine={str(k): Distribution.from_list(v) for k, v in _mapping(body.get("engine"), "engine").items()},
-            causes=_causes(body.get("causes")),
+            hung=overdue(body.get("hung")),
+            slow=overdue(body.get("slow")),
+            staleness_mean=None if staleness is None else finite(staleness[0]),
+            staleness_max=None if staleness is None else finite(staleness[1]),
+            extra=mapping(body.get("extra"), "extra"),
+            engine={str(k): Distribution.from_list(v) for k, v in mapping(body.get("engine"), "engine").items()},
+            causes=causes_of(body.get("causes")),
             top=tuple(_sample(raw) for raw in top),
-            failed=tuple(_key(raw) for raw in failed),
+            failed=tuple(sample_key(raw) for raw in failed),
             version=body["v"],
         )
 
 
-def _sample_list(s: SlowestSample) -> list[Any]:
+def _sample_list(s: SlowestSample) -> list[object]:
     return [
         s.index,
         s.rollout,
@@ -354,89 +268,24 @@ def _sample_list(s: SlowestSample) -> list[Any]:
 
 
 def _sample(raw: Any) -> SlowestSample:
-    if not isinstance(raw, list) or len(raw) not in (7, 8) or not _is_int(raw[0]) or not _is_int(raw[1]):
+    if not isinstance(raw, list) or len(raw) not in (7, 8) or not is_int(raw[0]) or not is_int(raw[1]):
         raise ValueError("a summary's sample is malformed")
     return SlowestSample(
         raw[0],
         raw[1],
         raw[2] if isinstance(raw[2], str) else None,
-        _finite(raw[3]),
-        _finite(raw[4]),
-        _finite(raw[5]),
+        finite(raw[3]),
+        finite(raw[4]),
+        finite(raw[5]),
         _verdict(raw[6]),
-        _text(raw[7]) if len(raw) == 8 else "",
+        string(raw[7]) if len(raw) == 8 else "",
     )
 
 
-def _key(raw: Any) -> tuple[int, int]:
-    if not (isinstance(raw, list) and len(raw) == 2 and _is_int(raw[0]) and _is_int(raw[1])):
-        raise ValueError("a summary's sample key is malformed")
-    return raw[0], raw[1]
-
-
-def _is_int(v: Any) -> bool:
-    return type(v) is int and -(1 << 63) <= v < (1 << 63)
-
-
-def _finite(v: Any) -> float:
-    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
-        raise ValueError(f"{v!r:.40} is not a finite number")
-    return float(v)
-
-
-def _text(v: Any) -> str:
-    if not isinstance(v, str):
-        raise ValueError(f"{v!r:.40} is not a string")
-    return v
-
-
-def _causes(raw: Any) -> dict[tuple[int, int], str]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, list):
-        raise ValueError("the summary's causes are not a list")
-    out = {}
-    for item in raw:
-        if not (isinstance(item, list) and len(item) == 3 and _is_int(item[0]) and _is_int(item[1])):
-            raise ValueError("a cause is malformed")
-        out[(item[0], item[1])] = _text(item[2])
-    return out
-
-
-def _verdict(v: Any) -> str:
+def _verdict(v: object) -> str:
     if v not in VERDICTS:
         raise ValueError(f"{v!r:.40} is not a verdict")
     return str(v)
-
-
-def _mapping(raw: Any, what: str) -> Mapping[str, Any]:
-    if raw is None:
-        return {}
-    if not isinstance(raw, dict):
-        raise ValueError(f"the summary's {what} is not an object")
-    return raw
-
-
-def _overdue(raw: Any) -> tuple[OverdueSample, ...]:
-    if raw is None:
-        return ()
-    if not isinstance(raw, list):
-        raise ValueError("the summary's watchdog samples are not a list")
-    out = []
-    for item in raw:
-        if not isinstance(item, list) or len(item) != 5:
-            raise ValueError("a watchdog sample is malformed")
-        index, rollout, trace_id, phase, tool = item
-        out.append(
-            OverdueSample(
-                index if _is_int(index) else None,
-                rollout if _is_int(rollout) else None,
-                str(trace_id),
-                str(phase),
-                None if tool is None else str(tool),
-            )
-        )
-    return tuple(out)
 
 
 def summarize(
@@ -454,57 +303,31 @@ def summarize(
     durations in seconds (default: the table's own, :attr:`PhaseTable.tools`); ``staleness``: per-sample
     staleness (async modes)."""
     t = table.canonical()
-    phases = {
-        sc.GENERATE: Distribution.of(t.generate_sequences),
-        sc.TOOL_CALLS: Distribution.of(t.tool_calls),
-        sc.COMPUTE_SCORE: Distribution.of(t.compute_score),
-    }
     slow_keys = {(s.sample_index, s.rollout_n) for s in metrics.slow_samples}
-    counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
-    counts[HUNG] = len(metrics.hung_samples)
-    for i in range(len(t)):
-        key = (int(t.sample_index[i]), int(t.rollout_n[i]))
-        counts[verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True)] += 1
-    slowest = None
+    reported = {(s.sample_index, -1 if s.rollout_n is None else s.rollout_n) for s in metrics.slow_samples}
     i = int(np.argmax(t.total)) if len(t) else -1
     wanted = [(index, -1 if r is None else r) for index, r in slow_keys if index is not None]
     if i >= 0:
-        wanted.append((int(t.sample_index[i]), int(t.rollout_n[i])))
-    reported = {(s.sample_index, -1 if s.rollout_n is None else s.rollout_n) for s in metrics.slow_samples}
-    rows = t.slowest(TOP_STORED)
-    top_keys = [(int(row["sample_index"]), int(row["rollout_n"])) for row in rows]  # type: ignore[call-overload]
+        wanted.append(_key_of(t, i))
+    top_rows = t.slowest_rows(TOP_STORED)
+    top_keys = [_key_of(t, j) for j in top_rows]
     top_causes = sample_causes(t, metrics, [*wanted, *top_keys])  # one pass: the step's percentiles once
     causes = {key: top_causes[key] for key in wanted if key in top_causes}
-    if i >= 0:
-        key = wanted[-1]
-        slowest = SlowestSample(
-            key[0],
-            key[1],
-            t.trace_id_hex(i),
-            float(t.generate_sequences[i]),
-            float(t.tool_calls[i]),
-            float(t.compute_score[i]),
-            verdict(error=bool(t.error[i]), reported=key in slow_keys, finished=True),
-            causes.get(key, ""),
-        )
-    start_ns = median_end_ns = end_ns = 0
-    starts, ends = t.start_ns, t.end_ns
-    known = ends > 0
-    if np.any(known):
-        start_ns = int(starts[known & (starts > 0)].min()) if np.any(known & (starts > 0)) else 0
-        finished = np.sort(ends[known])
-        end_ns = int(finished[-1])
-        median_end_ns = int(finished[(len(finished) - 1) // 2])
+    start_ns, median_end_ns, end_ns = _times(t)
     stale = None if staleness is None else np.asarray(staleness, dtype=np.float64)
     return StepSummary(
         step=step,
         validate=validate,
         num_samples=len(t),
         metrics={k: float(v) for k, v in metrics.items()},
-        phases=phases,
+        phases={
+            sc.GENERATE: Distribution.of(t.generate_sequences),
+            sc.TOOL_CALLS: Distribution.of(t.tool_calls),
+            sc.COMPUTE_SCORE: Distribution.of(t.compute_score),
+        },
         tools=_tool_distributions(table.tools if tools is None else tools),
-        counts=counts,
-        slowest=slowest,
+        counts=_counts(t, slow_keys, len(metrics.hung_samples)),
+        slowest=_sample_of(t, i, wanted[-1], key_in=slow_keys, causes=causes) if i >= 0 else None,
         start_ns=start_ns,
         median_end_ns=median_end_ns,
         end_ns=end_ns,
@@ -516,22 +339,57 @@ def summarize(
         engine={k: Distribution.of(v) for k, v in t.engine.stats().items() if v.size} if len(t.engine) else {},
         causes=causes,
         top=tuple(
-            SlowestSample(
-                key[0],
-                key[1],
-                str(row["trace_id"]) if row["trace_id"] is not None else None,
-                float(row[sc.GENERATE]),  # type: ignore[arg-type]
-                float(row[sc.TOOL_CALLS]),  # type: ignore[arg-type]
-                float(row[sc.COMPUTE_SCORE]),  # type: ignore[arg-type]
-                verdict(error=bool(row["error"]), reported=key in reported, finished=True),
-                top_causes.get(key, ""),
-            )
-            for row, key in zip(rows, top_keys, strict=True)
+            _sample_of(t, j, key, key_in=reported, causes=top_causes) for j, key in zip(top_rows, top_keys, strict=True)
         ),
-        failed=tuple(
-            sorted((int(t.sample_index[j]), int(t.rollout_n[j])) for j in np.flatnonzero(t.error))[:FAILED_STORED]
-        ),
+        failed=tuple(sorted(_key_of(t, int(j)) for j in np.flatnonzero(t.error))[:FAILED_STORED]),
     )
+
+
+def _key_of(t: PhaseTable, i: int) -> tuple[int, int]:
+    return int(t.sample_index[i]), int(t.rollout_n[i])
+
+
+def _counts(t: PhaseTable, slow_keys: set[tuple[int | None, int | None]], hung: int) -> dict[str, int]:
+    """How many samples have each verdict: the collected rows' and the ``hung`` ones the watchdog reported."""
+    counts: dict[str, int] = dict.fromkeys(VERDICTS, 0)
+    counts[HUNG] = hung
+    for i in range(len(t)):
+        counts[verdict(error=bool(t.error[i]), reported=_key_of(t, i) in slow_keys, finished=True)] += 1
+    return counts
+
+
+def _sample_of(
+    t: PhaseTable,
+    i: int,
+    key: tuple[int, int],
+    *,
+    key_in: set[tuple[int | None, int | None]] | set[tuple[int | None, int]],
+    causes: Mapping[tuple[int, int], str],
+) -> SlowestSample:
+    """Row ``i`` of ``t`` (``key``) as a stored sample: reported by the watchdog when ``key`` is in ``key_in``."""
+    return SlowestSample(
+        key[0],
+        key[1],
+        t.trace_id_hex(i),
+        float(t.generate_sequences[i]),
+        float(t.tool_calls[i]),
+        float(t.compute_score[i]),
+        verdict(error=bool(t.error[i]), reported=key in key_in, finished=True),
+        causes.get(key, ""),
+    )
+
+
+def _times(t: PhaseTable) -> tuple[int, int, int]:
+    """The first sample's start, the median finished sample's end and the last one's (Unix ns; 0: unknown)."""
+    start_ns = median_end_ns = end_ns = 0
+    starts, ends = t.start_ns, t.end_ns
+    known = ends > 0
+    if np.any(known):
+        start_ns = int(starts[known & (starts > 0)].min()) if np.any(known & (starts > 0)) else 0
+        finished = np.sort(ends[known])
+        end_ns = int(finished[-1])
+        median_end_ns = int(finished[(len(finished) - 1) // 2])
+    return start_ns, median_end_ns, end_ns
 
 
 def _tool_distributions(tools: Mapping[str, Iterable[float]]) -> dict[str, Distribution]:

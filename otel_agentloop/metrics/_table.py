@@ -10,19 +10,23 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any, NamedTuple
-
-import numpy as np
-import numpy.typing as npt
+from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from .. import semconv as sc
+from ._numpy import LazyNumpy
+
+if TYPE_CHECKING:
+    import numpy as np
+    import numpy.typing as npt
+else:
+    np = LazyNumpy(globals(), "np")
 
 _PREFIX = sc.METRIC_PREFIX
 PERCENTILES = (50, 90, 99)
 MAX_TOOLS = 64
 """Tool names kept per step; calls of further names are pooled under :data:`OTHER_TOOLS`."""
 OTHER_TOOLS = "(other tools)"
-ToolCalls = Mapping[str, npt.NDArray[np.float64]]
+ToolCalls: TypeAlias = "Mapping[str, npt.NDArray[np.float64]]"
 """Each tool's call durations in seconds, by tool name (at most :data:`MAX_TOOLS` names + :data:`OTHER_TOOLS`)."""
 
 
@@ -39,9 +43,6 @@ def bound_tools(tools: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[np.
     if rest:
         out[OTHER_TOOLS] = np.concatenate(rest)
     return out
-
-
-_NO_FLOATS: npt.NDArray[np.float64] = np.empty(0, np.float64)
 
 
 @dataclass(frozen=True)
@@ -86,7 +87,7 @@ class EngineTurns:
     def tokens_per_sample(self) -> npt.NDArray[np.float64]:
         """Each sample's output tokens summed over its turns (one value per sample with engine turns)."""
         if not len(self):
-            return _NO_FLOATS
+            return np.empty(0, np.float64)
         keys = np.stack((self.sample_index, self.rollout_n), axis=1)
         _, inverse = np.unique(keys, axis=0, return_inverse=True)
         return np.bincount(inverse.ravel(), weights=np.nan_to_num(self.output_tokens)).astype(np.float64)
@@ -183,9 +184,7 @@ class PhaseTable:
             if column.shape[0] != n:
                 if column.shape[0]:
                     raise ValueError(f"{name} has {column.shape[0]} rows, the table {n}")
-                object.__setattr__(
-                    self, name, np.full(n, "", np.object_) if dtype is np.object_ else np.zeros(n, dtype)
-                )
+                object.__setattr__(self, name, np.full(n, "", np.object_) if dtype == "object" else np.zeros(n, dtype))
 
     def __len__(self) -> int:
         return int(self.sample_index.shape[0])
@@ -229,10 +228,15 @@ class PhaseTable:
         cols = {name: getattr(self, name)[order] for name, _ in _COLUMNS}
         return PhaseTable(**cols, ordered=True, tools=self.tools, step_key=self.step_key, engine=self.engine)
 
+    def slowest_rows(self, n: int) -> list[int]:
+        """The rows of the ``n`` samples with the largest total, slowest first (row order breaks ties: call it
+        on the :meth:`canonical` table)."""
+        return [int(i) for i in np.argsort(-self.total, kind="stable")[: max(0, n)]]
+
     def slowest(self, n: int = 5) -> list[dict[str, object]]:
         """The ``n`` samples with the largest total, slowest first (canonical order breaks ties)."""
         t = self.canonical()
-        order = np.argsort(-t.total, kind="stable")[: max(0, n)]
+        order = t.slowest_rows(n)
         rows: list[dict[str, object]] = []
         for i in order:
             rows.append(
@@ -250,28 +254,28 @@ class PhaseTable:
         return rows
 
 
-_COLUMNS: Sequence[tuple[str, type]] = (
-    ("sample_index", np.int64),
-    ("rollout_n", np.int64),
-    ("generate_sequences", np.float64),
-    ("tool_calls", np.float64),
-    ("compute_score", np.float64),
-    ("num_preempted", np.int64),
-    ("prompt_length", np.int64),
-    ("response_length", np.int64),
-    ("error", np.bool_),
-    ("trace_id_hi", np.uint64),
-    ("trace_id_lo", np.uint64),
-    ("late", np.bool_),
-    ("start_ns", np.int64),
-    ("end_ns", np.int64),
-    ("top_tool", np.object_),
+_COLUMNS: Sequence[tuple[str, str]] = (  # numpy dtype names
+    ("sample_index", "int64"),
+    ("rollout_n", "int64"),
+    ("generate_sequences", "float64"),
+    ("tool_calls", "float64"),
+    ("compute_score", "float64"),
+    ("num_preempted", "int64"),
+    ("prompt_length", "int64"),
+    ("response_length", "int64"),
+    ("error", "bool"),
+    ("trace_id_hi", "uint64"),
+    ("trace_id_lo", "uint64"),
+    ("late", "bool"),
+    ("start_ns", "int64"),
+    ("end_ns", "int64"),
+    ("top_tool", "object"),
 )
-_OPTIONAL_COLUMNS: Sequence[tuple[str, type]] = (
-    ("late", np.bool_),
-    ("start_ns", np.int64),
-    ("end_ns", np.int64),
-    ("top_tool", np.object_),
+_OPTIONAL_COLUMNS: Sequence[tuple[str, str]] = (
+    ("late", "bool"),
+    ("start_ns", "int64"),
+    ("end_ns", "int64"),
+    ("top_tool", "object"),
 )
 """Columns a caller may leave out (empty): filled with zeros (False, unknown; ``""`` for ``top_tool``)."""
 

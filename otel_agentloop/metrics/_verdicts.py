@@ -13,7 +13,7 @@ from dataclasses import dataclass
 
 from .. import semconv as sc
 from ._summary import FAILED, HUNG, OK, SLOW, VERDICTS, verdict
-from ._table import OverdueSample
+from ._table import OverdueSample, StepMetrics
 
 SampleKey = tuple[int, int]
 
@@ -33,20 +33,19 @@ def classify_reported(*, finished: bool) -> str:
     return HUNG if verdict(error=False, reported=True, finished=finished) == HUNG else SLOW
 
 
-def apply_verdicts(metrics: dict[str, float], verdicts: Sequence[Verdict]) -> None:
-    """Add ``agent_loop/watchdog/{slow,hung}`` and ``slow_trace_ids``/``hung_trace_ids`` to ``metrics``
-    (a :class:`StepMetrics`), merging the verdicts of several processes (Ray workers); nothing when no sample
-    was reported."""
+def apply_verdicts(metrics: StepMetrics, verdicts: Sequence[Verdict]) -> None:
+    """Add ``agent_loop/watchdog/{slow,hung}`` and ``slow_trace_ids``/``hung_trace_ids`` to ``metrics``, merging
+    the verdicts of several processes (Ray workers); nothing when no sample was reported."""
     slow = tuple(s for v in verdicts for s in v.slow)
     hung = tuple(s for v in verdicts for s in v.hung)
     if not (slow or hung):  # like slowest/prompt_length: only when there is something to say
         return
     metrics[f"{sc.METRIC_PREFIX}/{sc.WATCHDOG_SLOW}"] = float(len(slow))
     metrics[f"{sc.METRIC_PREFIX}/{sc.WATCHDOG_HUNG}"] = float(len(hung))
-    metrics.slow_trace_ids = tuple(s.trace_id for s in slow)  # type: ignore[attr-defined]
-    metrics.hung_trace_ids = tuple(s.trace_id for s in hung)  # type: ignore[attr-defined]
-    metrics.slow_samples = slow  # type: ignore[attr-defined]
-    metrics.hung_samples = hung  # type: ignore[attr-defined]
+    metrics.slow_trace_ids = tuple(s.trace_id for s in slow)
+    metrics.hung_trace_ids = tuple(s.trace_id for s in hung)
+    metrics.slow_samples = slow
+    metrics.hung_samples = hung
 
 
 def sample_key(item: OverdueSample) -> SampleKey | None:

@@ -18,7 +18,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.analysis._rendering._waterfall import ENGINE_LEGEND
 from otel_agentloop.metrics import SpanRecord
-from otel_agentloop.metrics._summary import MIN_QUEUE_S, QUEUE_SHARE
+from otel_agentloop.metrics._causes import MIN_QUEUE_S, QUEUE_SHARE
 
 from .conftest import as_list, trace_spans
 from .inproc_driver import N_SAMPLES, TURNS

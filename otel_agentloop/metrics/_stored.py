@@ -1,0 +1,75 @@
+"""Checks on the values of a stored step summary (JSON read back from a file or Jaeger: untrusted data). Each
+returns the value, typed, or raises ``ValueError`` saying what is wrong."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Mapping
+from typing import Any
+
+from ._table import OverdueSample
+
+
+def sample_key(raw: Any) -> tuple[int, int]:
+    if not (isinstance(raw, list) and len(raw) == 2 and is_int(raw[0]) and is_int(raw[1])):
+        raise ValueError("a summary's sample key is malformed")
+    return raw[0], raw[1]
+
+
+def is_int(v: object) -> bool:
+    return type(v) is int and -(1 << 63) <= v < (1 << 63)
+
+
+def finite(v: object) -> float:
+    if isinstance(v, bool) or not isinstance(v, (int, float)) or not math.isfinite(v):
+        raise ValueError(f"{v!r:.40} is not a finite number")
+    return float(v)
+
+
+def string(v: object) -> str:
+    if not isinstance(v, str):
+        raise ValueError(f"{v!r:.40} is not a string")
+    return v
+
+
+def causes_of(raw: Any) -> dict[tuple[int, int], str]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, list):
+        raise ValueError("the summary's causes are not a list")
+    out = {}
+    for item in raw:
+        if not (isinstance(item, list) and len(item) == 3 and is_int(item[0]) and is_int(item[1])):
+            raise ValueError("a cause is malformed")
+        out[(item[0], item[1])] = string(item[2])
+    return out
+
+
+def mapping(raw: Any, what: str) -> Mapping[str, Any]:
+    if raw is None:
+        return {}
+    if not isinstance(raw, dict):
+        raise ValueError(f"the summary's {what} is not an object")
+    return raw
+
+
+def overdue(raw: Any) -> tuple[OverdueSample, ...]:
+    if raw is None:
+        return ()
+    if not isinstance(raw, list):
+        raise ValueError("the summary's watchdog samples are not a list")
+    out = []
+    for item in raw:
+        if not isinstance(item, list) or len(item) != 5:
+            raise ValueError("a watchdog sample is malformed")
+        index, rollout, trace_id, phase, tool = item
+        out.append(
+            OverdueSample(
+                index if is_int(index) else None,
+                rollout if is_int(rollout) else None,
+                str(trace_id),
+                str(phase),
+                None if tool is None else str(tool),
+            )
+        )
+    return tuple(out)
