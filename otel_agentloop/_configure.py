@@ -201,14 +201,14 @@ class Handle:
         while it hands spans over, so none is counted twice or missed."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
         pipeline = self._pipeline
-        with pipeline.recorder.lock if pipeline is not None else contextlib.nullcontext():
+        with pipeline.lock if pipeline is not None else contextlib.nullcontext():
             for proc in self.export_processors:
                 for key, value in proc.stats.items():
                     out[key] += value
             if pipeline is not None:  # each exporter would have received these: counted once per exporter
                 exporters = len(self.export_processors)
-                out["pending"] += pipeline.recorder.waiting() * exporters
-                out["dropped"] += pipeline.recorder.dropped * exporters
+                out["pending"] += pipeline.waiting() * exporters
+                out["dropped"] += pipeline.dropped * exporters
         if self.keeper is not None:
             out.update(self.keeper.stats)
         if self.summaries is not None:
@@ -430,12 +430,8 @@ def _fast_path(provider: PipelineProvider, metrics: PhaseMetricsProcessor, limit
         limits=limits,
         sampler=provider.sampler,
         id_generator=provider.id_generator,
-        max_queue=8 * s.max_queue_size,
-        batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
+        queue=provider.pipeline,
     )
-    pipeline = RecordPipeline(recorder, s.schedule_delay_s)
-    provider.pipeline = pipeline
-    metrics.add_hooks(pipeline)  # first: a collect drains the pipeline before it reads
     _tracer.set_recorder(provider, recorder)
 
 
@@ -574,7 +570,7 @@ def _fork_identity(resource: Resource) -> int | None:
 
 def _provider(
     s: Settings, resource: Resource, metrics: PhaseMetricsProcessor, options: Options
-) -> tuple[TracerProvider, bool]:
+) -> tuple[PipelineProvider, bool]:
     """The tracer provider with its sampler (``OTEL_TRACES_SAMPLER`` or the ``sampler`` option, within the
     budget), the metrics processor and the user's processors; and whether sampling is selective (some samples
     are recorded but not exported: the keeper decides their fate)."""
@@ -585,7 +581,15 @@ def _provider(
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
     recording = RecordingSampler(inner)  # the spans the metrics read are never dropped, only not exported
     effective: Sampler = BudgetSampler(recording, budget) if selective else recording
-    provider = PipelineProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
+    pipeline = RecordPipeline(
+        s.schedule_delay_s,
+        max_queue=8 * s.max_queue_size,
+        batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
+    )
+    provider = PipelineProvider(
+        pipeline, resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True
+    )
+    metrics.add_hooks(pipeline)  # first: a collect drains the pipeline before it reads
     if s.fast_path:
         _fast_path(provider, metrics, limits, s)
     provider.add_span_processor(metrics)
@@ -637,7 +641,7 @@ def _export_processors(s: Settings, targets: Sequence[tuple[str, SpanExporter]])
 
 
 def _keeper(
-    s: Settings, provider: TracerProvider, metrics: PhaseMetricsProcessor, export_processors: list[ExportProcessor]
+    s: Settings, provider: PipelineProvider, metrics: PhaseMetricsProcessor, export_processors: list[ExportProcessor]
 ) -> SampleKeeper:
     """The keeper between the provider and the export processors when sampling is selective: it decides the fate
     of record-only samples (keep the slowest and the failed) before export, step by step."""

@@ -19,12 +19,12 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
 from ..config._headers import GrpcMetadata, env_headers, grpc_metadata
 from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._record import FastSpan
 from ._otlp_proto import encode_request, warn_rejected
 from ._sending import SendingExporter
 
@@ -166,7 +166,7 @@ class OTLPGrpcExporter(SendingExporter):
             except Exception:
                 internal_error("OTLPGrpcExporter.reconnect")
 
-    def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         import grpc
 
         deadline = time.monotonic() + self.timeout_s
