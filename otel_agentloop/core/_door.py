@@ -59,7 +59,7 @@ class RecordProcessor:
 class RecordExporter(SpanExporter):
     """An exporter of the library: :meth:`export_records` takes records, and repairs or leaves out (counted in
     :attr:`spans_unencodable`) what it cannot encode; the export processor reports those as dropped. As a
-    ``SpanExporter`` it takes SDK spans too (:meth:`export`: adapted here)."""
+    ``SpanExporter`` it takes SDK spans too (:meth:`export`: adapted here; a record among them as it is)."""
 
     spans_unencodable: int = 0
 
@@ -67,7 +67,7 @@ class RecordExporter(SpanExporter):
         raise NotImplementedError
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.export_records([to_record(span) for span in spans])
+        return self.export_records([s if type(s) is FastSpan else to_record(s) for s in spans])
 
 
 Send = Callable[[Sequence[FastSpan]], tuple[SpanExportResult, int]]
