@@ -136,20 +136,41 @@ def to_record(span: ReadableSpan) -> FastSpan:
     """``span`` (an SDK span, ended or not, or any ``ReadableSpan``-like object) as a record, for the library's
     processors and encoders: its values by reference (an SDK span bounded them), an event time that is not an
     int read as the encoders read it (nanoseconds; the span's end when it cannot be a time), its kind, resource
-    and scope. Read from the SDK's own fields, or the public API where they are missing or moved. Raises
-    ``ValueError`` for a span without a context (no encoder can write it)."""
+    and scope. Read from the SDK's own fields (each public property costs a call), or from the public API where
+    they are missing or moved: the same record. Raises ``ValueError`` for a span without a context (no encoder
+    can write it)."""
     try:
-        ctx, parent, name, kind = span._context, span._parent, span._name, span._kind
-        start, end, attrs, status = span._start_time, span._end_time, span._attributes, span._status
-        events, links, resource, scope = span._events, span._links, span._resource, span._instrumentation_scope
-    except AttributeError:
-        ctx, parent, name, kind = span.context, span.parent, span.name, span.kind
-        start, end, attrs, status = span.start_time, span.end_time, span.attributes, span.status
-        events, links, resource, scope = span.events, span.links, span.resource, span.instrumentation_scope
+        return _record(span, _private(span))
+    except ValueError:
+        raise
+    except Exception:
+        return _record(span, _public(span))
+
+
+_Fields = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
+
+
+def _private(s: Any) -> _Fields:
+    return (
+        *(s._context, s._parent, s._name, s._kind, s._start_time, s._end_time),
+        *(s._attributes, s._status, s._events, s._links, s._resource, s._instrumentation_scope),
+    )
+
+
+def _public(s: ReadableSpan) -> _Fields:
+    return (
+        *(s.context, s.parent, s.name, s.kind, s.start_time, s.end_time),
+        *(s.attributes, s.status, s.events, s.links, s.resource, s.instrumentation_scope),
+    )
+
+
+def _record(span: ReadableSpan, fields: _Fields) -> FastSpan:
+    ctx, parent, name, kind, start, end, attrs, status, events, links, resource, scope = fields
     if ctx is None:
         raise ValueError("a span without a context")
+    limits = getattr(span, "_limits", None)
     record = FastSpan(
-        _origin_of(resource, scope or None, getattr(span, "_limits", None)),
+        _origin_of(resource, scope or None, limits if isinstance(limits, SpanLimits) else None),
         name,
         ctx.trace_id,
         ctx.span_id,

@@ -169,19 +169,19 @@ class RecordPipeline(StepHooks):
         return ok
 
     def shutdown(self) -> None:
-        """Process what is queued and stop the thread (spans ending later are counted as dropped); shut every
-        processor down, in order."""
-        first = not self._stopping
+        """Process what is queued and stop the thread (spans ending later are counted as dropped)."""
         self._stopping = True
         self.closed = True
         self._wake.set()
         self.drain()
-        if first:
-            for p in self.processors:
-                try:
-                    p.shutdown()
-                except Exception:
-                    internal_error(f"{type(p).__name__}.shutdown")
+
+    def shutdown_processors(self) -> None:
+        """Shut every processor down, in order (the provider's shutdown, after :meth:`shutdown`)."""
+        for p in self.processors:
+            try:
+                p.shutdown()
+            except Exception:
+                internal_error(f"{type(p).__name__}.shutdown")
 
 
 class _SdkDoor(SpanProcessor):
@@ -219,4 +219,5 @@ class PipelineProvider(TracerProvider):
 
     def shutdown(self) -> None:
         self.pipeline.shutdown()
+        self.pipeline.shutdown_processors()
         super().shutdown()
