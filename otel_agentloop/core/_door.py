@@ -43,6 +43,9 @@ class RecordProcessor:
     adapted before it reaches one: :func:`to_record`). Added to the library's provider, it runs on the export
     pipeline's thread, in the order added; on any other SDK provider, add it behind :class:`SdkSpans`."""
 
+    reads_starts = False
+    """Whether :meth:`on_start` does anything (:class:`SdkSpans` adapts a started span only for those that do)."""
+
     def on_start(self, span: FastSpan) -> None:
         return None
 
@@ -233,11 +236,16 @@ class SdkSpans(SpanProcessor):
 
     def __init__(self, processors: Sequence[RecordProcessor]) -> None:
         self.processors = tuple(processors)
+        self._starts = tuple(p for p in self.processors if p.reads_starts)
 
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        if self.processors:
-            record = to_record(span)
-            for p in self.processors:
+        if self._starts:
+            try:
+                record = to_record(span)
+            except Exception:
+                internal_error("SdkSpans.on_start")
+                return
+            for p in self._starts:
                 p.on_start(record)
 
     def on_end(self, span: ReadableSpan) -> None:

@@ -124,8 +124,6 @@ class RolledDirectoryExporter(RecordExporter):
     most :data:`MAX_FDS` descriptors are open; a forked child closes its copies and opens its own.
     """
 
-    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
-
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._lock = threading.Lock()

@@ -52,6 +52,8 @@ class PhaseMetricsProcessor(RecordProcessor):
     through :class:`~._hooks.StepHooks` (:meth:`add_hooks`).
     """
 
+    reads_starts = True  # a sample's root span starts: its sample is running
+
     def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:
         if max_steps < 1:
             raise ValueError(f"max_steps must be >= 1, not {max_steps}")
