@@ -8,7 +8,8 @@ in 1 of 16 tool calls):
   + ``encode_spans(...).SerializeToString()``;
 - ``sdk_proto_encode_only``: the SDK's encoder alone, on spans already materialised;
 - ``ours_proto``: ``_otlp_proto.encode_request`` on the records (what our gRPC and http/protobuf exporters send);
-- ``json_records`` / ``json_sdk_spans``: our OTLP-JSON encoder on the records / on the materialised spans (adapted at the door);
+- ``json_records`` / ``json_sdk_spans``: our OTLP-JSON encoder on the records / on the materialised spans
+  (adapted at the door, ``core._door.to_record``);
 - ``materialise``: building the SDK span alone.
 
 Run: ``.venv/bin/python bench/encode.py [--rounds N]``; prints JSON (microseconds per span) and the ratios.

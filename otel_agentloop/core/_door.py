@@ -66,11 +66,16 @@ class RecordExporter(SpanExporter):
 
     spans_unencodable: int = 0
 
-    def export_records(self, records: Sequence[FastSpan]) -> SpanExportResult:
+    def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         raise NotImplementedError
 
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.export_records([s if type(s) is FastSpan else to_record(s) for s in spans])
+        return self.export_records([_as_record(span) for span in spans])
+
+
+def _as_record(span: object) -> FastSpan:
+    """A record as it is; an SDK span adapted (:func:`to_record`)."""
+    return span if type(span) is FastSpan else to_record(cast(ReadableSpan, span))
 
 
 Send = Callable[[Sequence[FastSpan]], tuple[SpanExportResult, int]]
