@@ -31,9 +31,10 @@ from opentelemetry.sdk.util import BoundedList
 from opentelemetry.trace import Link, SpanKind
 
 from ._errors import IDENTITY_KEYS
+from ._finalize import finalize
 from ._guard import internal_error
 from ._record import UNSET, FastSpan
-from ._values import bound_attributes, frozen_attributes, timestamp_ns
+from ._values import frozen_attributes, timestamp_ns
 
 _NO_PROCESSOR = SpanProcessor()
 
@@ -159,16 +160,38 @@ _Fields = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
 
 
 def _private(s: Any) -> _Fields:
+    """The SDK span's own fields (one attribute read each)."""
     return (
-        *(s._context, s._parent, s._name, s._kind, s._start_time, s._end_time),
-        *(s._attributes, s._status, s._events, s._links, s._resource, s._instrumentation_scope),
+        s._context,
+        s._parent,
+        s._name,
+        s._kind,
+        s._start_time,
+        s._end_time,
+        s._attributes,
+        s._status,
+        s._events,
+        s._links,
+        s._resource,
+        s._instrumentation_scope,
     )
 
 
 def _public(s: ReadableSpan) -> _Fields:
+    """The same, through ``ReadableSpan``'s public properties (another SDK version's span)."""
     return (
-        *(s.context, s.parent, s.name, s.kind, s.start_time, s.end_time),
-        *(s.attributes, s.status, s.events, s.links, s.resource, s.instrumentation_scope),
+        s.context,
+        s.parent,
+        s.name,
+        s.kind,
+        s.start_time,
+        s.end_time,
+        s.attributes,
+        s.status,
+        s.events,
+        s.links,
+        s.resource,
+        s.instrumentation_scope,
     )
 
 
@@ -268,50 +291,6 @@ class SdkSpans(SpanProcessor):
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
         return all([p.force_flush(timeout_millis) for p in self.processors])
-
-
-# -- record: the limits left to apply ------------------------------------------------------------------------------
-def finalize(span: FastSpan) -> None:
-    """Apply what is left of the provider's span limits to an ended ``span``: the attributes it started with
-    (a sample's shared dict, never written to, so not bounded when written) cleaned, cut to the length limit,
-    the oldest over the count limit evicted (counted in ``dropped_attributes``), as the SDK's
-    ``BoundedAttributes`` would; the links it started with bounded. What the user wrote through the ``Span`` API
-    was bounded as it was written (``core._record``). Costs a type check per attribute when nothing needs
-    doing, and not even that for a shared dict found clean for the span before (a sample's phases)."""
-    global _clean
-    limits = span.recorder.limits
-    attrs = span.attributes
-    key = (attrs, limits.max_span_attributes, limits.max_span_attribute_length)
-    shared = not span.owned
-    last = _clean  # one read: another handle's pipeline may replace it meanwhile
-    if shared and last[0] is attrs and last[1:] == key[1:]:
-        pass
-    elif (key[1] is not None and len(attrs) > key[1]) or _too_long(attrs, key[2]):
-        span.attributes, dropped = bound_attributes(attrs, key[1], key[2])
-        span.owned = True
-        span.dropped_attributes += dropped
-    elif shared:
-        _clean = key  # the dict kept alive (its id is never another dict's); a shared dict is never written to
-    if span.links and not span.links_bounded:
-        span.bound_links()
-
-
-_clean: tuple[Any, int | None, int | None] = (None, None, None)
-"""The last shared attribute dict :func:`finalize` found clean, with the count and length limits it was checked
-against."""
-
-
-def _too_long(attrs: Mapping[str, Any], length: int | None) -> bool:
-    """Whether a value of ``attrs`` needs the SDK's cleaning: not a plain ``str``/``int``/``float``/``bool``,
-    or a ``str`` over ``length``."""
-    for value in attrs.values():
-        kind = type(value)
-        if kind is str:
-            if length is not None and len(value) > length:
-                return True
-        elif kind is not int and kind is not float and kind is not bool:
-            return True
-    return False
 
 
 # -- record -> SDK span --------------------------------------------------------------------------------------------
