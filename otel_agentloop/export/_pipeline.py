@@ -40,6 +40,7 @@ from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import FastSpan
 from ..core._recorder import START
 from ..metrics._hooks import StepHooks
+from ..semconv import SAMPLE_SPAN
 
 Processor = RecordProcessor | SpanProcessor
 
@@ -186,19 +187,23 @@ class RecordPipeline(StepHooks):
 
 class _SdkDoor(SpanProcessor):
     """The one processor of the SDK's own composite: the SDK spans the provider makes run the foreign
-    processors as they are, then join the record queue (adapted into records on the pipeline's thread)."""
+    processors as they are, then join the record queue (adapted into records on the pipeline's thread). A
+    sample's root span is announced when it starts, as the fast path announces it (``core._lifecycle``)."""
 
     def __init__(self, pipeline: RecordPipeline) -> None:
         self.pipeline = pipeline
 
     def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
         pipeline = self.pipeline
-        pipeline.foreign.sdk_start(span, parent_context)
-        pipeline.put((START, span))
+        if pipeline.foreign.processors:
+            pipeline.foreign.sdk_start(span, parent_context)
+        if span.name == SAMPLE_SPAN:
+            pipeline.put((START, span))
 
     def on_end(self, span: ReadableSpan) -> None:
         pipeline = self.pipeline
-        pipeline.foreign.sdk_end(span)
+        if pipeline.foreign.processors:
+            pipeline.foreign.sdk_end(span)
         pipeline.put(span)
 
 
