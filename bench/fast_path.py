@@ -57,7 +57,6 @@ from paths import configure_on, has_fast_path, path_used
 
 import otel_agentloop as oal
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.core._door import SdkSpans
 from otel_agentloop.export._file import OTLPJsonFileExporter
 from otel_agentloop.export._processor import ExportProcessor
 
@@ -194,7 +193,7 @@ def bare_calls(kind: str, tracer: trace.Tracer, shape: Shape) -> Callable[[], An
 def bare_provider(path: str) -> tuple[TracerProvider, ExportProcessor]:
     provider = TracerProvider(resource=Resource.create({"service.name": "bench-bare"}), shutdown_on_exit=False)
     export = ExportProcessor(OTLPJsonFileExporter(path), export_timeout_s=30, name="bench-bare", **EXPORT)  # type: ignore[arg-type]
-    provider.add_span_processor(SdkSpans([export]))  # the door: each span adapted into a record as it ends
+    provider.add_span_processor(export)
     return provider, export
 
 

@@ -570,7 +570,7 @@ def _fork_identity(resource: Resource) -> int | None:
 
 def _provider(
     s: Settings, resource: Resource, metrics: PhaseMetricsProcessor, options: Options
-) -> tuple[PipelineProvider, bool]:
+) -> tuple[TracerProvider, bool]:
     """The tracer provider with its sampler (``OTEL_TRACES_SAMPLER`` or the ``sampler`` option, within the
     budget), the metrics processor and the user's processors; and whether sampling is selective (some samples
     are recorded but not exported: the keeper decides their fate)."""
@@ -641,7 +641,7 @@ def _export_processors(s: Settings, targets: Sequence[tuple[str, SpanExporter]])
 
 
 def _keeper(
-    s: Settings, provider: PipelineProvider, metrics: PhaseMetricsProcessor, export_processors: list[ExportProcessor]
+    s: Settings, provider: TracerProvider, metrics: PhaseMetricsProcessor, export_processors: list[ExportProcessor]
 ) -> SampleKeeper:
     """The keeper between the provider and the export processors when sampling is selective: it decides the fate
     of record-only samples (keep the slowest and the failed) before export, step by step."""

@@ -6,9 +6,10 @@ record (:class:`~otel_agentloop.core._record.FastSpan`). Everything that crosses
 here:
 
 - SDK span → record (:func:`to_record`): a span an SDK tracer made (``fast_path=False``, a user's tracer on the
-  library's provider, the library's side tracers, a user's own ``TracerProvider`` through :class:`SdkSpans`)
+  library's provider, the library's side tracers, a user's own ``TracerProvider``)
   becomes a record with the span's values, kind, resource and scope; the SDK span is kept on it
   (``materialised``), so a processor or exporter that is not the library's receives the original, as given.
+  A :class:`RecordProcessor` added to an SDK provider the library did not build adapts each span itself, here.
 - record → SDK span (:func:`materialise`): for a processor (:class:`Foreign`) or exporter (:func:`sender`) that
   is not the library's; a user's processor's ``on_start`` edits are folded back into the record (:func:`_fold`).
 
@@ -39,25 +40,37 @@ from ._values import frozen_attributes, timestamp_ns
 _NO_PROCESSOR = SpanProcessor()
 
 
-class RecordProcessor:
-    """A span processor of the library: ``on_start`` and ``on_end`` receive records only (an SDK span is
-    adapted before it reaches one: :func:`to_record`). Added to the library's provider, it runs on the export
-    pipeline's thread, in the order added; on any other SDK provider, add it behind :class:`SdkSpans`."""
+class RecordProcessor(SpanProcessor):
+    """A span processor of the library: :meth:`record_start` and :meth:`record_end` receive records only.
+    Added to the library's provider, it gets them from the export pipeline, on its thread, in the order added.
+    As a ``SpanProcessor`` it also works on any SDK provider: each span is adapted here (:meth:`on_start`,
+    :meth:`on_end`), on the thread that started or ended it."""
 
     reads_starts = False
-    """Whether :meth:`on_start` does anything (:class:`SdkSpans` adapts a started span only for those that do)."""
+    """Whether :meth:`record_start` does anything (a started SDK span is adapted only for those that do)."""
 
-    def on_start(self, span: FastSpan) -> None:
+    def record_start(self, span: FastSpan) -> None:
         return None
 
-    def on_end(self, span: FastSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         return None
 
-    def shutdown(self) -> None:
-        return None
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        if self.reads_starts:
+            try:
+                record = to_record(span)
+            except Exception:
+                internal_error(f"{type(self).__name__}.on_start")
+                return
+            self.record_start(record)
 
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+    def on_end(self, span: ReadableSpan) -> None:
+        try:
+            record = to_record(span)
+        except Exception:
+            internal_error(f"{type(self).__name__}.on_end")
+            return
+        self.record_end(record)
 
 
 class RecordExporter(SpanExporter):
@@ -223,8 +236,8 @@ def _record(span: ReadableSpan, fields: _Fields) -> FastSpan:
         record.status = status
     if events:
         record.events = deque(
-            (e.name, _raw(e.attributes), _time(e.timestamp, end), e.dropped_attributes) for e in events
-        )
+            (e.name, _raw(e.attributes), _time(e.timestamp, end), e.dropped_attributes) for e in tuple(events)
+        )  # tuple(): one C-level copy (a span read at its start may still be written to)
     if links:
         record.links = tuple(links)
         record.links_bounded = True
@@ -256,41 +269,6 @@ def sampled(item: Any) -> bool:
         return bool(item.flags & 1)
     ctx = item.context
     return ctx is not None and ctx.trace_flags.sampled
-
-
-class SdkSpans(SpanProcessor):
-    """The door for an SDK ``TracerProvider`` the library did not build (its side tracers, a user's): each
-    ended span adapted once (:func:`to_record`) and handed to ``processors``, on the thread that ended it."""
-
-    def __init__(self, processors: Sequence[RecordProcessor]) -> None:
-        self.processors = tuple(processors)
-        self._starts = tuple(p for p in self.processors if p.reads_starts)
-
-    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
-        if self._starts:
-            try:
-                record = to_record(span)
-            except Exception:
-                internal_error("SdkSpans.on_start")
-                return
-            for p in self._starts:
-                p.on_start(record)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        try:
-            record = to_record(span)
-        except Exception:
-            internal_error("SdkSpans.on_end")
-            return
-        for p in self.processors:
-            p.on_end(record)
-
-    def shutdown(self) -> None:
-        for p in self.processors:
-            p.shutdown()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return all([p.force_flush(timeout_millis) for p in self.processors])
 
 
 # -- record -> SDK span --------------------------------------------------------------------------------------------
@@ -371,7 +349,7 @@ class Foreign(RecordProcessor):
             record.parent_context = None  # set by Recorder.start; freed here
         _fold(record, sdk)
 
-    def on_end(self, span: FastSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         sdk = span.materialised
         if not span.adapted and isinstance(sdk, ReadableSpan):  # an adapted span reached them as it ended
             self.sdk_end(sdk)

@@ -97,10 +97,10 @@ class SampleKeeper(RecordProcessor, StepHooks):
             for span in spans:
                 exporter.enqueue(span)
 
-    def on_end(self, span: FastSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         if span.flags & 1:
             for exporter in self.exporters:
-                exporter.on_end(span)
+                exporter.record_end(span)
             if span.name == sc.STEP_SPAN:
                 self._close_from(span)
             return

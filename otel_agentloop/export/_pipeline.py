@@ -42,8 +42,6 @@ from ..core._recorder import START
 from ..metrics._hooks import StepHooks
 from ..semconv import SAMPLE_SPAN
 
-Processor = RecordProcessor | SpanProcessor
-
 
 class RecordPipeline(StepHooks):
     """Owns the record queue and drains it into the processors (see the module docstring). ``interval_s``: the
@@ -72,7 +70,7 @@ class RecordPipeline(StepHooks):
         if not self._stopping:
             self._thread.start()
 
-    def add(self, processor: Processor) -> None:
+    def add(self, processor: SpanProcessor) -> None:
         """Hand every span to ``processor`` too (after those added before it)."""
         if isinstance(processor, RecordProcessor):
             self.processors.append(processor)
@@ -145,7 +143,7 @@ class RecordPipeline(StepHooks):
 
     def _started(self, span: FastSpan) -> None:
         for p in self.processors:
-            p.on_start(span)
+            p.record_start(span)
 
     def _ended(self, span: FastSpan) -> None:
         if self.foreign.processors and not span.adapted:  # an adapted SDK span reached them as it was
@@ -154,7 +152,7 @@ class RecordPipeline(StepHooks):
             except Exception:  # the span still reaches the metrics and the library's exporters
                 internal_error("RecordPipeline.foreign")
         for p in self.processors:
-            p.on_end(span)
+            p.record_end(span)
 
     def step_reading(self, step: int | None, validate: bool) -> None:
         self.drain()
@@ -216,7 +214,7 @@ class PipelineProvider(TracerProvider):
         self.pipeline = pipeline
         super().add_span_processor(_SdkDoor(pipeline))
 
-    def add_span_processor(self, span_processor: Processor) -> None:
+    def add_span_processor(self, span_processor: SpanProcessor) -> None:
         self.pipeline.add(span_processor)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

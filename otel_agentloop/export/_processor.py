@@ -132,7 +132,7 @@ class ExportProcessor(RecordProcessor):
             self._worker.start()
 
     # -- hot path ---------------------------------------------------------------------------------
-    def on_end(self, span: FastSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         if span.flags & 1:  # else recorded for metrics only (sampler's RECORD_ONLY)
             self.enqueue(span)
 

@@ -1,8 +1,7 @@
 """A side tracer: spans the library writes about the run itself (the watchdog's snapshots, step summaries).
 
-They go straight into the handle's export processors (as records, through ``core._door.SdkSpans``), past the
-provider's sampler and the SampleKeeper, with span limits of their own (every limit given, so no
-``OTEL_*_LIMIT`` variable is read).
+They go straight into the handle's export processors, past the provider's sampler and the SampleKeeper, with
+span limits of their own (every limit given, so no ``OTEL_*_LIMIT`` variable is read).
 """
 
 from __future__ import annotations
@@ -10,17 +9,15 @@ from __future__ import annotations
 from collections.abc import Sequence
 
 from opentelemetry.sdk.resources import Resource
-from opentelemetry.sdk.trace import SpanLimits, TracerProvider
+from opentelemetry.sdk.trace import SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.sampling import ALWAYS_ON
 from opentelemetry.trace import Tracer
-
-from ..core._door import RecordProcessor, SdkSpans
 
 
 def side_tracer(
     name: str,
     resource: Resource,
-    export: Sequence[RecordProcessor],
+    export: Sequence[SpanProcessor],
     *,
     max_attributes: int,
     max_links: int,
@@ -40,5 +37,6 @@ def side_tracer(
         max_span_attribute_length=length,
     )
     provider = TracerProvider(resource=resource, sampler=ALWAYS_ON, span_limits=limits, shutdown_on_exit=False)
-    provider.add_span_processor(SdkSpans(export))
+    for proc in export:
+        provider.add_span_processor(proc)
     return provider.get_tracer(name)

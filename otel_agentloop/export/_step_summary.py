@@ -23,9 +23,9 @@ from typing import Any
 import numpy.typing as npt
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import SpanProcessor
 
 from .. import semconv as sc
-from ..core._door import RecordProcessor
 from ..core._guard import after_fork_in_child, internal_error
 from ..metrics._hooks import StepHooks
 from ..metrics._summary import StepSummary, summarize
@@ -42,7 +42,7 @@ class StepSummaryWriter(StepHooks):
     As a :class:`StepHooks` of the metrics processor it writes the summary of each ``collect()``
     (``step_collected``)."""
 
-    def __init__(self, resource: Resource, export: Sequence[RecordProcessor]) -> None:
+    def __init__(self, resource: Resource, export: Sequence[SpanProcessor]) -> None:
         # no attribute length limit: OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT never truncates the JSON
         self._tracer = side_tracer(
             "otel_agentloop.summary", resource, export, max_attributes=8, max_links=0, max_attribute_length=None

@@ -27,7 +27,7 @@ from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
 from opentelemetry import trace
-from opentelemetry.sdk.trace import TracerProvider
+from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
 
 from .. import semconv as sc
@@ -36,7 +36,6 @@ from ..config._values import parse_thresholds as parse_thresholds
 from ..config._watchdog import WATCHDOG_FIELDS as WATCHDOG_FIELDS
 from ..config._watchdog import WatchdogSettings as WatchdogSettings
 from ..core import _tracer
-from ..core._door import RecordProcessor
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase, _Sample
 from ..export._side import side_tracer
@@ -90,7 +89,7 @@ class LiveMonitor(StepHooks):
         settings: WatchdogSettings,
         *,
         provider: TracerProvider,
-        export: Sequence[RecordProcessor] = (),
+        export: Sequence[SpanProcessor] = (),
         metrics: LibraryMetrics | None = None,
     ) -> None:
         self.registry = registry
@@ -330,7 +329,7 @@ class LiveMonitor(StepHooks):
 def install(
     provider: TracerProvider,
     metrics_processor: PhaseMetricsProcessor,
-    export: Sequence[RecordProcessor],
+    export: Sequence[SpanProcessor],
     *,
     settings: WatchdogSettings,
     max_inflight: int,

@@ -93,7 +93,7 @@ class PhaseMetricsProcessor(RecordProcessor):
         self._last_rows: StepRows | None = None
 
     # -- SpanProcessor ---------------------------------------------------------------------------
-    def on_start(self, span: FastSpan) -> None:
+    def record_start(self, span: FastSpan) -> None:
         try:
             if span.name != _SAMPLE:
                 return
@@ -129,7 +129,7 @@ class PhaseMetricsProcessor(RecordProcessor):
                 if not running:
                     del self._running[key]
 
-    def on_end(self, span: FastSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         try:
             self._ingest(
                 span.name,

@@ -160,7 +160,7 @@ class OpenSampleRows(RecordProcessor):
             "tools": {name: [float(v) for v in calls] for name, calls in table.tools.items()},
         }
 
-    def on_end(self, span: FastSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         try:
             if not self._open:
                 return
