@@ -158,14 +158,15 @@ class RecordPipeline(StepHooks):
         self.drain()
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Drain, then flush every processor within ``timeout_millis`` in all (as the SDK's provider does)."""
+        """Drain, then flush the processors in order within ``timeout_millis`` in all, as the SDK's provider
+        does: ``False`` at the first that fails or when time runs out."""
         self.drain()
-        deadline = time.monotonic() + timeout_millis / 1000
-        ok = True
+        deadline = time.monotonic_ns() + int(timeout_millis * 1_000_000)
         for p in self.processors:
-            left = max(int((deadline - time.monotonic()) * 1000), 0)
-            ok = p.force_flush(left) and ok
-        return ok
+            now = time.monotonic_ns()
+            if now >= deadline or not p.force_flush((deadline - now) // 1_000_000):
+                return False
+        return True
 
     def shutdown(self) -> None:
         """Process what is queued and stop the thread (spans ending later are counted as dropped)."""
