@@ -26,10 +26,11 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from otel_agentloop.analysis import Skipped, read_jsonl
+from otel_agentloop.core._door import materialise, to_record
+from otel_agentloop.core._finalize import finalize
 from otel_agentloop.core._record import FastSpan
 from otel_agentloop.core._recorder import Recorder
 from otel_agentloop.export import _otlp_json, _otlp_proto
-from otel_agentloop.export._pipeline import finalize, materialise
 
 from .fast_path_parity import parse_json_line
 
@@ -66,7 +67,35 @@ def _recorder(**limits: Any) -> Recorder:
         limits=SpanLimits(**limits),
         sampler=ParentBased(ALWAYS_ON),
         id_generator=RandomIdGenerator(),
+        queue=_Ended(),
     )
+
+
+class _Ended:
+    """A record queue that keeps nothing (these tests read the records themselves)."""
+
+    def put(self, item: Any) -> None:
+        return None
+
+    def attach(self, recorder: Any) -> None:
+        return None
+
+
+def _door(spans: Any) -> list[FastSpan]:
+    """The encoders take records: an SDK span (or one like it) adapted at the door, as the pipeline adapts it."""
+    return [s if type(s) is FastSpan else to_record(s) for s in spans]
+
+
+def _json(spans: Any) -> str:
+    return _otlp_json.encode_spans(_door(spans))
+
+
+def _json_request(spans: Any, end: str = "") -> tuple[bytes, int]:
+    return _otlp_json.encode_request(_door(spans), end)
+
+
+def _proto_request(spans: Any) -> tuple[bytes, int]:
+    return _otlp_proto.encode_request(_door(spans))
 
 
 def _start(recorder: Recorder, name: str, attrs: dict[str, Any], **kw: Any) -> FastSpan:
@@ -150,9 +179,9 @@ def _sdk_bytes(spans: list[Any]) -> bytes:
 def test_json_of_a_record_is_the_json_of_its_materialised_span() -> None:
     records = _records()
     for span in records:
-        assert _otlp_json.encode_spans([span]) == _otlp_json.encode_spans([materialise(span)]), span.name
-    assert _otlp_json.encode_request(records) == _otlp_json.encode_request([materialise(s) for s in records])
-    text = _otlp_json.encode_spans(records)
+        assert _json([span]) == _json([materialise(span)]), span.name
+    assert _json_request(records) == _json_request([materialise(s) for s in records])
+    text = _json(records)
     assert '"bytesValue":"AP9yYXc="' in text and '"message":"ValueError: boom"' in text
     assert text.count('"parentSpanId"') == 4  # three children, and the one under a remote parent
 
@@ -163,8 +192,8 @@ def test_json_batch_mixing_records_and_sdk_spans_groups_them_by_resource() -> No
     with provider.get_tracer("user.code", "1.0").start_as_current_span("user span") as sdk_span:
         sdk_span.set_attribute("x", 1)
     mixed = [records[0], sdk_span, records[1]]
-    text = _otlp_json.encode_spans(mixed)  # type: ignore[list-item]
-    assert text == _otlp_json.encode_spans([materialise(records[0]), sdk_span, materialise(records[1])])
+    text = _json(mixed)
+    assert text == _json([materialise(records[0]), sdk_span, materialise(records[1])])
     assert text.count('"resource"') == 1 and text.count('"scope"') == 2
 
 
@@ -203,14 +232,14 @@ def test_json_of_records_parses_to_the_sdk_encoders_message() -> None:
     the message the SDK's own encoder builds from the materialised spans."""
     records = _records()
     expected = sdk_encode_spans([materialise(s) for s in records])
-    assert parse_json_line(_otlp_json.encode_spans(records)) == expected
+    assert parse_json_line(_json(records)) == expected
     for span in records:
-        assert parse_json_line(_otlp_json.encode_spans([span])) == sdk_encode_spans([materialise(span)]), span.name
-    joined = json.loads(_otlp_json.encode_spans([records[4]]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+        assert parse_json_line(_json([span])) == sdk_encode_spans([materialise(span)]), span.name
+    joined = json.loads(_json([records[4]]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert joined["traceState"] == "vendor=v1,rojo=00f067aa0ba902b7" and joined["flags"] == 0x300
     assert [link["flags"] for link in joined["links"]] == [0x100, 0x300, 0x100]
     assert [len(link["attributes"]) for link in joined["links"]] == [2, 0, 1]
-    local = json.loads(_otlp_json.encode_spans([records[0]]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    local = json.loads(_json([records[0]]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert "traceState" not in local and local["flags"] == 0x100
 
 
@@ -220,7 +249,7 @@ def test_json_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
     assert user.dropped_events == 2 and user.dropped_links == 1 and user.events[0].dropped_attributes == 1
     mixed = [records[0], user, elsewhere, records[1], twin, records[3]]
     expected = sdk_encode_spans([materialise(s) if type(s) is FastSpan else s for s in mixed])
-    text = _otlp_json.encode_spans(mixed)  # type: ignore[arg-type]
+    text = _json(mixed)
     assert parse_json_line(text) == expected
     assert len(expected.resource_spans) == 2 and len(expected.resource_spans[0].scope_spans) == 2
     request = json.loads(text)
@@ -236,7 +265,7 @@ def test_json_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
     assert [link.get("droppedAttributesCount") for link in got["links"]] == [None, 1]
     assert [link["flags"] for link in got["links"]] == [0x100, 0x300]
     # the SDK's public read surface (a ReadableSpan-like object) gives the same JSON as its private fields
-    assert _otlp_json.encode_spans([_PublicOnly(user)]) == _otlp_json.encode_spans([user])  # type: ignore[list-item]
+    assert _json([_PublicOnly(user)]) == _json([user])
 
 
 class _PublicOnly:
@@ -254,16 +283,16 @@ class _PublicOnly:
 def test_json_counts_what_a_record_dropped() -> None:
     span = _over_limits()
     assert span.dropped_attributes == 5 and span.dropped_events == 3
-    got = json.loads(_otlp_json.encode_spans([span]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
+    got = json.loads(_json([span]))["resourceSpans"][0]["scopeSpans"][0]["spans"][0]
     assert (got["droppedAttributesCount"], got["droppedEventsCount"]) == (5, 3)
-    assert parse_json_line(_otlp_json.encode_spans([span])) == sdk_encode_spans([materialise(span)])
+    assert parse_json_line(_json([span])) == sdk_encode_spans([materialise(span)])
 
 
 def test_json_with_every_field_is_read_back_by_the_reader_and_report(tmp_path: Path) -> None:
     """``read_jsonl`` and ``report --file`` (a subprocess) read files carrying the new fields."""
     spans = [*_records(), *_sdk_batch()]
     path = tmp_path / "all.jsonl"
-    data, skipped = _otlp_json.encode_request(spans, "\n")  # type: ignore[arg-type]
+    data, skipped = _json_request(spans, "\n")
     assert skipped == 0
     path.write_bytes(data * 2)
     bad = Skipped()
@@ -289,7 +318,7 @@ def test_json_with_every_field_is_read_back_by_the_reader_and_report(tmp_path: P
 # -- protobuf -------------------------------------------------------------------------------------------------
 def test_proto_of_records_parses_to_the_sdk_encoders_message() -> None:
     records = _records()
-    data, skipped = _otlp_proto.encode_request(records)
+    data, skipped = _proto_request(records)
     assert skipped == 0
     materialised = [materialise(s) for s in records]
     expected = sdk_encode_spans(materialised)
@@ -308,7 +337,7 @@ def test_proto_of_records_parses_to_the_sdk_encoders_message() -> None:
 
 def test_proto_of_one_record_at_a_time_matches_too() -> None:
     for span in _records():
-        assert _otlp_proto.encode_request([span])[0] == _sdk_bytes([materialise(span)]), span.name
+        assert _proto_request([span])[0] == _sdk_bytes([materialise(span)]), span.name
 
 
 def test_proto_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
@@ -327,7 +356,7 @@ def test_proto_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
         pass
     mixed = [records[0], user, elsewhere, records[1], twin, records[3]]
     expected = [materialise(s) if type(s) is FastSpan else s for s in mixed]
-    data, skipped = _otlp_proto.encode_request(mixed)  # type: ignore[arg-type]
+    data, skipped = _proto_request(mixed)
     assert skipped == 0
     assert _parse(data) == sdk_encode_spans(expected)
     assert data == _sdk_bytes(expected)
@@ -343,7 +372,7 @@ def test_proto_counts_what_a_record_dropped_as_an_sdk_span_does() -> None:
             sdk_span.set_attribute(f"k{i}", i)
         for i in range(5):
             sdk_span.add_event(f"e{i}", {"i": i})
-    got = _parse(_otlp_proto.encode_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
+    got = _parse(_proto_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
     want = sdk_encode_spans([sdk_span]).resource_spans[0].scope_spans[0].spans[0]
     assert got.dropped_attributes_count == want.dropped_attributes_count == 5
     assert got.dropped_events_count == want.dropped_events_count == 3
@@ -366,7 +395,7 @@ def test_proto_values_the_sdk_cleaning_lets_through(value: Any, kept: bool) -> N
     reference): each is encoded as the SDK's encoder encodes it, or its key dropped as the SDK drops it."""
     rec = _recorder()
     span = _end(rec, _start(rec, "odd", {"v": value, "ok": 1}, context=trace.Context()))
-    got = _parse(_otlp_proto.encode_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
+    got = _parse(_proto_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
     assert [kv.key for kv in got.attributes] == (["v", "ok"] if kept else ["ok"])
     # the SDK's own encoder, on the record's attributes as they are
     from opentelemetry.exporter.otlp.proto.common._internal import _encode_attributes
@@ -381,7 +410,7 @@ def test_proto_repairs_lone_surrogates_and_skips_only_a_broken_span() -> None:
     broken = _end(rec, _start(rec, "broken", {}, context=trace.Context()))
     broken.status = None  # type: ignore[assignment]  # a span no encoder can read
     good = _end(rec, _start(rec, "good", {}, context=trace.Context()))
-    data, skipped = _otlp_proto.encode_request([bad, broken, good])
+    data, skipped = _proto_request([bad, broken, good])
     assert skipped == 1
     spans = _parse(data).resource_spans[0].scope_spans[0].spans
     assert [s.name for s in spans] == ["tool \ufffd", "good"]

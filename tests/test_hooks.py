@@ -177,12 +177,12 @@ def test_a_raising_hook_stops_neither_the_others_nor_the_collect(
 
 
 def test_the_handle_registers_its_parts_as_hooks_in_the_order_they_had() -> None:
-    """The fast path's pipeline first (a step is read only after its spans are accounted), keeper before the
-    watchdog (a step's kept samples leave before its verdict), then the summary writer, then the handle's export
-    counters."""
+    """The export pipeline first, on both paths (a step is read only after its spans are accounted), keeper
+    before the watchdog (a step's kept samples leave before its verdict), then the summary writer, then the
+    handle's export counters."""
     with capture(fast_path=False) as plain:
         kinds = [type(h).__name__ for h in plain.handle.metrics._hooks]
-        assert kinds == [LiveMonitor.__name__, StepSummaryWriter.__name__, "_ExportCounters"]
+        assert kinds == [RecordPipeline.__name__, LiveMonitor.__name__, StepSummaryWriter.__name__, "_ExportCounters"]
     with capture() as fast:
         kinds = [type(h).__name__ for h in fast.handle.metrics._hooks]
         assert kinds == [RecordPipeline.__name__, LiveMonitor.__name__, StepSummaryWriter.__name__, "_ExportCounters"]

@@ -273,16 +273,16 @@ def test_http_protobuf_retries_503_and_warns_a_partial_success(caplog: pytest.Lo
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json", "file"])
 def test_configure_exports_records_without_materialising_them(protocol, tmp_path, monkeypatch) -> None:
     """configure() builds our exporters, and they take the fast path's records as they are: no SDK span is
-    built for export (the processor's ``materialise`` is never called)."""
+    built for export (the door's ``materialise`` is never called)."""
     import otel_agentloop as oal
     from otel_agentloop.analysis import read_jsonl
-    from otel_agentloop.export import _processor
+    from otel_agentloop.core import _door
     from otel_agentloop.export._file import OTLPJsonFileExporter
     from otel_agentloop.export._http_json import OTLPJsonHttpExporter
 
     built: list[Any] = []
-    real = _processor.materialise
-    monkeypatch.setattr(_processor, "materialise", lambda span: built.append(span) or real(span))
+    real = _door.materialise
+    monkeypatch.setattr(_door, "materialise", lambda span, processor=None: built.append(span) or real(span, processor))
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
     receiver = Receiver()
     server: Any = None

@@ -29,7 +29,7 @@ from typing import Any, NamedTuple
 from opentelemetry.sdk.trace import Span as SdkSpan
 
 from ._guard import internal_error
-from ._record import FastSpan
+from ._record import FastSpan, span_ids
 from ._scope import OpenSpan, TrackedSample, span_of
 
 _GONE = object()
@@ -140,14 +140,12 @@ class InflightRegistry:
         (``time.monotonic_ns``); the record to hand to :meth:`phase_started` and :meth:`sample_ended`, or
         ``None`` when the span is not recorded. Never raises."""
         try:
-            if isinstance(span, FastSpan):  # its fields, not a SpanContext built for the purpose
-                ids = (span.trace_id, span.span_id, span.flags, span.start_ns)
-            elif span.is_recording():
-                ctx = span.get_span_context()
-                ids = (ctx.trace_id, ctx.span_id, int(ctx.trace_flags), getattr(span, "start_time", None) or 0)
-            else:
+            ids = span_ids(span) if span.is_recording() else None
+            if ids is None:
                 return None
-            sample = TrackedSample(self, attrs, span.name, *ids, start_mono_ns)
+            sample = TrackedSample(
+                self, attrs, span.name, *ids[:3], getattr(span, "start_time", None) or 0, start_mono_ns
+            )
             with self._lock:
                 samples = self._samples
                 while len(samples) >= self.max_samples:

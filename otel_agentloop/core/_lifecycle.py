@@ -134,7 +134,8 @@ def finish(scope: OpenSpan, exc: BaseException | None = None, end_time: int | No
 
 def announce(scope: OpenSpan) -> None:
     """Tell the export pipeline that ``scope``, a sample's root span, has started (the metrics count running
-    samples; an SDK span's processors see its start themselves)."""
+    samples). The hot path's own choice of span type, not a consumer's: a record is announced here; an SDK
+    span announces itself as it starts, through the provider's door (``export._pipeline``)."""
     if isinstance(scope, FastSpan):
         scope.recorder.put((START, scope))
 

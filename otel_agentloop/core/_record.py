@@ -1,4 +1,5 @@
-"""The fast path's span: a compact record that is also the OpenTelemetry span in the context.
+"""The fast path's span: a compact record that is also the OpenTelemetry span in the context, and the one span
+type the library's processors and encoders receive (an SDK span is adapted into one at ``core._door``).
 
 A :class:`FastSpan` is what the hot path makes instead of an SDK span: ids, wall-clock start and end (on the
 monotonic clock, see :mod:`~otel_agentloop.core._clock`), and the attributes *by reference* (a sample's phase
@@ -17,11 +18,12 @@ value never costs the span. Off the hot path (``export._pipeline.finalize``): th
 
 Read surface (for the pipeline, the encoders and every consumer of ended spans): ``name``, ``trace_id``,
 ``span_id``, ``parent_id`` (0: a root), ``parent_remote``, ``flags`` (W3C trace flags: bit 0 = sampled),
-``trace_state``, ``start_ns``, ``end_ns`` (0 while open), ``attributes``, ``status`` (a ``Status``),
-``events`` (``None`` or a sequence of ``(name, attributes, time_ns, dropped_attributes)``), ``links`` (a tuple
-of ``trace.Link``), ``dropped_attributes``, ``dropped_events``, ``dropped_links``, ``recorder`` (resource,
-instrumentation scope, limits); and the ``ReadableSpan``-style properties ``context``, ``parent``,
-``start_time``, ``end_time``, ``kind``, ``resource``, ``instrumentation_scope``.
+``trace_state``, ``kind_value`` (a ``SpanKind`` value), ``start_ns``, ``end_ns`` (0 while open),
+``attributes``, ``status`` (a ``Status``), ``events`` (``None`` or a sequence of ``(name, attributes,
+time_ns, dropped_attributes)``), ``links`` (a tuple of ``trace.Link``), ``dropped_attributes``,
+``dropped_events``, ``dropped_links``, ``recorder`` (resource, instrumentation scope, limits); and the
+``ReadableSpan``-style properties ``context``, ``parent``, ``start_time``, ``end_time``, ``kind``,
+``resource``, ``instrumentation_scope``.
 """
 
 from __future__ import annotations
@@ -31,12 +33,11 @@ import traceback
 from collections import deque
 from collections.abc import Mapping
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol, Union
+from typing import TYPE_CHECKING, Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
 
@@ -60,7 +61,7 @@ class Sink(Protocol):
 
     def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None: ...
 
-    def put(self, item: Any) -> None: ...
+    def put(self, item: Any, /) -> None: ...
 
 
 _logger = logging.getLogger("otel_agentloop")
@@ -91,7 +92,9 @@ class FastSpan(OpenSpan, trace.Span):
     dropped_attributes: int = 0
     dropped_events: int = 0
     dropped_links: int = 0
-    materialised: object = None  # the SDK span built from this one, for processors and exporters not ours
+    materialised: object = None  # the SDK span it was adapted from, or built from it (``core._door``)
+    adapted: bool = False  # made from an SDK span (``core._door.to_record``)
+    kind_value: int = 0  # its ``SpanKind``'s value: INTERNAL, unless adapted from an SDK span of another kind
     parent_context: Context | None = None  # the context it started in, kept only while a user's processor exists
     _context: SpanContext | None = None
 
@@ -359,7 +362,7 @@ class FastSpan(OpenSpan, trace.Span):
 
     @property
     def kind(self) -> SpanKind:
-        return SpanKind.INTERNAL
+        return SpanKind(self.kind_value)
 
     @property
     def resource(self) -> Resource:
@@ -391,5 +394,12 @@ def _newest(links: tuple[Link, ...], limit: int | None, span: FastSpan) -> tuple
     return links[len(links) - limit :]
 
 
-EndedSpan = Union[ReadableSpan, "FastSpan"]
-"""What span processors of this library receive: an SDK span, or the fast path's record."""
+def span_ids(span: trace.Span) -> tuple[int, int, int, TraceState | None] | None:
+    """``(trace_id, span_id, trace_flags, trace_state)`` of any API span; ``None`` for an invalid one. A
+    record's from its fields: no ``SpanContext`` built for it on the hot path (~2 us)."""
+    if type(span) is FastSpan:
+        return span.trace_id, span.span_id, span.flags, span.trace_state
+    ctx = span.get_span_context()
+    if not ctx.is_valid:
+        return None
+    return ctx.trace_id, ctx.span_id, int(ctx.trace_flags), ctx.trace_state

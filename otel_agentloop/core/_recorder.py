@@ -8,22 +8,15 @@ it answers DROP, the caller falls back to the SDK (a non-recording span).
 
 End (:meth:`Recorder.finish`): the one place a fast-path span ends: error recorded, identity restored if a
 count limit evicted anything (``FastSpan.restore_identity``), end time on the span's monotonic timeline, the
-in-flight registry told, the span queued. The queue is drained off the hot path by the export pipeline
-(``export._pipeline``), which bounds the attributes a span started with, feeds the metrics and hands the spans
-to the exporters; ``wake`` is called when it reaches ``batch`` spans. It is bounded (``max_queue``): when it is
-full, the span's thread drains it first (``overflow``: the metrics stay exact, the exporters' own bounded queues
-drop and count what they cannot take); after shutdown (``closed``) sampled spans are counted in ``dropped``,
-start markers never. Until the pipeline takes them, the queued sampled spans are ``pending`` in
-``Handle.stats`` (:meth:`waiting`).
+in-flight registry told, the span put in the record queue. The queue is the export pipeline's
+(``export._pipeline.RecordPipeline``, its one owner: bounded, drained off the hot path), given as ``queue``.
 """
 
 from __future__ import annotations
 
-import threading
 import time
-from collections import deque
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Sequence
+from typing import Any, Protocol
 
 from opentelemetry.context import Context, get_current
 from opentelemetry.sdk.resources import Resource
@@ -37,11 +30,19 @@ from opentelemetry.util.types import AttributeValue
 
 from ._clock import monotonic_ns
 from ._errors import mark_error
-from ._guard import after_fork_in_child, internal_error
+from ._guard import internal_error
 from ._record import FastSpan
 
 START = object()
 """Queued before a sample's root span, at its start: ``(START, span)`` (the metrics count running samples)."""
+
+
+class RecordQueue(Protocol):
+    """Where a recorder's records go (``export._pipeline.RecordPipeline``)."""
+
+    def put(self, item: Any) -> None: ...
+
+    def attach(self, recorder: Any) -> None: ...
 
 
 class Recorder:
@@ -55,8 +56,7 @@ class Recorder:
         limits: SpanLimits,
         sampler: Sampler,
         id_generator: IdGenerator,
-        max_queue: int = 2048,
-        batch: int = 512,
+        queue: RecordQueue,
     ) -> None:
         self.resource = resource
         self.scope = scope
@@ -71,23 +71,12 @@ class Recorder:
         self.new_trace_id = id_generator.generate_trace_id
         self.random_ids = 2 if id_generator.is_trace_id_random() else 0
         """The W3C random-trace-id flag (0x02) a new trace carries, as the SDK sets it."""
-        self.max_queue = max_queue
-        self.batch = max(1, min(batch, max_queue))  # wake the pipeline at this many queued spans
-        self.wake: Callable[[], object] = _nothing
-        self.overflow: Callable[[], object] = _nothing
-        self.closed = False
+        self.queue = queue
         self.keep_context = False
-        """Keep on each span the context it started in (``parent_context``): set when a span processor that is
-        not the library's is added (its ``on_start`` runs later, on the pipeline, and may read the context:
-        baggage)."""
-        self._init_state()
-        after_fork_in_child(self, "_init_state")
-
-    def _init_state(self) -> None:
-        """An empty queue (a forked child exports none of its parent's spans)."""
-        self.queue: deque[Any] = deque()
-        self.dropped = 0
-        self.lock = threading.RLock()  # held by whoever drains the queue (the pipeline, a collect, an overflow)
+        """Keep on each span the context it started in (``parent_context``): set by the queue while a span
+        processor that is not the library's exists (its ``on_start`` runs later, on the pipeline, and may read
+        the context: baggage)."""
+        queue.attach(self)
 
     # -- start ---------------------------------------------------------------------------------------
     def start(
@@ -175,45 +164,9 @@ class Recorder:
         registry = span.tracked
         if registry is not None:
             registry.phase_ended(span)
-        self.put(span)
+        self.queue.put(span)  # its owner's method, called directly (a bound method kept here costs ~10 ns more)
 
     def put(self, item: Any) -> None:
-        """Queue an ended span (or a ``(START, span)`` pair) for the pipeline. When full or closed it is lost:
-        a sampled span is counted in :attr:`dropped`, a start marker never (it is not a span)."""
-        queue = self.queue
-        if self.closed:
-            self._lost(item)
-            return
-        if len(queue) >= self.max_queue:
-            try:
-                self.overflow()
-            except Exception:
-                internal_error("recorder.overflow")
-            if len(queue) >= self.max_queue:
-                self._lost(item)
-                return
-        queue.append(item)
-        if len(queue) == self.batch:
-            try:
-                self.wake()
-            except Exception:
-                internal_error("recorder.wake")
-
-    def _lost(self, item: Any) -> None:
-        if type(item) is not tuple and item.flags & 1:  # as an export processor counts it: sampled spans only
-            self.dropped += 1
-
-    def take(self) -> list[Any]:
-        """Everything queued so far, in order (the caller holds :attr:`lock`)."""
-        queue = self.queue
-        return [queue.popleft() for _ in range(len(queue))]
-
-    def waiting(self) -> int:
-        """The sampled spans queued here, not yet handed to the exporters (start markers are not spans). Exact
-        while the caller holds :attr:`lock` and no other thread ends a span: the pipeline hands a drained batch
-        over under that lock, so no span is between the queue and the exporters then."""
-        return sum(1 for item in list(self.queue) if type(item) is not tuple and item.flags & 1)
-
-
-def _nothing() -> None:
-    return None
+        """Queue ``item``: an ended span, or ``(START, span)`` before a sample's root span (the metrics count
+        running samples). Never raises."""
+        self.queue.put(item)

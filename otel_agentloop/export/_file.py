@@ -6,10 +6,11 @@ import os
 import threading
 from collections.abc import Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
+from ..core._door import RecordExporter
 from ..core._guard import after_fork_in_child, internal_error
+from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._processor import suppressed
 
@@ -29,7 +30,7 @@ def write_all(fd: int, data: bytes) -> None:
         view = view[os.write(fd, view) :]
 
 
-class OTLPJsonFileExporter(SpanExporter):
+class OTLPJsonFileExporter(RecordExporter):
     """Appends one ``{"resourceSpans": [...]}`` line per export to ``path``.
 
     The layout is the one the Collector's file exporter writes; the Jaeger UI loads such a file, and
@@ -39,9 +40,6 @@ class OTLPJsonFileExporter(SpanExporter):
     (lone surrogates) is written as U+FFFD; a span that cannot be encoded at all is left out and counted in
     ``spans_unencodable`` (the export processor reports it as dropped).
     """
-
-    accepts_records = True
-    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
@@ -54,7 +52,7 @@ class OTLPJsonFileExporter(SpanExporter):
     def _after_fork(self) -> None:
         self._lock = threading.Lock()  # the descriptor is shared with the parent: O_APPEND keeps lines whole
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         if self._closed:
             return SpanExportResult.FAILURE
         try:

@@ -19,13 +19,13 @@ from dataclasses import dataclass
 from typing import Any
 from urllib.parse import urlparse
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
 from ..config._headers import GrpcMetadata, grpc_metadata
 from ..config._otlp import OtlpTarget, resolve_otlp
 from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._record import FastSpan
 from ._otlp_proto import encode_request, warn_rejected
 from ._sending import SendingExporter
 
@@ -161,7 +161,7 @@ class OTLPGrpcExporter(SendingExporter):
             except Exception:
                 internal_error("OTLPGrpcExporter.reconnect")
 
-    def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         import grpc
 
         deadline = time.monotonic() + self.timeout_s

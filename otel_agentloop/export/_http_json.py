@@ -32,12 +32,12 @@ import zlib
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._headers import http_headers
 from ..config._otlp import OtlpTarget, resolve_otlp
 from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._sending import SendingExporter
 
@@ -167,7 +167,7 @@ class OTLPJsonHttpExporter(SendingExporter):
                 session = self._session
         return session
 
-    def _body(self, spans: Sequence[ReadableSpan]) -> bytes | None:
+    def _body(self, spans: Sequence[FastSpan]) -> bytes | None:
         """The compressed request; ``None`` when no span of the batch could be encoded."""
         data, skipped = self._encode(spans)
         if skipped:
@@ -180,14 +180,14 @@ class OTLPJsonHttpExporter(SendingExporter):
             return zlib.compress(data, 1)
         return data
 
-    def _encode(self, spans: Sequence[ReadableSpan]) -> tuple[bytes, int]:
+    def _encode(self, spans: Sequence[FastSpan]) -> tuple[bytes, int]:
         """The request body (uncompressed), and how many spans could not be encoded."""
         return encode_request(spans)
 
     def _answered(self, response: Any, body: bytes) -> None:
         """A 2xx answer arrived; ``body``: at most ``MAX_ANSWER_BYTES`` of it, as sent (not decoded)."""
 
-    def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         import requests
 
         deadline = time.monotonic() + self.timeout_s

@@ -14,9 +14,8 @@ from __future__ import annotations
 from collections.abc import Mapping, Sequence
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-
 from ..config._otlp import OtlpTarget, resolve_otlp
+from ..core._record import FastSpan
 from ._http_json import OTLPJsonHttpExporter
 from ._otlp_proto import encode_request, warn_rejected
 
@@ -48,7 +47,7 @@ class OTLPProtoHttpExporter(OTLPJsonHttpExporter):
         super().__init__(endpoint, headers, timeout_s, **kw)
         self.endpoint = endpoint  # as given (OTEL_EXPORTER_OTLP_TRACES_ENDPOINT is used as it is)
 
-    def _encode(self, spans: Sequence[ReadableSpan]) -> tuple[bytes, int]:
+    def _encode(self, spans: Sequence[FastSpan]) -> tuple[bytes, int]:
         return encode_request(spans)
 
     def _answered(self, response: Any, body: bytes) -> None:

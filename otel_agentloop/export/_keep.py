@@ -19,13 +19,12 @@ import time
 from collections import OrderedDict
 from collections.abc import Sequence
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from .. import semconv as sc
+from ..core._door import RecordProcessor
 from ..core._guard import after_fork_in_child, internal_error
-from ..core._record import EndedSpan, FastSpan
+from ..core._record import FastSpan
 from ..metrics._accumulate import PHASE_INDEX, add_interval
 from ..metrics._hooks import StepHooks
 from ._processor import ExportProcessor, timeout_s
@@ -33,15 +32,7 @@ from ._processor import ExportProcessor, timeout_s
 _BASE_BYTES = 256  # rough fixed cost of a span, on top of its string attributes
 
 
-def span_sampled(span: EndedSpan) -> bool:
-    """Whether ``span`` (an SDK span or the fast path's record) is sampled for export."""
-    if type(span) is FastSpan:
-        return bool(span.flags & 1)
-    ctx = span.context
-    return ctx is not None and ctx.trace_flags.sampled
-
-
-def _size(span: ReadableSpan) -> int:
+def _size(span: FastSpan) -> int:
     size = _BASE_BYTES + len(span.name)
     for value in (span.attributes or {}).values():
         if isinstance(value, str):
@@ -53,7 +44,7 @@ class _Buffer:
     __slots__ = ("blocks", "bytes", "error", "spans", "spilled", "totals")
 
     def __init__(self) -> None:
-        self.spans: list[ReadableSpan] = []
+        self.spans: list[FastSpan] = []
         self.bytes = 0
         self.error = False
         self.blocks: list[list[int]] = [[], [], []]
@@ -61,14 +52,11 @@ class _Buffer:
         self.spilled = False
 
 
-class SampleKeeper(SpanProcessor, StepHooks):
+class SampleKeeper(RecordProcessor, StepHooks):
     """Forwards sampled spans to ``exporters`` and decides the fate of record-only samples (see module doc).
 
     A span processor of the provider (after the metrics processor) and a :class:`StepHooks` of the metrics
     processor: a step's release (its metrics taken) closes the step here (``step_released``)."""
-
-    accepts_records = True
-    """Takes the fast path's records as they are (``export._pipeline``)."""
 
     def __init__(
         self,
@@ -104,18 +92,15 @@ class SampleKeeper(SpanProcessor, StepHooks):
         self._heaps = OrderedDict()
         self._spans = self._bytes = 0
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        return None
-
-    def _forward(self, spans: Sequence[ReadableSpan]) -> None:
+    def _forward(self, spans: Sequence[FastSpan]) -> None:
         for exporter in self.exporters:
             for span in spans:
                 exporter.enqueue(span)
 
-    def on_end(self, span: ReadableSpan) -> None:
-        if span_sampled(span):
+    def record_end(self, span: FastSpan) -> None:
+        if span.flags & 1:
             for exporter in self.exporters:
-                exporter.on_end(span)
+                exporter.record_end(span)
             if span.name == sc.STEP_SPAN:
                 self._close_from(span)
             return
@@ -124,10 +109,10 @@ class SampleKeeper(SpanProcessor, StepHooks):
         except Exception:
             internal_error("SampleKeeper.on_end")
 
-    def _close_from(self, span: ReadableSpan) -> None:
+    def _close_from(self, span: FastSpan) -> None:
         self.close_step(*sc.step_key(span.attributes or {}))
 
-    def _buffer(self, span: ReadableSpan) -> None:
+    def _buffer(self, span: FastSpan) -> None:
         attrs = span.attributes or {}
         if span.name == sc.STEP_SPAN:
             self._close_from(span)
@@ -137,7 +122,7 @@ class SampleKeeper(SpanProcessor, StepHooks):
             return  # record-only and outside any sample: not ours to keep
         step_key = sc.step_key(attrs)
         key = (*step_key, index, attrs.get(sc.RL_ROLLOUT_N))
-        release: list[ReadableSpan] = []
+        release: list[FastSpan] = []
         with self._lock:
             buf = self._buffers.get(key)
             if buf is None:
@@ -154,8 +139,8 @@ class SampleKeeper(SpanProcessor, StepHooks):
             if span.status.status_code is StatusCode.ERROR:
                 buf.error = True
             p = PHASE_INDEX.get(attrs.get(sc.RL_PHASE))
-            if p is not None and span.start_time is not None and span.end_time is not None:
-                buf.totals[p] += add_interval(buf.blocks[p], span.start_time, span.end_time)
+            if p is not None and span.end_ns:
+                buf.totals[p] += add_interval(buf.blocks[p], span.start_ns, span.end_ns)
             if span.name != sc.SAMPLE_SPAN:
                 return
             del self._buffers[key]  # the root ended: the sample's fate is known
@@ -188,14 +173,14 @@ class SampleKeeper(SpanProcessor, StepHooks):
         self.counters["samples_not_kept"] += 1
         self._release(buf)
 
-    def _release(self, buf: _Buffer) -> list[ReadableSpan]:
+    def _release(self, buf: _Buffer) -> list[FastSpan]:
         self._spans -= len(buf.spans)
         self._bytes -= buf.bytes
         spans, buf.spans, buf.bytes = buf.spans, [], 0
         return spans
 
-    def _close_locked(self, step_key: sc.StepKey) -> list[ReadableSpan]:
-        out: list[ReadableSpan] = []
+    def _close_locked(self, step_key: sc.StepKey) -> list[FastSpan]:
+        out: list[FastSpan] = []
         for _, _, buf in self._heaps.pop(step_key, []):
             self.counters["kept_slowest"] += 1
             out += self._release(buf)

@@ -5,9 +5,9 @@ enums as integers): one ``{"resourceSpans": [...]}`` object per export, built as
 shares the GIL with training, so this matters. Per span on a 2-core EPYC: dicts + ``json.dumps`` ~77 us (as
 much as protobuf's ``json_format``), the SDK's protobuf encoder ~150 us, these strings ~23 us.
 
-A batch may mix the fast path's records (:class:`~otel_agentloop.core._record.FastSpan`, encoded from their
-fields: no SDK span is built) and SDK spans; a record encodes to the same bytes as the SDK span
-``export._pipeline.materialise`` builds from it. Every field the protobuf encoder (:mod:`._otlp_proto`) writes
+It encodes records (:class:`~otel_agentloop.core._record.FastSpan`, from their fields: no SDK span is built;
+an SDK span is adapted into one at ``core._door``); a record encodes to the same bytes as the SDK span
+``core._door.materialise`` builds from it. Every field the protobuf encoder (:mod:`._otlp_proto`) writes
 is written, as protobuf's JSON mapping spells it (``traceState``, span and link ``flags``, the dropped
 attribute, event and link counts, scope attributes, schema URLs; uint32 as numbers, fixed64 times as strings),
 grouped by resource and scope as it groups them: the JSON parses to the same ``ExportTraceServiceRequest``.
@@ -21,14 +21,12 @@ from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import Status, StatusCode
 
 from ..core._guard import internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
 from ._groups import Groups
-from ._otlp_proto import _time
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _quote: Callable[[str], str] = encode_basestring  # C-accelerated JSON string quoting
@@ -114,70 +112,26 @@ def _attrs(attrs: Mapping[str, Any] | None) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _span(s: ReadableSpan | FastSpan) -> str:
-    """One span as OTLP-JSON: a fast-path record from its fields; an SDK span from the SDK's own fields (each
-    public property costs a call), or, when they are missing or moved (another SDK version, a
-    ReadableSpan-like object), from the public API: the same JSON."""
-    if isinstance(s, FastSpan):
-        f = s
-        return _span_json(
-            f.trace_id,
-            f.span_id,
-            f.trace_state,
-            f.parent_id or None,
-            f.parent_remote,
-            f.name,
-            0,  # INTERNAL
-            f.start_ns,
-            f.end_ns,
-            f.attributes,
-            f.dropped_attributes,
-            _record_events(f.events) if f.events else "",
-            f.dropped_events,
-            _links(f.links) if f.links else "",
-            f.dropped_links,
-            f.status,
-        )
-    try:
-        ctx, parent = s._context, s._parent
-        return _span_json(
-            ctx.trace_id if ctx else None,
-            ctx.span_id if ctx else 0,
-            ctx.trace_state if ctx else None,
-            parent.span_id if parent is not None else None,
-            bool(parent is not None and parent.is_remote),
-            s._name,
-            s._kind.value,
-            s._start_time,
-            s._end_time,
-            _raw(s._attributes),
-            s.dropped_attributes,
-            _events(s._events, s) if s._events else "",
-            s.dropped_events,
-            _links(s._links) if s._links else "",
-            s.dropped_links,
-            s._status,
-        )
-    except Exception:
-        ctx, parent = s.context, s.parent
-        return _span_json(
-            ctx.trace_id if ctx else None,
-            ctx.span_id if ctx else 0,
-            ctx.trace_state if ctx else None,
-            parent.span_id if parent is not None else None,
-            bool(parent is not None and parent.is_remote),
-            s.name,
-            s.kind.value,
-            s.start_time,
-            s.end_time,
-            _raw(s.attributes),
-            s.dropped_attributes,
-            _events(s.events, s) if s.events else "",
-            s.dropped_events,
-            _links(s.links) if s.links else "",
-            s.dropped_links,
-            s.status,
-        )
+def _span(f: FastSpan) -> str:
+    """One record as OTLP-JSON, from its fields."""
+    return _span_json(
+        f.trace_id,
+        f.span_id,
+        f.trace_state,
+        f.parent_id or None,
+        f.parent_remote,
+        f.name,
+        f.kind_value,
+        f.start_ns,
+        f.end_ns,
+        f.attributes,
+        f.dropped_attributes,
+        _record_events(f.events) if f.events else "",
+        f.dropped_events,
+        _links(f.links) if f.links else "",
+        f.dropped_links,
+        f.status,
+    )
 
 
 def _dropped(count: int) -> str:
@@ -192,15 +146,6 @@ def _flags(remote: bool) -> int:
 
 def _event_json(name: str, ts: int, attributes: Mapping[str, Any] | None, dropped: int) -> str:
     return f'{{"timeUnixNano":"{ts}","name":{_quote(name)},"attributes":{_attrs(attributes)}{_dropped(dropped)}}}'
-
-
-def _events(events: Sequence[Any], s: ReadableSpan) -> str:
-    """An SDK span's events (a user's float time as nanoseconds, as :mod:`._otlp_proto` writes it)."""
-    return (
-        ',"events":['
-        + ",".join(_event_json(e.name, _time(e.timestamp, s), _raw(e.attributes), e.dropped_attributes) for e in events)
-        + "]"
-    )
 
 
 def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int, int]]) -> str:
@@ -300,7 +245,7 @@ def _resource_json(resource: Any, scopes: list[tuple[Any, list[str]]]) -> str:
     return f'{{"resource":{{"attributes":{attributes}}},"scopeSpans":[{scope_json}]{tail}}}'
 
 
-def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
+def _encode(spans: Sequence[FastSpan]) -> tuple[str, int]:
     """The request as text, and how many spans were left out because they could not be encoded at all (each
     span is encoded on its own: one broken span never costs the batch). Grouped by resource and scope as the
     protobuf encoder groups them."""
@@ -309,13 +254,8 @@ def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
     for s in spans:
         try:
             span_json = _span(s)
-            resource: Any
-            scope: Any
-            if isinstance(s, FastSpan):
-                resource, scope = s.recorder.resource, s.recorder.scope
-            else:
-                resource, scope = s.resource, s.instrumentation_scope or None
-            groups.spans_of(resource, scope).append(span_json)
+            recorder = s.recorder
+            groups.spans_of(recorder.resource, recorder.scope).append(span_json)
         except Exception:
             skipped += 1
             internal_error("otlp_json.encode (the span is dropped and counted)")
@@ -323,13 +263,13 @@ def _encode(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[str, int]:
     return '{"resourceSpans":[' + ",".join(resources) + "]}", skipped
 
 
-def encode_spans(spans: Sequence[ReadableSpan | FastSpan]) -> str:
+def encode_spans(spans: Sequence[FastSpan]) -> str:
     """One OTLP ``ExportTraceServiceRequest`` as a single line of OTLP-JSON, grouped by resource and scope;
     spans that cannot be encoded are left out (see :func:`encode_request`)."""
     return _encode(spans)[0]
 
 
-def encode_request(spans: Sequence[ReadableSpan | FastSpan], end: str = "") -> tuple[bytes, int]:
+def encode_request(spans: Sequence[FastSpan], end: str = "") -> tuple[bytes, int]:
     """The request as UTF-8 (``end`` appended), and the number of spans left out because they could not be
     encoded. Never raises on user text: a lone surrogate anywhere (span or event name, attribute key or value,
     nested ones too, status message, resource, scope) becomes U+FFFD; the repair runs only when the plain

@@ -8,8 +8,8 @@ order as protobuf serializes it. The result is the bytes ``encode_spans(spans).S
 instrumentation scope as the SDK's ``trace_encoder.encode_spans`` groups them (equal resources and scopes
 share one entry, in the order first seen).
 
-A batch may mix the fast path's records (:class:`~otel_agentloop.core._record.FastSpan`, encoded from their
-fields: no SDK span is built) and SDK spans. Values are typed as the SDK types them (``bool`` before ``int``,
+It encodes records (:class:`~otel_agentloop.core._record.FastSpan`, from their fields: no SDK span is built;
+an SDK span is adapted into one at ``core._door``). Values are typed as the SDK types them (``bool`` before ``int``,
 subclasses such as ``np.float64`` by ``isinstance``; sequences as arrays, mappings as key-value lists,
 ``None`` as the empty value); a value the SDK cannot encode either (an int outside int64, an unknown type)
 drops its key, as the SDK does (without its logged traceback). Text UTF-8 cannot encode (lone surrogates) is
@@ -23,12 +23,10 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import StatusCode
 
 from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
-from ..core._values import timestamp_ns
 from ._clean import clean_text
 from ._groups import Groups
 
@@ -236,7 +234,7 @@ def _links(links: Sequence[Any]) -> bytes:
 
 
 def _record(f: FastSpan) -> bytes:
-    """A fast-path record, from its fields (kind INTERNAL; its values were bounded when written)."""
+    """A record, from its fields (its values were bounded when written, or by the SDK)."""
     status = f.status
     events = f.events
     return _span(
@@ -246,7 +244,7 @@ def _record(f: FastSpan) -> bytes:
         f.parent_id or None,
         f.parent_remote,
         f.name,
-        1,
+        f.kind_value + 1,  # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
         f.start_ns,
         f.end_ns,
         f.attributes,
@@ -258,41 +256,6 @@ def _record(f: FastSpan) -> bytes:
         _CODES[status.status_code],
         status.description,
     )
-
-
-def _sdk_span(s: ReadableSpan) -> bytes:
-    """An SDK span, from its public read surface."""
-    ctx, parent, status = s.context, s.parent, s.status
-    if ctx is None:
-        raise ValueError("a span without a context")  # the SDK's encoder cannot encode it either
-    events = s.events
-    return _span(
-        ctx.trace_id,
-        ctx.span_id,
-        ctx.trace_state,
-        parent.span_id if parent is not None else None,
-        bool(parent is not None and parent.is_remote),
-        s.name,
-        s.kind.value + 1,  # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
-        s.start_time,
-        s.end_time,
-        _raw(s.attributes),
-        s.dropped_attributes,
-        b"".join([_event(e.name, _raw(e.attributes), _time(e.timestamp, s), e.dropped_attributes) for e in events])
-        if events
-        else b"",
-        s.dropped_events,
-        _links(s.links) if s.links else b"",
-        s.dropped_links,
-        _CODES[status.status_code],
-        status.description,
-    )
-
-
-def _time(ts: Any, s: ReadableSpan) -> int:
-    """An SDK span's event time as OTLP carries it: a user's float read as nanoseconds, anything that cannot be
-    a time replaced by the span's end (:func:`~otel_agentloop.core._values.timestamp_ns`): the event is kept."""
-    return ts if type(ts) is int else timestamp_ns(ts, s.end_time or 0)
 
 
 # -- the request (ExportTraceServiceRequest 1 resource_spans; ResourceSpans 1 resource, 2 scope_spans,
@@ -332,7 +295,7 @@ def _encode_groups(groups: Groups[bytes]) -> bytes:
     return b"".join(out)
 
 
-def encode_request(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[bytes, int]:
+def encode_request(spans: Sequence[FastSpan]) -> tuple[bytes, int]:
     """One serialized ``ExportTraceServiceRequest`` for ``spans``, and how many spans were left out because
     they could not be encoded at all (each span is encoded on its own: one broken span never costs the
     batch). Never raises."""
@@ -340,16 +303,9 @@ def encode_request(spans: Sequence[ReadableSpan | FastSpan]) -> tuple[bytes, int
     skipped = 0
     for s in spans:
         try:
-            resource: Any
-            scope: Any
-            if isinstance(s, FastSpan):
-                recorder = s.recorder
-                body = _record(s)
-                resource, scope = recorder.resource, recorder.scope
-            else:
-                body = _sdk_span(s)
-                resource, scope = s.resource, s.instrumentation_scope or None
-            groups.spans_of(resource, scope).append(b"\x12" + _varint(len(body)) + body)
+            recorder = s.recorder
+            body = _record(s)
+            groups.spans_of(recorder.resource, recorder.scope).append(b"\x12" + _varint(len(body)) + body)
         except Exception:
             skipped += 1
             internal_error("otlp_proto.encode (the span is dropped and counted)")

@@ -1,17 +1,25 @@
-"""The fast path's export pipeline: ended records leave the training thread here.
+"""The export pipeline: every ended span leaves the training thread here, as one type, the record.
 
-:class:`RecordPipeline` drains a :class:`~otel_agentloop.core._recorder.Recorder` on its own thread
-(``otel_agentloop.pipeline``), in order: it applies the span limits (:func:`finalize`), then hands each span to
-the provider's span processors, in the order they were added. The library's own processors (the metrics, the
-keeper, the export processors: ``accepts_records = True``) take the record as it is; any other processor (a
-user's) receives a real SDK span built from it (:func:`materialise`): ``on_start`` and ``on_end`` then run on
-this thread, after the span ended, not on the thread that ran it. Their ``on_start`` runs first, before any
-processor's ``on_end``, in the context the span started in, and what it changes (attributes, events, links,
-status, name) is folded back into the record: the library's processors and every exporter see one span, as on
-the SDK path. Exporters that are not the library's receive materialised spans too (``ExportProcessor``).
+:class:`RecordPipeline` owns the record queue (bounded: ``max_queue``). The fast path's recorder
+(``core._recorder``) puts its ended records there, and the SDK spans the provider makes (``fast_path=False``, a
+user's tracer on the library's provider) are queued as they are by :class:`_SdkDoor`, a cheap append on the
+thread that ended them. One thread (``otel_agentloop.pipeline``) drains the queue in order: each item is
+admitted as a record (``core._door.admit``: a record's limits applied, an SDK span adapted), then handed to the
+provider's processors, in the order they were added: one list. The library's processors
+(``core._door.RecordProcessor``: the metrics, the keeper, the export processors) take the record; any other
+processor (a user's) sits behind one ``core._door.Foreign``, at its place. A record reaches those as a real SDK
+span built from it (``materialise``): their ``on_start`` runs first, before any processor's ``on_end``, in the
+context the span started in, and what it changes (attributes, events, links, status, name) is folded back into
+the record: the library's processors and every exporter see one span, as on the SDK path. An SDK span reaches
+them as it is, at its start and end, on the thread that made it (as the SDK's provider runs them).
+
+The queue is drained every ``interval_s`` or when it holds ``batch`` items; when it is full, the thread that
+ends a span drains it itself (``drain``: the metrics stay exact, the exporters' own bounded queues drop and
+count what they cannot take); after shutdown (``closed``) sampled spans are counted in ``dropped``, start
+markers never. Until the pipeline takes them, the queued sampled spans are ``pending`` (:meth:`waiting`).
 
 :class:`PipelineProvider` is the SDK provider ``configure()`` builds: a processor added to it (also later,
-``handle.provider.add_span_processor(p)``) receives the fast path's spans as well as the SDK's, and its
+``handle.provider.add_span_processor(p)``) joins the pipeline's list and receives every span, and its
 ``force_flush``/``shutdown`` drain the pipeline first. A collect drains it too (the metrics are exact when
 ``collect()`` returns).
 """
@@ -19,229 +27,96 @@ the SDK path. Exporters that are not the library's receive materialised spans to
 from __future__ import annotations
 
 import threading
+import time
 from collections import deque
-from collections.abc import Mapping
 from typing import Any
 
-from opentelemetry.attributes import BoundedAttributes
-from opentelemetry.sdk.trace import Event, ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.context import Context
+from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.sdk.util import BoundedList
-from opentelemetry.trace import Link, SpanKind
 
-from ..core._errors import IDENTITY_KEYS
+from ..core._door import Foreign, RecordProcessor, admit, sampled
 from ..core._guard import after_fork_in_child, internal_error
-from ..core._record import UNSET, FastSpan
-from ..core._recorder import Recorder
-from ..core._values import bound_attributes, frozen_attributes
+from ..core._record import FastSpan
+from ..core._recorder import START
 from ..metrics._hooks import StepHooks
-
-_NO_PROCESSOR = SpanProcessor()
-
-
-class _Materialised(SdkSpan):
-    """The SDK's span class, built here rather than by a tracer (its constructor refuses the base class)."""
-
-    def replay(self, span: FastSpan) -> None:
-        """Add ``span``'s events and carry its dropped counts: its values were bounded when written, so the
-        SDK's own bounding counts nothing more."""
-        for name, attrs, ts, dropped in span.events or ():
-            self._add_event(Event(name, frozen_attributes(attrs, dropped), ts))
-        events, attributes, links = self._events, self._attributes, self._links
-        if isinstance(events, BoundedList):
-            events.dropped = span.dropped_events
-        if isinstance(attributes, BoundedAttributes):
-            attributes.dropped = span.dropped_attributes
-        if isinstance(links, BoundedList):
-            links.dropped = span.dropped_links
-        for link, ours in zip(links, span.links, strict=False):
-            bounded = link.attributes
-            if isinstance(bounded, BoundedAttributes):
-                bounded.dropped = ours.dropped_attributes
-
-
-def finalize(span: FastSpan) -> None:
-    """Apply what is left of the provider's span limits to an ended ``span``: the attributes it started with
-    (a sample's shared dict, never written to, so not bounded when written) cleaned, cut to the length limit,
-    the oldest over the count limit evicted (counted in ``dropped_attributes``), as the SDK's
-    ``BoundedAttributes`` would; the links it started with bounded. What the user wrote through the ``Span`` API
-    was bounded as it was written (``core._record``). Costs a type check per attribute when nothing needs
-    doing, and not even that for a shared dict found clean for the span before (a sample's phases)."""
-    global _clean
-    limits = span.recorder.limits
-    attrs = span.attributes
-    key = (attrs, limits.max_span_attributes, limits.max_span_attribute_length)
-    shared = not span.owned
-    last = _clean  # one read: another handle's pipeline may replace it meanwhile
-    if shared and last[0] is attrs and last[1:] == key[1:]:
-        pass
-    elif (key[1] is not None and len(attrs) > key[1]) or _too_long(attrs, key[2]):
-        span.attributes, dropped = bound_attributes(attrs, key[1], key[2])
-        span.owned = True
-        span.dropped_attributes += dropped
-    elif shared:
-        _clean = key  # the dict kept alive (its id is never another dict's); a shared dict is never written to
-    if span.links and not span.links_bounded:
-        span.bound_links()
-
-
-_clean: tuple[Any, int | None, int | None] = (None, None, None)
-"""The last shared attribute dict :func:`finalize` found clean, with the count and length limits it was checked
-against."""
-
-
-def _too_long(attrs: Mapping[str, Any], length: int | None) -> bool:
-    """Whether a value of ``attrs`` needs the SDK's cleaning: not a plain ``str``/``int``/``float``/``bool``,
-    or a ``str`` over ``length``."""
-    for value in attrs.values():
-        kind = type(value)
-        if kind is str:
-            if length is not None and len(value) > length:
-                return True
-        elif kind is not int and kind is not float and kind is not bool:
-            return True
-    return False
-
-
-def materialise(span: FastSpan, processor: SpanProcessor | None = None) -> ReadableSpan:
-    """``span`` as the SDK's own span (started and ended again, off the hot path, at its recorded times, with
-    its values and dropped counts): what a processor or exporter that is not the library's receives.
-    ``processor`` sees its ``on_start`` and ``on_end``. Built once per span and kept."""
-    built = span.materialised
-    if isinstance(built, ReadableSpan) and processor is None:
-        return built
-    recorder = span.recorder
-    links = [Link(link.context, link.attributes) for link in span.links]  # the SDK rewraps its links' attributes
-    sdk = _Materialised(
-        span.name,
-        span.get_span_context(),
-        parent=span.parent,
-        resource=recorder.resource,
-        attributes=span.attributes,
-        links=links,
-        kind=SpanKind.INTERNAL,
-        span_processor=processor or _NO_PROCESSOR,
-        instrumentation_scope=recorder.scope,
-        limits=recorder.limits,
-    )
-    if len(sdk._links) != len(links):  # a link kept for attributes the boundary then dropped all of, as the SDK
-        sdk._links = BoundedList.from_seq(recorder.limits.max_links, links)  # keeps it: it tests them as given
-    sdk.start(start_time=span.start_ns)
-    sdk.replay(span)
-    if span.status is not UNSET:
-        sdk.set_status(span.status)
-    sdk.end(end_time=span.end_ns)
-    span.materialised = sdk
-    return sdk
-
-
-class _Foreign(SpanProcessor):
-    """The processors that are not the library's, behind one ``on_start``/``on_end``: a span is materialised
-    once for all of them.
-
-    :meth:`start` runs their ``on_start`` on the record's materialised span, in the context the record started
-    in (``parent_context``, kept by the recorder while foreign processors exist), and folds what they changed
-    back into the record (:func:`_fold`): every exporter, ours and the user's, exports one span. Their
-    ``on_end`` runs later, at their place among the provider's processors (:meth:`on_end`)."""
-
-    def __init__(self) -> None:
-        self.processors: list[SpanProcessor] = []
-        self._starting: FastSpan | None = None  # the record being materialised by start()
-
-    def start(self, record: FastSpan) -> ReadableSpan:
-        """The processors' ``on_start`` on ``record`` materialised; the edits folded back into ``record``."""
-        self._starting = record
-        try:
-            sdk = materialise(record, self)
-        finally:
-            self._starting = None
-            record.parent_context = None  # set by Recorder.start; freed here
-        _fold(record, sdk)
-        return sdk
-
-    def on_start(self, span: Any, parent_context: Any = None) -> None:
-        record = self._starting
-        if parent_context is None and record is not None:
-            parent_context = record.parent_context  # the context the record started in
-        attrs = span.attributes or {}
-        identity = {key: attrs[key] for key in IDENTITY_KEYS if key in attrs}
-        for p in self.processors:
-            try:
-                p.on_start(span, parent_context)
-            except Exception:
-                internal_error(f"{type(p).__name__}.on_start")
-        attrs = span.attributes or {}
-        for key, value in identity.items():  # evicted or changed by an edit: written back, as the SDK path does
-            if attrs.get(key) != value:
-                span.set_attribute(key, value)
-
-    def on_end(self, span: ReadableSpan) -> None:
-        if self._starting is not None:
-            return  # materialise() ends the span at once: the pipeline calls on_end at the processors' place
-        for p in self.processors:
-            try:
-                p.on_end(span)
-            except Exception:
-                internal_error(f"{type(p).__name__}.on_end")
-
-
-def _fold(record: FastSpan, sdk: ReadableSpan) -> None:
-    """Copy into ``record`` what a processor's ``on_start`` changed on ``sdk``, its materialised span: its
-    attributes, events, links (already through the SDK's value checks and limits, as on the SDK path), status
-    and name. Costs a comparison when nothing changed."""
-    attrs = sdk.attributes or {}
-    if len(attrs) != len(record.attributes) or list(attrs.items()) != list(record.attributes.items()):
-        record.attributes = dict(attrs)
-        record.owned = True
-        record.dropped_attributes = sdk.dropped_attributes
-    events = sdk.events
-    if len(events) != len(record.events or ()) or sdk.dropped_events != record.dropped_events:
-        record.events = deque(
-            ((e.name, dict(e.attributes or {}), e.timestamp, e.dropped_attributes) for e in events),
-            maxlen=record.recorder.limits.max_events,
-        )
-        record.dropped_events = sdk.dropped_events
-    if len(sdk.links) != len(record.links):
-        record.links = tuple(sdk.links)
-    status = sdk.status
-    if status.status_code is not record.status.status_code or status.description != record.status.description:
-        record.status = status
-    if sdk.name != record.name:
-        record.name = sdk.name
+from ..semconv import SAMPLE_SPAN
 
 
 class RecordPipeline(StepHooks):
-    """Drains ``recorder`` into the span processors (see the module docstring). ``interval_s``: the longest a
-    record waits when fewer than a batch are queued. As the metrics' hooks (``add_hooks``, first), it drains
-    before a step is read."""
+    """Owns the record queue and drains it into the processors (see the module docstring). ``interval_s``: the
+    longest a span waits when fewer than ``batch`` are queued. As the metrics' hooks (``add_hooks``, first), it
+    drains before a step is read."""
 
-    def __init__(self, recorder: Recorder, interval_s: float = 1.0) -> None:
-        self.recorder = recorder
+    def __init__(self, interval_s: float = 1.0, max_queue: int = 2048, batch: int = 512) -> None:
         self.interval_s = max(0.01, min(interval_s, 1.0))
-        self.foreign = _Foreign()
-        self._order: list[SpanProcessor] = []  # in the order added; the foreign ones behind one, at its place
+        self.max_queue = max_queue
+        self.batch = max(1, min(batch, max_queue))  # wake the thread at this many queued spans
+        self.foreign = Foreign()
+        self.processors: list[RecordProcessor] = []  # in the order added; the foreign ones behind one, at its place
+        self.recorders: list[Any] = []  # the fast path's (``core._recorder.Recorder``): told to keep start contexts
+        self.closed = False
         self._stopping = False
         self._init_state()
         after_fork_in_child(self, "_init_state")
 
     def _init_state(self) -> None:
+        """An empty queue (a forked child exports none of its parent's spans), a fresh lock and thread."""
+        self.queue: deque[Any] = deque()
+        self.dropped = 0
+        self.lock = threading.RLock()  # held by whoever drains the queue (the thread, a collect, an overflow)
         self._wake = threading.Event()
-        self.recorder.wake = self._wake.set
-        self.recorder.overflow = self.drain
         self._thread = threading.Thread(target=self._run, name="otel_agentloop.pipeline", daemon=True)
         if not self._stopping:
             self._thread.start()
 
     def add(self, processor: SpanProcessor) -> None:
-        """Hand the fast path's spans to ``processor`` too (after those added before it)."""
-        if getattr(processor, "accepts_records", False):
-            self._order.append(processor)
-        else:
-            if not self.foreign.processors:
-                self._order.append(self.foreign)
-            self.foreign.processors.append(processor)
-            self.recorder.keep_context = True  # their on_start reads the context a span started in
+        """Hand every span to ``processor`` too (after those added before it)."""
+        if isinstance(processor, RecordProcessor):
+            self.processors.append(processor)
+            return
+        if not self.foreign.processors:
+            self.processors.append(self.foreign)
+        self.foreign.processors.append(processor)
+        for recorder in self.recorders:
+            recorder.keep_context = True  # a foreign on_start reads the context a span started in (baggage)
 
+    def attach(self, recorder: Any) -> None:
+        """``recorder`` queues its records here (``put``)."""
+        self.recorders.append(recorder)
+        recorder.keep_context = bool(self.foreign.processors)
+
+    # -- the queue -------------------------------------------------------------------------------------
+    def put(self, item: Any) -> None:
+        """Queue an ended span (a record or an SDK span) or a ``(START, span)`` pair. When full or closed it is
+        lost: a sampled span is counted in :attr:`dropped`, a start marker never (it is not a span)."""
+        queue = self.queue
+        if self.closed:
+            self._lost(item)
+            return
+        if len(queue) >= self.max_queue:
+            try:
+                self.drain()
+            except Exception:
+                internal_error("pipeline.overflow")
+            if len(queue) >= self.max_queue:
+                self._lost(item)
+                return
+        queue.append(item)
+        if len(queue) == self.batch:
+            self._wake.set()
+
+    def _lost(self, item: Any) -> None:
+        if type(item) is not tuple and sampled(item):  # as an export processor counts it: sampled spans only
+            self.dropped += 1
+
+    def waiting(self) -> int:
+        """The sampled spans queued here, not yet handed to the exporters (start markers are not spans). Exact
+        while the caller holds :attr:`lock` and no other thread ends a span: a drained batch is handed over
+        under that lock, so no span is between the queue and the exporters then."""
+        return sum(1 for item in list(self.queue) if type(item) is not tuple and sampled(item))
+
+    # -- draining --------------------------------------------------------------------------------------
     def _run(self) -> None:
         while not self._stopping:
             self._wake.wait(self.interval_s)
@@ -253,67 +128,100 @@ class RecordPipeline(StepHooks):
 
     def drain(self) -> int:
         """Process everything queued so far, in order, on the calling thread; the number of items."""
-        recorder = self.recorder
-        with recorder.lock:
-            items = recorder.take()
+        with self.lock:
+            queue = self.queue
+            items = [queue.popleft() for _ in range(len(queue))]
             for item in items:
                 try:
                     if type(item) is tuple:
-                        self._started(item[1])
+                        self._started(admit(item[1]))
                     else:
-                        self._ended(item)
+                        self._ended(admit(item))
                 except Exception:
                     internal_error("RecordPipeline.process")
         return len(items)
 
     def _started(self, span: FastSpan) -> None:
-        for p in self._order:
-            if p is not self.foreign:
-                p.on_start(span)  # type: ignore[arg-type]
+        for p in self.processors:
+            p.record_start(span)
 
     def _ended(self, span: FastSpan) -> None:
-        finalize(span)
-        foreign = self.foreign
-        sdk = None
-        if foreign.processors:
+        if self.foreign.processors and not span.adapted:  # an adapted SDK span reached them as it was
             try:
-                sdk = foreign.start(span)  # before any on_end: every processor and exporter sees the edits
+                self.foreign.start(span)  # before any on_end: every processor and exporter sees the edits
             except Exception:  # the span still reaches the metrics and the library's exporters
                 internal_error("RecordPipeline.foreign")
-        for p in self._order:
-            if p is foreign:
-                if sdk is not None:
-                    foreign.on_end(sdk)
-            else:
-                p.on_end(span)  # type: ignore[arg-type]
+        for p in self.processors:
+            p.record_end(span)
 
     def step_reading(self, step: int | None, validate: bool) -> None:
         self.drain()
 
+    def force_flush(self, timeout_millis: int = 30000) -> bool:
+        """Drain, then flush the processors in order within ``timeout_millis`` in all, as the SDK's provider
+        does: ``False`` at the first that fails or when time runs out."""
+        self.drain()
+        deadline = time.monotonic_ns() + int(timeout_millis * 1_000_000)
+        for p in self.processors:
+            now = time.monotonic_ns()
+            if now >= deadline or not p.force_flush((deadline - now) // 1_000_000):
+                return False
+        return True
+
     def shutdown(self) -> None:
         """Process what is queued and stop the thread (spans ending later are counted as dropped)."""
         self._stopping = True
-        self.recorder.closed = True
+        self.closed = True
         self._wake.set()
         self.drain()
 
+    def shutdown_processors(self) -> None:
+        """Shut every processor down, in order (the provider's shutdown, after :meth:`shutdown`)."""
+        for p in self.processors:
+            try:
+                p.shutdown()
+            except Exception:
+                internal_error(f"{type(p).__name__}.shutdown")
+
+
+class _SdkDoor(SpanProcessor):
+    """The one processor of the SDK's own composite: the SDK spans the provider makes run the foreign
+    processors as they are, then join the record queue (adapted into records on the pipeline's thread). A
+    sample's root span is announced when it starts, as the fast path announces it (``core._lifecycle``)."""
+
+    def __init__(self, pipeline: RecordPipeline) -> None:
+        self.pipeline = pipeline
+
+    def on_start(self, span: SdkSpan, parent_context: Context | None = None) -> None:
+        pipeline = self.pipeline
+        if pipeline.foreign.processors:
+            pipeline.foreign.sdk_start(span, parent_context)
+        if span.name == SAMPLE_SPAN:
+            pipeline.put((START, span))
+
+    def on_end(self, span: ReadableSpan) -> None:
+        pipeline = self.pipeline
+        if pipeline.foreign.processors:
+            pipeline.foreign.sdk_end(span)
+        pipeline.put(span)
+
 
 class PipelineProvider(TracerProvider):
-    """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring)."""
+    """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring): its processors are its
+    pipeline's."""
 
-    pipeline: RecordPipeline | None = None
+    def __init__(self, pipeline: RecordPipeline, **kw: Any) -> None:
+        super().__init__(**kw)
+        self.pipeline = pipeline
+        super().add_span_processor(_SdkDoor(pipeline))
 
     def add_span_processor(self, span_processor: SpanProcessor) -> None:
-        super().add_span_processor(span_processor)
-        if self.pipeline is not None:
-            self.pipeline.add(span_processor)
+        self.pipeline.add(span_processor)
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        if self.pipeline is not None:
-            self.pipeline.drain()
-        return super().force_flush(timeout_millis)
+        return self.pipeline.force_flush(timeout_millis)
 
     def shutdown(self) -> None:
-        if self.pipeline is not None:
-            self.pipeline.shutdown()
+        self.pipeline.shutdown()
+        self.pipeline.shutdown_processors()
         super().shutdown()

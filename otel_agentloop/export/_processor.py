@@ -15,6 +15,9 @@ counted as dropped). Text no encoder can take (lone surrogates) never costs a ba
 repair it themselves and count a span they cannot encode at all in ``spans_unencodable``; any other exporter
 (the SDK's OTLP protobuf ones, the console) gets repaired copies of the spans that need it (U+FFFD, see
 ``_clean``). Spans that cannot be encoded either way are counted as dropped.
+
+It receives records (``core._door.RecordProcessor``) and hands them to a ``RecordExporter`` as they are, to any
+other exporter as SDK spans (``core._door.sender``).
 """
 
 from __future__ import annotations
@@ -26,17 +29,16 @@ import threading
 import time
 from collections.abc import Callable, Generator, Sequence
 from contextlib import contextmanager
-from typing import Any
 
-from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, Context, attach, detach, set_value
-from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
+from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
+from ..core._door import RecordProcessor, sender
 from ..core._guard import after_fork_in_child, internal_error, warn_once
-from ..core._record import EndedSpan, FastSpan
+from ..core._record import FastSpan
 from ._clean import repaired
-from ._pipeline import materialise
 
 logger = logging.getLogger("otel_agentloop")
 
@@ -59,11 +61,6 @@ def timeout_s(value: object, default: float, scale: float = 1.0) -> float:
     return min(max(seconds, 0.0), MAX_SECONDS)
 
 
-def _unencodable(exporter: SpanExporter) -> int:
-    count = getattr(exporter, "spans_unencodable", 0)
-    return count if type(count) is int else 0
-
-
 @contextmanager
 def suppressed() -> Generator[None, None, None]:
     """Run the block with instrumentation suppressed in this thread's context (the key every contrib
@@ -75,7 +72,7 @@ def suppressed() -> Generator[None, None, None]:
         detach(token)
 
 
-class ExportProcessor(SpanProcessor):
+class ExportProcessor(RecordProcessor):
     """Queue sampled spans and export them in batches on a background thread.
 
     Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full, after shutdown, left when a
@@ -83,9 +80,6 @@ class ExportProcessor(SpanProcessor):
     raised on). Every queued span ends in exactly one of ``exported``, ``failed``, ``dropped`` or ``pending``.
     """
 
-    accepts_records = True
-    """Takes the fast path's records as they are (``export._pipeline``); an exporter that does not say
-    ``accepts_records`` receives them materialised as SDK spans."""
     _shutdown: bool
     _closing: bool
 
@@ -108,6 +102,7 @@ class ExportProcessor(SpanProcessor):
         self.export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
         self.shutdown_timeout_s = check_seconds("shutdown_timeout_s", shutdown_timeout_s, inclusive=True)
         self.exporter = exporter
+        self._send = sender(exporter, repaired)
         self.name = name
         self._init_state()
         after_fork_in_child(self, "_after_fork")
@@ -119,7 +114,7 @@ class ExportProcessor(SpanProcessor):
         self._shutdown = self._closing = closed
 
     def _init_state(self, start: bool = True) -> None:
-        self._queue: collections.deque[EndedSpan] = collections.deque()
+        self._queue: collections.deque[FastSpan] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
         self._in_flight = 0
@@ -137,20 +132,11 @@ class ExportProcessor(SpanProcessor):
             self._worker.start()
 
     # -- hot path ---------------------------------------------------------------------------------
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        return None
+    def record_end(self, span: FastSpan) -> None:
+        if span.flags & 1:  # else recorded for metrics only (sampler's RECORD_ONLY)
+            self.enqueue(span)
 
-    def on_end(self, span: EndedSpan) -> None:
-        if type(span) is FastSpan:
-            if not span.flags & 1:
-                return  # recorded for metrics only (sampler's RECORD_ONLY)
-        else:
-            ctx = span.context
-            if ctx is None or not ctx.trace_flags.sampled:
-                return
-        self.enqueue(span)
-
-    def enqueue(self, span: EndedSpan) -> None:
+    def enqueue(self, span: FastSpan) -> None:
         """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
@@ -196,7 +182,7 @@ class ExportProcessor(SpanProcessor):
 
     def _drain(self, stop_early: bool) -> None:
         while self._queue:
-            batch: list[EndedSpan] = []
+            batch: list[FastSpan] = []
             queue = self._queue
             with self._idle:  # a span moves from the queue to in flight, and later to a counter, in one step
                 while queue and len(batch) < self.max_export_batch_size:
@@ -228,24 +214,15 @@ class ExportProcessor(SpanProcessor):
             self._failed += size - lost
         self._in_flight = 0
 
-    def _export(self, batch: Sequence[EndedSpan]) -> tuple[bool, int]:
+    def _export(self, batch: Sequence[FastSpan]) -> tuple[bool, int]:
         """Export ``batch``: whether it succeeded, and how many of its spans were dropped as not encodable."""
-        exporter = self.exporter
-        before = _unencodable(exporter)
-        lost = 0
         try:
-            spans: Sequence[Any] = batch
-            if not getattr(exporter, "accepts_records", False):  # the SDK's spans only
-                spans = [materialise(s) if isinstance(s, FastSpan) else s for s in batch]
-            if not hasattr(exporter, "spans_unencodable"):  # not one of ours: repair its text here
-                spans, lost = repaired(spans)
             with suppressed():
-                result = exporter.export(spans) if spans else SpanExportResult.SUCCESS
-            ok = result is SpanExportResult.SUCCESS
+                result, lost = self._send(batch)
+            return result is SpanExportResult.SUCCESS, lost
         except Exception:
-            ok = False
-            internal_error(f"{type(exporter).__name__}.export")
-        return ok, lost + max(_unencodable(exporter) - before, 0)
+            internal_error(f"{type(self.exporter).__name__}.export")
+            return False, 0
 
     # -- control ----------------------------------------------------------------------------------
     def _wait_idle(self, timeout_s: float) -> bool:

@@ -27,10 +27,10 @@ from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
 from .. import semconv as sc
+from ..core._door import RecordExporter
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
@@ -116,16 +116,13 @@ def _text(value: object) -> str | None:
     return None if value is None else clean_text(str(value))
 
 
-class RolledDirectoryExporter(SpanExporter):
+class RolledDirectoryExporter(RecordExporter):
     """Writes the rolled directory at ``path`` (see the module docstring).
 
     Like :class:`OTLPJsonFileExporter`: a failed write returns FAILURE for the batch (counted by the export
     processor), never raises; a span that cannot be encoded is left out and counted in ``spans_unencodable``. At
     most :data:`MAX_FDS` descriptors are open; a forked child closes its copies and opens its own.
     """
-
-    accepts_records = True
-    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
@@ -183,7 +180,7 @@ class RolledDirectoryExporter(SpanExporter):
             segment = self._others[run.dir] = _Segment(name, run, None, False, opened_ns=now)
         return segment
 
-    def _route(self, spans: Sequence[ReadableSpan | FastSpan], now: int) -> dict[object, list[Any]]:
+    def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[Any]]:
         """The spans by segment (summaries under ``_SUMMARY``). The last resource's run and the last step's
         segment are kept at hand: a batch is mostly one process's spans of one step."""
         traces = self._traces
@@ -195,11 +192,7 @@ class RolledDirectoryExporter(SpanExporter):
         run: _Run | None = None
         segment: _Segment | None = None
         for s in spans:
-            if isinstance(s, FastSpan):
-                trace_id, name, attrs, resource = s.trace_id, s.name, s.attributes, s.recorder.resource
-            else:
-                ctx = s.context
-                trace_id, name, attrs, resource = ctx.trace_id if ctx else 0, s.name, s.attributes or {}, s.resource
+            trace_id, name, attrs, resource = s.trace_id, s.name, s.attributes, s.recorder.resource
             if name == sc.STEP_SUMMARY_SPAN:
                 groups.setdefault(_SUMMARY, []).append(s)
                 continue
@@ -247,14 +240,13 @@ class RolledDirectoryExporter(SpanExporter):
         write_all(self._fd(key.rel), data)
         key.written += len(data)
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         if self._closed:
             return SpanExportResult.FAILURE
-        items: Sequence[ReadableSpan | FastSpan] = spans  # the pipeline hands records too (``accepts_records``)
         try:
             with suppressed(), self._lock:  # no span for the writes, whatever file I/O instrumentation is on
                 now = time.time_ns()
-                for key, group in self._route(items, now).items():
+                for key, group in self._route(spans, now).items():
                     data, skipped = encode_request(group, "\n")
                     if skipped:
                         self.spans_unencodable += skipped

@@ -5,24 +5,23 @@ from __future__ import annotations
 
 from collections.abc import Sequence
 
-from opentelemetry.sdk.trace import ReadableSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+from opentelemetry.sdk.trace.export import SpanExportResult
 
+from ..core._door import RecordExporter
 from ..core._guard import internal_error
+from ..core._record import FastSpan
 from ._processor import suppressed
 
 
-class SendingExporter(SpanExporter):
+class SendingExporter(RecordExporter):
     """A span exporter that sends batches over the network. :meth:`export` runs the subclass's ``_export``
     with instrumentation suppressed (its own network calls make no spans) and never raises: an internal error
     is logged once and the batch reported FAILURE (counted by the export processor); after ``shutdown`` an
     export fails at once, and an error from a connection that shutdown closed is not reported."""
 
-    accepts_records = True
-    """Encodes the fast path's records directly (see ``export._pipeline``): no SDK span is built for it."""
     _shutdown = False
 
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         if self._shutdown:
             return SpanExportResult.FAILURE
         with suppressed():
@@ -33,7 +32,7 @@ class SendingExporter(SpanExporter):
                     internal_error(f"{type(self).__name__}.export")
                 return SpanExportResult.FAILURE
 
-    def _export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
+    def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         raise NotImplementedError
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:

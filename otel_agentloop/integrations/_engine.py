@@ -25,7 +25,7 @@ from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ..core._guard import internal_error, safe_str
-from ..core._record import FastSpan
+from ..core._record import span_ids
 
 __all__ = ["engine_attributes", "record_engine_output", "record_openai_response", "trace_headers"]
 
@@ -33,14 +33,10 @@ __all__ = ["engine_attributes", "record_engine_output", "record_openai_response"
 def trace_headers() -> dict[str, str]:
     """``{"traceparent": ...}`` (+ ``"tracestate"``) of the current span; ``{}`` outside any valid span."""
     try:
-        span = trace.get_current_span()
-        if type(span) is FastSpan:  # the fast path's turn: its fields, no SpanContext built (~2 us saved)
-            trace_id, span_id, flags, state = span.trace_id, span.span_id, span.flags, span.trace_state
-        else:
-            ctx = span.get_span_context()
-            if not ctx.is_valid:
-                return {}
-            trace_id, span_id, flags, state = ctx.trace_id, ctx.span_id, ctx.trace_flags, ctx.trace_state
+        ids = span_ids(trace.get_current_span())  # a record's from its fields (no SpanContext built)
+        if ids is None:
+            return {}
+        trace_id, span_id, flags, state = ids
         headers = {"traceparent": f"00-{trace_id:032x}-{span_id:016x}-{flags & 1:02x}"}
         if state:
             headers["tracestate"] = state.to_header()

@@ -8,13 +8,12 @@ from collections import OrderedDict
 from collections.abc import Iterable, Mapping
 from typing import Any
 
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Span, SpanProcessor
 from opentelemetry.trace import StatusCode
 
 from .. import semconv as sc
+from ..core._door import RecordProcessor
 from ..core._guard import after_fork_in_child, internal_error, warn_once
-from ..core._record import EndedSpan, FastSpan
+from ..core._record import FastSpan
 from ..semconv import StepKey, step_key
 from ._accumulate import PHASE_INDEX, StepRows
 from ._hooks import StepHooks
@@ -27,7 +26,7 @@ _ERROR = StatusCode.ERROR
 _MAX_RUNNING_ROOTS = 1 << 18
 
 
-class PhaseMetricsProcessor(SpanProcessor):
+class PhaseMetricsProcessor(RecordProcessor):
     """Accumulates, per step, each sample's phase time from finished spans; :meth:`collect` returns verl's dict.
 
     Add it to any SDK ``TracerProvider`` (``configure()`` does). It reads only span attributes written by this
@@ -53,8 +52,7 @@ class PhaseMetricsProcessor(SpanProcessor):
     through :class:`~._hooks.StepHooks` (:meth:`add_hooks`).
     """
 
-    accepts_records = True
-    """Takes the fast path's records as they are (``export._pipeline``)."""
+    reads_starts = True  # a sample's root span starts: its sample is running
 
     def __init__(self, *, max_steps: int = 16, max_samples_per_step: int = 1 << 20) -> None:
         if max_steps < 1:
@@ -95,9 +93,9 @@ class PhaseMetricsProcessor(SpanProcessor):
         self._last_rows: StepRows | None = None
 
     # -- SpanProcessor ---------------------------------------------------------------------------
-    def on_start(self, span: Span | FastSpan, parent_context: Context | None = None) -> None:
+    def record_start(self, span: FastSpan) -> None:
         try:
-            if (span.name if isinstance(span, FastSpan) else span._name) != _SAMPLE:
+            if span.name != _SAMPLE:
                 return
             attrs = span.attributes or {}
             index = attrs.get(_INDEX)
@@ -106,7 +104,6 @@ class PhaseMetricsProcessor(SpanProcessor):
             rollout = attrs.get(_ROLLOUT, -1)
             key = step_key(attrs)
             sample = (index, rollout if type(rollout) is int else -1)
-            ctx = span.get_span_context()
             with self._lock:
                 while len(self._running) > 4 * self.max_steps and key not in self._running:
                     del self._running[next(iter(self._running))]  # bound: steps never collected
@@ -116,7 +113,7 @@ class PhaseMetricsProcessor(SpanProcessor):
                 roots = self._roots
                 while len(roots) >= _MAX_RUNNING_ROOTS:  # bound: root spans that never end
                     self._sample_ended(*roots.pop(next(iter(roots))))
-                roots[ctx.span_id] = (key, sample)
+                roots[span.span_id] = (key, sample)
         except Exception:
             internal_error("PhaseMetricsProcessor.on_start")
 
@@ -132,42 +129,17 @@ class PhaseMetricsProcessor(SpanProcessor):
                 if not running:
                     del self._running[key]
 
-    def on_end(self, span: EndedSpan) -> None:
-        if type(span) is FastSpan:  # the fast path's record (from the export pipeline)
-            try:
-                self._ingest(
-                    span.name,
-                    span.attributes,
-                    span.start_ns,
-                    span.end_ns,
-                    span.trace_id,
-                    span.status.status_code is _ERROR,
-                    span.span_id,
-                )
-            except Exception:
-                internal_error("PhaseMetricsProcessor.on_end")
-            return
+    def record_end(self, span: FastSpan) -> None:
         try:
-            # ReadableSpan's public properties cost a Python call each (~0.2 us on a 2-core EPYC) and the public
-            # attribute view a call per lookup; read the span's own fields, falling back to the public API on
-            # any other SDK layout.
-            assert not isinstance(span, FastSpan)
-            try:
-                attrs = span._attributes._dict  # type: ignore[union-attr]
-                name, ctx, status = span._name, span._context, span._status
-                start, end = span._start_time, span._end_time
-            except AttributeError:
-                attrs = span.attributes or {}
-                name, ctx, start, end, status = span.name, span.context, span.start_time, span.end_time, span.status
-            if not attrs:
-                if name == _SAMPLE and self._roots and ctx is not None:
-                    with self._lock:
-                        started = self._roots.pop(ctx.span_id, None)
-                        if started is not None:
-                            self._sample_ended(*started)
-                return
-            trace_id, span_id = (ctx.trace_id, ctx.span_id) if ctx is not None else (0, 0)
-            self._ingest(name, attrs, start or 0, end or 0, trace_id, status.status_code is _ERROR, span_id)
+            self._ingest(
+                span.name,
+                span.attributes,
+                span.start_ns,
+                span.end_ns,
+                span.trace_id,
+                span.status.status_code is _ERROR,
+                span.span_id,
+            )
         except Exception:
             internal_error("PhaseMetricsProcessor.on_end")
 

@@ -193,14 +193,14 @@ class Handle:
         while it hands spans over, so none is counted twice or missed."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
         pipeline = self._pipeline
-        with pipeline.recorder.lock if pipeline is not None else contextlib.nullcontext():
+        with pipeline.lock if pipeline is not None else contextlib.nullcontext():
             for proc in self.export_processors:
                 for key, value in proc.stats.items():
                     out[key] += value
             if pipeline is not None:  # each exporter would have received these: counted once per exporter
                 exporters = len(self.export_processors)
-                out["pending"] += pipeline.recorder.waiting() * exporters
-                out["dropped"] += pipeline.recorder.dropped * exporters
+                out["pending"] += pipeline.waiting() * exporters
+                out["dropped"] += pipeline.dropped * exporters
         if self.keeper is not None:
             out.update(self.keeper.stats)
         if self.summaries is not None:

@@ -68,12 +68,8 @@ def _fast_path(provider: PipelineProvider, metrics: PhaseMetricsProcessor, limit
         limits=limits,
         sampler=provider.sampler,
         id_generator=provider.id_generator,
-        max_queue=8 * s.max_queue_size,
-        batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
+        queue=provider.pipeline,
     )
-    pipeline = RecordPipeline(recorder, s.schedule_delay_s)
-    provider.pipeline = pipeline
-    metrics.add_hooks(pipeline)  # first: a collect drains the pipeline before it reads
     _tracer.set_recorder(provider, recorder)
 
 
@@ -90,7 +86,15 @@ def _provider(
     selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
     recording = RecordingSampler(inner)  # the spans the metrics read are never dropped, only not exported
     effective: Sampler = BudgetSampler(recording, budget) if selective else recording
-    provider = PipelineProvider(resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True)
+    pipeline = RecordPipeline(
+        s.schedule_delay_s,
+        max_queue=8 * s.max_queue_size,
+        batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
+    )
+    provider = PipelineProvider(
+        pipeline, resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True
+    )
+    metrics.add_hooks(pipeline)  # first: a collect drains the pipeline before it reads
     if s.fast_path:
         _fast_path(provider, metrics, limits, s)
     provider.add_span_processor(metrics)

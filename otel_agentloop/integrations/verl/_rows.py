@@ -16,12 +16,11 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
-from opentelemetry.context import Context
-from opentelemetry.sdk.trace import Span, SpanProcessor
 
 from ... import semconv as sc
+from ...core._door import RecordProcessor
 from ...core._guard import internal_error, safe_str, warn_once
-from ...core._record import EndedSpan
+from ...core._record import FastSpan
 from ...metrics._accumulate import PHASE_INDEX, StepRows
 from ...metrics._table import PhaseTable, bound_tools
 
@@ -102,7 +101,7 @@ def read_identity(name: str, value: Any) -> int | None:
     return number
 
 
-class OpenSampleRows(SpanProcessor):
+class OpenSampleRows(RecordProcessor):
     """Phase totals of registered open samples (bounded: at most ``max_open`` at once). Thread-safe.
 
     Each open sample is one row of the metrics processor's own accumulator (:class:`StepRows`), so phase time
@@ -110,8 +109,6 @@ class OpenSampleRows(SpanProcessor):
     records as they are; ``drain`` (the provider's export pipeline's) runs before a sample's totals are read,
     so its spans that ended are in them.
     """
-
-    accepts_records = True
 
     def __init__(self, max_open: int = 1 << 16, drain: Callable[[], object] | None = None) -> None:
         self._open: dict[Key, StepRows] = {}
@@ -163,10 +160,7 @@ class OpenSampleRows(SpanProcessor):
             "tools": {name: [float(v) for v in calls] for name, calls in table.tools.items()},
         }
 
-    def on_start(self, span: Span, parent_context: Context | None = None) -> None:
-        return None
-
-    def on_end(self, span: EndedSpan) -> None:
+    def record_end(self, span: FastSpan) -> None:
         try:
             if not self._open:
                 return
@@ -185,12 +179,6 @@ class OpenSampleRows(SpanProcessor):
                     rows.add(_ROW, p, start, end, attrs, 0, False)
         except Exception:
             internal_error("verl.OpenSampleRows.on_end")
-
-    def shutdown(self) -> None:
-        return None
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
 
 
 def row_tags(
