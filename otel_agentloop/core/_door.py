@@ -25,10 +25,12 @@ from typing import Any, cast
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.context import Context
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind
 
 from ._errors import IDENTITY_KEYS
@@ -124,9 +126,14 @@ class _Origin:
     """The resource, scope and limits of records adapted from SDK spans (a record's ``recorder``)."""
 
     __slots__ = ("limits", "resource", "scope")
+    resource: Resource
+    scope: InstrumentationScope
+    limits: SpanLimits
 
     def __init__(self, resource: Any, scope: Any, limits: SpanLimits | None) -> None:
-        self.resource, self.scope, self.limits = resource, scope, limits
+        # As the span gave them (a ``ReadableSpan``-like object may lack any); an adapted record has ended, so
+        # nothing bounds it again with these limits, and the encoders take a missing resource or scope as empty.
+        self.resource, self.scope, self.limits = resource, scope, cast(SpanLimits, limits)
 
     def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None:
         return None  # an adapted record has ended already
