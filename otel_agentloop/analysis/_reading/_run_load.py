@@ -31,6 +31,8 @@ for its step summaries only, unless ``--step-pages`` asks for timeline pages."""
 
 @dataclass
 class Loaded:
+    """What a run's file or trace directory gave: its records and what they are enough for."""
+
     records: list[SpanRecord]
     spans_read: bool
     """Every span was read (not just the summaries): steps without a summary can be rebuilt, pages are cheap."""
