@@ -27,7 +27,8 @@ HANG_S, INTERVAL_S = 0.4, 0.1
 
 
 @pytest.fixture
-def live() -> Iterator[tuple[oal.Handle, InMemorySpanExporter, InMemoryMetricReader]]:
+def live(request: pytest.FixtureRequest) -> Iterator[tuple[oal.Handle, InMemorySpanExporter, InMemoryMetricReader]]:
+    """A handle with the watchdog and a metric reader; on the fast path unless parametrized ``False``."""
     exporter = InMemorySpanExporter()
     reader = InMemoryMetricReader()
     settings = WatchdogSettings(interval_s=INTERVAL_S, thresholds_s={"tool:hang": HANG_S, "tool:slow": HANG_S})
@@ -38,6 +39,7 @@ def live() -> Iterator[tuple[oal.Handle, InMemorySpanExporter, InMemoryMetricRea
         schedule_delay_s=0.05,
         watchdog=settings,
         metric_readers=[reader],
+        fast_path=getattr(request, "param", True),
     )
     yield handle, exporter, reader
     handle.shutdown(5)
@@ -457,6 +459,7 @@ def test_fork_child_starts_empty_with_a_running_thread(live) -> None:
         os.waitpid(pid, 0)
 
 
+@pytest.mark.parametrize("live", [True, False], indirect=True, ids=["fast_path", "sdk_path"])
 def test_library_histograms_have_low_cardinality_attributes_and_exemplars(live) -> None:
     handle, exporter, reader = live
     asyncio.run(_quick_step(1, n=3))

@@ -36,7 +36,7 @@ from opentelemetry.trace import Link, SpanKind
 from ._errors import IDENTITY_KEYS
 from ._finalize import finalize
 from ._guard import internal_error
-from ._record import UNSET, FastSpan
+from ._record import UNSET, FastSpan, Queued
 from ._values import frozen_attributes, timestamp_ns
 
 _NO_PROCESSOR = SpanProcessor()
@@ -138,7 +138,7 @@ class _Origin:
     def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None:
         return None  # an adapted record has ended already
 
-    def put(self, item: Any) -> None:
+    def put(self, item: Queued) -> None:
         return None
 
 
@@ -260,7 +260,7 @@ def _time(ts: Any, end: int | None) -> int:
     return ts if type(ts) is int else timestamp_ns(ts, end or 0)
 
 
-def admit(item: Any) -> FastSpan:
+def admit(item: FastSpan | ReadableSpan) -> FastSpan:
     """A queued span (a record, or an SDK span the library's provider made) as a record; a record that ended
     gets what is left of its limits applied (:func:`finalize`)."""
     if type(item) is FastSpan:
@@ -270,7 +270,7 @@ def admit(item: Any) -> FastSpan:
     return to_record(item)
 
 
-def sampled(item: Any) -> bool:
+def sampled(item: FastSpan | ReadableSpan) -> bool:
     """Whether a queued span (a record or an SDK span) is sampled for export."""
     if type(item) is FastSpan:
         return bool(item.flags & 1)

@@ -34,9 +34,9 @@ def finalize(span: FastSpan) -> None:
         span.bound_links()
 
 
-_clean: tuple[Any, int | None, int | None] = (None, None, None)
+_clean: tuple[object, int | None, int | None] = (None, None, None)
 """The last shared attribute dict :func:`finalize` found clean, with the count and length limits it was checked
-against."""
+against (the dict only compared by identity)."""
 
 
 def _too_long(attrs: Mapping[str, Any], length: int | None) -> bool:

@@ -26,10 +26,11 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
 
-from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry import trace
 
+from ..semconv import SAMPLE_SPAN
 from ._guard import internal_error
-from ._record import FastSpan, span_ids
+from ._record import span_ids
 from ._scope import OpenSpan, TrackedSample, span_of
 
 _GONE = object()
@@ -125,7 +126,7 @@ class InflightRegistry:
         self._lock = threading.Lock()
         self._samples: dict[int, TrackedSample] = {}  # by span id, in start order
         self._phases: dict[OpenSpan, None] = {}  # open phase spans, in start order
-        self._ended: deque[tuple[str | None, object]] = deque()  # (phase, ended span of either path)
+        self._ended: deque[tuple[str | None, trace.Span]] = deque()  # (phase, ended span of either path)
         self.durations: dict[tuple[str, str | None], deque[int]] = {}
         """Recent phase durations in ns per (phase, tool): bounded deques (``learn``)."""
         self.samples_evicted = 0
@@ -133,18 +134,16 @@ class InflightRegistry:
         self.ended_dropped = 0
 
     # -- fed by the span lifecycle (_context.sample, _phase) --------------------------------------
-    def sample_started(
-        self, span: FastSpan | SdkSpan, attrs: Mapping[str, Any], start_mono_ns: int
-    ) -> TrackedSample | None:
-        """Track the ``rl.sample`` root ``span`` that started with ``attrs`` at ``start_mono_ns``
-        (``time.monotonic_ns``); the record to hand to :meth:`phase_started` and :meth:`sample_ended`, or
-        ``None`` when the span is not recorded. Never raises."""
+    def sample_started(self, span: trace.Span, attrs: Mapping[str, Any], start_mono_ns: int) -> TrackedSample | None:
+        """Track the ``rl.sample`` root ``span`` (``_context`` starts it) that started with ``attrs`` at
+        ``start_mono_ns`` (``time.monotonic_ns``); the record to hand to :meth:`phase_started` and
+        :meth:`sample_ended`, or ``None`` when the span is not recorded. Never raises."""
         try:
             ids = span_ids(span) if span.is_recording() else None
             if ids is None:
                 return None
             sample = TrackedSample(
-                self, attrs, span.name, *ids[:3], getattr(span, "start_time", None) or 0, start_mono_ns
+                self, attrs, SAMPLE_SPAN, *ids[:3], getattr(span, "start_time", None) or 0, start_mono_ns
             )
             with self._lock:
                 samples = self._samples
@@ -160,7 +159,7 @@ class InflightRegistry:
             internal_error("InflightRegistry.sample_started")
             return None
 
-    def sample_ended(self, sample: TrackedSample, span: object) -> None:
+    def sample_ended(self, sample: TrackedSample, span: trace.Span) -> None:
         """``sample``'s root span has ended. Never raises."""
         try:
             if sample.tracked:
@@ -212,7 +211,7 @@ class InflightRegistry:
             window = self.durations.setdefault(key, deque(maxlen=self.window))
         return window
 
-    def queue_ended(self, phase: str | None, span: object) -> None:
+    def queue_ended(self, phase: str | None, span: trace.Span) -> None:
         """Hand an ended span (a phase span of ``phase``, or a sample's root span: ``None``) to :meth:`drain`,
         bounded."""
         if len(self._ended) < self.max_ended:
@@ -221,7 +220,7 @@ class InflightRegistry:
             self.ended_dropped += 1
 
     # -- reading (background thread, snapshot API) -----------------------------------------------
-    def drain(self) -> list[tuple[str | None, object]]:
+    def drain(self) -> list[tuple[str | None, trace.Span]]:
         """Take the ended spans queued so far: ``(phase, span)``, ``phase`` ``None`` for a sample's root."""
         ended = self._ended
         return [ended.popleft() for _ in range(len(ended))]

@@ -14,7 +14,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Mapping, Sequence
-from typing import Any
+from operator import attrgetter
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -29,6 +29,8 @@ from ._record import FastSpan
 from ._recorder import START, Recorder
 from ._scope import OpenSpan, TrackedSample
 from ._tracer import current_recorder
+
+_TIMES = attrgetter("_end_time", "_start_time")
 
 
 class SdkScope(OpenSpan):
@@ -63,8 +65,8 @@ class SdkScope(OpenSpan):
             registry.phase_ended(self)
 
     def duration_ns(self) -> int:
-        span: Any = self.span
-        return int(span._end_time - span._start_time)
+        end, start = _TIMES(self.span)  # the SDK span's own ints (its public times are optional)
+        return int(end - start)
 
 
 def open_span(

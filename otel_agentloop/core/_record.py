@@ -33,7 +33,7 @@ import traceback
 from collections import deque
 from collections.abc import Mapping
 from itertools import islice
-from typing import TYPE_CHECKING, Any, Protocol
+from typing import TYPE_CHECKING, Any, Protocol, TypeAlias, final
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -48,7 +48,7 @@ from ._values import bound_attributes, clean_value, frozen_attributes, safe_repr
 
 if TYPE_CHECKING:
     from opentelemetry.sdk.resources import Resource
-    from opentelemetry.sdk.trace import SpanLimits
+    from opentelemetry.sdk.trace import ReadableSpan, SpanLimits
     from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 
@@ -61,7 +61,12 @@ class Sink(Protocol):
 
     def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None: ...
 
-    def put(self, item: Any, /) -> None: ...
+    def put(self, item: Queued, /) -> None: ...
+
+
+Queued: TypeAlias = "FastSpan | ReadableSpan | tuple[object, FastSpan | ReadableSpan]"
+"""What the record queue holds (``export._pipeline.RecordPipeline``): an ended span (a record, or an SDK span the
+library's provider made), or ``(START, span)`` before a sample's root span (``core._recorder.START``)."""
 
 
 _logger = logging.getLogger("otel_agentloop")
@@ -73,6 +78,7 @@ UNSET = Status(StatusCode.UNSET)
 """A span's status until one is set (shared: a Status is immutable)."""
 
 
+@final
 class FastSpan(OpenSpan, trace.Span):
     """One span on the fast path (see the module docstring). Created and ended by ``_lifecycle`` only; the
     user may set attributes, events and status on it, and end it, through the ``Span`` API."""

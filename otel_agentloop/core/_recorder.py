@@ -16,7 +16,7 @@ from __future__ import annotations
 
 import time
 from collections.abc import Sequence
-from typing import Any, Protocol
+from typing import Protocol
 
 from opentelemetry.context import Context, get_current
 from opentelemetry.sdk.resources import Resource
@@ -31,7 +31,7 @@ from opentelemetry.util.types import AttributeValue
 from ._clock import monotonic_ns
 from ._errors import mark_error
 from ._guard import internal_error
-from ._record import FastSpan
+from ._record import FastSpan, Queued
 
 START = object()
 """Queued before a sample's root span, at its start: ``(START, span)`` (the metrics count running samples)."""
@@ -40,9 +40,9 @@ START = object()
 class RecordQueue(Protocol):
     """Where a recorder's records go (``export._pipeline.RecordPipeline``)."""
 
-    def put(self, item: Any) -> None: ...
+    def put(self, item: Queued) -> None: ...
 
-    def attach(self, recorder: Any) -> None: ...
+    def attach(self, recorder: Recorder) -> None: ...
 
 
 class Recorder:
@@ -166,7 +166,7 @@ class Recorder:
             registry.phase_ended(span)
         self.queue.put(span)  # its owner's method, called directly (a bound method kept here costs ~10 ns more)
 
-    def put(self, item: Any) -> None:
+    def put(self, item: Queued) -> None:
         """Queue ``item``: an ended span, or ``(START, span)`` before a sample's root span (the metrics count
         running samples). Never raises."""
         self.queue.put(item)

@@ -13,9 +13,10 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from contextvars import Token
-from typing import Any, Protocol
+from typing import Any, Protocol, cast
 
 from opentelemetry import context as otel_context
+from opentelemetry import trace
 from opentelemetry.context import Context
 
 from .. import semconv as sc
@@ -107,7 +108,7 @@ class PhaseRegistry(Protocol):
 
     def phase_ended(self, span: OpenSpan) -> None: ...
 
-    def sample_ended(self, sample: TrackedSample, span: object) -> None: ...
+    def sample_ended(self, sample: TrackedSample, span: trace.Span) -> None: ...
 
 
 class TrackedSample:
@@ -161,7 +162,8 @@ class TrackedSample:
         self.tracked = True
 
 
-def span_of(scope: OpenSpan) -> Any:
-    """The OpenTelemetry span of ``scope``: the fast path's span is its own scope, an SDK span is held by it."""
-    span = getattr(scope, "span", None)
-    return scope if span is None else span
+def span_of(scope: OpenSpan) -> trace.Span:
+    """The OpenTelemetry span of ``scope``: the fast path's span is its own scope (a ``FastSpan``, which has no
+    ``span``), an SDK span is held by it (``SdkScope.span``)."""
+    span: trace.Span | None = getattr(scope, "span", None)
+    return cast("trace.Span", scope) if span is None else span  # only a FastSpan has no ``span``

@@ -12,7 +12,7 @@ import os
 import socket
 import threading
 import weakref
-from typing import TYPE_CHECKING, Any, Literal, NamedTuple
+from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from opentelemetry.trace import Tracer, TracerProvider
 
@@ -99,6 +99,14 @@ class Saved(NamedTuple):
     worker: str
 
 
+class OpenHandle(Protocol):
+    """What core knows of a ``configure()`` handle (``setup.Handle``, a layer above): it shuts down. Its readers
+    up there take it as a ``Handle`` through one typed accessor each (``setup.current_handle``,
+    ``integrations.ray._common.worker_handle``)."""
+
+    def shutdown(self, timeout_s: float = ...) -> None: ...
+
+
 class ProcessState:
     """The per-process state (one instance, :data:`state`). Its parts are never replaced, only changed in
     place, so modules may keep a reference to a part (the hot path reads ``state.tracer`` through one)."""
@@ -110,8 +118,8 @@ class ProcessState:
         self.tracer = TracerState()
         self.content = ContentPolicy()
         self.defaults = Defaults()
-        self.handle: Any = None  # the Handle of the last configure() still in force (core knows no Handle type)
-        self.worker_handle: Any = None  # a Ray worker's own handle (integrations.ray)
+        self.handle: OpenHandle | None = None  # the Handle of the last configure() still in force
+        self.worker_handle: OpenHandle | None = None  # a Ray worker's own handle (integrations.ray)
         self.lock = threading.RLock()  # one configure()/shutdown() state change at a time
         after_fork_in_child(self.tracer, "after_fork")
         after_fork_in_child(self, "after_fork")

@@ -114,7 +114,7 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
         scope = self._scope = self._begin()
         if scope is None or scope.inner is None:
             return trace.INVALID_SPAN
-        return span_of(scope.inner)  # type: ignore[no-any-return]
+        return span_of(scope.inner)
 
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         scope, self._scope = self._scope, None

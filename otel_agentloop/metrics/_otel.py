@@ -23,7 +23,9 @@ from typing import TYPE_CHECKING, Any
 from opentelemetry import trace
 from opentelemetry.metrics import CallbackOptions, Histogram, Observation
 from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from .._version import __version__
@@ -32,8 +34,10 @@ from ..config._headers import grpc_metadata, http_headers
 from ..config._otlp import OtlpTarget
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
+from ..core._record import FastSpan
 
 if TYPE_CHECKING:  # the SDK's metrics are imported where a configure() uses them, not with the package
+    import requests
     from opentelemetry.sdk.metrics.export import MetricExporter, MetricReader
 
 DURATION_BUCKETS_S: Sequence[float] = (
@@ -83,7 +87,7 @@ def exporter_choice(endpoint: str | None) -> str:
     return "none"
 
 
-def grpc_compression(compression: str | None) -> Any:
+def grpc_compression(compression: str | None) -> Any:  # Any: grpc is untyped (its Compression too)
     """The ``grpc.Compression`` for a resolved target's ``compression`` (``config._otlp``; anything but ``gzip``
     and ``deflate`` is none): passed explicitly, as the SDK's gRPC exporters raise on ``deflate`` and ``none``."""
     from grpc import Compression  # type: ignore[import-untyped]
@@ -123,7 +127,7 @@ class _NoHeaders(tuple[tuple[str, str], ...]):
         return True
 
 
-def _session_without(names: frozenset[str]) -> Any:
+def _session_without(names: frozenset[str]) -> requests.Session:
     """A ``requests`` session that drops the headers ``names`` (the SDK's HTTP exporter always adds the
     environment's headers, unchecked: one that HTTP cannot carry fails every request)."""
     import requests
@@ -191,13 +195,20 @@ class LibraryMetrics:
         )
         self._last_counts: tuple[dict[str, int], float] = ({}, 0.0)
 
-    def record(self, phase: str | None, span: Any) -> None:
-        """Record one ended span: a phase span (``phase`` set) or an ``rl.sample`` root span (``None``)."""
+    def record(self, phase: str | None, span: trace.Span) -> None:
+        """Record one ended span (a record, or an SDK span with ``fast_path=False``): a phase span (``phase``
+        set) or an ``rl.sample`` root span (``None``)."""
         try:
-            try:
-                attrs, ctx, start, end = span._attributes._dict, span._context, span._start_time, span._end_time
-            except AttributeError:
-                attrs, ctx, start, end = span.attributes or {}, span.context, span.start_time, span.end_time
+            attrs: Mapping[str, AttributeValue]
+            start: int | None
+            end: int | None
+            if type(span) is FastSpan:
+                attrs, start, end = span.attributes, span.start_ns, span.end_ns
+            elif isinstance(span, ReadableSpan):
+                attrs, start, end = span.attributes or {}, span.start_time, span.end_time
+            else:
+                return  # not recorded: no times
+            ctx = span.get_span_context()
             instrument: Histogram | None
             if phase is None:
                 instrument, keys = self.sample, _SAMPLE_ATTRS
@@ -206,7 +217,7 @@ class LibraryMetrics:
                 keys = _PHASE_ATTRS
                 if instrument is None:
                     return
-            point: dict[str, Any] = {k: attrs[k] for k in keys if k in attrs}
+            point: dict[str, AttributeValue] = {k: attrs[k] for k in keys if k in attrs}
             if phase is not None:
                 point[sc.RL_PHASE] = phase
             context = trace.set_span_in_context(

@@ -202,6 +202,7 @@ class PhaseTable:
     def concat(cls, tables: Iterable[PhaseTable]) -> PhaseTable:
         """One table holding the rows and tool calls of all ``tables`` (e.g. one per Ray worker)."""
         parts = list(tables)
+        # Any: each field's array type follows its dtype name in _COLUMNS, a pairing no checker sees through **
         cols: dict[str, Any] = {}  # column name -> array, for the dataclass constructor
         for name, dtype in _COLUMNS:
             arrays = [getattr(t, name) for t in parts]

@@ -3,7 +3,7 @@ this process's handle."""
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, cast
 
 from ...core._state import state
 from ...setup import Handle, current_handle
@@ -24,5 +24,11 @@ def ray_module() -> Any:
 
 def own_handle() -> Handle | None:
     """This process's handle: the worker's own while it is open, else the current one."""
-    handle: Handle | None = state.worker_handle
+    handle = worker_handle()
     return handle if handle is not None and not handle.closed else current_handle()
+
+
+def worker_handle() -> Handle | None:
+    """This process's Ray-worker handle (``state.worker_handle``), typed: the one reader (core knows no ``Handle``;
+    only :func:`~otel_agentloop.integrations.ray.setup_worker` stores one)."""
+    return cast("Handle | None", state.worker_handle)

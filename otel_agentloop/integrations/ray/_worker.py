@@ -15,6 +15,7 @@ from ... import semconv as sc
 from ...core._guard import internal_error, logger
 from ...core._state import state
 from ...setup import Handle, configure, current_handle
+from ._common import worker_handle
 from ._handover import check_file_on_remote_node, job_run_identity, take_driver_settings
 
 _setup_lock = threading.Lock()
@@ -42,7 +43,7 @@ def setup_worker() -> Handle:
     ``ray.kill`` skips that, so :func:`traced_remote` also flushes at the end of each call.
     """
     with _setup_lock:
-        own: Handle | None = state.worker_handle
+        own = worker_handle()
         if own is not None and not own.closed:
             return own
         existing = current_handle()
