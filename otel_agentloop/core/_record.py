@@ -341,6 +341,12 @@ class FastSpan(OpenSpan, trace.Span):
     def duration_ns(self) -> int:
         return self.end_ns - self.start_ns
 
+    @property
+    def span(self) -> FastSpan:
+        """Itself: the fast path's span is its own scope (``core._scope.span_of``; an ``SdkScope`` holds its SDK
+        span as ``span``)."""
+        return self
+
     # -- the ReadableSpan-style read surface ------------------------------------------------------------------
     @property
     def context(self) -> SpanContext:

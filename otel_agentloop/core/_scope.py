@@ -13,7 +13,8 @@ from __future__ import annotations
 from collections import deque
 from collections.abc import Callable, Mapping
 from contextvars import Token
-from typing import Any, Protocol, cast
+from operator import attrgetter
+from typing import Any, Protocol
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -162,8 +163,6 @@ class TrackedSample:
         self.tracked = True
 
 
-def span_of(scope: OpenSpan) -> trace.Span:
-    """The OpenTelemetry span of ``scope``: the fast path's span is its own scope (a ``FastSpan``, which has no
-    ``span``), an SDK span is held by it (``SdkScope.span``)."""
-    span: trace.Span | None = getattr(scope, "span", None)
-    return cast("trace.Span", scope) if span is None else span  # only a FastSpan has no ``span``
+span_of: Callable[[OpenSpan], trace.Span] = attrgetter("span")
+"""The OpenTelemetry span of a scope: an SDK span is held by its scope (``SdkScope.span``), the fast path's span
+is its own scope (``FastSpan.span`` is itself). An ``attrgetter``: as cheap as one attribute read, and typed."""
