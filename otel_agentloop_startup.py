@@ -11,17 +11,19 @@ node. Nothing is imported until Ray is: a one-shot meta-path finder sees ``impor
 has run, instruments it (or at once, when Ray is already imported).
 
 Every other interpreter pays only the ``.pth`` line's scan of ``sys.argv``: this module is not imported.
-Opt out with ``OTEL_AGENTLOOP_STARTUP_HOOK`` set to one of :data:`OFF` (``false``, ``disable``, ``none``, ...;
-or ``OTEL_SDK_DISABLED=true``, or ``ray`` in ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``); :data:`ON` or unset
-leaves it on. Any other value turns it off too, with one line on stderr naming the variable and what it does
-(``config._environment`` declares the variable with this module's :func:`switch`). Never raises: a failure is
-one line on stderr.
+Opt out with ``OTEL_AGENTLOOP_STARTUP_HOOK`` set to one of ``otel_agentloop_switch.OFF`` (``false``,
+``disable``, ``none``, ...; or ``OTEL_SDK_DISABLED=true``, or ``ray`` in ``OTEL_PYTHON_DISABLED_INSTRUMENTATIONS``);
+``otel_agentloop_switch.ON`` or unset leaves it on. Any other value turns it off too, with one line on stderr
+naming the variable and what it does (``config._environment`` declares the variable with the same ``switch``,
+from the leaf module ``otel_agentloop_switch``). Never raises: a failure is one line on stderr.
 """
 
 from __future__ import annotations
 
 import os
 import sys
+
+from otel_agentloop_switch import OPT_OUT, reason, switch
 
 TYPE_CHECKING = False  # typing.TYPE_CHECKING without importing typing at startup
 
@@ -31,17 +33,8 @@ if TYPE_CHECKING:  # nothing more is imported at startup
     from types import ModuleType
     from typing import Any
 
-OPT_OUT = "OTEL_AGENTLOOP_STARTUP_HOOK"
-OFF = ("false", "0", "off", "no", "disable", "disabled", "none")
-"""What :data:`OPT_OUT` may say (any case, spaces around) to turn the startup hook off."""
-ON = ("true", "1", "on", "yes", "enable", "enabled")
-"""What :data:`OPT_OUT` may say to leave it on (as unset or empty does)."""
 TRUE = ("true", "1", "yes", "on")
 """``OTEL_SDK_DISABLED`` is true (as ``config._values.TRUE_TEXT`` reads it)."""
-WHAT = (
-    "the startup hook (it wraps ray.init in a driver whose command line names our Ray setup hook, "
-    "so that the driver's settings reach every Ray worker)"
-)
 HOOKS = (
     "worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker",
     "worker_process_setup_hook=otel_agentloop.integrations.ray.setup_worker",
@@ -53,21 +46,6 @@ The ``.pth`` line repeats them: keep both in step."""
 def wanted(argv: Sequence[str]) -> bool:
     """Whether a command line names our setup hook."""
     return any(a.endswith(HOOKS) for a in argv)
-
-
-def switch(raw: str | None) -> bool | None:
-    """Whether :data:`OPT_OUT`'s text ``raw`` leaves the startup hook on (unset or empty: on); ``None`` for a
-    value that is neither :data:`ON` nor :data:`OFF` (then the hook is off: the variable exists to turn it
-    off, so a user who set it to anything is not overruled)."""
-    text = (raw or "").strip().lower()
-    if not text or text in ON:
-        return True
-    return False if text in OFF else None
-
-
-def reason() -> str:
-    """Why an :data:`OPT_OUT` value is not recognised, and what it does (``config`` warns with it too)."""
-    return f"is not one of {', '.join(OFF)} (off) nor {', '.join(ON)} (on); it switches {WHAT}, now off"
 
 
 def _off() -> bool:

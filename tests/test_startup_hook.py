@@ -63,7 +63,7 @@ def _start(tmp_path: Path, *argv: str, env: dict[str, str] | None = None, code: 
 )
 def test_the_hook_flag_wraps_ray_init_once_ray_is_imported(tmp_path, flag):
     got = _probe(tmp_path, "trainer.n_gpus_per_node=0", flag)
-    assert got["before"] == ["otel_agentloop_startup"], got  # only the tiny module until Ray is imported
+    assert got["before"] == ["otel_agentloop_startup", "otel_agentloop_switch"], got  # the two tiny modules only
     assert got["wrapped"] and got["instrumented"] and got["name"] == "init", got
 
 
@@ -127,7 +127,7 @@ def test_an_unrecognised_value_turns_it_off_with_one_line_naming_the_variable_an
 
 def test_the_startup_words_are_the_declarations():
     """The declaration (``config._environment``) accepts exactly the words the startup hook reads."""
-    import otel_agentloop_startup as startup
+    import otel_agentloop_switch as startup
     from otel_agentloop.config._environment import LIBRARY_VARIABLES, STARTUP_VARIABLE
 
     (declared,) = LIBRARY_VARIABLES
@@ -188,7 +188,7 @@ def test_the_install_of_this_checkout_puts_the_pth_in_site_packages_and_startup_
         return json.loads(out.stdout)
 
     assert start("a=b") == []
-    assert start(FLAG) == ["otel_agentloop_startup"]
+    assert start(FLAG) == ["otel_agentloop_startup", "otel_agentloop_switch"]
 
 
 def test_with_opentelemetry_instrument_too_ray_init_is_wrapped_once():

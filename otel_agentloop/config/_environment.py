@@ -331,13 +331,13 @@ hand over (a driver left them at their defaults)."""
 
 STARTUP_VARIABLE = "OTEL_AGENTLOOP_STARTUP_HOOK"
 """Turns off the setup-hook flag as the one switch (``otel_agentloop_startup``, at interpreter start, reads it with
-the :func:`~otel_agentloop_startup.switch` the check here uses)."""
+the :func:`~otel_agentloop_switch.switch` the check here uses)."""
 
 
 def _startup_switch(raw: str) -> str:
     """As ``otel_agentloop_startup`` reads it: an unrecognised value turns the startup hook off."""
     try:
-        import otel_agentloop_startup as startup
+        import otel_agentloop_switch as startup
     except ImportError:  # the package shipped alone (Ray's ``py_modules``): no .pth runs, nothing to switch
         return raw
     if startup.switch(raw) is None:
