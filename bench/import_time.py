@@ -17,7 +17,8 @@ from pathlib import Path
 _PROBE = "import sys, otel_agentloop; print('numpy' in sys.modules)"
 
 
-def _run(tree: Path) -> tuple[float, bool]:
+def import_wall(tree: Path) -> tuple[float, bool]:
+    """One fresh interpreter importing the package of ``tree``: its wall time (s), and whether numpy came with it."""
     env = {**os.environ, "PYTHONPATH": str(tree)}
     t0 = time.perf_counter()
     cmd = [sys.executable, "-c", _PROBE]
@@ -32,12 +33,12 @@ def main() -> None:
     args = parser.parse_args()
     trees = [Path(__file__).resolve().parent.parent, *([args.vs.resolve()] if args.vs else [])]
     for tree in trees:
-        _run(tree)  # warm the file cache
+        import_wall(tree)  # warm the file cache
     walls: dict[Path, list[float]] = {tree: [] for tree in trees}
     numpy: dict[Path, bool] = {}
     for _ in range(args.n):
         for tree in trees:  # in turn: drift hits both alike
-            wall, numpy[tree] = _run(tree)
+            wall, numpy[tree] = import_wall(tree)
             walls[tree].append(wall)
     for tree in trees:
         median_ms = statistics.median(walls[tree]) * 1e3
