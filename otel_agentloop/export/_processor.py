@@ -37,7 +37,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
-from ..core._door import RecordProcessor, records_of, sampled, sender
+from ..core._door import RecordProcessor, records_of, sender
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._clean import repaired
@@ -142,7 +142,8 @@ class ExportProcessor(RecordProcessor):
         """On an SDK provider: ``span`` queued as it is when sampled, adapted later on the worker (not here, on
         the thread that ended it)."""
         try:
-            if not sampled(span):
+            ctx = span.context  # inline (not ``core._door.sampled``): the ending thread pays one call less
+            if ctx is None or not ctx.trace_flags.sampled:
                 return
         except Exception:
             internal_error(f"{type(self).__name__}.on_end")
