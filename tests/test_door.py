@@ -4,6 +4,8 @@ queue and the list of processors."""
 
 from __future__ import annotations
 
+import logging
+import threading
 from collections.abc import Sequence
 from pathlib import Path
 
@@ -12,6 +14,7 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor, SpanExporter, SpanExportResult
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
+from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
@@ -132,3 +135,60 @@ def test_our_exporter_on_a_users_provider_takes_sdk_spans(tmp_path: Path) -> Non
     (sdk_span,) = memory.get_finished_spans()
     assert path.read_text() == encode_spans([to_record(sdk_span)]) + "\n"
     assert '"timeUnixNano":"1"' in path.read_text()
+
+
+class _Unreadable(ReadableSpan):
+    """A sampled span (another SDK's, say) that cannot be read as a record."""
+
+    @property
+    def dropped_attributes(self) -> int:
+        raise RuntimeError("unreadable")
+
+
+def test_the_export_processor_on_a_users_provider_adapts_on_its_export_thread(
+    tmp_path: Path, monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture
+) -> None:
+    """``ExportProcessor`` on a plain SDK ``TracerProvider``: the thread that ends a span only queues it (sampled
+    ones); its export thread adapts the batch at the door and exports it, each span counted once; a span that
+    cannot be adapted is dropped, counted, logged once, and costs the others nothing."""
+    from otel_agentloop.core import _door
+    from otel_agentloop.export._file import OTLPJsonFileExporter
+    from otel_agentloop.export._otlp_json import encode_spans
+    from otel_agentloop.export._processor import ExportProcessor
+
+    adapted_on: list[str] = []
+
+    def spying(span: ReadableSpan) -> FastSpan:
+        adapted_on.append(threading.current_thread().name)
+        return to_record(span)
+
+    monkeypatch.setattr(_door, "to_record", spying)
+    path = tmp_path / "user.jsonl"
+    export = ExportProcessor(OTLPJsonFileExporter(path), schedule_delay_s=600, name="user-export")
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "mine"}))
+    provider.add_span_processor(export)
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    tracer = provider.get_tracer("mine")
+    with (
+        tracer.start_as_current_span("parent", attributes={"k": 1}),
+        tracer.start_as_current_span("child", kind=SpanKind.CLIENT) as child,
+    ):
+        child.add_event("e", {"a": "b"})
+    sampled = TraceFlags(TraceFlags.SAMPLED)
+    for span_id in (2, 3):
+        export.on_end(_Unreadable("broken", context=SpanContext(1, span_id, False, sampled)))
+    export.on_end(ReadableSpan("unsampled", context=SpanContext(1, 4, False)))  # not queued
+    assert adapted_on == []  # nothing adapted on the thread that ended the spans
+    with caplog.at_level(logging.WARNING, logger="otel_agentloop"):
+        assert export.force_flush(10_000)
+    assert set(adapted_on) == {"user-export"}
+    assert export.stats == {"queued": 4, "exported": 2, "dropped": 2, "failed": 0, "pending": 0}
+    errors = [r.getMessage() for r in caplog.records if "internal error" in r.getMessage()]
+    assert errors == [  # once for both
+        "otel_agentloop: internal error in ExportProcessor: adapting a span (suppressed; training continues)"
+    ]
+    provider.shutdown()
+    sdk_spans = memory.get_finished_spans()
+    assert [s.name for s in sdk_spans] == ["child", "parent"]
+    assert path.read_text() == encode_spans([to_record(s) for s in sdk_spans]) + "\n"  # the SDK spans, as given

@@ -278,6 +278,24 @@ def sampled(item: FastSpan | ReadableSpan) -> bool:
     return ctx is not None and ctx.trace_flags.sampled
 
 
+def records_of(batch: Sequence[FastSpan | ReadableSpan], where: str) -> tuple[list[FastSpan], int]:
+    """A batch of ended spans (records as they are, SDK spans a :class:`RecordProcessor` on an SDK provider
+    queued unadapted) as records, adapted here off the thread that ended them (:func:`to_record`); and how many
+    could not be adapted: those are left out, logged once per ``where`` (``internal_error``). Never raises."""
+    records: list[FastSpan] = []
+    failed = 0
+    for span in batch:
+        if type(span) is FastSpan:
+            records.append(span)
+            continue
+        try:
+            records.append(to_record(cast(ReadableSpan, span)))
+        except Exception:
+            failed += 1
+            internal_error(where)
+    return records, failed
+
+
 # -- record -> SDK span --------------------------------------------------------------------------------------------
 class _Materialised(SdkSpan):
     """The SDK's span class, built here rather than by a tracer (its constructor refuses the base class)."""

@@ -14,10 +14,12 @@ thread for the time left (an exporter whose ``shutdown()`` blocks is left behind
 counted as dropped). Text no encoder can take (lone surrogates) never costs a batch: our OTLP-JSON exporters
 repair it themselves and count a span they cannot encode at all in ``spans_unencodable``; any other exporter
 (the SDK's OTLP protobuf ones, the console) gets repaired copies of the spans that need it (U+FFFD, see
-``_clean``). Spans that cannot be encoded either way are counted as dropped.
+``_clean``). Spans that cannot be encoded either way, or adapted into records, are counted as dropped.
 
 It receives records (``core._door.RecordProcessor``) and hands them to a ``RecordExporter`` as they are, to any
-other exporter as SDK spans (``core._door.sender``).
+other exporter as SDK spans (``core._door.sender``). On an SDK provider (a user's own, the library's side tracers)
+``on_end`` queues the SDK span as it is: the worker adapts its batch into records (``core._door.records_of``),
+so the thread that ended the span pays one append, as with the SDK's own batch processor.
 """
 
 from __future__ import annotations
@@ -35,7 +37,7 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
-from ..core._door import RecordProcessor, sender
+from ..core._door import RecordProcessor, records_of, sender
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._clean import repaired
@@ -76,7 +78,7 @@ class ExportProcessor(RecordProcessor):
     """Queue sampled spans and export them in batches on a background thread.
 
     Counters (:attr:`stats`): ``queued``, ``exported``, ``dropped`` (queue full, after shutdown, left when a
-    shutdown timed out, or not encodable), ``failed`` (spans in batches the exporter reported as failed or
+    shutdown timed out, not adaptable or not encodable), ``failed`` (spans in batches the exporter reported as failed or
     raised on). Every queued span ends in exactly one of ``exported``, ``failed``, ``dropped`` or ``pending``.
     """
 
@@ -114,7 +116,7 @@ class ExportProcessor(RecordProcessor):
         self._shutdown = self._closing = closed
 
     def _init_state(self, start: bool = True) -> None:
-        self._queue: collections.deque[FastSpan] = collections.deque()
+        self._queue: collections.deque[FastSpan | ReadableSpan] = collections.deque()
         self._wake = threading.Event()
         self._idle = threading.Condition(threading.Lock())
         self._in_flight = 0
@@ -136,7 +138,19 @@ class ExportProcessor(RecordProcessor):
         if span.flags & 1:  # else recorded for metrics only (sampler's RECORD_ONLY)
             self.enqueue(span)
 
-    def enqueue(self, span: FastSpan) -> None:
+    def on_end(self, span: ReadableSpan) -> None:
+        """On an SDK provider: ``span`` queued as it is when sampled, adapted later on the worker (not here, on
+        the thread that ended it)."""
+        try:
+            ctx = span.context  # inline (not ``core._door.sampled``): the ending thread pays one call less
+            if ctx is None or not ctx.trace_flags.sampled:
+                return
+        except Exception:
+            internal_error(f"{type(self).__name__}.on_end")
+            return
+        self.enqueue(span)
+
+    def enqueue(self, span: FastSpan | ReadableSpan) -> None:
         """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
@@ -182,20 +196,21 @@ class ExportProcessor(RecordProcessor):
 
     def _drain(self, stop_early: bool) -> None:
         while self._queue:
-            batch: list[FastSpan] = []
+            batch: list[FastSpan | ReadableSpan] = []
             queue = self._queue
             with self._idle:  # a span moves from the queue to in flight, and later to a counter, in one step
                 while queue and len(batch) < self.max_export_batch_size:
                     batch.append(queue.popleft())
                 self._in_flight = len(batch)
             t0 = time.monotonic()
-            ok, lost = self._export(batch)
+            records, unadapted = records_of(batch, f"{type(self).__name__}: adapting a span")
+            ok, lost = self._export(records)
             self._last_export_s = took = time.monotonic() - t0
             self._healthy = ok and took < FAST_EXPORT_S
             with self._idle:
                 if self._abandoned:  # shutdown already counted this batch as dropped
                     return
-                self._settle(len(batch), ok, min(lost, len(batch)))
+                self._settle(len(batch), ok, min(lost + unadapted, len(batch)))
             if (
                 stop_early
                 and len(self._queue) < self.max_export_batch_size
@@ -204,8 +219,8 @@ class ExportProcessor(RecordProcessor):
                 return
 
     def _settle(self, size: int, ok: bool, lost: int) -> None:
-        """Count an exported batch of ``size`` spans, ``lost`` of them not encodable (the caller holds
-        ``_idle``)."""
+        """Count an exported batch of ``size`` spans, ``lost`` of them not adaptable or not encodable (the caller
+        holds ``_idle``)."""
         if lost:
             self._dropped += lost
         if ok:
