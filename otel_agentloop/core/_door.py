@@ -289,7 +289,7 @@ def records_of(batch: Sequence[FastSpan | ReadableSpan], where: str) -> tuple[li
             records.append(span)
             continue
         try:
-            records.append(to_record(cast(ReadableSpan, span)))
+            records.append(to_record(span))
         except Exception:
             failed += 1
             internal_error(where)
