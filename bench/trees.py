@@ -27,7 +27,7 @@ from import_time import import_wall
 HERE = Path(__file__).resolve().parents[1]
 _ROW = re.compile(r"^\| (?P<measure>[^|]+?) \| (?P<cells>.*) \|$")
 _NUMBER = re.compile(r"-?[\d,]*\.?\d+")
-_STEP = re.compile(r"(?:off (?P<off>[\d.]+) s)|(?:path (?P<path>\w+) \(ran: [^)]*\): (?P<wall>[\d.]+) s)")
+_STEP = re.compile(r"(?:steps: off (?P<off>[\d.]+) s)|(?:path (?P<path>\w+) \(ran: [^)]*\): (?P<wall>[\d.]+) s)")
 
 
 def _python(tree: Path) -> str:
@@ -99,19 +99,20 @@ def main() -> int:
     print(f"| wall, median of {args.imports} fresh interpreters | {b * 1e3:.0f} ms | {a * 1e3:.0f} ms | {a / b:.2f}x |")
     print(f"| numpy loaded | {numpy['base']} | {numpy['this']} | |")
 
-    rows: dict[str, list[dict[str, list[float]]]] = {n: [] for n in trees}
-    for _ in range(args.runs):
-        for n, t in trees.items():
-            rows[n].append(fast_path_rows(t, args.rounds))
-    base, this = _median_rows(rows["base"]), _median_rows(rows["this"])
-    print(f"\n`bench/fast_path.py --rounds {args.rounds} --step-pairs 0`, {args.runs} runs per tree in turn, median;")
-    print("cells: sync / async / generator.\n\n| measure | base | this | this / base |\n|---|---|---|---|")
-    for k, bv in base.items():
-        av = this.get(k)
-        if av is None or k.startswith("calls per round"):
-            continue
-        ratio = " / ".join(f"{x / y:.2f}x" if y else "-" for x, y in zip(av, bv, strict=True))
-        print(f"| {k} | {' / '.join(f'{x:g}' for x in bv)} | {' / '.join(f'{x:g}' for x in av)} | {ratio} |")
+    if args.runs:
+        rows: dict[str, list[dict[str, list[float]]]] = {n: [] for n in trees}
+        for _ in range(args.runs):
+            for n, t in trees.items():
+                rows[n].append(fast_path_rows(t, args.rounds))
+        base, this = _median_rows(rows["base"]), _median_rows(rows["this"])
+        print(f"\n`bench/fast_path.py --rounds {args.rounds} --step-pairs 0`, {args.runs} runs a tree in turn, median;")
+        print("cells: sync / async / generator.\n\n| measure | base | this | this / base |\n|---|---|---|---|")
+        for k, bv in base.items():
+            av = this.get(k)
+            if av is None or k.startswith("calls per round"):
+                continue
+            ratio = " / ".join(f"{x / y:.2f}x" if y else "-" for x, y in zip(av, bv, strict=True))
+            print(f"| {k} | {' / '.join(f'{x:g}' for x in bv)} | {' / '.join(f'{x:g}' for x in av)} | {ratio} |")
 
     if args.pairs:
         runs: dict[str, list[dict[str, float]]] = {n: [] for n in trees}
