@@ -37,8 +37,8 @@ from opentelemetry.sdk.trace import Span as SdkSpan
 
 from ..core._door import Foreign, RecordProcessor, admit, sampled
 from ..core._guard import after_fork_in_child, internal_error
-from ..core._record import FastSpan
-from ..core._recorder import START
+from ..core._record import FastSpan, Queued
+from ..core._recorder import START, Recorder
 from ..metrics._hooks import StepHooks
 from ..semconv import SAMPLE_SPAN
 
@@ -54,7 +54,7 @@ class RecordPipeline(StepHooks):
         self.batch = max(1, min(batch, max_queue))  # wake the thread at this many queued spans
         self.foreign = Foreign()
         self.processors: list[RecordProcessor] = []  # in the order added; the foreign ones behind one, at its place
-        self.recorders: list[Any] = []  # the fast path's (``core._recorder.Recorder``): told to keep start contexts
+        self.recorders: list[Recorder] = []  # the fast path's: told to keep start contexts
         self.closed = False
         self._stopping = False
         self._init_state()
@@ -62,7 +62,7 @@ class RecordPipeline(StepHooks):
 
     def _init_state(self) -> None:
         """An empty queue (a forked child exports none of its parent's spans), a fresh lock and thread."""
-        self.queue: deque[Any] = deque()
+        self.queue: deque[Queued] = deque()
         self.dropped = 0
         self.lock = threading.RLock()  # held by whoever drains the queue (the thread, a collect, an overflow)
         self._wake = threading.Event()
@@ -81,13 +81,13 @@ class RecordPipeline(StepHooks):
         for recorder in self.recorders:
             recorder.keep_context = True  # a foreign on_start reads the context a span started in (baggage)
 
-    def attach(self, recorder: Any) -> None:
+    def attach(self, recorder: Recorder) -> None:
         """``recorder`` queues its records here (``put``)."""
         self.recorders.append(recorder)
         recorder.keep_context = bool(self.foreign.processors)
 
     # -- the queue -------------------------------------------------------------------------------------
-    def put(self, item: Any) -> None:
+    def put(self, item: Queued) -> None:
         """Queue an ended span (a record or an SDK span) or a ``(START, span)`` pair. When full or closed it is
         lost: a sampled span is counted in :attr:`dropped`, a start marker never (it is not a span)."""
         queue = self.queue
@@ -106,15 +106,15 @@ class RecordPipeline(StepHooks):
         if len(queue) == self.batch:
             self._wake.set()
 
-    def _lost(self, item: Any) -> None:
-        if type(item) is not tuple and sampled(item):  # as an export processor counts it: sampled spans only
+    def _lost(self, item: Queued) -> None:
+        if _counted(item):
             self.dropped += 1
 
     def waiting(self) -> int:
         """The sampled spans queued here, not yet handed to the exporters (start markers are not spans). Exact
         while the caller holds :attr:`lock` and no other thread ends a span: a drained batch is handed over
         under that lock, so no span is between the queue and the exporters then."""
-        return sum(1 for item in list(self.queue) if type(item) is not tuple and sampled(item))
+        return sum(1 for item in list(self.queue) if _counted(item))
 
     # -- draining --------------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -133,7 +133,7 @@ class RecordPipeline(StepHooks):
             items = [queue.popleft() for _ in range(len(queue))]
             for item in items:
                 try:
-                    if type(item) is tuple:
+                    if isinstance(item, tuple):
                         self._started(admit(item[1]))
                     else:
                         self._ended(admit(item))
@@ -182,6 +182,12 @@ class RecordPipeline(StepHooks):
                 p.shutdown()
             except Exception:
                 internal_error(f"{type(p).__name__}.shutdown")
+
+
+def _counted(item: Queued) -> bool:
+    """Whether a queued item counts as a span, as an export processor counts them: a sampled span (a start
+    marker is not a span)."""
+    return not isinstance(item, tuple) and sampled(item)
 
 
 class _SdkDoor(SpanProcessor):
