@@ -9,6 +9,13 @@ venv=$cache/verl-venv
 stamp=$(cat "$0" "$repo/pyproject.toml" "$repo/constraints.txt" | cksum | cut -d' ' -f1)
 if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.stamp" 2>/dev/null)" = "$stamp" ]; then
   echo "verl venv: cached at $venv" >&2
+  # the stamp is the content, not the checkout: a venv built from another (maybe deleted) clone is pointed here
+  where=$(cd / && "$venv/bin/python" -c "import otel_agentloop, os; print(os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__))))" 2>/dev/null || true)
+  if [ "$where" != "$repo" ]; then
+    echo "verl venv: its editable install pointed at $repo (was ${where:-missing})" >&2
+    "$venv/bin/python" -m pip --disable-pip-version-check -q --cache-dir "$cache/pip" install --no-deps -e "$repo" >&2 \
+      || { echo "verl venv: FAILED to point it at $repo" >&2; exit 1; }
+  fi
   echo "$venv/bin/python"
   exit 0
 fi
