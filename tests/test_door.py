@@ -192,3 +192,55 @@ def test_the_export_processor_on_a_users_provider_adapts_on_its_export_thread(
     sdk_spans = memory.get_finished_spans()
     assert [s.name for s in sdk_spans] == ["child", "parent"]
     assert path.read_text() == encode_spans([to_record(s) for s in sdk_spans]) + "\n"  # the SDK spans, as given
+
+
+class _CountingEvent(threading.Event):
+    """The pipeline's wake-up, counting the wakes asked for."""
+
+    def __init__(self) -> None:
+        super().__init__()
+        self.sets = 0
+
+    def set(self) -> None:
+        self.sets += 1
+        super().set()
+
+
+def test_sdk_spans_wake_the_pipeline_at_a_batch_records_at_the_larger_one() -> None:
+    """An ended SDK span is heavy to keep (the garbage collector walks a dozen objects each): the pipeline's
+    thread is woken once ``sdk_batch`` of them are queued, not on its timer; the fast path's records wake it only
+    at ``batch``. Every span still reaches the processors."""
+    from otel_agentloop.export._pipeline import PipelineProvider, RecordPipeline
+
+    pipeline = RecordPipeline(interval_s=1.0, max_queue=10_000, batch=5_000, sdk_batch=64)
+    provider = PipelineProvider(pipeline, resource=Resource({"service.name": "wake"}), shutdown_on_exit=False)
+    ends: list[str] = []
+
+    class _Ends(RecordProcessor):
+        def record_end(self, span: FastSpan) -> None:
+            ends.append(span.name)
+
+    provider.add_span_processor(_Ends())
+    wake = pipeline._wake = _CountingEvent()
+    tracer = provider.get_tracer("wake")
+    other = TracerProvider(resource=Resource({"service.name": "elsewhere"})).get_tracer("wake")
+    try:
+        with pipeline.lock:  # the thread cannot drain meanwhile: the queue's length is ours to count
+            for i in range(63):
+                tracer.start_span(f"sdk {i}").end()
+            assert wake.sets == 0
+            tracer.start_span("sdk 63").end()
+            assert wake.sets == 1
+        provider.force_flush()
+        assert sorted(ends) == sorted(f"sdk {i}" for i in range(64))
+        with other.start_as_current_span("record") as span:
+            pass
+        record = to_record(span)
+        with pipeline.lock:
+            for _ in range(300):
+                pipeline.put(record)
+            assert wake.sets == 1  # records alone: 300 < batch
+        provider.force_flush()
+        assert ends.count("record") == 300
+    finally:
+        provider.shutdown()

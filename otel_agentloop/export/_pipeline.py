@@ -13,7 +13,9 @@ context the span started in, and what it changes (attributes, events, links, sta
 the record: the library's processors and every exporter see one span, as on the SDK path. An SDK span reaches
 them as it is, at its start and end, on the thread that made it (as the SDK's provider runs them).
 
-The queue is drained every ``interval_s`` or when it holds ``batch`` items; when it is full, the thread that
+The queue is drained every ``interval_s``, or when it holds ``batch`` items, or ``sdk_batch`` when an SDK span
+joins it (an ended SDK span holds a dozen objects the garbage collector walks, a record two: waiting for the
+timer, thousands of them would make every collection on the training thread slower); when it is full, the thread that
 ends a span drains it itself (``drain``: the metrics stay exact, the exporters' own bounded queues drop and
 count what they cannot take); after shutdown (``closed``) sampled spans are counted in ``dropped``, start
 markers never. Until the pipeline takes them, the queued sampled spans are ``pending`` (:meth:`waiting`).
@@ -45,13 +47,16 @@ from ..semconv import SAMPLE_SPAN
 
 class RecordPipeline(StepHooks):
     """Owns the record queue and drains it into the processors (see the module docstring). ``interval_s``: the
-    longest a span waits when fewer than ``batch`` are queued. As the metrics' hooks (``add_hooks``, first), it
-    drains before a step is read."""
+    longest a span waits when fewer than ``batch`` (``sdk_batch`` once an SDK span is queued) are queued. As the
+    metrics' hooks (``add_hooks``, first), it drains before a step is read."""
 
-    def __init__(self, interval_s: float = 1.0, max_queue: int = 2048, batch: int = 512) -> None:
+    def __init__(
+        self, interval_s: float = 1.0, max_queue: int = 2048, batch: int = 512, sdk_batch: int = 512
+    ) -> None:
         self.interval_s = max(0.01, min(interval_s, 1.0))
         self.max_queue = max_queue
         self.batch = max(1, min(batch, max_queue))  # wake the thread at this many queued spans
+        self.sdk_batch = max(1, min(sdk_batch, self.batch))  # ... or this many, when an SDK span joins them
         self.foreign = Foreign()
         self.processors: list[RecordProcessor] = []  # in the order added; the foreign ones behind one, at its place
         self.recorders: list[Recorder] = []  # the fast path's: told to keep start contexts
@@ -104,6 +109,12 @@ class RecordPipeline(StepHooks):
                 return
         queue.append(item)
         if len(queue) == self.batch:
+            self._wake.set()
+
+    def put_sdk(self, item: Queued) -> None:
+        """:meth:`put` for an SDK span (or its start marker): the thread is woken at ``sdk_batch`` queued items."""
+        self.put(item)
+        if len(self.queue) >= self.sdk_batch and not self._wake.is_set():
             self._wake.set()
 
     def _lost(self, item: Queued) -> None:
@@ -203,13 +214,13 @@ class _SdkDoor(SpanProcessor):
         if pipeline.foreign.processors:
             pipeline.foreign.sdk_start(span, parent_context)
         if span.name == SAMPLE_SPAN:
-            pipeline.put((START, span))
+            pipeline.put_sdk((START, span))
 
     def on_end(self, span: ReadableSpan) -> None:
         pipeline = self.pipeline
         if pipeline.foreign.processors:
             pipeline.foreign.sdk_end(span)
-        pipeline.put(span)
+        pipeline.put_sdk(span)
 
 
 class PipelineProvider(TracerProvider):

@@ -90,6 +90,7 @@ def _provider(
         s.schedule_delay_s,
         max_queue=8 * s.max_queue_size,
         batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
+        sdk_batch=s.max_export_batch_size,  # SDK spans are heavy to keep: woken as the SDK's batch processor
     )
     provider = PipelineProvider(
         pipeline, resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True
