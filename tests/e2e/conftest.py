@@ -12,7 +12,8 @@ from pathlib import Path
 import pytest
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import stack as stack_mod
+import stack_lib as stack_mod
+import stack_procs  # noqa: F401 - for the tests: from .conftest import stack_procs
 import stack_store  # noqa: F401 - for the tests: from .conftest import stack_store
 
 

@@ -26,7 +26,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 
-from .conftest import stack_mod, stack_store
+from .conftest import stack_mod, stack_procs, stack_store
 from .test_stack_lifecycle import SCRIPT, Cli
 
 pytestmark = pytest.mark.timeout(900)
@@ -357,7 +357,7 @@ def _free_base() -> int:
     for _ in range(50):
         base = stack_mod.free_port() // 1000 * 1000 % 60000 + 2000
         ports = [base + i for i in (1, 2, 3, 101, 102, 103)]
-        if not any(stack_mod.stack_procs.port_busy(p) for p in ports):
+        if not any(stack_procs.port_busy(p) for p in ports):
             return base
     pytest.fail("no free port range for OPENSEARCH_PORT_BASE")
 
@@ -396,5 +396,5 @@ def test_up_store_opensearch_status_and_down(jars: None, tmp_path: Path) -> None
     assert down.returncode == 0, down.stdout + down.stderr
     assert not cli.state_file.exists()
     ports = [base + i for i in (1, 2, 3, 101, 102, 103)]
-    assert not any(stack_mod.stack_procs.port_busy(p) for p in ports)
+    assert not any(stack_procs.port_busy(p) for p in ports)
     assert run("status").returncode == 1

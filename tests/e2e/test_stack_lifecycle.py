@@ -20,11 +20,10 @@ from pathlib import Path
 
 import pytest
 
-from .conftest import stack_mod
+from .conftest import stack_mod, stack_procs
 
-stack_procs = stack_mod.stack_procs
 Identity = stack_procs.Identity
-SCRIPT = Path(stack_mod.__file__).resolve()
+SCRIPT = Path(stack_mod.__file__).resolve().with_name("stack.py")  # `make up`'s command line
 OUR_VARS = ("OTEL_", "OTELCOL_", "JAEGER_", "GATEWAY_")
 
 

@@ -25,7 +25,7 @@ from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics import SpanRecord
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
-import stack as stack_mod
+import stack_lib as stack_mod
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
