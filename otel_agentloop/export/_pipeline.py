@@ -50,9 +50,7 @@ class RecordPipeline(StepHooks):
     longest a span waits when fewer than ``batch`` (``sdk_batch`` once an SDK span is queued) are queued. As the
     metrics' hooks (``add_hooks``, first), it drains before a step is read."""
 
-    def __init__(
-        self, interval_s: float = 1.0, max_queue: int = 2048, batch: int = 512, sdk_batch: int = 512
-    ) -> None:
+    def __init__(self, interval_s: float = 1.0, max_queue: int = 2048, batch: int = 512, sdk_batch: int = 512) -> None:
         self.interval_s = max(0.01, min(interval_s, 1.0))
         self.max_queue = max_queue
         self.batch = max(1, min(batch, max_queue))  # wake the thread at this many queued spans
