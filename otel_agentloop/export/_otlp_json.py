@@ -21,7 +21,7 @@ from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
-from opentelemetry.trace import Status, StatusCode
+from opentelemetry.trace import StatusCode
 
 from ..core._guard import internal_error
 from ..core._record import FastSpan
@@ -112,28 +112,6 @@ def _attrs(attrs: Mapping[str, Any] | None) -> str:
     return "[" + ",".join(parts) + "]"
 
 
-def _span(f: FastSpan) -> str:
-    """One record as OTLP-JSON, from its fields."""
-    return _span_json(
-        f.trace_id,
-        f.span_id,
-        f.trace_state,
-        f.parent_id or None,
-        f.parent_remote,
-        f.name,
-        f.kind_value,
-        f.start_ns,
-        f.end_ns,
-        f.attributes,
-        f.dropped_attributes,
-        _record_events(f.events) if f.events else "",
-        f.dropped_events,
-        _links(f.links) if f.links else "",
-        f.dropped_links,
-        f.status,
-    )
-
-
 def _dropped(count: int) -> str:
     """The ``droppedAttributesCount`` member (``""`` when none were dropped, as protobuf leaves out a 0)."""
     return f',"droppedAttributesCount":{count}' if count else ""
@@ -175,48 +153,32 @@ def _trace_state(state: Any) -> str:
     return f'"traceState":{_quote(text)},' if text else ""
 
 
-def _span_json(
-    trace_id: int | None,
-    span_id: int,
-    trace_state: Any,
-    parent_id: int | None,
-    parent_remote: bool,
-    name: str,
-    kind: int,
-    start: int | None,
-    end: int | None,
-    attributes: Mapping[str, Any] | None,
-    dropped_attributes: int,
-    events: str,
-    dropped_events: int,
-    links: str,
-    dropped_links: int,
-    status: Status,
-) -> str:
-    """Every field the protobuf encoder writes (:mod:`._otlp_proto`), in field-number order as protobuf's JSON
-    writes them. ``events`` and ``links``: their JSON members (``,"events":[...]``), or ``""``. ``trace_id``
-    ``None``: a span without a context (no ids)."""
-    out = f'{{"traceId":"{trace_id:032x}","spanId":"{span_id:016x}",' if trace_id is not None else "{"
-    out += _trace_state(trace_state)
-    if parent_id is not None:
-        out += f'"parentSpanId":"{parent_id:016x}",'
+def _span(f: FastSpan) -> str:
+    """One record as OTLP-JSON: every field the protobuf encoder writes (:mod:`._otlp_proto`), in field-number
+    order as protobuf's JSON writes them."""
+    out = f'{{"traceId":"{f.trace_id:032x}","spanId":"{f.span_id:016x}",' + _trace_state(f.trace_state)
+    if f.parent_id:
+        out += f'"parentSpanId":"{f.parent_id:016x}",'
     # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
     out += (
-        f'"name":{_quote(name)},"kind":{kind + 1},"startTimeUnixNano":"{start or 0}",'
-        f'"endTimeUnixNano":"{end or 0}","attributes":{_attrs(attributes)}{_dropped(dropped_attributes)}'
+        f'"name":{_quote(f.name)},"kind":{f.kind_value + 1},"startTimeUnixNano":"{f.start_ns or 0}",'
+        f'"endTimeUnixNano":"{f.end_ns or 0}","attributes":{_attrs(f.attributes)}{_dropped(f.dropped_attributes)}'
     )
-    out += events
-    if dropped_events:
-        out += f',"droppedEventsCount":{dropped_events}'
-    out += links
-    if dropped_links:
-        out += f',"droppedLinksCount":{dropped_links}'
+    if f.events:
+        out += _record_events(f.events)
+    if f.dropped_events:
+        out += f',"droppedEventsCount":{f.dropped_events}'
+    if f.links:
+        out += _links(f.links)
+    if f.dropped_links:
+        out += f',"droppedLinksCount":{f.dropped_links}'
+    status = f.status
     code, description = _STATUS[status.status_code], status.description
     if description:
         out += f',"status":{{"message":{_quote(description)},"code":{code}}}'
     else:
         out += f',"status":{{"code":{code}}}'
-    return out + f',"flags":{_flags(parent_remote)}}}'
+    return out + f',"flags":{_flags(f.parent_remote)}}}'
 
 
 def _scope_json(scope: Any, spans: list[str]) -> str:

@@ -149,63 +149,7 @@ def _raw(attributes: Any) -> Mapping[str, Any] | None:
     return inner if inner is not None else attributes
 
 
-# -- spans (trace.proto Span: 1 trace_id, 2 span_id, 3 trace_state, 4 parent_span_id, 5 name, 6 kind, 7 start,
-# 8 end, 9 attributes, 10 dropped_attributes_count, 11 events, 12 dropped_events_count, 13 links,
-# 14 dropped_links_count, 15 status, 16 flags) --------------------------------------------------------------
-def _span(
-    trace_id: int,
-    span_id: int,
-    trace_state: Any,
-    parent_id: int | None,
-    parent_remote: bool,
-    name: str,
-    kind: int,
-    start: int | None,
-    end: int | None,
-    attributes: Mapping[str, Any] | None,
-    dropped_attributes: int,
-    events: bytes,
-    dropped_events: int,
-    links: bytes,
-    dropped_links: int,
-    code: int,
-    description: str | None,
-) -> bytes:
-    """One ``Span`` message body. ``kind``: the OTLP enum (INTERNAL is 1); ``events``/``links``: their encoded
-    fields; ``code``: the OTLP status code."""
-    out = [b"\x0a\x10", trace_id.to_bytes(16, "big"), b"\x12\x08", span_id.to_bytes(8, "big")]
-    if trace_state:
-        state = _utf8(",".join(f"{k}={v}" for k, v in trace_state.items()))
-        if state:
-            out.append(_field(b"\x1a", state))
-    if parent_id is not None:
-        out += (b"\x22\x08", parent_id.to_bytes(8, "big"))
-    if name:
-        out.append(_field(b"\x2a", _utf8(name)))
-    if kind:
-        out += (b"\x30", _varint(kind))
-    if start:
-        out += (b"\x39", _fixed64(start))
-    if end:
-        out += (b"\x41", _fixed64(end))
-    if attributes:
-        out.append(_key_values(attributes, b"\x4a"))
-    if dropped_attributes:
-        out += (b"\x50", _varint(dropped_attributes))
-    out.append(events)
-    if dropped_events:
-        out += (b"\x60", _varint(dropped_events))
-    out.append(links)
-    if dropped_links:
-        out += (b"\x70", _varint(dropped_links))
-    status = _field(b"\x12", _utf8(description)) if description else b""
-    if code:
-        status += b"\x18" + _varint(code)
-    out += (b"\x7a", _varint(len(status)), status)
-    out += (b"\x85\x01", _fixed32(_HAS_IS_REMOTE | _IS_REMOTE if parent_remote else _HAS_IS_REMOTE))
-    return b"".join(out)
-
-
+# -- spans: events, links, the span ----------------------------------------------------------------------------
 def _event(name: str, attributes: Mapping[str, Any] | None, ts: int, dropped: int) -> bytes:
     """One ``events`` field (Event: 1 time, 2 name, 3 attributes, 4 dropped_attributes_count)."""
     body = b"\x09" + _fixed64(ts) if ts else b""
@@ -233,29 +177,45 @@ def _links(links: Sequence[Any]) -> bytes:
     return b"".join(parts)
 
 
+# trace.proto Span: 1 trace_id, 2 span_id, 3 trace_state, 4 parent_span_id, 5 name, 6 kind, 7 start,
+# 8 end, 9 attributes, 10 dropped_attributes_count, 11 events, 12 dropped_events_count, 13 links,
+# 14 dropped_links_count, 15 status, 16 flags.
 def _record(f: FastSpan) -> bytes:
-    """A record, from its fields (its values were bounded when written, or by the SDK)."""
+    """One ``Span`` message body, from a record's fields (its values were bounded when written, or by the SDK)."""
+    out = [b"\x0a\x10", f.trace_id.to_bytes(16, "big"), b"\x12\x08", f.span_id.to_bytes(8, "big")]
+    if f.trace_state:
+        state = _utf8(",".join(f"{k}={v}" for k, v in f.trace_state.items()))
+        if state:
+            out.append(_field(b"\x1a", state))
+    if f.parent_id:
+        out += (b"\x22\x08", f.parent_id.to_bytes(8, "big"))
+    if f.name:
+        out.append(_field(b"\x2a", _utf8(f.name)))
+    out += (b"\x30", _varint(f.kind_value + 1))  # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
+    if f.start_ns:
+        out += (b"\x39", _fixed64(f.start_ns))
+    if f.end_ns:
+        out += (b"\x41", _fixed64(f.end_ns))
+    if f.attributes:
+        out.append(_key_values(f.attributes, b"\x4a"))
+    if f.dropped_attributes:
+        out += (b"\x50", _varint(f.dropped_attributes))
+    if f.events:
+        out += [_event(name, attrs, ts, dropped) for name, attrs, ts, dropped in f.events]
+    if f.dropped_events:
+        out += (b"\x60", _varint(f.dropped_events))
+    if f.links:
+        out.append(_links(f.links))
+    if f.dropped_links:
+        out += (b"\x70", _varint(f.dropped_links))
     status = f.status
-    events = f.events
-    return _span(
-        f.trace_id,
-        f.span_id,
-        f.trace_state,
-        f.parent_id or None,
-        f.parent_remote,
-        f.name,
-        f.kind_value + 1,  # SDK SpanKind INTERNAL=0 ...; OTLP SPAN_KIND_INTERNAL=1 ...
-        f.start_ns,
-        f.end_ns,
-        f.attributes,
-        f.dropped_attributes,
-        b"".join([_event(name, attrs, ts, dropped) for name, attrs, ts, dropped in events]) if events else b"",
-        f.dropped_events,
-        _links(f.links) if f.links else b"",
-        f.dropped_links,
-        _CODES[status.status_code],
-        status.description,
-    )
+    code, description = _CODES[status.status_code], status.description
+    body = _field(b"\x12", _utf8(description)) if description else b""
+    if code:
+        body += b"\x18" + _varint(code)
+    out += (b"\x7a", _varint(len(body)), body)
+    out += (b"\x85\x01", _fixed32(_HAS_IS_REMOTE | _IS_REMOTE if f.parent_remote else _HAS_IS_REMOTE))
+    return b"".join(out)
 
 
 # -- the request (ExportTraceServiceRequest 1 resource_spans; ResourceSpans 1 resource, 2 scope_spans,
