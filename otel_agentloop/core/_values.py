@@ -20,8 +20,11 @@ from ._guard import internal_error, safe_str, warn_once
 
 INT64_MIN, INT64_MAX = -(1 << 63), (1 << 63) - 1
 UINT64_MAX = (1 << 64) - 1
-MAX_DEPTH = 32
-"""Nesting deeper than this (sequences and mappings in one another) is not followed: the value becomes text."""
+MAX_DEPTH = 64
+"""Nesting deeper than this (sequences and mappings in one another) is not followed: the value becomes text. The
+SDK (1.45) follows any depth until Python's recursion limit (then raises from the user's call); 64 keeps every
+value a program really writes (a list 40 deep: nested arrays on both paths) and the encoders' recursion bounded.
+``analysis._reading._decode.MAX_VALUE_DEPTH`` reads this depth back."""
 PLAIN = (str, bool, int, float)
 
 

@@ -9,7 +9,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..core._door import RecordExporter
-from ..core._guard import after_fork_in_child, internal_error
+from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._processor import suppressed
@@ -28,6 +28,25 @@ def write_all(fd: int, data: bytes) -> None:
     view = memoryview(data)
     while view:
         view = view[os.write(fd, view) :]
+
+
+def say_unwritable(path: str, exc: OSError, *, folder: bool) -> None:
+    """One warning line, once per path and reason, for traces that cannot be written at ``path`` (the file or
+    folder ``file=`` names): the path, why, and what to do. No traceback: the cause is the user's setting (a
+    read-only folder, a path that is one of their files, a full disk), not our bug."""
+    target = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else path
+    reason = exc.strerror or type(exc).__name__
+    if folder and os.path.lexists(path) and not os.path.isdir(path):
+        reason += f" ({path} is a file, not a folder)"
+    what = "a folder" if folder else "a file"
+    warn_once(
+        f"unwritable:{path}:{exc.errno}",
+        "otel_agentloop: cannot write traces to %s: %s; spans are not saved (counted as failed): point file= or "
+        "OTEL_AGENTLOOP_FILE at %s you can write (training continues)",
+        target,
+        reason,
+        what,
+    )
 
 
 class OTLPJsonFileExporter(RecordExporter):
@@ -66,6 +85,9 @@ class OTLPJsonFileExporter(RecordExporter):
                     self._fd = open_append(self.path)
                 write_all(self._fd, data)
             return SpanExportResult.SUCCESS
+        except OSError as exc:
+            say_unwritable(self.path, exc, folder=False)
+            return SpanExportResult.FAILURE
         except Exception:
             internal_error("OTLPJsonFileExporter.export")
             return SpanExportResult.FAILURE

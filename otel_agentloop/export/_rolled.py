@@ -34,7 +34,7 @@ from ..core._door import RecordExporter
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
-from ._file import OTLPJsonFileExporter, open_append, write_all
+from ._file import OTLPJsonFileExporter, open_append, say_unwritable, write_all
 from ._otlp_json import encode_request
 from ._processor import suppressed
 
@@ -254,6 +254,9 @@ class RolledDirectoryExporter(RecordExporter):
                             continue
                     self._write(key, data, now)
             return SpanExportResult.SUCCESS
+        except OSError as exc:
+            say_unwritable(self.path, exc, folder=True)
+            return SpanExportResult.FAILURE
         except Exception:
             internal_error("RolledDirectoryExporter.export")
             return SpanExportResult.FAILURE

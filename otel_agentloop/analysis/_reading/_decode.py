@@ -24,12 +24,19 @@ from ...metrics._records import SpanRecord
 _INT64 = 1 << 63
 _DECIMAL = re.compile(r"-?[0-9]{1,20}")
 _HEX = re.compile(r"[0-9a-fA-F]+")
-MAX_VALUE_DEPTH = 16
-"""How deeply ``arrayValue``/``kvlistValue`` may nest in one attribute value (OTLP allows any depth)."""
+MAX_VALUE_DEPTH = 64
+"""How deeply ``arrayValue``/``kvlistValue`` are read in one attribute value (OTLP allows any depth): as deep as
+the library writes (``core._values.MAX_DEPTH``). A value nested deeper (the SDK path writes any depth) keeps its
+span: the attribute reads as :data:`TOO_DEEP`."""
+TOO_DEEP = f"<nested deeper than {MAX_VALUE_DEPTH} levels: not read>"
 
 
 class BadRecordError(ValueError):
     """A stored record that cannot be read; the message says why."""
+
+
+class _TooDeepError(BadRecordError):
+    """An attribute value nests deeper than :data:`MAX_VALUE_DEPTH` (its attribute reads as :data:`TOO_DEEP`)."""
 
 
 @dataclass
@@ -129,7 +136,7 @@ def _double(raw: Any, what: str) -> float:
 def _value(raw: Any, what: str, depth: int = 0) -> Any:
     """One ``AnyValue``; an unknown or empty one is ``None``. Nesting is bounded by :data:`MAX_VALUE_DEPTH`."""
     if depth > MAX_VALUE_DEPTH:
-        raise BadRecordError(f"{what} nests deeper than {MAX_VALUE_DEPTH}")
+        raise _TooDeepError(f"{what} nests deeper than {MAX_VALUE_DEPTH}")
     v = _mapping(raw, what)
     if "stringValue" in v:
         return _str(v["stringValue"], what)
@@ -176,7 +183,12 @@ def _key_value(raw: Any, what: str, depth: int = 0) -> tuple[str, Any]:
                 return key, value["doubleValue"]
         elif "boolValue" in value and type(value["boolValue"]) is bool:
             return key, value["boolValue"]
-    decoded = _value(value, f"attribute {key[:40]!r}", depth)
+    try:
+        decoded = _value(value, f"attribute {key[:40]!r}", depth)
+    except _TooDeepError:
+        if depth:
+            raise
+        return key, TOO_DEEP  # the attribute, not its span: the span's phase time still counts
     if key in LABELS and isinstance(decoded, (dict, tuple)):
         return key, _label(decoded)
     return key, decoded
