@@ -12,8 +12,6 @@ import sys
 import textwrap
 from pathlib import Path
 
-import pytest
-
 DRIVER = textwrap.dedent(
     """
     import asyncio, sys
@@ -62,7 +60,7 @@ def _drive(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
         capture_output=True,
         text=True,
         timeout=120,
-        preexec_fn=_without_override if root else None,  # noqa: PLW1509  # nothing but prctl before exec
+        preexec_fn=_without_override if root else None,  # nothing but prctl before exec
     )
 
 
@@ -75,8 +73,6 @@ def _one_plain_line(proc: subprocess.CompletedProcess[str], path: Path) -> str:
     assert "Traceback" not in proc.stderr and "internal error" not in line, proc.stderr
     assert str(path) in line and "OTEL_AGENTLOOP_FILE" in line and "file=" in line, line
     return line
-
-
 
 
 def test_a_folder_path_that_is_one_of_the_users_files_is_one_plain_line(tmp_path: Path) -> None:

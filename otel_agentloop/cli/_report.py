@@ -14,6 +14,7 @@ from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_
 from ..analysis._reading._step_view import is_snapshot
 from ..analysis._reading._store import StoreError, is_store, read_steps
 from ..analysis._reading._stored_step import StepAnswer, from_summary
+from ..analysis._reading._summary_check import checked, skipped_line
 from ..analysis._reading._text import printable
 from ..analysis._rendering._terminal import say
 from ..metrics._records import SpanRecord
@@ -80,6 +81,10 @@ def _read(
         raise CliError(jaeger_error_line(exc, args.jaeger)) from None
     if skipped.count:
         say(f"report: {printable(skipped.summary(source), max_chars=400)}", err=True)
+    bad = Skipped()
+    everything = checked(everything, bad)  # a step summary that cannot be read is no step and verdicts nothing
+    if bad.count:
+        say(f"report: {printable(skipped_line(bad, source), max_chars=600)}", err=True)
     return everything, indexed
 
 

@@ -17,8 +17,8 @@ from collections.abc import Sequence
 from .. import semconv as sc
 from ..analysis._reading._decode import Skipped, read_jsonl
 from ..analysis._reading._jaeger import JaegerError
-from ..analysis._reading._run_load import Loaded, load, run_steps
-from ..analysis._reading._runs import Run, RunNotFoundError, RunSteps, StepKey, group_runs, select_run
+from ..analysis._reading._run_load import Loaded, index_runs, load, run_steps, store_run_steps, unsummarized
+from ..analysis._reading._runs import Run, RunNotFoundError, RunSteps, StepKey, group_runs, select_run, steps_text
 from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_error_line, runs_text
 from ..analysis._reading._store import StoreError, is_store, read_steps
 from ..analysis._reading._text import printable
@@ -74,35 +74,12 @@ def _nothing(what: str, source: str, jaeger: JaegerSource | None, records: Seque
 def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
     source = args.file if jaeger is None else jaeger.label
     if args.runs:
-        loaded = load(args, jaeger, _warn)
-        runs = group_runs(loaded.records)
-        loaded.add_attempts(runs)
-        if not runs:
-            raise NothingFoundError(_nothing("no spans", source, jaeger, loaded.records))
-        say(format_table(runs_table(runs)))
-        if loaded.unlisted:
-            _warn(
-                f"runs {', '.join(printable(r, 80) for r in loaded.unlisted[:8])} in the index wrote no step "
-                "summaries and are not listed; report --step N --run-id ID reads them"
-            )
-        elif not loaded.spans_read and loaded.unlisted is None:
-            _warn(
-                f"{loaded.notes[0]}: runs that wrote no step summaries (older traces) are not listed; "
-                "report --step N --run-id ID still reads them"
-            )
-        return 0
+        return _runs(args, jaeger, source)
     if args.html and not os.path.isdir(os.path.dirname(args.html) or "."):
         say(f"report: cannot write --html {printable(args.html)}: no such folder", err=True)
         return 1
-    loaded = load(args, jaeger, _warn)
-    try:
-        steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
-    except RunNotFoundError:
-        if loaded.spans_read:
-            raise
-        loaded = load(args, jaeger, _warn, full=True)  # a run that wrote no summaries: read its spans
-        steps = run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
-    if steps is None or not steps.summaries:
+    loaded, steps = _steps(args, jaeger)
+    if steps is None or not (steps.summaries or steps.unsummarized):
         raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records))
     loaded.add_attempts([steps.run])
     notes = loaded.notes + steps.notes
@@ -114,13 +91,73 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
             "attempts": steps.run.attempts,
             "steps": [json.loads(s.to_json()) for s in steps.summaries.values()],
             "rebuilt": [list(k) for k in sorted(steps.rebuilt)],
+            "unsummarized": [list(k) for k in steps.unsummarized],
         }
         say_json(body)
     if not args.html:
         if not args.json:
-            say(format_table(run_steps_rows(steps)))
+            say(format_table(_with_bare_steps(run_steps_rows(steps), steps)))
         return 0
+    if not steps.summaries:
+        raise NothingFoundError(
+            f"run {printable(steps.run.label, 200)}: no step has a stored summary or finished sample spans to "
+            f"rebuild one (steps {steps_text(steps.unsummarized)}); report --step N reads a step's spans"
+        )
     return _write_run_page(args, jaeger, steps, loaded, notes)
+
+
+def _runs(args: argparse.Namespace, jaeger: JaegerSource | None, source: str) -> int:
+    """``report --runs``: from a trace folder, the runs, attempts and steps of its index (a step without a stored
+    summary included, its samples not counted); else the runs the records name."""
+    loaded = load(args, jaeger, _warn)
+    if loaded.index is not None:
+        runs = index_runs(loaded)
+    else:
+        runs = group_runs(loaded.records)
+        loaded.add_attempts(runs)
+    if not runs:
+        raise NothingFoundError(_nothing("no spans", source, jaeger, loaded.records))
+    say(format_table(runs_table(runs)))
+    for run in runs if loaded.index is not None else ():
+        bare = unsummarized(run)
+        if bare:
+            _warn(
+                f"run {printable(run.label, 80)}: {counted(len(bare), 'step')} of its index ({steps_text(bare)}) "
+                "without a stored summary: the samples column leaves them out; report --run reads them from "
+                "their spans"
+            )
+    if not loaded.spans_read and loaded.index is None:
+        _warn(
+            f"{loaded.notes[0]}: runs that wrote no step summaries (older traces) are not listed; "
+            "report --step N --run-id ID still reads them"
+        )
+    return 0
+
+
+def _steps(args: argparse.Namespace, jaeger: JaegerSource | None) -> tuple[Loaded, RunSteps | None]:
+    """The run's steps: from a trace folder, its index's (:func:`store_run_steps`); else from the summaries, or
+    every span when the run wrote none."""
+    if jaeger is None and is_store(args.file):
+        return store_run_steps(args.file, args.run_id, args.steps, _warn)
+    loaded = load(args, jaeger, _warn)
+    try:
+        return loaded, run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
+    except RunNotFoundError:
+        if loaded.spans_read:
+            raise
+        loaded = load(args, jaeger, _warn, full=True)  # a run that wrote no summaries: read its spans
+        return loaded, run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
+
+
+def _with_bare_steps(rows: list[list[str]], steps: RunSteps) -> list[list[str]]:
+    """``rows`` with a row per step that has no figures (:attr:`RunSteps.unsummarized`), in step order: the step
+    is listed, marked, never shown as zeros."""
+    bare = {key: [f"{key[0]}{' val' if key[1] else ''}", "no summary", *(["-"] * (len(rows[0]) - 2))]
+            for key in steps.unsummarized}  # fmt: skip
+    if not bare:
+        return rows
+    known = dict(zip(steps.summaries, rows[1:], strict=True))
+    return [rows[0], *(known.get(k) or bare[k] for k in sorted({*known, *bare}))]
 
 
 def _write_run_page(

@@ -37,7 +37,7 @@ def say_unwritable(path: str, exc: OSError, *, folder: bool) -> None:
     target = os.path.abspath(exc.filename) if isinstance(exc.filename, str) else path
     reason = exc.strerror or type(exc).__name__
     if folder and os.path.lexists(path) and not os.path.isdir(path):
-        reason += f" ({path} is a file, not a folder)"
+        target, reason = path, "it is a file, not a folder"
     what = "a folder" if folder else "a file"
     warn_once(
         f"unwritable:{path}:{exc.errno}",

@@ -26,6 +26,33 @@ def finite(v: object) -> float:
     return float(v)
 
 
+def seconds(v: object) -> float:
+    """A duration: a finite number, not negative (no phase, tool call or sample takes negative time)."""
+    out = finite(v)
+    if out < 0:
+        raise ValueError(f"{v!r:.40} seconds is negative")
+    return out
+
+
+def count(v: object, what: str) -> int:
+    """A count: an int (JSON ``3``, or ``3.0`` as some writers spell it), not negative."""
+    out = finite(v)
+    if out < 0 or not out.is_integer() or out >= 1 << 63:
+        raise ValueError(f"the summary's {what} {v!r:.40} is not a count")
+    return int(out)
+
+
+def times(raw: Any) -> tuple[int, int, int, int]:
+    """The summary's ``t``: first start, median end, last end, collected (Unix ns, 0: unknown), in that order
+    where known (the median sample ends by the last one, and after the first started)."""
+    if not isinstance(raw, list) or len(raw) != 4 or not all(is_int(t) and t >= 0 for t in raw):
+        raise ValueError("the summary's times are not 4 non-negative integers")
+    start, median, end, collected = raw
+    if median > end or (start and median and start > median):
+        raise ValueError("the summary's times are out of order")
+    return start, median, end, collected
+
+
 def string(v: object) -> str:
     if not isinstance(v, str):
         raise ValueError(f"{v!r:.40} is not a string")

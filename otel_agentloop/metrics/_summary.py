@@ -24,7 +24,7 @@ from .. import semconv as sc
 from ._causes import cause as cause  # the causes' rule (its own module), read with the summary
 from ._causes import sample_causes as sample_causes
 from ._numpy import LazyNumpy
-from ._stored import causes_of, finite, is_int, mapping, overdue, sample_key, string
+from ._stored import causes_of, count, finite, is_int, mapping, overdue, sample_key, seconds, string, times
 from ._table import MAX_TOOLS as MAX_TOOLS  # defined with the table, which bounds tool calls as it merges them
 from ._table import OTHER_TOOLS as OTHER_TOOLS
 from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics, bound_tools
@@ -89,10 +89,17 @@ class Distribution:
     def from_list(cls, raw: Any) -> Distribution:
         if not isinstance(raw, list) or len(raw) != 7:
             raise ValueError("a distribution is a list of 7 numbers")
-        count, *rest = (finite(v) for v in raw)
-        if count < 0 or not float(count).is_integer():
+        number, *rest = (finite(v) for v in raw)
+        if number < 0 or not float(number).is_integer():
             raise ValueError("a distribution's count is not a non-negative integer")
-        return cls(int(count), *rest)
+        return cls(int(number), *rest)
+
+    @classmethod
+    def of_seconds(cls, raw: Any) -> Distribution:
+        """:meth:`from_list` of a distribution of durations: no value negative."""
+        for v in raw if isinstance(raw, list) else ():
+            seconds(v)
+        return cls.from_list(raw)
 
 
 @dataclass(frozen=True, slots=True)
@@ -213,9 +220,7 @@ class StepSummary:
             raise ValueError("the summary nests too deeply") from None
         if not isinstance(body, dict) or body.get("v") not in _READABLE_VERSIONS or type(body.get("v")) is not int:
             raise ValueError(f"not a version-{SCHEMA_VERSION} (or 1) step summary")
-        times = body.get("t")
-        if not isinstance(times, list) or len(times) != 4 or not all(is_int(t) and t >= 0 for t in times):
-            raise ValueError("the summary's times are not 4 non-negative integers")
+        start_ns, median_end_ns, end_ns, collected_ns = times(body.get("t"))
         slowest = None if body.get("slowest") is None else _sample(body["slowest"])
         top = body.get("top", [])
         failed = body.get("failed", [])
@@ -228,19 +233,23 @@ class StepSummary:
         if not (isinstance(step, int) and is_int(step) and isinstance(n, int) and is_int(n) and n >= 0):
             raise ValueError("the summary's step or sample count is not an integer")
         counts = mapping(body.get("counts"), "counts")
+        metrics = {str(k): finite(v) for k, v in mapping(body.get("metrics"), "metrics").items()}
+        for key, value in metrics.items():
+            if value < 0 and key.startswith(_PHASE_METRICS):
+                raise ValueError(f"the summary's {key[:60]} is negative")
         return cls(
             step=step,
             validate=body.get("validate") is True,
             num_samples=n,
-            metrics={str(k): finite(v) for k, v in mapping(body.get("metrics"), "metrics").items()},
-            phases={str(k): Distribution.from_list(v) for k, v in mapping(body.get("phases"), "phases").items()},
-            tools={str(k): Distribution.from_list(v) for k, v in mapping(body.get("tools"), "tools").items()},
-            counts={v: int(finite(counts.get(v, 0))) for v in VERDICTS},
+            metrics=metrics,
+            phases={str(k): Distribution.of_seconds(v) for k, v in mapping(body.get("phases"), "phases").items()},
+            tools={str(k): Distribution.of_seconds(v) for k, v in mapping(body.get("tools"), "tools").items()},
+            counts={v: count(counts.get(v, 0), f"{v} count") for v in VERDICTS},
             slowest=slowest,
-            start_ns=times[0],
-            median_end_ns=times[1],
-            end_ns=times[2],
-            collected_ns=times[3],
+            start_ns=start_ns,
+            median_end_ns=median_end_ns,
+            end_ns=end_ns,
+            collected_ns=collected_ns,
             hung=overdue(body.get("hung")),
             slow=overdue(body.get("slow")),
             staleness_mean=None if staleness is None else finite(staleness[0]),
@@ -252,6 +261,10 @@ class StepSummary:
             failed=tuple(sample_key(raw) for raw in failed),
             version=body["v"],
         )
+
+
+_PHASE_METRICS = tuple(f"{sc.METRIC_PREFIX}/{phase}/" for phase in sc.PHASES)
+"""Metrics of phase seconds (``agent_loop/generate_sequences/p50``): a stored one that is negative is garbage."""
 
 
 def _sample_list(s: SlowestSample) -> list[object]:
@@ -274,9 +287,9 @@ def _sample(raw: Any) -> SlowestSample:
         raw[0],
         raw[1],
         raw[2] if isinstance(raw[2], str) else None,
-        finite(raw[3]),
-        finite(raw[4]),
-        finite(raw[5]),
+        seconds(raw[3]),
+        seconds(raw[4]),
+        seconds(raw[5]),
         _verdict(raw[6]),
         string(raw[7]) if len(raw) == 8 else "",
     )

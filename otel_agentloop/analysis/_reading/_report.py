@@ -22,6 +22,7 @@ from ...metrics._records import SpanRecord
 from ...metrics._summary import StepSummary, sample_causes, summarize
 from ...metrics._table import OverdueSample, PhaseTable, StepMetrics, compute_metrics
 from ...metrics._verdicts import FAILED, HUNG, StepVerdicts, Verdict, apply_verdicts, classify_reported, count_verdicts
+from ._summary_check import read_summary
 
 SampleKey = tuple[int, int]
 
@@ -219,11 +220,8 @@ def stored_summaries(records: Iterable[SpanRecord]) -> dict[tuple[int, bool], St
     for rec in records:
         if rec.name != sc.STEP_SUMMARY_SPAN:
             continue
-        text = rec.attributes.get(sc.RL_STEP_SUMMARY)
-        if not isinstance(text, str):
-            continue
         try:
-            summary = StepSummary.from_json(text)
+            summary = read_summary(rec)  # checked, and of the step its span names
         except ValueError:
             continue
         key = (summary.step, summary.validate)

@@ -6,7 +6,7 @@ from __future__ import annotations
 
 import argparse
 import os
-from collections.abc import Callable, Sequence
+from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
 
 import numpy as np
@@ -16,10 +16,11 @@ from ...metrics._records import SpanRecord
 from ...metrics._summary import StepSummary
 from ._decode import Skipped, read_jsonl
 from ._report import stored_summaries, summary_of
-from ._runs import Run, RunSteps, StepKey, run_key, select_run
+from ._runs import Run, RunSteps, StepKey, group_runs, select_run, steps_text
 from ._source import JaegerSource
 from ._step_view import is_snapshot
-from ._store import StoreRun, is_store, read_everything, read_index, read_summaries, step_bytes
+from ._store import StoreRun, is_store, read_everything, read_index, read_steps, read_summaries, step_bytes
+from ._summary_check import checked, skipped_line
 from ._summary_lines import read_summary_lines
 
 Note = Callable[[str], None]
@@ -39,14 +40,12 @@ class Loaded:
     notes: list[str] = field(default_factory=list)
     pages_cheap: bool = False
     """Only summaries were read, but the steps' spans are small enough to read for the default timeline pages."""
-    unlisted: list[str] | None = None
-    """A trace directory: the runs its index lists that wrote no step summary (``None``: not known)."""
-    index: list[StoreRun] = field(default_factory=list)
-    """A trace directory's runs from its index (their attempts complete what the summaries say)."""
+    index: list[StoreRun] | None = None
+    """A trace directory's runs from its index: the runs, attempts and steps (``None``: not a trace directory)."""
 
     def add_attempts(self, runs: Sequence[Run]) -> None:
         """Give ``runs`` the attempts the index lists (an attempt that has not collected a step yet included)."""
-        by_key = {r.key: r for r in self.index}
+        by_key = {r.key: r for r in self.index or ()}
         for run in runs:
             indexed = by_key.get(run.key)
             for attempt, ns in (indexed.attempt_starts() if indexed else {}).items():
@@ -63,19 +62,28 @@ def load(args: argparse.Namespace, jaeger: JaegerSource | None, warn: Note, *, f
         skipped = Skipped()
         size = os.path.getsize(args.file)
         if not full and size > FULL_READ_BYTES:
-            records = list(read_summary_lines(args.file, skipped))
+            records = _checked(read_summary_lines(args.file, skipped), args.file, warn)
             if records:
                 note = f"read the step summaries of {args.file} ({size / 2**20:.0f} MiB), not its sample spans"
                 return _with_skipped(Loaded(records, False, [note]), skipped, args.file, warn)
-        records = list(read_jsonl(args.file, skipped))
+        records = _checked(read_jsonl(args.file, skipped), args.file, warn)
         return _with_skipped(Loaded(records, True), skipped, args.file, warn)
     if not full:
-        records = jaeger.search(warn, sc.STEP_SUMMARY_SPAN)
+        records = _checked(jaeger.search(warn, sc.STEP_SUMMARY_SPAN), jaeger.label, warn)
         if records:
             return Loaded(records, False, [f"searched Jaeger for {sc.STEP_SUMMARY_SPAN} spans only"])
-    records = jaeger.search(warn)
+    records = _checked(jaeger.search(warn), jaeger.label, warn)
     note = "" if full else f"Jaeger holds no {sc.STEP_SUMMARY_SPAN} spans for these services: every trace was fetched"
     return Loaded(records, True, [note] if note else [])
+
+
+def _checked(records: Iterable[SpanRecord], source: str, warn: Note) -> list[SpanRecord]:
+    """``records`` without the step summaries that cannot be read (``_summary_check``), with one line for them."""
+    bad = Skipped()
+    kept = checked(records, bad)
+    if bad.count:
+        warn(skipped_line(bad, source))
+    return kept
 
 
 def _load_store(path: str, warn: Note, *, full: bool) -> Loaded:
@@ -87,9 +95,74 @@ def _load_store(path: str, warn: Note, *, full: bool) -> Loaded:
     records = read_summaries(path, skipped, warn)
     note = f"read the index and step summaries of {path}, not its sample spans"
     cheap = step_bytes(path, runs) <= FULL_READ_BYTES
-    summarized = {run_key(r.resource) for r in records}
-    unlisted = [r.label for r in runs if r.key not in summarized and r.steps()]
-    return _with_skipped(Loaded(records, False, [note], cheap, unlisted, runs), skipped, path, warn)
+    return _with_skipped(Loaded(records, False, [note], cheap, runs), skipped, path, warn)
+
+
+def index_runs(loaded: Loaded) -> list[Run]:
+    """The runs of a trace directory as ``--runs`` and ``--run`` read them: every run its index lists, with its
+    attempts and steps from the index (a step that has no stored summary included), and the step summaries read
+    for it (a run whose summaries the index does not list too); the one that started first first."""
+    runs = {r.key: r for r in group_runs(loaded.records)}
+    for indexed in loaded.index or ():
+        run = runs.get(indexed.key)
+        if run is None:
+            run = runs[indexed.key] = Run(indexed.key, indexed.service, first_ns=indexed.first_ns)
+        run.indexed = set(indexed.steps())
+        run.first_ns = min(run.first_ns, indexed.first_ns)
+        run.last_ns = max(run.last_ns, indexed.last_ns)
+    loaded.add_attempts(list(runs.values()))
+    return sorted(runs.values(), key=lambda r: (r.first_ns, r.key))
+
+
+def unsummarized(run: Run) -> list[StepKey]:
+    """The steps of ``run`` that its index lists and no stored summary covers."""
+    return sorted(run.indexed - set(stored_summaries(run.records)))
+
+
+def store_run_steps(
+    path: str, run_id: str | None, steps: tuple[int | None, int | None] | None, warn: Note
+) -> tuple[Loaded, RunSteps | None]:
+    """``report --run`` from a trace directory: the run (``run_id``, default the latest) and its steps from the
+    index, each with its stored summary; a step without one is rebuilt from its step file when the files of such
+    steps hold at most :data:`FULL_READ_BYTES` (what ``--step N`` reads), else listed without figures
+    (:attr:`RunSteps.unsummarized`). Raises ``RunNotFoundError``, ``StoreError``."""
+    loaded = _load_store(path, warn, full=False)
+    runs = index_runs(loaded)
+    selection = select_run((), run_id, runs=runs)
+    if selection is None:
+        return loaded, None
+    run = selection.run
+    missing = {k for k in unsummarized(run) if _within(k, steps)}
+    indexed = [r for r in loaded.index or () if r.key == run.key]
+    size = step_bytes(path, [StoreRun(run.key, 0, [s for r in indexed for s in r.segments if s.key in missing])])
+    unread: list[StepKey] = []
+    if missing and size <= FULL_READ_BYTES:
+        skipped = Skipped()
+        read = read_steps(path, None, missing, False, skipped, warn, run_key_=run.key)
+        for rec in read.records:
+            if rec.name != sc.STEP_SUMMARY_SPAN and sc.step_key(rec.attributes)[0] is not None:
+                run.add(rec)
+        _with_skipped(loaded, skipped, path, warn)
+        loaded.notes[0] += f", except the step files of the {len(missing)} step(s) without a summary"
+    elif missing:
+        unread = sorted(missing)
+    found = run_steps(run.records, None, steps, False, runs=[run])
+    if found is not None and unread:
+        found.notes.append(
+            f"{_steps_phrase(unread)} no stored summary, and their files ({size / 2**20:.0f} MiB) were not read "
+            f"(over {FULL_READ_BYTES >> 20} MiB): listed without figures; report --step N reads one"
+        )
+    return loaded, found
+
+
+def _within(key: StepKey, steps: tuple[int | None, int | None] | None) -> bool:
+    lo, hi = steps or (None, None)
+    return (lo is None or key[0] >= lo) and (hi is None or key[0] <= hi)
+
+
+def _steps_phrase(keys: Sequence[StepKey]) -> str:
+    """``step 3 has`` / ``steps 3, 4; validation: 2 have``."""
+    return f"{'step' if len(keys) == 1 else 'steps'} {steps_text(keys)} {'has' if len(keys) == 1 else 'have'}"
 
 
 def _with_skipped(loaded: Loaded, skipped: Skipped, source: str, warn: Note) -> Loaded:
@@ -115,24 +188,26 @@ def _timed(summary: StepSummary, spans: Sequence[SpanRecord]) -> StepSummary:
 
 
 def run_steps(
-    records: Sequence[SpanRecord], run_id: str | None, steps: tuple[int | None, int | None] | None, spans_read: bool
+    records: Sequence[SpanRecord],
+    run_id: str | None,
+    steps: tuple[int | None, int | None] | None,
+    spans_read: bool,
+    *,
+    runs: Sequence[Run] | None = None,
 ) -> RunSteps | None:
-    selection = select_run(records, run_id)
+    """Run ``run_id``'s steps (``steps``: that range) from ``records``, or from ``runs`` (a trace directory's,
+    from its index: then every step it lists is shown, rebuilt from its spans or listed without figures)."""
+    selection = select_run(records, run_id, runs=runs)
     if selection is None:
         return None
-    lo, hi = steps or (None, None)
-
-    def wanted(key: StepKey) -> bool:
-        return (lo is None or key[0] >= lo) and (hi is None or key[0] <= hi)
-
     by_step: dict[StepKey, list[SpanRecord]] = {}
     for rec in selection.records:
         step, validate = sc.step_key(rec.attributes)
         if step is not None and rec.name != sc.STEP_SUMMARY_SPAN:
             key = (step, validate)
-            if wanted(key):
+            if _within(key, steps):
                 by_step.setdefault(key, []).append(rec)
-    summaries = {k: s for k, s in stored_summaries(selection.records).items() if wanted(k)}
+    summaries = {k: s for k, s in stored_summaries(selection.records).items() if _within(k, steps)}
     rebuilt: set[StepKey] = set()
     for key, spans in by_step.items():
         finished = [s for s in spans if not is_snapshot(s)]
@@ -144,17 +219,29 @@ def run_steps(
     notes = selection.notes()
     if rebuilt:
         notes.append(f"{len(rebuilt)} of {len(summaries)} steps had no stored summary: rebuilt from their spans")
-    missing = _gaps(summaries) if not spans_read else []
-    if missing:
-        shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
-        one = len(missing) == 1
+    bare = sorted(k for k in selection.run.indexed if k not in summaries and _within(k, steps))
+    read = [k for k in bare if k in by_step]
+    if read:
         notes.append(
-            f"{'step' if one else 'steps'} {shown} {'has' if one else 'have'} no stored summary and "
-            f"{'is' if one else 'are'} not shown (only step summaries were read; report --step N reads a step's "
-            "spans)"
+            f"{_steps_phrase(read)} no stored summary and no finished sample span in their files (trainer spans "
+            "only, or samples that never ended): listed without figures"
         )
-    ordered = dict(sorted(summaries.items()))
-    return RunSteps(selection.run, ordered, rebuilt, by_step, notes)
+    if runs is None:
+        notes += _gap_notes(summaries, spans_read)
+    return RunSteps(selection.run, dict(sorted(summaries.items())), rebuilt, by_step, notes, bare)
+
+
+def _gap_notes(summaries: dict[StepKey, StepSummary], spans_read: bool) -> list[str]:
+    missing = _gaps(summaries) if not spans_read else []
+    if not missing:
+        return []
+    shown = ", ".join(map(str, missing[:20])) + (f" and {len(missing) - 20} more" if len(missing) > 20 else "")
+    one = len(missing) == 1
+    return [
+        f"{'step' if one else 'steps'} {shown} {'has' if one else 'have'} no stored summary and "
+        f"{'is' if one else 'are'} not shown (only step summaries were read; report --step N reads a step's "
+        "spans)"
+    ]
 
 
 def _gaps(summaries: dict[StepKey, StepSummary]) -> list[int]:

@@ -78,6 +78,8 @@ class Run:
     attempt_start_ns: dict[str, int] = field(default_factory=dict)
     first_ns: int = 0
     last_ns: int = 0
+    indexed: set[StepKey] = field(default_factory=set)
+    """The steps a trace folder's index lists for this run (whether or not a summary was read for them)."""
 
     @property
     def label(self) -> str:
@@ -97,9 +99,11 @@ class Run:
         return sorted(self.attempt_start_ns, key=lambda a: (self.attempt_start_ns[a], a))
 
     def steps(self) -> list[StepKey]:
-        """(step, validate) pairs with a sample span or a step summary in this run."""
+        """(step, validate) pairs with a sample span or a step summary in this run, or in a trace folder's
+        index (:attr:`indexed`)."""
         names = (sc.SAMPLE_SPAN, sc.STEP_SUMMARY_SPAN)
-        return sorted({k for r in self.records if r.name in names and (k := _step_key(r)) is not None})
+        found = {k for r in self.records if r.name in names and (k := _step_key(r)) is not None}
+        return sorted(found | self.indexed)
 
     def samples(self) -> int:
         """Finished sample spans (snapshots of open samples are not counted); when only the step summaries were
@@ -174,6 +178,9 @@ class RunSteps:
     rebuilt: set[StepKey]
     spans: dict[StepKey, list[SpanRecord]]
     notes: list[str]
+    unsummarized: list[StepKey] = field(default_factory=list)
+    """Steps a trace folder's index lists that have neither a stored summary nor finished sample spans read to
+    rebuild one: shown as steps without figures, never as zeros."""
 
 
 class RunNotFoundError(LookupError):
@@ -181,13 +188,18 @@ class RunNotFoundError(LookupError):
 
 
 def select_run(
-    records: Iterable[SpanRecord], run_id: str | None = None, *, key: RunKey | None = None
+    records: Iterable[SpanRecord],
+    run_id: str | None = None,
+    *,
+    key: RunKey | None = None,
+    runs: Sequence[Run] | None = None,
 ) -> Selection | None:
     """The records of run ``run_id`` (default: the latest, the one with steps that started last; ``key``: that
     run), each step read from its latest attempt, with the spans of :func:`_guests`; ``None`` when there are no
     records. ``run_id`` is a run's id, or the label ``(no run id) service NAME`` of a run without one when no
-    run has that id. Raises :class:`RunNotFoundError` for an unknown id."""
-    runs = group_runs(records)
+    run has that id. ``runs``: the runs to choose from, already grouped (a trace folder's, from its index; then
+    ``records`` is not read). Raises :class:`RunNotFoundError` for an unknown id."""
+    runs = group_runs(records) if runs is None else list(runs)
     if not runs:
         if run_id is not None:
             raise RunNotFoundError(f"no run '{printable(run_id)}': the source holds no spans")

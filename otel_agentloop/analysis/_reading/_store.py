@@ -25,6 +25,7 @@ from ...metrics._records import SpanRecord
 from ._decode import Skipped, read_jsonl
 from ._report import stored_summaries
 from ._runs import MAX_ID_CHARS, RunKey, RunNotFoundError, StepKey, key_label, run_key
+from ._summary_check import checked, skipped_line
 from ._text import printable
 
 Note = Callable[[str], None]
@@ -46,6 +47,7 @@ class Segment:
     until_ns: int = 0
     attempts: dict[str, int] = field(default_factory=dict)
     """Each attempt that wrote into it (``""``: none set) -> when it first did."""
+    service: str = "?"
 
     @property
     def key(self) -> StepKey | None:
@@ -59,6 +61,12 @@ class StoreRun:
     key: RunKey
     first_ns: int
     segments: list[Segment] = field(default_factory=list)
+    service: str = "?"
+
+    @property
+    def last_ns(self) -> int:
+        """When its last segment opened (the index holds no end times)."""
+        return max((s.opened_ns for s in self.segments), default=self.first_ns)
 
     @property
     def label(self) -> str:
@@ -98,7 +106,8 @@ def _entry(line: bytes) -> Segment:
     until = until if type(until) is int else 0
     attempt = obj.get("attempt")
     attempts = {"" if attempt is None else str(attempt): opened}
-    return Segment(rel, run_key(resource), step, obj.get("validate") is True, opened, until, attempts)
+    key = run_key(resource)
+    return Segment(rel, key, step, obj.get("validate") is True, opened, until, attempts, resource["service.name"])
 
 
 def read_index(path: str, note: Note) -> list[StoreRun]:
@@ -132,7 +141,7 @@ def read_index(path: str, note: Note) -> list[StoreRun]:
         note(bad.summary(printable(path, 200)).replace("malformed record", "malformed index line"))
     runs: dict[RunKey, StoreRun] = {}
     for seg in segments.values():
-        run = runs.setdefault(seg.run, StoreRun(seg.run, seg.opened_ns))
+        run = runs.setdefault(seg.run, StoreRun(seg.run, seg.opened_ns, service=seg.service))
         run.first_ns = min(run.first_ns, seg.opened_ns)
         run.segments.append(seg)
     return sorted(runs.values(), key=lambda r: (r.first_ns, r.key))
@@ -168,10 +177,14 @@ def _read(path: str, rel: str, skipped: Skipped, note: Note, *, required: bool) 
 
 
 def read_summaries(path: str, skipped: Skipped, note: Note, run: RunKey | None = None) -> list[SpanRecord]:
-    """The step summary spans of ``summaries.jsonl`` (of run ``run`` only, when given)."""
+    """The step summary spans of ``summaries.jsonl`` (of run ``run`` only, when given), each checked
+    (``_summary_check.checked``: one that cannot be read is left out, with a note)."""
     if not os.path.lexists(os.path.join(path, SUMMARIES)):
         return []
-    records = _read(path, SUMMARIES, skipped, note, required=False)
+    bad = Skipped()
+    records = checked(_read(path, SUMMARIES, skipped, note, required=False), bad)
+    if bad.count:
+        note(skipped_line(bad, printable(os.path.join(path, SUMMARIES), 200)))
     return records if run is None else [r for r in records if run_key(r.resource) == run]
 
 

@@ -35,6 +35,7 @@ from ._report import (
 )
 from ._runs import RunNotFoundError, one_run
 from ._source import JaegerSource
+from ._summary_check import checked, skipped_line
 
 SUMMARY = "summary"
 """``StepAnswer.read_from`` of an answer from the step's stored summary."""
@@ -133,7 +134,10 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
     if wants_spans(args):
         return None
     lines: list[str] = []
-    records = jaeger.search(lines.append, operation=sc.STEP_SUMMARY_SPAN)
+    bad = Skipped()
+    records = checked(jaeger.search(lines.append, operation=sc.STEP_SUMMARY_SPAN), bad)
+    if bad.count:
+        lines.append(skipped_line(bad, jaeger.label))
     try:
         run = one_run(records, args.run_id, lines.append)
     except RunNotFoundError:
