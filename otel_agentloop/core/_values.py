@@ -2,9 +2,10 @@
 reaches the user's code).
 
 Attribute values follow the SDK's rules (``opentelemetry.attributes``: ``_clean_attribute_value`` and
-``BoundedAttributes``) with the same results, except where the SDK would raise: a value whose ``str()`` raises
-or that nests deeper than :data:`MAX_DEPTH` (a list that contains itself) becomes its guarded text
-(:func:`~otel_agentloop.core._guard.safe_str`), with one warning."""
+``BoundedAttributes``) with the same results, except: a value whose ``str()`` raises (where the SDK raises) or
+that nests deeper than :data:`MAX_DEPTH` (the SDK follows any depth, raising only past Python's recursion limit,
+as for a list that contains itself) becomes its guarded text (:func:`~otel_agentloop.core._guard.safe_str`), with
+one warning (docs/fast-path.md)."""
 
 from __future__ import annotations
 
