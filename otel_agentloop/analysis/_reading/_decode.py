@@ -14,6 +14,8 @@ import binascii
 import json
 import math
 import re
+import sys
+import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
 from typing import Any
@@ -308,6 +310,48 @@ def decode_resource_spans(
                 yield record
 
 
+DEEP_LINE_LEVELS = 20_000
+"""JSON nesting a line may have beyond the interpreter's recursion limit (:func:`loads_line`); deeper, the line is
+not JSON to ``report``."""
+_DEEP_STACK = 256 << 20
+"""The stack of the thread that parses such a line (address space; only what the parse uses is touched)."""
+
+
+def loads_line(text: str) -> Any:
+    """``json.loads(text)``; a line nested past the recursion limit (an attribute the SDK path stored hundreds of
+    levels deep: 3 JSON levels a level) is parsed again in a thread of its own with a large stack and a limit
+    raised by :data:`DEEP_LINE_LEVELS`, so that its spans are read (the value itself reads as :data:`TOO_DEEP`).
+    Raises ``ValueError`` or ``RecursionError`` as ``json.loads`` does."""
+    try:
+        return json.loads(text)
+    except RecursionError:
+        pass
+    out: list[Any] = []
+
+    def parse() -> None:
+        limit = sys.getrecursionlimit()
+        sys.setrecursionlimit(limit + DEEP_LINE_LEVELS)  # the caller waits in join(): no other frame runs meanwhile
+        try:
+            out.append(json.loads(text))
+        except (ValueError, RecursionError) as exc:
+            out.append(exc)
+        finally:
+            sys.setrecursionlimit(limit)
+
+    previous = threading.stack_size(_DEEP_STACK)
+    try:
+        thread = threading.Thread(target=parse, name="otel-agentloop-deep-line", daemon=True)
+        thread.start()
+    finally:
+        threading.stack_size(previous)
+    thread.join()
+    if out and isinstance(out[0], (ValueError, RecursionError)):
+        raise out[0]
+    if not out:
+        raise RecursionError("the line could not be parsed")
+    return out[0]
+
+
 def read_jsonl(path: str, skipped: Skipped | None = None, label: str = "") -> Iterator[SpanRecord]:
     """Spans of an OTLP-JSON-lines file (ours, or the Collector file exporter's).
 
@@ -327,7 +371,7 @@ def read_jsonl(path: str, skipped: Skipped | None = None, label: str = "") -> It
             if not line:
                 continue
             try:
-                obj = json.loads(line)
+                obj = loads_line(line)
             except (ValueError, RecursionError):  # not JSON, an int of more than 4300 digits, nested too deep
                 skipped.add(f"{where}not JSON")
                 continue
