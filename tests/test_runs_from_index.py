@@ -127,3 +127,18 @@ def test_steps_too_large_to_read_are_listed_without_figures(simulated, tmp_path:
     assert steps is not None and not steps.summaries and steps.unsummarized == STEPS
     assert steps.run.label == RUN and sorted(steps.run.steps()) == STEPS
     assert any("were not read" in n and "listed without figures" in n for n in steps.notes), steps.notes
+
+
+def test_a_folder_of_runs_without_steps_says_so_not_that_it_holds_no_spans(tmp_path: Path) -> None:
+    handle = oal.configure("no-steps", file=str(tmp_path / TRACES), schedule_delay_s=30, watchdog=False)
+    try:
+        assert handle.provider is not None
+        with handle.provider.get_tracer("user").start_as_current_span("mine"):  # the user's own span, no step
+            pass
+        assert handle.force_flush(10)
+    finally:
+        handle.shutdown(5)
+    rc, out, err = _report(tmp_path, "--run")
+    assert rc == 1 and out == ""
+    (line,) = err.strip().splitlines()
+    assert "holds no spans" not in line and "its index lists runs without steps" in line, line

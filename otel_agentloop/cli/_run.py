@@ -2,10 +2,12 @@
 
 Per-step data comes from the step summaries the live side wrote with the traces (``rl.step.summary`` spans), so
 the cost does not grow with samples: a large file is scanned for summary lines only (other lines are skipped
-without being parsed), and Jaeger is searched for the summary operation only. A step whose spans were read but
-that has no stored summary is rebuilt from its spans through the live code (:func:`summary_of`); the page says
-how many. Timeline pages for steps are written beside the run page (``run.html`` -> ``run.steps/step-N.html``)
-for at most ``--step-pages`` steps whose sample spans the source holds."""
+without being parsed), and Jaeger is searched for the summary operation only. A trace folder's runs, attempts and
+steps come from its index: a step it lists without a readable summary is rebuilt from its step file, or listed
+without figures (:func:`store_run_steps`). A step whose spans were read but that has no stored summary is rebuilt
+from its spans through the live code (:func:`summary_of`); the page says how many. Timeline pages for steps are
+written beside the run page (``run.html`` -> ``run.steps/step-N.html``) for at most ``--step-pages`` steps whose
+sample spans the source holds."""
 
 from __future__ import annotations
 
@@ -65,9 +67,14 @@ def run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
         return 1
 
 
-def _nothing(what: str, source: str, jaeger: JaegerSource | None, records: Sequence[SpanRecord]) -> str:
+def _nothing(
+    what: str, source: str, jaeger: JaegerSource | None, records: Sequence[SpanRecord], loaded: Loaded | None = None
+) -> str:
     if jaeger is not None and not records:
         return jaeger.nothing(what)
+    if loaded is not None and loaded.index:  # a trace folder whose index lists runs, none with a step
+        labels = ", ".join(printable(r.label, max_chars=80) for r in loaded.index[-8:])
+        return f"{what} found in {printable(source, 200)}; its index lists runs without steps: {labels}"
     return f"{what} found in {printable(source, 200)}; {runs_text(records)}"
 
 
@@ -80,7 +87,7 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
         return 1
     loaded, steps = _steps(args, jaeger)
     if steps is None or not (steps.summaries or steps.unsummarized):
-        raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records))
+        raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records, loaded))
     loaded.add_attempts([steps.run])
     notes = loaded.notes + steps.notes
     for line in notes:
