@@ -149,6 +149,8 @@ def _real() -> dict[str, Any]:
     [
         ({"counts": {"ok": -1}}, "not a count"),
         ({"counts": {"ok": 1.5}}, "not a count"),
+        ({"counts": {"ok": 5}}, "do not add up"),
+        ({"n": 7}, "do not add up"),
         ({"phases": {"tool_calls": [2, -0.25, 0.45, 0.495, 0.5, 0.25, 0.5]}}, "negative"),
         ({"tools": {"search": [1, 0.1, 0.1, 0.1, -0.1, 0.1, 0.1]}}, "negative"),
         ({"slowest": [0, 0, None, -0.1, 0.5, 0.0, "ok"]}, "negative"),

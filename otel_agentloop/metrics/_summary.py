@@ -232,7 +232,10 @@ class StepSummary:
         step, n = body.get("step"), body.get("n")
         if not (isinstance(step, int) and is_int(step) and isinstance(n, int) and is_int(n) and n >= 0):
             raise ValueError("the summary's step or sample count is not an integer")
-        counts = mapping(body.get("counts"), "counts")
+        raw_counts = mapping(body.get("counts"), "counts")
+        counts = {v: count(raw_counts.get(v, 0), f"{v} count") for v in VERDICTS}
+        if counts[OK] + counts[FAILED] + counts[SLOW] != n:  # summarize() counts each collected sample once
+            raise ValueError(f"the summary's verdict counts do not add up to its {n} samples")
         metrics = {str(k): finite(v) for k, v in mapping(body.get("metrics"), "metrics").items()}
         for key, value in metrics.items():
             if value < 0 and key.startswith(_PHASE_METRICS):
@@ -244,7 +247,7 @@ class StepSummary:
             metrics=metrics,
             phases={str(k): Distribution.of_seconds(v) for k, v in mapping(body.get("phases"), "phases").items()},
             tools={str(k): Distribution.of_seconds(v) for k, v in mapping(body.get("tools"), "tools").items()},
-            counts={v: count(counts.get(v, 0), f"{v} count") for v in VERDICTS},
+            counts=counts,
             slowest=slowest,
             start_ns=start_ns,
             median_end_ns=median_end_ns,
