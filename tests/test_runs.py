@@ -271,7 +271,9 @@ def test_summary_lines_in_another_layout_are_parsed_whole(tmp_path: Path) -> Non
     """A line whose spans do not start with traceId (another writer's key order) is parsed whole, not missed."""
     from otel_agentloop.metrics._summary import Distribution
 
-    summary = StepSummary(7, False, 2, {"agent_loop/num_samples": 2.0}, {}, {"search": Distribution.of([1.0])}, {})
+    summary = StepSummary(
+        7, False, 2, {"agent_loop/num_samples": 2.0}, {}, {"search": Distribution.of([1.0])}, {"ok": 2}
+    )  # a readable summary: its 2 samples' verdicts counted
     span = {
         "name": sc.STEP_SUMMARY_SPAN,
         "traceId": "ab" * 16,
