@@ -464,7 +464,7 @@ def test_a_stored_step_summary_decides_hung_and_slow() -> None:
         metrics={},
         phases={},
         tools={},
-        counts={},
+        counts={"ok": 1, "failed": 1, "slow": 1, "hung": 1},
         hung=(OverdueSample(1, 0, "x" * 32, sc.TOOL_CALLS, None),),
         slow=(OverdueSample(0, 0, "y" * 32, sc.TOOL_CALLS, None),),
     )
