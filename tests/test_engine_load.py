@@ -25,7 +25,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._decode import Skipped
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
-from otel_agentloop.analysis._reading._store import read_everything, read_steps
+from otel_agentloop.analysis._reading._store import read_everything
 from otel_agentloop.metrics._causes import StepEngine, cause
 from otel_agentloop.metrics._table import EngineSample
 

@@ -16,8 +16,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
-from ._numpy import LazyNumpy
 from ._engine import ENGINE_ATTRIBUTE_OF, ENGINE_FLOATS, ENGINE_MARKERS, EngineTurns
+from ._numpy import LazyNumpy
 from ._table import MAX_TOOLS, OTHER_TOOLS, PhaseTable, bound_tools
 
 if TYPE_CHECKING:
@@ -278,7 +278,7 @@ class StepRows:
         t = len(rows)
         rows.append(r)
         get = attrs.get
-        for column, name in zip(columns, ENGINE_ATTRIBUTE_OF):  # the last column, aborted, comes after
+        for column, name in zip(columns[:-1], ENGINE_ATTRIBUTE_OF, strict=True):  # the last, aborted, after
             v = get(name)
             if type(v) is float and 0.0 <= v < 1e18:
                 column.append(v)
@@ -346,7 +346,8 @@ class StepRows:
         mask = np.ones(rows.size, np.bool_) if keep is None else keep[rows]
         index = np.frombuffer(self.index, dtype=np.int64)
         rollout = np.frombuffer(self.rollout, dtype=np.int64)
-        cols = {name: np.frombuffer(v, dtype=np.float64)[mask].copy() for name, v in zip(ENGINE_FLOATS, values)}
+        columns = zip(ENGINE_FLOATS, values, strict=True)
+        cols = {name: np.frombuffer(v, dtype=np.float64)[mask].copy() for name, v in columns}
         versions = np.empty(rows.size, np.object_)
         versions[:] = [()] * rows.size
         for t, turn in self.versions.items():

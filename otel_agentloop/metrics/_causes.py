@@ -7,8 +7,8 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, NamedTuple
 
 from .. import semconv as sc
-from ._numpy import LazyNumpy
 from ._engine import PERCENTILES, EngineSample
+from ._numpy import LazyNumpy
 from ._table import PhaseTable
 
 if TYPE_CHECKING:
