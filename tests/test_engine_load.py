@@ -13,6 +13,7 @@ import json
 import os
 import subprocess
 import sys
+import time
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass, field
 from pathlib import Path
@@ -24,8 +25,12 @@ from opentelemetry import trace
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._decode import Skipped
+from otel_agentloop.analysis._reading._engine_load import step_engine_load
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
-from otel_agentloop.analysis._reading._store import read_everything
+from otel_agentloop.analysis._reading._step_view import build_step_view
+from otel_agentloop.analysis._reading._store import read_everything, read_index, read_steps
+from otel_agentloop.analysis._rendering._perfetto import step_trace
+from otel_agentloop.analysis._rendering._timeline_html import page_data
 from otel_agentloop.metrics._causes import StepEngine, cause
 from otel_agentloop.metrics._table import EngineSample
 
@@ -34,10 +39,15 @@ P = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}"
 
 @dataclass
 class Turn:
-    """One generation turn and the engine attributes it sets (absent ones are not set)."""
+    """One generation turn and the engine attributes it sets (absent ones are not set); ``mark``: note its start in
+    :data:`MARKS` (the engine's load is drawn from then on)."""
 
     sleep_s: float = 0.002
     attrs: Mapping[str, object] = field(default_factory=dict)
+    mark: bool = False
+
+
+MARKS: list[int] = []
 
 
 def ordinary(**over: object) -> Turn:
@@ -63,6 +73,8 @@ def ordinary(**over: object) -> Turn:
 @oal.trace_generate(model="tiny")
 async def _generate(turn: Turn) -> None:
     span = trace.get_current_span()
+    if turn.mark:
+        MARKS.append(time.time_ns())
     for key, value in turn.attrs.items():
         span.set_attribute(key, value)  # type: ignore[arg-type]
     await asyncio.sleep(turn.sleep_s)
@@ -125,24 +137,25 @@ def _run(
     collected = {}
     try:
         for step, samples in steps.items():
-            t0 = oal_now()
+            MARKS.clear()
             asyncio.run(_rollout(step, samples))
             collected[step] = dict(handle.metrics.collect(step))
-            if loads:
-                assert handle.provider is not None
-                pts = [(0, 4, 0, 0.25, 0), (100, 8, 3, 0.97, 2), (200, 6, 1, 0.75, 0)]
-                load_span(handle.provider, t0, pts, engine_id="host:1:0", step=step)
-                load_span(handle.provider, t0, [(0, 2, 0, 0.1, 0), (300, 3, 0, 0.2, 1)], engine_id="host:2:0")
+            if loads:  # the engine's load from 10 ms after the long turn began (it lasts LONG_S)
+                assert handle.provider is not None and MARKS
+                t0 = MARKS[0] + 10_000_000
+                load_span(handle.provider, t0, POINTS_A, engine_id="host:1:0", step=step)
+                load_span(handle.provider, t0, POINTS_B, engine_id="host:2:0")
+                if step == 1:  # a span of step 2 over step 1's time: never step 1's
+                    load_span(handle.provider, t0, POINTS_B, engine_id="host:3:0", step=2)
         assert handle.force_flush(10)
     finally:
         handle.shutdown(5)
     return collected
 
 
-def oal_now() -> int:
-    import time
-
-    return time.time_ns()
+LONG_S = 0.5
+POINTS_A = [(0, 4, 0, 0.25, 0), (100, 8, 3, 0.97, 2), (200, 6, 1, 0.75, 0)]
+POINTS_B = [(0, 2, 0, 0.1, 0), (300, 3, 0, 0.2, 1)]
 
 
 # A step: four ordinary samples, one preempted at a full cache, one decoding slowly in a crowded engine, one that
@@ -235,3 +248,140 @@ def test_cause_rules_in_order() -> None:
     assert cause(generate_s=10.0, tool_s=0.0, score_s=0.0, engine=_sample(missed_prompt_tokens=50), step=no_cache) == (
         "generation 10.00 s"
     )
+
+
+# -- the engine's load over time: stored, found for a step, drawn ---------------------------------------------------
+LOADED = {
+    1: [[Turn(sleep_s=LONG_S, attrs=ordinary().attrs, mark=True)], PREEMPTED, [ordinary()]],
+    2: [[Turn(sleep_s=LONG_S, attrs=ordinary().attrs, mark=True)], [ordinary()]],
+}
+
+
+@pytest.fixture(scope="module")
+def loaded(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, dict[str, float]]]:
+    """A trace folder of two steps, each with two engines' load spans over its samples' time (engine 1's with
+    ``rl.step``, engine 2's without, as a verl server actor writes), and in step 1 a span of step 2."""
+    path = tmp_path_factory.mktemp("load") / "traces"
+    with pytest.MonkeyPatch.context() as monkeypatch:
+        collected = _run(path, LOADED, monkeypatch, loads=True)
+    return path, collected
+
+
+def _step_records(path: Path, step: int) -> list:
+    return read_steps(str(path), None, [(step, False)], False, Skipped(), lambda _: None).records
+
+
+def test_load_spans_land_with_their_step_or_by_their_time(loaded) -> None:
+    """A load span with ``rl.step`` is in its step's file; one without is in a ``load-`` segment whose index line
+    covers the 60 s its start falls in; reading a step finds both, and the step's engines are exactly its own."""
+    path, _ = loaded
+    (run,) = read_index(str(path), lambda _: None)
+    loads = [seg for seg in run.segments if seg.rel.split("/")[1].startswith("load-")]
+    assert loads and all(seg.step is None and seg.until_ns - seg.opened_ns == 60 * 10**9 for seg in loads)
+    for seg in loads:
+        lines = (path / seg.rel).read_text().splitlines()
+        assert lines and all(sc.ENGINE_LOAD_SPAN in line and sc.RL_ENGINE_ID in line for line in lines)
+    step1 = (path / run.segments[0].rel).parent / "step-00000001.jsonl"
+    assert step1.read_text().count(f'"{sc.ENGINE_LOAD_SPAN}"') == 1  # engine 1's of step 1 (step 2's: its file)
+    for step in (1, 2):
+        records = _step_records(path, step)
+        view = build_step_view(records, step)
+        assert [e.engine_id for e in view.engines] == ["host:1:0", "host:2:0"], step
+        a, b = view.engines
+        assert (a.running, a.waiting, a.kv_cache_usage, a.preemptions) == (
+            (4, 8, 6),
+            (0, 3, 1),
+            (0.25, 0.97, 0.75),
+            (0, 2, 0),
+        )
+        assert (b.running, b.preemptions) == ((2, 3), (0, 1))
+        assert a.t_ns[1] - a.t_ns[0] == 100_000_000 and b.t_ns[1] - b.t_ns[0] == 300_000_000
+        assert view.t0_ns <= a.t_ns[0] and a.t_ns[-1] <= view.t1_ns
+        assert a.peak_kv_cache_usage == 0.97 and a.total_preemptions == 2
+        # engine 2's span of the other step, by its time, is not this step's
+        assert len([r for r in records if r.name == sc.ENGINE_LOAD_SPAN]) >= 2
+
+
+def test_load_spans_change_no_metric(loaded) -> None:
+    """The load spans are not samples: a report from the folder gives exactly the metrics ``collect()`` gave."""
+    path, collected = loaded
+    for step in (1, 2):
+        rebuilt = summary_of(_step_records(path, step), step)
+        live = {k: v for k, v in collected[step].items() if "/telemetry/" not in k}  # the live pipeline's own
+        assert dict(rebuilt.metrics) == live
+
+
+def test_load_clipped_and_merged_for_drawing() -> None:
+    """Points outside the step's time are left out; a series longer than MAX_POINTS is merged into buckets (max of
+    running/waiting/KV, sum of preemptions); a malformed span is left out whole."""
+    from otel_agentloop.analysis._reading import _engine_load as el
+    from otel_agentloop.metrics._records import SpanRecord
+
+    n = el.MAX_POINTS * 2
+    attrs = {
+        sc.RL_ENGINE_ID: "e",
+        sc.RL_ENGINE_LOAD_OFFSET_MS: list(range(0, n * 100, 100)),
+        sc.RL_ENGINE_LOAD_RUNNING: [i % 7 for i in range(n)],
+        sc.RL_ENGINE_LOAD_WAITING: [0] * n,
+        sc.RL_ENGINE_LOAD_KV_CACHE_USAGE: [0.5] * n,
+        sc.RL_ENGINE_LOAD_PREEMPTIONS: [1] * n,
+    }
+    rec = SpanRecord(1, 1, 0, sc.ENGINE_LOAD_SPAN, 10**12, 10**12 + n * 10**8, attrs)
+    (e,) = step_engine_load([rec], 1, False, 0, 2 * 10**12 + n * 10**8)
+    assert len(e.t_ns) == el.MAX_POINTS and e.total_preemptions == n and max(e.running) == 6
+    (clipped,) = step_engine_load([rec], 1, False, 10**12 + 10**8, 10**12 + 3 * 10**8)
+    assert clipped.t_ns == (10**12 + 10**8, 10**12 + 2 * 10**8, 10**12 + 3 * 10**8)
+    broken = SpanRecord(1, 2, 0, sc.ENGINE_LOAD_SPAN, 10**12, 10**12, {**attrs, sc.RL_ENGINE_LOAD_WAITING: [0]})
+    assert step_engine_load([broken], 1, False, 0, 2 * 10**12) == []
+    assert step_engine_load([rec], 2, False, 10**13, 10**14) == []  # no overlap
+
+
+def test_step_page_data_and_perfetto_counter_tracks(loaded) -> None:
+    path, _ = loaded
+    records = _step_records(path, 1)
+    view = build_step_view(records, 1)
+    data = page_data(view)
+    assert [g["engine"] for g in data["engines"]] == ["host:1:0", "host:2:0"]
+    g = data["engines"][0]
+    assert g["running"] == [4, 8, 6] and g["kv"] == [0.25, 0.97, 0.75] and g["preempted"] == [0, 2, 0]
+    assert 0 <= g["t"][0] < g["t"][1] < g["t"][2] <= data["span_ms"] and g["t"][1] - g["t"][0] == pytest.approx(100)
+    from .trace_event_format import parse
+
+    text = json.dumps(step_trace(records, 1), allow_nan=False)
+    trace_ = parse(text)
+    counters = [e for e in trace_.events if e["ph"] == "C"]
+    by_pid: dict[int, list] = {}
+    for e in counters:
+        by_pid.setdefault(e["pid"], []).append(e)
+    names = {trace_.process_names[pid]: events for pid, events in by_pid.items()}
+    assert sorted(names) == ["engine host:1:0", "engine host:2:0"]
+    one = names["engine host:1:0"]
+    assert [e["args"]["running"] for e in one if e["name"] == "requests"] == [4, 8, 6]
+    assert [e["args"]["kv"] for e in one if e["name"] == "KV cache usage %"] == [25.0, 97.0, 75.0]
+    assert [e["args"]["preemptions"] for e in one if e["name"] == "preemptions"] == [0, 2, 0]
+    assert trace_.other["engines"] == ["host:1:0", "host:2:0"]
+    # not drawn as a span on any track
+    assert not [e for e in trace_.events if e["ph"] == "X" and e["name"] == sc.ENGINE_LOAD_SPAN]
+
+
+def test_run_page_has_peak_kv_and_preemptions_per_step(loaded, tmp_path) -> None:
+    path, _ = loaded
+    out = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "report", "--file", str(path), "--run", "--html", "run.html"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    text = (tmp_path / "run.html").read_text()
+    raw = text.split('<script id="run-data" type="application/json">')[1].split("</script>")[0]
+    data = json.loads(raw.replace("\\u003c", "<"))
+    fields = data["fields"]
+    rows = {r[fields.index("step")]: r for r in data["steps"]}
+    assert rows[1][fields.index("kv_peak")] == 0.97 and rows[1][fields.index("preemptions")] == 2
+    assert rows[2][fields.index("kv_peak")] == 0.5 and rows[2][fields.index("preemptions")] == 0
+    # the step pages written with it draw the engines under the samples
+    page = (tmp_path / "run.steps" / "step-1.html").read_text()
+    assert '"engines":[{"engine":"host:1:0"' in page.replace(" ", "")

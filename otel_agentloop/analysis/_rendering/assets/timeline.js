@@ -110,6 +110,65 @@
     found[s.tid] = found[s.tid] || [s, row];
   });
 
+  // -- each engine's load under the samples, on their axis: KV cache usage shaded (0-100 %), running and waiting
+  // requests as lines (one scale for every engine), preemptions as red marks -------------------------------------
+  var engines = document.getElementById("engines"), SVG = "http://www.w3.org/2000/svg";
+  function svg(tag, attrs) {
+    var e = document.createElementNS(SVG, tag);
+    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });
+    return e;
+  }
+  if (D.engines.length) {
+    var loadTop = 1;
+    D.engines.forEach(function (g) { loadTop = Math.max(loadTop, Math.max.apply(null, g.running.concat(g.waiting))); });
+    var headRow = h("div", "eng-head", "engine load under these samples: ");
+    [["#b9cbe8", "KV cache usage (0-100 %)"], ["#1f3a68", "running"], ["#DD8452", "waiting (requests, 0-" + loadTop +
+      ")"], ["#C44E52", "preemption"]].forEach(function (x) {
+      var chip = h("span", "chip"); chip.style.background = x[0];
+      headRow.appendChild(chip); headRow.appendChild(document.createTextNode(x[1] + "  "));
+    });
+    engines.appendChild(headRow);
+    D.engines.forEach(function (g) {
+      var peak = Math.max.apply(null, g.kv.concat([0])), pre = g.preempted.reduce(function (a, b) { return a + b; }, 0);
+      var row = h("div", "eng-row"); row.setAttribute("data-engine", g.engine);
+      var label = h("div", "label eng-label");
+      label.appendChild(h("span", "mono", g.engine));
+      label.appendChild(h("span", "eng-peak", "KV " + Math.round(peak * 100) + " % · " + pre + " preempted"));
+      row.appendChild(label);
+      var track = h("div", "track"), H = 40, W = 1000;
+      var plot = svg("svg", {viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", "class": "eng-plot"});
+      var x = function (ms) { return (W * ms / span).toFixed(2); };
+      var y = function (v, m) { return (H - 2 - (H - 4) * v / m).toFixed(2); };
+      var area = "M" + x(g.t[0]) + " " + H;
+      g.t.forEach(function (t, k) { area += " L" + x(t) + " " + y(g.kv[k], 1); });
+      area += " L" + x(g.t[g.t.length - 1]) + " " + H + " Z";
+      plot.appendChild(svg("path", {d: area, fill: "#b9cbe8", "data-series": "kv"}));
+      [["running", "#1f3a68"], ["waiting", "#DD8452"]].forEach(function (c) {
+        var pts = g.t.map(function (t, k) { return x(t) + "," + y(g[c[0]][k], loadTop); }).join(" ");
+        plot.appendChild(svg("polyline", {points: pts, fill: "none", stroke: c[1], "stroke-width": 1.5,
+                                          "vector-effect": "non-scaling-stroke", "data-series": c[0]}));
+      });
+      g.t.forEach(function (t, k) {
+        if (g.preempted[k] > 0) {
+          plot.appendChild(svg("rect", {x: x(t), y: 0, width: 3, height: 8, fill: "#C44E52", "data-series": "preempted"}));
+        }
+      });
+      track.appendChild(plot);
+      row.appendChild(track);
+      row.addEventListener("mousemove", function (ev) {
+        var box = track.getBoundingClientRect(), at = span * (ev.clientX - box.left) / Math.max(box.width, 1), k = 0;
+        g.t.forEach(function (t, j) { if (Math.abs(t - at) < Math.abs(g.t[k] - at)) k = j; });
+        tip.replaceChildren();
+        tip.appendChild(h("div", null, "engine " + g.engine + " at +" + secs(g.t[k] / 1e3)));
+        tip.appendChild(h("div", "mono", "running " + g.running[k] + " · waiting " + g.waiting[k] + " · KV cache " +
+                                         Math.round(g.kv[k] * 100) + " % · preempted " + g.preempted[k]));
+        tip.hidden = false; tip.style.left = (ev.clientX + 14) + "px"; tip.style.top = (ev.clientY + 14) + "px";
+      });
+      row.addEventListener("mouseleave", function () { tip.hidden = true; });
+      engines.appendChild(row);
+    });
+  }
+
   // -- a link to one sample's waterfall: page.html#trace=ID&sample=I/R (the sample wins; a trace holds several
   // samples with --trace-per step) ----------------------------------------------------------------------------
   function fromHash() {
