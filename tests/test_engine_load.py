@@ -34,6 +34,9 @@ from otel_agentloop.analysis._rendering._timeline_html import page_data
 from otel_agentloop.metrics._causes import StepEngine, cause
 from otel_agentloop.metrics._table import EngineSample
 
+from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the browser fixture
+from .trace_event_format import parse
+
 P = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}"
 
 
@@ -215,6 +218,18 @@ def test_causes_read_from_the_engine_state(tmp_path, monkeypatch) -> None:
     assert causes[0].startswith("generation ")
     stored = stored_summaries(list(read_everything(str(path), Skipped(), lambda _: None)))[(1, False)]
     assert {s.index: s.cause for s in stored.top} == causes
+    plain = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "report", "--file", str(path), "--step", "1", "--from-spans"],
+        env={**{k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}, "NO_COLOR": "1"},
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=True,
+    ).stdout
+    assert (
+        "engine state: peak KV cache 97 %, 2 preemptions, 80 sequences running on average (max 64), 12,000 prompt "
+        "tokens from the prefix cache, up to 3 attempts in a turn (partial rollouts)"
+    ) in plain, plain
 
 
 STEP = StepEngine(100.0, 200.0, 900.0, 1900.0, running_median=60.0, cached_median=1500.0)
@@ -345,7 +360,6 @@ def test_step_page_data_and_perfetto_counter_tracks(loaded) -> None:
     g = data["engines"][0]
     assert g["running"] == [4, 8, 6] and g["kv"] == [0.25, 0.97, 0.75] and g["preempted"] == [0, 2, 0]
     assert 0 <= g["t"][0] < g["t"][1] < g["t"][2] <= data["span_ms"] and g["t"][1] - g["t"][0] == pytest.approx(100)
-    from .trace_event_format import parse
 
     text = json.dumps(step_trace(records, 1), allow_nan=False)
     trace_ = parse(text)
@@ -385,3 +399,40 @@ def test_run_page_has_peak_kv_and_preemptions_per_step(loaded, tmp_path) -> None
     # the step pages written with it draw the engines under the samples
     page = (tmp_path / "run.steps" / "step-1.html").read_text()
     assert '"engines":[{"engine":"host:1:0"' in page.replace(" ", "")
+
+
+def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_panel(loaded, browser, tmp_path) -> None:  # noqa: F811
+    """The step page draws one load row per engine under the samples, on their time axis (its plot spans the samples'
+    track exactly), with its peak KV usage and preemptions; the run page shows the engine panel and column."""
+    from selenium.webdriver.common.by import By
+
+    path, _ = loaded
+    out = subprocess.run(
+        [sys.executable, "-m", "otel_agentloop", "report", "--file", str(path), "--run", "--html", "run.html"],
+        cwd=tmp_path,
+        env={k: v for k, v in os.environ.items() if not k.startswith("OTEL_")},
+        capture_output=True,
+        text=True,
+        timeout=120,
+    )
+    assert out.returncode == 0, out.stderr
+    _open(browser, tmp_path / "run.steps" / "step-1.html")
+    rows = browser.find_elements(By.CSS_SELECTOR, "#engines .eng-row")
+    assert [r.get_attribute("data-engine") for r in rows] == ["host:1:0", "host:2:0"]
+    assert "KV 97 % · 2 preempted" in rows[0].text and "KV 20 % · 1 preempted" in rows[1].text
+    geometry = browser.execute_script(
+        """var s = document.querySelector('#rows .row .track').getBoundingClientRect();
+           var e = document.querySelector('#engines .eng-row .eng-plot').getBoundingClientRect();
+           var r = document.querySelector('#rows').getBoundingClientRect();
+           return [s.left, s.right, e.left, e.right, e.top >= r.bottom - 1,
+                   document.querySelectorAll('#engines [data-series=preempted]').length,
+                   document.querySelectorAll('#engines polyline').length];"""
+    )
+    assert geometry[:2] == pytest.approx(geometry[2:4], abs=1) and geometry[4] is True, geometry
+    assert geometry[5:] == [2, 4], geometry  # a mark per point with preemptions; running and waiting per engine
+    assert not _severe_console(browser)
+    _open(browser, tmp_path / "run.html")
+    assert browser.find_element(By.ID, "engine-panel").is_displayed()
+    cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#steps td.engine")]
+    assert cells == ["KV 97 % · 2 preempted", "KV 50 % · 0 preempted"], cells
+    assert not _severe_console(browser)

@@ -14,6 +14,7 @@ the max of running, waiting and KV usage, the sum of preemptions.
 
 from __future__ import annotations
 
+import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 from typing import Any
@@ -137,3 +138,27 @@ def _merge(points: Sequence[tuple[int, int, int, float, int]]) -> list[tuple[int
         else:
             cur[1], cur[2], cur[3], cur[4] = max(cur[1], r), max(cur[2], w), max(cur[3], k), cur[4] + p
     return [tuple(v) for _, v in sorted(buckets.items())]  # type: ignore[misc]
+
+
+def with_unstepped_load(
+    by_step: Mapping[sc.StepKey, list[SpanRecord]], records: Iterable[SpanRecord]
+) -> dict[sc.StepKey, list[SpanRecord]]:
+    """``by_step`` (each step's records) with each ``rl.engine.load`` span of ``records`` that carries no
+    ``rl.step`` added to every step whose records' time range it overlaps (what :func:`step_engine_load` then
+    draws of it); ``by_step``'s lists are not changed."""
+    loads = sorted(
+        (r for r in records if r.name == sc.ENGINE_LOAD_SPAN and r.attributes.get(sc.RL_STEP) is None),
+        key=lambda r: r.start_ns,
+    )
+    out = {key: list(spans) for key, spans in by_step.items()}
+    if not loads:
+        return out
+    starts = [r.start_ns for r in loads]
+    longest = max(r.end_ns - r.start_ns for r in loads)
+    for spans in out.values():
+        if not spans:
+            continue
+        lo, hi = min(r.start_ns for r in spans), max(r.end_ns for r in spans)
+        first = bisect.bisect_left(starts, lo - longest)
+        spans += [r for r in loads[first : bisect.bisect_right(starts, hi)] if r.end_ns >= lo]
+    return out
