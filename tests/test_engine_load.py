@@ -131,12 +131,20 @@ def load_span(
 
 
 def _run(
-    path: Path, steps: Mapping[int, Sequence[Sequence[Turn]]], monkeypatch: pytest.MonkeyPatch, *, loads: bool = False
+    path: Path | None,
+    steps: Mapping[int, Sequence[Sequence[Turn]]],
+    monkeypatch: pytest.MonkeyPatch,
+    *,
+    loads: bool = False,
+    service: str = "engine-load",
+    endpoint: str | None = None,
 ) -> dict[int, dict[str, float]]:
-    """Each step rolled out and collected by a handle writing ``path``; with ``loads``, each step's engine load as two
-    engines' ``rl.engine.load`` spans over the step's time (one without ``rl.step``, as a server actor writes)."""
+    """Each step rolled out and collected by a handle writing ``path`` (or exporting to ``endpoint``); with ``loads``,
+    each step's engine load as two engines' ``rl.engine.load`` spans over the step's time (one without ``rl.step``,
+    as a server actor writes, beginning ``UNSTEPPED_LEAD_MS`` before the points it has in the step)."""
     monkeypatch.setenv("OTEL_AGENTLOOP_FAST_PATH", "true")
-    handle = oal.configure("engine-load", file=str(path), set_global=False, schedule_delay_s=0.05)
+    where = {"file": str(path)} if path is not None else {"endpoint": endpoint}
+    handle = oal.configure(service, **where, set_global=False, schedule_delay_s=0.05)  # type: ignore[arg-type]
     collected = {}
     try:
         for step, samples in steps.items():
@@ -147,7 +155,8 @@ def _run(
                 assert handle.provider is not None and MARKS
                 t0 = MARKS[0] + 10_000_000
                 load_span(handle.provider, t0, POINTS_A, engine_id="host:1:0", step=step)
-                load_span(handle.provider, t0, POINTS_B, engine_id="host:2:0")
+                lead = [(0, 0, 0, 0.0, 0)] + [(o + UNSTEPPED_LEAD_MS, *p) for o, *p in POINTS_B]  # idle until then
+                load_span(handle.provider, t0 - UNSTEPPED_LEAD_MS * 1_000_000, lead, engine_id="host:2:0")
                 if step == 1:  # a span of step 2 over step 1's time: never step 1's
                     load_span(handle.provider, t0, POINTS_B, engine_id="host:3:0", step=2)
         assert handle.force_flush(10)
@@ -159,6 +168,9 @@ def _run(
 LONG_S = 0.5
 POINTS_A = [(0, 4, 0, 0.25, 0), (100, 8, 3, 0.97, 2), (200, 6, 1, 0.75, 0)]
 POINTS_B = [(0, 2, 0, 0.1, 0), (300, 3, 0, 0.2, 1)]
+UNSTEPPED_LEAD_MS = 45_000
+"""The unstepped engine's window began this long before its points in the step (an engine idle until then): past
+Jaeger's step window slack (30 s), within a reader's reach (60 s)."""
 
 
 # A step: four ordinary samples, one preempted at a full cache, one decoding slowly in a crowded engine, one that
@@ -288,11 +300,11 @@ def _step_records(path: Path, step: int) -> list:
 
 def test_load_spans_land_with_their_step_or_by_their_time(loaded) -> None:
     """A load span with ``rl.step`` is in its step's file; one without is in a ``load-`` segment whose index line
-    covers the 60 s its start falls in; reading a step finds both, and the step's engines are exactly its own."""
+    covers the 60 s its start falls in and a window's 60 s more; reading a step finds both, and the step's engines are exactly its own."""
     path, _ = loaded
     (run,) = read_index(str(path), lambda _: None)
     loads = [seg for seg in run.segments if seg.rel.split("/")[1].startswith("load-")]
-    assert loads and all(seg.step is None and seg.until_ns - seg.opened_ns == 60 * 10**9 for seg in loads)
+    assert loads and all(seg.step is None and seg.until_ns - seg.opened_ns == 120 * 10**9 for seg in loads)
     for seg in loads:
         lines = (path / seg.rel).read_text().splitlines()
         assert lines and all(sc.ENGINE_LOAD_SPAN in line and sc.RL_ENGINE_ID in line for line in lines)
@@ -424,12 +436,15 @@ def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_pan
         """var s = document.querySelector('#rows .row .track').getBoundingClientRect();
            var e = document.querySelector('#engines .eng-row .eng-plot').getBoundingClientRect();
            var r = document.querySelector('#rows').getBoundingClientRect();
+           var c = Array.from(document.querySelectorAll('#engines canvas'));
            return [s.left, s.right, e.left, e.right, e.top >= r.bottom - 1,
-                   document.querySelectorAll('#engines [data-series=preempted]').length,
-                   document.querySelectorAll('#engines polyline').length];"""
+                   c.map(function (x) { return [+x.getAttribute('data-points'), +x.getAttribute('data-preempted')]; }),
+                   c.some(function (x) {  // something drawn: a pixel that is not blank
+                     var d = x.getContext('2d').getImageData(0, 0, x.width, x.height).data;
+                     for (var i = 3; i < d.length; i += 4) if (d[i]) return true; return false; })];"""
     )
     assert geometry[:2] == pytest.approx(geometry[2:4], abs=1) and geometry[4] is True, geometry
-    assert geometry[5:] == [2, 4], geometry  # a mark per point with preemptions; running and waiting per engine
+    assert geometry[5:] == [[[3, 1], [2, 1]], True], geometry  # points, and points with preemptions, per engine
     assert not _severe_console(browser)
     _open(browser, tmp_path / "run.html")
     assert browser.find_element(By.ID, "engine-panel").is_displayed()

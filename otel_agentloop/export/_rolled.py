@@ -13,7 +13,7 @@ Layout v1 (read by :mod:`otel_agentloop.analysis._store`)::
 follows its trace: the exporter remembers the segment of the most recent :data:`MAX_TRACES` trace ids that had
 a step (spans of the same batch first). An engine's load span (``rl.engine.load``, a root span) without ``rl.step``
 goes to the ``load-`` segment of the 60 s its start falls in (``<ns>``: that period's start; its index line has
-``opened_ns``/``until_ns`` the period's bounds), so a reader finds it by the time it covers, however late it was
+``opened_ns`` the period's start, ``until_ns`` its end plus :data:`LOAD_REACH_NS`, the longest window), so a reader finds it by the time it covers, however late it was
 written (one with ``rl.step`` goes to that step's file). Every file is OTLP-JSON lines, written through
 ``O_APPEND`` in whole lines, so every process of a run (Ray workers, a resumed attempt) shares it.
 """
@@ -53,6 +53,9 @@ ROLL_NS = 60 * 10**9
 """An unstepped segment takes spans for this long (write time), then the next one opens."""
 ROLL_BYTES = 64 << 20
 """... or until it holds this many bytes."""
+LOAD_REACH_NS = 60 * 10**9
+"""The longest ``rl.engine.load`` window a ``load-`` segment's index line covers past its period (its ``until_ns``
+is the period's end plus this), so a reader asking for a time finds a window that began before it."""
 ONE_FILE_SUFFIXES = (".jsonl", ".json")
 
 
@@ -95,6 +98,7 @@ class _Segment:
     validate: bool
     opened_ns: int = 0
     written: int = 0
+    reach_ns: int = 0
 
     def index_line(self, opened_ns: int) -> bytes:
         entry: dict[str, Any] = {
@@ -109,7 +113,7 @@ class _Segment:
             "pid": os.getpid(),
         }
         if self.step is None:
-            entry["until_ns"] = self.opened_ns + ROLL_NS
+            entry["until_ns"] = self.opened_ns + ROLL_NS + self.reach_ns
         return (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
 
 
@@ -194,7 +198,8 @@ class RolledDirectoryExporter(RecordExporter):
             if len(self._loads) >= 256:
                 self._loads.clear()
             name = f"{run.dir}/load-{os.getpid()}-{period}.jsonl"
-            segment = self._loads[(run.dir, period)] = _Segment(name, run, None, False, opened_ns=period)
+            segment = _Segment(name, run, None, False, opened_ns=period, reach_ns=LOAD_REACH_NS)
+            self._loads[(run.dir, period)] = segment
         return segment
 
     def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[Any]]:

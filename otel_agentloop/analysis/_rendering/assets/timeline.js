@@ -111,13 +111,8 @@
   });
 
   // -- each engine's load under the samples, on their axis: KV cache usage shaded (0-100 %), running and waiting
-  // requests as lines (one scale for every engine), preemptions as red marks -------------------------------------
-  var engines = document.getElementById("engines"), SVG = "http://www.w3.org/2000/svg";
-  function svg(tag, attrs) {
-    var e = document.createElementNS(SVG, tag);
-    Object.keys(attrs).forEach(function (k) { e.setAttribute(k, String(attrs[k])); });
-    return e;
-  }
+  // requests as lines (one scale for every engine), preemptions as red marks; drawn on a canvas per engine --------
+  var engines = document.getElementById("engines"), loadDraws = [];
   if (D.engines.length) {
     var loadTop = 1;
     D.engines.forEach(function (g) { loadTop = Math.max(loadTop, Math.max.apply(null, g.running.concat(g.waiting))); });
@@ -135,26 +130,12 @@
       label.appendChild(h("span", "mono", g.engine));
       label.appendChild(h("span", "eng-peak", "KV " + Math.round(peak * 100) + " % · " + pre + " preempted"));
       row.appendChild(label);
-      var track = h("div", "track"), H = 40, W = 1000;
-      var plot = svg("svg", {viewBox: "0 0 " + W + " " + H, preserveAspectRatio: "none", "class": "eng-plot"});
-      var x = function (ms) { return (W * ms / span).toFixed(2); };
-      var y = function (v, m) { return (H - 2 - (H - 4) * v / m).toFixed(2); };
-      var area = "M" + x(g.t[0]) + " " + H;
-      g.t.forEach(function (t, k) { area += " L" + x(t) + " " + y(g.kv[k], 1); });
-      area += " L" + x(g.t[g.t.length - 1]) + " " + H + " Z";
-      plot.appendChild(svg("path", {d: area, fill: "#b9cbe8", "data-series": "kv"}));
-      [["running", "#1f3a68"], ["waiting", "#DD8452"]].forEach(function (c) {
-        var pts = g.t.map(function (t, k) { return x(t) + "," + y(g[c[0]][k], loadTop); }).join(" ");
-        plot.appendChild(svg("polyline", {points: pts, fill: "none", stroke: c[1], "stroke-width": 1.5,
-                                          "vector-effect": "non-scaling-stroke", "data-series": c[0]}));
-      });
-      g.t.forEach(function (t, k) {
-        if (g.preempted[k] > 0) {
-          plot.appendChild(svg("rect", {x: x(t), y: 0, width: 3, height: 8, fill: "#C44E52", "data-series": "preempted"}));
-        }
-      });
-      track.appendChild(plot);
+      var track = h("div", "track"), canvas = h("canvas", "eng-plot");
+      canvas.setAttribute("data-points", String(g.t.length));
+      canvas.setAttribute("data-preempted", String(g.preempted.filter(function (p) { return p > 0; }).length));
+      track.appendChild(canvas);
       row.appendChild(track);
+      loadDraws.push(function () { drawLoad(canvas, g, loadTop); });
       row.addEventListener("mousemove", function (ev) {
         var box = track.getBoundingClientRect(), at = span * (ev.clientX - box.left) / Math.max(box.width, 1), k = 0;
         g.t.forEach(function (t, j) { if (Math.abs(t - at) < Math.abs(g.t[k] - at)) k = j; });
@@ -167,6 +148,26 @@
       row.addEventListener("mouseleave", function () { tip.hidden = true; });
       engines.appendChild(row);
     });
+    var redraw = function () { loadDraws.forEach(function (f) { f(); }); };
+    redraw();
+    window.addEventListener("resize", redraw);
+  }
+  function drawLoad(canvas, g, top) {
+    var dpr = window.devicePixelRatio || 1, W = canvas.parentElement.clientWidth || 600, H = 40;
+    canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
+    canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    var c = canvas.getContext("2d"); c.scale(dpr, dpr);
+    var x = function (ms) { return W * ms / span; }, y = function (v, m) { return H - 2 - (H - 4) * v / m; };
+    c.fillStyle = "#b9cbe8"; c.beginPath(); c.moveTo(x(g.t[0]), H);
+    g.t.forEach(function (t, k) { c.lineTo(x(t), y(g.kv[k], 1)); });
+    c.lineTo(x(g.t[g.t.length - 1]), H); c.closePath(); c.fill();
+    [["running", "#1f3a68"], ["waiting", "#DD8452"]].forEach(function (s) {
+      c.strokeStyle = s[1]; c.lineWidth = 1.5; c.beginPath();
+      g.t.forEach(function (t, k) { if (k) c.lineTo(x(t), y(g[s[0]][k], top)); else c.moveTo(x(t), y(g[s[0]][k], top)); });
+      c.stroke();
+    });
+    c.fillStyle = "#C44E52";
+    g.t.forEach(function (t, k) { if (g.preempted[k] > 0) c.fillRect(x(t) - 1, 0, 3, 8); });
   }
 
   // -- a link to one sample's waterfall: page.html#trace=ID&sample=I/R (the sample wins; a trace holds several
