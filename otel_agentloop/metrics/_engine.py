@@ -160,7 +160,8 @@ class EngineTurns:
 
         def known(name: str) -> npt.NDArray[np.float64]:
             values = self.col(name)[mine]
-            return values[~np.isnan(values)]
+            found: npt.NDArray[np.float64] = values[~np.isnan(values)]
+            return found
 
         kv, running, cached = known("kv_max"), known("running_mean"), self.col("cached_tokens")[mine]
         inputs = self.col("input_tokens")[mine]

@@ -17,7 +17,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
+from typing import Any, TypeVar
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -137,12 +137,15 @@ def _merge(points: Sequence[tuple[int, int, int, float, int]]) -> list[tuple[int
             buckets[b] = [t, r, w, k, p]
         else:
             cur[1], cur[2], cur[3], cur[4] = max(cur[1], r), max(cur[2], w), max(cur[3], k), cur[4] + p
-    return [tuple(v) for _, v in sorted(buckets.items())]  # type: ignore[misc]
+    return [(v[0], v[1], v[2], v[3], v[4]) for _, v in sorted(buckets.items())]
+
+
+K = TypeVar("K")
 
 
 def with_unstepped_load(
-    by_step: Mapping[sc.StepKey, list[SpanRecord]], records: Iterable[SpanRecord]
-) -> dict[sc.StepKey, list[SpanRecord]]:
+    by_step: Mapping[K, list[SpanRecord]], records: Iterable[SpanRecord]
+) -> dict[K, list[SpanRecord]]:
     """``by_step`` (each step's records) with each ``rl.engine.load`` span of ``records`` that carries no
     ``rl.step`` added to every step whose records' time range it overlaps (what :func:`step_engine_load` then
     draws of it); ``by_step``'s lists are not changed."""
