@@ -108,6 +108,7 @@ class StepRows:
         "blocks",
         "dropped",
         "engine",
+        "engine_pairs",
         "error",
         "in_order",
         "index",
@@ -160,6 +161,7 @@ class StepRows:
         # generation turns carrying the engine's facts: (row, *ENGINE_FLOATS), floats NaN where not carried;
         # at most MAX_ENGINE_TURNS; the policy versions of the turns that carry them, by turn number
         self.engine: _EngineColumns = (array("q"), *(array("d") for _ in ENGINE_FLOATS))
+        self.engine_pairs = tuple(zip(self.engine[1:-1], ENGINE_ATTRIBUTE_OF, strict=True))
         self.versions: dict[int, tuple[int, ...]] = {}
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
@@ -271,24 +273,26 @@ class StepRows:
 
     def _engine_turn(self, r: int, attrs: Mapping[str, Any]) -> None:
         """Record the engine's facts of one generation turn of row ``r``: each value :func:`engine_number`
-        accepts, else NaN (a float in range is taken inline: the usual case)."""
-        rows, *columns = self.engine
-        if len(rows) >= MAX_ENGINE_TURNS:
-            return
+        accepts, else NaN (an absent one, and a float in range, are taken inline: the usual cases)."""
+        rows = self.engine[0]
         t = len(rows)
+        if t >= MAX_ENGINE_TURNS:
+            return
         rows.append(r)
         get = attrs.get
-        for column, name in zip(columns[:-1], ENGINE_ATTRIBUTE_OF, strict=True):  # the last, aborted, after
+        for column, name in self.engine_pairs:  # every column but the last, aborted
             v = get(name)
-            if type(v) is float and 0.0 <= v < 1e18:
+            if v is None:
+                column.append(_NAN)
+            elif type(v) is float and 0.0 <= v < 1e18:
                 column.append(v)
             else:
                 number = engine_number(v)
                 column.append(_NAN if number is None else number)
         finish = get(_EFIN)
-        columns[-1].append(_NAN if type(finish) is not str else float(finish == _ABORTED))
+        self.engine[-1].append(_NAN if type(finish) is not str else float(finish == _ABORTED))
         versions = get(_EVERS)
-        if isinstance(versions, (list, tuple)) and versions:
+        if versions is not None and isinstance(versions, (list, tuple)) and versions:
             self.versions[t] = tuple(v for v in versions[:64] if type(v) is int and _I64_MIN < v <= _I64_MAX)
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
