@@ -279,7 +279,7 @@ def test_cause_rules_in_order() -> None:
 
 # -- the engine's load over time: stored, found for a step, drawn ---------------------------------------------------
 LOADED = {
-    1: [[Turn(sleep_s=LONG_S, attrs=ordinary().attrs, mark=True)], PREEMPTED, [ordinary()]],
+    1: [[Turn(sleep_s=LONG_S, attrs=ordinary().attrs, mark=True)], PREEMPTED, [ordinary()], PARTIAL],
     2: [[Turn(sleep_s=LONG_S, attrs=ordinary().attrs, mark=True)], [ordinary()]],
 }
 
@@ -300,7 +300,8 @@ def _step_records(path: Path, step: int) -> list:
 
 def test_load_spans_land_with_their_step_or_by_their_time(loaded) -> None:
     """A load span with ``rl.step`` is in its step's file; one without is in a ``load-`` segment whose index line
-    covers the 60 s its start falls in and a window's 60 s more; reading a step finds both, and the step's engines are exactly its own."""
+    covers the 60 s its start falls in and a window's 60 s more; reading a step finds both, and the step's engines
+    are exactly its own."""
     path, _ = loaded
     (run,) = read_index(str(path), lambda _: None)
     loads = [seg for seg in run.segments if seg.rel.split("/")[1].startswith("load-")]
@@ -358,6 +359,14 @@ def test_load_clipped_and_merged_for_drawing() -> None:
     assert len(e.t_ns) == el.MAX_POINTS and e.total_preemptions == n and max(e.running) == 6
     (clipped,) = step_engine_load([rec], 1, False, 10**12 + 10**8, 10**12 + 3 * 10**8)
     assert clipped.t_ns == (10**12 + 10**8, 10**12 + 2 * 10**8, 10**12 + 3 * 10**8)
+    texted = {k: json.dumps(v) if isinstance(v, list) else v for k, v in attrs.items()}  # as Jaeger returns them
+    assert step_engine_load(
+        [SpanRecord(1, 1, 0, sc.ENGINE_LOAD_SPAN, rec.start_ns, rec.end_ns, texted)],
+        1,
+        False,
+        0,
+        2 * 10**12 + n * 10**8,
+    ) == [e]
     broken = SpanRecord(1, 2, 0, sc.ENGINE_LOAD_SPAN, 10**12, 10**12, {**attrs, sc.RL_ENGINE_LOAD_WAITING: [0]})
     assert step_engine_load([broken], 1, False, 0, 2 * 10**12) == []
     assert step_engine_load([rec], 2, False, 10**13, 10**14) == []  # no overlap

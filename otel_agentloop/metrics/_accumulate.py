@@ -16,7 +16,7 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
-from ._engine import ENGINE_ATTRIBUTE_OF, ENGINE_FLOATS, ENGINE_MARKERS, EngineTurns
+from ._engine import ENGINE_ATTRIBUTE_OF, ENGINE_FLOATS, ENGINE_MARKERS, EngineTurns, array_value
 from ._numpy import LazyNumpy
 from ._table import MAX_TOOLS, OTHER_TOOLS, PhaseTable, bound_tools
 
@@ -292,8 +292,8 @@ class StepRows:
         finish = get(_EFIN)
         self.engine[-1].append(_NAN if type(finish) is not str else float(finish == _ABORTED))
         versions = get(_EVERS)
-        if versions is not None and isinstance(versions, (list, tuple)) and versions:
-            self.versions[t] = tuple(v for v in versions[:64] if type(v) is int and _I64_MIN < v <= _I64_MAX)
+        if versions is not None and (items := array_value(versions)):  # a list, or Jaeger's JSON text of it
+            self.versions[t] = tuple(v for v in items[:64] if type(v) is int and _I64_MIN < v <= _I64_MAX)
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
         """A new ``StepRows`` (``late``) holding copies of the rows of ``keys`` that exist here: what a sample

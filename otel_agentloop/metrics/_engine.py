@@ -3,6 +3,7 @@
 
 from __future__ import annotations
 
+import json
 from collections.abc import Iterable
 from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, NamedTuple
@@ -65,6 +66,24 @@ ENGINE_MARKERS = frozenset(
     )
 )
 """A generation turn carrying any of these is an engine turn (one row of :class:`EngineTurns`)."""
+
+
+MAX_ARRAY_CHARS = 1 << 20
+"""The longest JSON text :func:`array_value` parses."""
+
+
+def array_value(value: object) -> list[object] | None:
+    """An array attribute's items: a list or tuple as stored, or the JSON array text Jaeger turns it into (its
+    model has no array type: api_v3 returns ``"[4,8,6]"``); ``None`` for anything else."""
+    if isinstance(value, (list, tuple)):
+        return list(value)
+    if isinstance(value, str) and value.startswith("[") and len(value) <= MAX_ARRAY_CHARS:
+        try:
+            parsed = json.loads(value)
+        except (ValueError, RecursionError):
+            return None
+        return parsed if isinstance(parsed, list) else None
+    return None
 
 
 def _empty() -> npt.NDArray[np.float64]:

@@ -4,7 +4,8 @@ A configured handle exports two steps over OTLP to the Collector (which forwards
 carry the engine's state, and per step two engines' ``rl.engine.load`` spans: one with ``rl.step``, one without
 (as a verl server actor writes) whose window began 45 s before the step, past the step window's slack, so only the
 search by span name over the step's window reaching back finds it. ``report --jaeger --step 1`` then draws both
-engines (step page, Perfetto counter tracks), and its cause names the preemption.
+engines (step page, Perfetto counter tracks), and its causes name the preemption and the partial rollout's
+policy versions (Jaeger returns array attributes as their JSON text).
 """
 
 from __future__ import annotations
@@ -48,7 +49,7 @@ def test_step_engine_load_from_jaeger(stack: Any, tmp_path) -> None:
     )
     client.wait_for(
         lambda: client.find_traces(service, EPOCH, end, operation=sc.STEP_SUMMARY_SPAN),
-        lambda rs: len(decode_resource_spans(rs)) == 2,
+        lambda rs: len(list(decode_resource_spans(rs))) == 2,
         60,
     )
     # the step's search: the step window's traces and its engines' load spans, the early one included
@@ -63,6 +64,7 @@ def test_step_engine_load_from_jaeger(stack: Any, tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     causes = {row["sample_index"]: row["cause"] for row in json.loads(out.stdout)["slowest"]}
     assert causes[1] == "preempted 2 times at 97 % KV cache"
+    assert causes[3] == "aborted by 2 weight syncs, resumed under policy 14 and 15"  # versions as Jaeger's JSON text
     data = json.loads(page.read_text().split('type="application/json">')[1].split("</script>")[0])
     assert [(g["engine"], g["running"]) for g in data["engines"]] == [("host:1:0", [4, 8, 6]), ("host:2:0", [2, 3])]
     trace = parse(perfetto.read_text())

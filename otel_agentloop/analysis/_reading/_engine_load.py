@@ -1,15 +1,14 @@
-"""The engine's load over a step's time, from its ``rl.engine.load`` spans: what the step page, Perfetto and the
-run page draw.
-
-An engine integration writes one ``rl.engine.load`` root span per engine per window (``semconv.ENGINE_LOAD_SPAN``:
-equal-length arrays, one element per point of at most one per 100 ms: ms from the span's start, running, waiting,
-KV cache usage, preemptions in that point). A step's load is every such span that carries the step's ``rl.step``
-(and ``rl.validate``), and every one without ``rl.step`` (a process that does not know the step: a verl server
-actor) whose time overlaps the step's ``[t0, t1]``; its points are clipped to ``[t0, t1]`` (a span of another step,
-with its ``rl.step``, never counts). Points of one engine (``rl.engine.id``) from several spans make one series, in
-time order. A malformed span (arrays of unequal lengths, a non-number) is left out whole. For drawing, a series
-longer than :data:`MAX_POINTS` is merged into that many time buckets as the integration merges its 100 ms ones:
-the max of running, waiting and KV usage, the sum of preemptions.
+"""The engine's load over a step's time, from its ``rl.engine.load`` spans: what the step page, Perfetto and the run
+page draw. An engine integration writes one ``rl.engine.load`` root span per engine per window
+(``semconv.ENGINE_LOAD_SPAN``: equal-length arrays, one element per point of at most one per 100 ms: ms from the
+span's start, running, waiting, KV cache usage, preemptions in that point). A step's load is every such span that
+carries the step's ``rl.step`` (and ``rl.validate``), and every one without ``rl.step`` (a process that does not
+know the step: a verl server actor) whose time overlaps the step's ``[t0, t1]``; its points are clipped to ``[t0,
+t1]`` (a span of another step, with its ``rl.step``, never counts). Points of one engine (``rl.engine.id``) from
+several spans make one series, in time order. Jaeger returns each array as its JSON text (its model has no arrays):
+read alike. A malformed span (arrays of unequal lengths, a non-number) is left out whole. For drawing, a series
+longer than :data:`MAX_POINTS` is merged into that many time buckets as the integration merges its 100 ms ones: the
+max of running, waiting and KV usage, the sum of preemptions.
 """
 
 from __future__ import annotations
@@ -20,19 +19,13 @@ from dataclasses import dataclass
 from typing import Any, TypeVar
 
 from ... import semconv as sc
+from ...metrics._engine import array_value
 from ...metrics._records import SpanRecord
 
 MAX_POINTS = 2000
 """Points of one engine's series a page or a trace draws (a longer one is merged into this many buckets)."""
 MAX_ENGINES = 256
 """Engines one step draws (the busiest by peak running sequences)."""
-_ARRAYS = (
-    sc.RL_ENGINE_LOAD_OFFSET_MS,
-    sc.RL_ENGINE_LOAD_RUNNING,
-    sc.RL_ENGINE_LOAD_WAITING,
-    sc.RL_ENGINE_LOAD_KV_CACHE_USAGE,
-    sc.RL_ENGINE_LOAD_PREEMPTIONS,
-)
 
 
 @dataclass(frozen=True)
@@ -67,24 +60,41 @@ class EngineLoad:
         }
 
 
-def _int(v: object) -> bool:
-    return type(v) is int and 0 <= v < 1 << 53
+def _ints(items: list[object] | None) -> list[int] | None:
+    """``items`` when each is a non-negative int (below 2**53), else ``None``."""
+    if items is None:
+        return None
+    out = [v for v in items if isinstance(v, int) and not isinstance(v, bool) and 0 <= v < 1 << 53]
+    return out if len(out) == len(items) else None
+
+
+def _fractions(items: list[object] | None) -> list[float] | None:
+    """``items`` as floats when each is a number in [0, 1e6], else ``None``."""
+    if items is None:
+        return None
+    out = [float(v) for v in items if isinstance(v, (int, float)) and not isinstance(v, bool) and 0 <= v <= 1e6]
+    return out if len(out) == len(items) else None
 
 
 def _points(rec: SpanRecord) -> list[tuple[int, int, int, float, int]] | None:
     """The span's points as (Unix ns, running, waiting, kv, preemptions); ``None`` when malformed."""
-    arrays = [rec.attributes.get(name) for name in _ARRAYS]
-    if not all(isinstance(a, (list, tuple)) for a in arrays):
+    get = rec.attributes.get  # lists, or Jaeger's JSON text of them
+    offsets, running, waiting, preempted = (
+        _ints(array_value(get(name)))
+        for name in (
+            sc.RL_ENGINE_LOAD_OFFSET_MS,
+            sc.RL_ENGINE_LOAD_RUNNING,
+            sc.RL_ENGINE_LOAD_WAITING,
+            sc.RL_ENGINE_LOAD_PREEMPTIONS,
+        )
+    )
+    kv = _fractions(array_value(get(sc.RL_ENGINE_LOAD_KV_CACHE_USAGE)))
+    if offsets is None or running is None or waiting is None or preempted is None or kv is None:
         return None
-    offsets, running, waiting, kv, preempted = (list(a) for a in arrays)  # type: ignore[arg-type]
     if len({len(offsets), len(running), len(waiting), len(kv), len(preempted)}) != 1:
         return None
-    if not all(_int(v) for v in (*offsets, *running, *waiting, *preempted)):
-        return None
-    if not all(type(v) in (int, float) and 0 <= v <= 1e6 for v in kv):
-        return None
     return [
-        (rec.start_ns + o * 1_000_000, r, w, float(k), p)
+        (rec.start_ns + o * 1_000_000, r, w, k, p)
         for o, r, w, k, p in zip(offsets, running, waiting, kv, preempted, strict=True)
     ]
 
