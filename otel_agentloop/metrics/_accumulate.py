@@ -160,8 +160,9 @@ class StepRows:
         self.tools: dict[str, tuple[array[int], array[int]]] = {}
         # generation turns carrying the engine's facts: (row, *ENGINE_FLOATS), floats NaN where not carried;
         # at most MAX_ENGINE_TURNS; the policy versions of the turns that carry them, by turn number
-        self.engine: _EngineColumns = (array("q"), *(array("d") for _ in ENGINE_FLOATS))
-        self.engine_pairs = tuple(zip(self.engine[1:-1], ENGINE_ATTRIBUTE_OF, strict=True))
+        floats: tuple[array[float], ...] = tuple(array("d") for _ in ENGINE_FLOATS)
+        self.engine: _EngineColumns = (array("q"), *floats)
+        self.engine_pairs = tuple(zip(floats[:-1], ENGINE_ATTRIBUTE_OF, strict=True))
         self.versions: dict[int, tuple[int, ...]] = {}
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
