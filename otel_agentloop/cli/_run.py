@@ -18,6 +18,7 @@ from collections.abc import Sequence
 
 from .. import semconv as sc
 from ..analysis._reading._decode import Skipped, read_jsonl
+from ..analysis._reading._engine_load import with_unstepped_load
 from ..analysis._reading._jaeger import JaegerError
 from ..analysis._reading._run_load import Loaded, index_runs, load, run_steps, store_run_steps, unsummarized
 from ..analysis._reading._runs import Run, RunNotFoundError, RunSteps, StepKey, group_runs, select_run, steps_text
@@ -226,4 +227,4 @@ def _fetch_step_spans(
             key = (step, validate)
             if key in wanted:
                 out.setdefault(key, []).append(rec)
-    return out
+    return with_unstepped_load(out, records)  # the engines' load spans without rl.step, by time (issue 36)

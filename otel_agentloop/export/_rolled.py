@@ -6,12 +6,16 @@ Layout v1 (read by :mod:`otel_agentloop.analysis._store`)::
     DIR/summaries.jsonl              every ``rl.step.summary`` span
     DIR/run-<hash>/step-<N>.jsonl    the spans whose ``rl.step`` is N (``val-<N>``: ``rl.validate`` true)
     DIR/run-<hash>/other-<pid>-<ns>.jsonl   spans of no step, rolled every 60 s of write time (or 64 MiB)
+    DIR/run-<hash>/load-<pid>-<ns>.jsonl    ``rl.engine.load`` spans of no step, by their start: 60 s each
 
 ``<hash>`` is the first 16 hex digits of sha256 of the run key text (``id:<rl.run.id>``, else
 ``service:<service.name>``); ``N`` is zero-padded to 8 digits (``m00000001`` for -1). A span without ``rl.step``
 follows its trace: the exporter remembers the segment of the most recent :data:`MAX_TRACES` trace ids that had
-a step (spans of the same batch first). Every file is OTLP-JSON lines, written through ``O_APPEND`` in whole
-lines, so every process of a run (Ray workers, a resumed attempt) shares it.
+a step (spans of the same batch first). An engine's load span (``rl.engine.load``, a root span) without ``rl.step``
+goes to the ``load-`` segment of the 60 s its start falls in (``<ns>``: that period's start; its index line has
+``opened_ns`` the period's start, ``until_ns`` its end plus :data:`LOAD_REACH_NS`, the longest window), so a reader finds it by the time it covers, however late it was
+written (one with ``rl.step`` goes to that step's file). Every file is OTLP-JSON lines, written through
+``O_APPEND`` in whole lines, so every process of a run (Ray workers, a resumed attempt) shares it.
 """
 
 from __future__ import annotations
@@ -49,6 +53,9 @@ ROLL_NS = 60 * 10**9
 """An unstepped segment takes spans for this long (write time), then the next one opens."""
 ROLL_BYTES = 64 << 20
 """... or until it holds this many bytes."""
+LOAD_REACH_NS = 60 * 10**9
+"""The longest ``rl.engine.load`` window a ``load-`` segment's index line covers past its period (its ``until_ns``
+is the period's end plus this), so a reader asking for a time finds a window that began before it."""
 ONE_FILE_SUFFIXES = (".jsonl", ".json")
 
 
@@ -91,6 +98,7 @@ class _Segment:
     validate: bool
     opened_ns: int = 0
     written: int = 0
+    reach_ns: int = 0
 
     def index_line(self, opened_ns: int) -> bytes:
         entry: dict[str, Any] = {
@@ -105,7 +113,7 @@ class _Segment:
             "pid": os.getpid(),
         }
         if self.step is None:
-            entry["until_ns"] = self.opened_ns + ROLL_NS
+            entry["until_ns"] = self.opened_ns + ROLL_NS + self.reach_ns
         return (json.dumps(entry, separators=(",", ":")) + "\n").encode("utf-8")
 
 
@@ -134,6 +142,7 @@ class RolledDirectoryExporter(RecordExporter):
         self._runs: dict[int, tuple[object, _Run]] = {}
         self._steps: dict[tuple[str, int, bool], _Segment] = {}
         self._others: dict[str, _Segment] = {}
+        self._loads: dict[tuple[str, int], _Segment] = {}
         self._indexed: set[str] = set()
         after_fork_in_child(self, "_after_fork")
 
@@ -144,6 +153,7 @@ class RolledDirectoryExporter(RecordExporter):
                 os.close(fd)
         self._fds.clear()
         self._others.clear()  # named by pid: the child opens its own
+        self._loads.clear()
         self._indexed.clear()  # the child writes its own index lines
 
     # -- routing ---------------------------------------------------------------------------------------
@@ -180,6 +190,18 @@ class RolledDirectoryExporter(RecordExporter):
             segment = self._others[run.dir] = _Segment(name, run, None, False, opened_ns=now)
         return segment
 
+    def _load(self, run: _Run, start_ns: int) -> _Segment:
+        """The ``load-`` segment of the :data:`ROLL_NS` period ``start_ns`` falls in."""
+        period = start_ns - start_ns % ROLL_NS
+        segment = self._loads.get((run.dir, period))
+        if segment is None or segment.run != run:
+            if len(self._loads) >= 256:
+                self._loads.clear()
+            name = f"{run.dir}/load-{os.getpid()}-{period}.jsonl"
+            segment = _Segment(name, run, None, False, opened_ns=period, reach_ns=LOAD_REACH_NS)
+            self._loads[(run.dir, period)] = segment
+        return segment
+
     def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[Any]]:
         """The spans by segment (summaries under ``_SUMMARY``). The last resource's run and the last step's
         segment are kept at hand: a batch is mostly one process's spans of one step."""
@@ -200,7 +222,10 @@ class RolledDirectoryExporter(RecordExporter):
                 run, last_resource = self._run(resource), resource
             step, validate = sc.step_key(attrs)
             if step is None:
-                pending.append((trace_id, run, s))
+                if name == sc.ENGINE_LOAD_SPAN:
+                    groups.setdefault(self._load(run, max(s.start_ns, 0)), []).append(s)
+                else:
+                    pending.append((trace_id, run, s))
                 continue
             if last_key != (run, step, validate) or segment is None:
                 segment, last_key = self._step(run, step, validate), (run, step, validate)

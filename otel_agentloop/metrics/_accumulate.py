@@ -16,15 +16,16 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
+from ._engine import ENGINE_ATTRIBUTE_OF, ENGINE_FLOATS, ENGINE_MARKERS, EngineTurns, array_value
 from ._numpy import LazyNumpy
-from ._table import MAX_TOOLS, OTHER_TOOLS, EngineTurns, PhaseTable, bound_tools
+from ._table import MAX_TOOLS, OTHER_TOOLS, PhaseTable, bound_tools
 
 if TYPE_CHECKING:
     import numpy as np
     import numpy.typing as npt
 
-    _EngineColumns = tuple[array[int], array[float], array[float], array[float], array[float], array[float]]
-    """The engine's timing of a step's turns: row, queue, ttft, prefill, decode (seconds), output tokens."""
+    _EngineColumns = tuple[array[Any], ...]
+    """The engine's facts of a step's turns: row, then each column of ``_engine.ENGINE_FLOATS``."""
 else:
     np = LazyNumpy(globals(), "np")  # imported on first use, numpy.ma with it (fork safety: see ._numpy)
 PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
@@ -35,8 +36,8 @@ _NPRE = sc.RL_NUM_PREEMPTED
 _PLEN = sc.RL_PROMPT_LENGTH
 _RLEN = sc.RL_RESPONSE_LENGTH
 _TOOL = sc.GEN_AI_TOOL_NAME
-_EQ, _ETTFT, _EPF, _EDEC = sc.RL_ENGINE_QUEUE_S, sc.RL_ENGINE_TTFT_S, sc.RL_ENGINE_PREFILL_S, sc.RL_ENGINE_DECODE_S
-_EOUT = sc.GEN_AI_USAGE_OUTPUT_TOKENS
+_EFIN, _EVERS, _ABORTED = sc.RL_ENGINE_FINISH, sc.RL_ENGINE_POLICY_VERSIONS, sc.ENGINE_FINISH_ABORTED
+_EMARK = ENGINE_MARKERS
 _NAN = float("nan")
 MAX_ENGINE_TURNS = 1 << 20
 """Generation turns with engine timing kept per step; later ones are left out of the engine statistics."""
@@ -107,6 +108,7 @@ class StepRows:
         "blocks",
         "dropped",
         "engine",
+        "engine_pairs",
         "error",
         "in_order",
         "index",
@@ -128,6 +130,7 @@ class StepRows:
         "tid_lo",
         "tools",
         "total",
+        "versions",
     )
 
     def __init__(self, max_rows: int) -> None:
@@ -155,9 +158,12 @@ class StepRows:
         # tool name -> (rows, durations ns) of each call (spans with gen_ai.tool.name of phase tool_calls);
         # at most MAX_TOOLS names, further names' calls under OTHER_TOOLS
         self.tools: dict[str, tuple[array[int], array[int]]] = {}
-        # generation turns carrying the engine's timing: (row, queue, ttft, prefill, decode, output tokens),
-        # floats NaN where not carried; at most MAX_ENGINE_TURNS
-        self.engine: _EngineColumns = (array("q"), array("d"), array("d"), array("d"), array("d"), array("d"))
+        # generation turns carrying the engine's facts: (row, *ENGINE_FLOATS), floats NaN where not carried;
+        # at most MAX_ENGINE_TURNS; the policy versions of the turns that carry them, by turn number
+        floats: tuple[array[float], ...] = tuple(array("d") for _ in ENGINE_FLOATS)
+        self.engine: _EngineColumns = (array("q"), *floats)
+        self.engine_pairs = tuple(zip(floats[:-1], ENGINE_ATTRIBUTE_OF, strict=True))
+        self.versions: dict[int, tuple[int, ...]] = {}
         self.dropped = 0
         self.in_order = True  # rows created in (index, rollout) order: no sort needed at collect
         self.late = False  # holds samples carried over from an earlier collect of the step (split_off)
@@ -242,7 +248,7 @@ class StepRows:
                 if (first := self.npre_first[r]) < 0 or start < first:
                     self.npre_first[r] = start
                     self.npre_first_missing[r] = not known
-                if _EQ in attrs or _EDEC in attrs or _ETTFT in attrs or _EPF in attrs:  # the engine's timing
+                if not _EMARK.isdisjoint(attrs):  # the engine's facts
                     self._engine_turn(r, attrs)
             elif (
                 p == 1
@@ -267,20 +273,28 @@ class StepRows:
             self.error[r] = 1
 
     def _engine_turn(self, r: int, attrs: Mapping[str, Any]) -> None:
-        """Record the engine's timing of one generation turn of row ``r``: each value :func:`engine_number`
-        accepts, else NaN (a float in range is taken inline: the usual case)."""
-        rows, queue, ttft, prefill, decode, tokens = self.engine
-        if len(rows) >= MAX_ENGINE_TURNS:
+        """Record the engine's facts of one generation turn of row ``r``: each value :func:`engine_number`
+        accepts, else NaN (an absent one, and a float in range, are taken inline: the usual cases)."""
+        rows = self.engine[0]
+        t = len(rows)
+        if t >= MAX_ENGINE_TURNS:
             return
         rows.append(r)
         get = attrs.get
-        for column, name in ((queue, _EQ), (ttft, _ETTFT), (prefill, _EPF), (decode, _EDEC), (tokens, _EOUT)):
+        for column, name in self.engine_pairs:  # every column but the last, aborted
             v = get(name)
-            if type(v) is float and 0.0 <= v < 1e18:
+            if v is None:
+                column.append(_NAN)
+            elif type(v) is float and 0.0 <= v < 1e18:
                 column.append(v)
             else:
                 number = engine_number(v)
                 column.append(_NAN if number is None else number)
+        finish = get(_EFIN)
+        self.engine[-1].append(_NAN if type(finish) is not str else float(finish == _ABORTED))
+        versions = get(_EVERS)
+        if versions is not None and (items := array_value(versions)):  # a list, or Jaeger's JSON text of it
+            self.versions[t] = tuple(v for v in items[:64] if type(v) is int and _I64_MIN < v <= _I64_MAX)
 
     def split_off(self, keys: Iterable[tuple[int, int]]) -> StepRows:
         """A new ``StepRows`` (``late``) holding copies of the rows of ``keys`` that exist here: what a sample
@@ -307,6 +321,8 @@ class StepRows:
         for t, row in enumerate(rows):
             o = out.rows.get((self.index[row], self.rollout[row]), -1)
             if o >= 0:
+                if t in self.versions:
+                    out.versions[len(out.engine[0])] = self.versions[t]
                 out.engine[0].append(o)
                 for column, source in zip(out.engine[1:], values, strict=True):
                     column.append(source[t])
@@ -335,8 +351,13 @@ class StepRows:
         mask = np.ones(rows.size, np.bool_) if keep is None else keep[rows]
         index = np.frombuffer(self.index, dtype=np.int64)
         rollout = np.frombuffer(self.rollout, dtype=np.int64)
-        cols = [np.frombuffer(v, dtype=np.float64)[mask].copy() for v in values]
-        return EngineTurns(index[rows[mask]], rollout[rows[mask]], *cols)
+        columns = zip(ENGINE_FLOATS, values, strict=True)
+        cols = {name: np.frombuffer(v, dtype=np.float64)[mask].copy() for name, v in columns}
+        versions = np.empty(rows.size, np.object_)
+        versions[:] = [()] * rows.size
+        for t, turn in self.versions.items():
+            versions[t] = turn
+        return EngineTurns(index[rows[mask]], rollout[rows[mask]], **cols, policy_versions=versions[mask])
 
     def _walls(self) -> tuple[np.ndarray, np.ndarray]:
         """Each row's wall start and end: its ``rl.sample`` span's, else the earliest start and latest end of

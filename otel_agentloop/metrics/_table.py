@@ -13,6 +13,9 @@ from dataclasses import dataclass, field
 from typing import TYPE_CHECKING, Any, NamedTuple, TypeAlias
 
 from .. import semconv as sc
+from ._engine import PERCENTILES as PERCENTILES
+from ._engine import EngineSample as EngineSample
+from ._engine import EngineTurns, engine_metrics
 from ._numpy import LazyNumpy
 
 if TYPE_CHECKING:
@@ -22,7 +25,6 @@ else:
     np = LazyNumpy(globals(), "np")
 
 _PREFIX = sc.METRIC_PREFIX
-PERCENTILES = (50, 90, 99)
 MAX_TOOLS = 64
 """Tool names kept per step; calls of further names are pooled under :data:`OTHER_TOOLS`."""
 OTHER_TOOLS = "(other tools)"
@@ -43,87 +45,6 @@ def bound_tools(tools: Mapping[str, npt.ArrayLike]) -> dict[str, npt.NDArray[np.
     if rest:
         out[OTHER_TOOLS] = np.concatenate(rest)
     return out
-
-
-@dataclass(frozen=True)
-class EngineTurns:
-    """The inference engine's timing of a step's generation turns: one row per turn span that carries any of
-    ``rl.engine.{queue_s,time_to_first_token_s,prefill_s,decode_s}`` (``semconv.ENGINE_ATTRIBUTES``), keyed by
-    its sample. Seconds and tokens are float64, NaN where the turn does not carry the value. Not per table row
-    (a sample has many turns): :meth:`PhaseTable.concat` concatenates them, and every statistic over them is
-    order-free."""
-
-    sample_index: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
-    rollout_n: npt.NDArray[np.int64] = field(default_factory=lambda: np.empty(0, np.int64))
-    queue_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
-    ttft_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
-    prefill_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
-    decode_s: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
-    output_tokens: npt.NDArray[np.float64] = field(default_factory=lambda: np.empty(0, np.float64))
-
-    def __len__(self) -> int:
-        return int(self.sample_index.shape[0])
-
-    @classmethod
-    def concat(cls, parts: Iterable[EngineTurns]) -> EngineTurns:
-        parts = [p for p in parts if len(p)]
-        if len(parts) == 1:
-            return parts[0]
-        if not parts:
-            return cls()
-        return cls(**{name: np.concatenate([getattr(p, name) for p in parts]) for name in _ENGINE_COLUMNS})
-
-    def tokens_per_s(self) -> npt.NDArray[np.float64]:
-        """Each turn's output tokens / decode seconds (NaN without both, or without decode time)."""
-        with np.errstate(divide="ignore", invalid="ignore"):
-            tps = self.output_tokens / self.decode_s
-        return np.where(np.isfinite(tps) & (self.decode_s > 0), tps, np.nan)
-
-    def stats(self) -> dict[str, npt.NDArray[np.float64]]:
-        """Each statistic of ``semconv.ENGINE_STATS`` -> the known values over the turns (sorted)."""
-        columns = (self.queue_s, self.ttft_s, self.decode_s, self.output_tokens, self.tokens_per_s())
-        return {name: np.sort(col[~np.isnan(col)]) for name, col in zip(sc.ENGINE_STATS, columns, strict=True)}
-
-    def tokens_per_sample(self) -> npt.NDArray[np.float64]:
-        """Each sample's output tokens summed over its turns (one value per sample with engine turns)."""
-        if not len(self):
-            return np.empty(0, np.float64)
-        keys = np.stack((self.sample_index, self.rollout_n), axis=1)
-        _, inverse = np.unique(keys, axis=0, return_inverse=True)
-        return np.bincount(inverse.ravel(), weights=np.nan_to_num(self.output_tokens)).astype(np.float64)
-
-    def of_sample(self, key: tuple[int, int]) -> EngineSample | None:
-        """Sample ``key``'s turns summed (``None`` when none of its turns carries engine timing)."""
-        mine = (self.sample_index == key[0]) & (self.rollout_n == key[1])
-        if not np.any(mine):
-            return None
-        out, dec = self.output_tokens[mine], self.decode_s[mine]
-        both = ~np.isnan(out) & ~np.isnan(dec) & (dec > 0)
-        return EngineSample(
-            turns=int(np.count_nonzero(mine)),
-            queue_s=float(np.nansum(self.queue_s[mine])),
-            output_tokens=int(np.nansum(out)),
-            decode_s=float(dec[both].sum()),
-            decoded_tokens=int(out[both].sum()),
-        )
-
-
-class EngineSample(NamedTuple):
-    """One sample's engine turns summed: queue seconds, output tokens, and the tokens and decode seconds of its
-    turns that carry both (its decode speed is ``decoded_tokens / decode_s``)."""
-
-    turns: int
-    queue_s: float
-    output_tokens: int
-    decode_s: float
-    decoded_tokens: int
-
-    @property
-    def tokens_per_s(self) -> float | None:
-        return self.decoded_tokens / self.decode_s if self.decode_s > 0 else None
-
-
-_ENGINE_COLUMNS = ("sample_index", "rollout_n", "queue_s", "ttft_s", "prefill_s", "decode_s", "output_tokens")
 
 
 class OverdueSample(NamedTuple):
@@ -347,19 +268,4 @@ def compute_metrics(table: PhaseTable) -> StepMetrics:
     out.slowest_trace_id = t.trace_id_hex(i)
     out.slowest_sample = (int(t.sample_index[i]), int(t.rollout_n[i]))
     out.update(engine_metrics(t.engine))
-    return out
-
-
-def engine_metrics(turns: EngineTurns) -> dict[str, float]:
-    """``agent_loop/engine/<stat>/{p50,p90,p99,max}`` for each statistic of ``semconv.ENGINE_STATS`` that some
-    turn carries (percentiles interpolate linearly, as the phases'); empty without engine turns."""
-    out: dict[str, float] = {}
-    if not len(turns):
-        return out
-    for stat, values in turns.stats().items():
-        if values.size:
-            base = f"{_PREFIX}/{sc.ENGINE_METRIC}/{stat}"
-            for q, value in zip(PERCENTILES, np.percentile(values, PERCENTILES), strict=True):
-                out[f"{base}/p{q}"] = float(value)
-            out[f"{base}/max"] = float(values[-1])
     return out

@@ -15,6 +15,7 @@ from ... import semconv as sc
 from ...metrics._records import SpanRecord
 from ...metrics._summary import StepSummary
 from ._decode import Skipped, read_jsonl
+from ._engine_load import with_unstepped_load
 from ._report import stored_summaries, summary_of
 from ._runs import Run, RunSteps, StepKey, group_runs, select_run, steps_text
 from ._source import JaegerSource
@@ -207,6 +208,7 @@ def run_steps(
             key = (step, validate)
             if _within(key, steps):
                 by_step.setdefault(key, []).append(rec)
+    by_step = with_unstepped_load(by_step, [*selection.records, *_engine_guests(records)])  # issue 36
     summaries = {k: s for k, s in stored_summaries(selection.records).items() if _within(k, steps)}
     rebuilt: set[StepKey] = set()
     for key, spans in by_step.items():
@@ -242,6 +244,11 @@ def _gap_notes(summaries: dict[StepKey, StepSummary], spans_read: bool) -> list[
         f"{'is' if one else 'are'} not shown (only step summaries were read; report --step N reads a step's "
         "spans)"
     ]
+
+
+def _engine_guests(records: Sequence[SpanRecord]) -> list[SpanRecord]:
+    """The engines' load spans of processes without a run id (an engine server's), drawn with any run's steps."""
+    return [r for r in records if r.name == sc.ENGINE_LOAD_SPAN and not r.resource.get(sc.RL_RUN_ID)]
 
 
 def _gaps(summaries: dict[StepKey, StepSummary]) -> list[int]:

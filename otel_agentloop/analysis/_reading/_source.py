@@ -33,6 +33,9 @@ CLOCK_SLACK = timedelta(days=1)
 """How far past now a search ends (spans stamped by a host whose clock runs ahead)."""
 STEP_WINDOW_SLACK = timedelta(seconds=30)
 """How far a step's window reaches past its ``rl.step`` and summary spans (a worker's clock ahead or behind)."""
+ENGINE_LOAD_REACH = timedelta(seconds=60)
+"""How far before a step's window its engines' ``rl.engine.load`` spans are searched (a window that began before
+the step: the integration closes one every 10 s of points, at most 600 points of 100 ms)."""
 STEP_SEARCH_DEPTH = 10_000
 """Traces one search of a step's window, or of a run's step or summary spans, asks for (``--search-depth`` when
 larger): a step of 8,192 samples in one search (4.8 s from Badger) instead of pages of 500, each page's window
@@ -156,9 +159,31 @@ class JaegerSource:
             if found.full:
                 warn(f"service {service}: {found.left_out(depth)}")
             records += decode_resource_spans(found.resource_spans, skipped)
+            if step is not None and operation is None and (lo, hi) != (start, end):
+                records += self._engine_load(service, lo, hi, records, warn, skipped)
         if skipped.count:
             warn(skipped.summary(self.label))
         return records
+
+    def _engine_load(
+        self,
+        service: str,
+        lo: datetime,
+        hi: datetime,
+        have: list[SpanRecord],
+        warn: Callable[[str], None],
+        skipped: Skipped,
+    ) -> list[SpanRecord]:
+        """``service``'s ``rl.engine.load`` spans (an engine's load, with or without ``rl.step``) that start in a
+        step's window ``[lo, hi]`` widened back by :data:`ENGINE_LOAD_REACH` (a window that began before the step),
+        less those already in ``have``: the engine's load under the step (``_engine_load``)."""
+        found = self.client.find_all_traces(
+            service, lo - ENGINE_LOAD_REACH, hi, operation=sc.ENGINE_LOAD_SPAN, search_depth=self.search_depth
+        )
+        if found.full:
+            warn(f"service {service}: {found.left_out(self.search_depth)}")
+        seen = {(r.trace_id, r.span_id) for r in have if r.name == sc.ENGINE_LOAD_SPAN}
+        return [r for r in decode_resource_spans(found.resource_spans, skipped) if (r.trace_id, r.span_id) not in seen]
 
     def step_window(self, service: str, step: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
         """The part of [start, end] where step ``step``'s traces start: from its ``rl.step`` spans (the trainer's

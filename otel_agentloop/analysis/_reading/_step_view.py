@@ -25,6 +25,7 @@ from ...metrics._summary import FAILED, HUNG, OK, SLOW, VERDICTS
 from ...metrics._table import OverdueSample
 from ...metrics._verdicts import StepVerdicts
 from ._engine import Part, engine_parts
+from ._engine_load import EngineLoad, step_engine_load
 from ._report import adopt_unstepped, build_report, step_verdicts
 
 SampleKey = tuple[int, int]
@@ -143,6 +144,8 @@ class StepView:
     slowest: SampleKey | None = None
     counts: dict[str, int] = field(default_factory=dict)
     verdicts: StepVerdicts | None = None
+    engines: list[EngineLoad] = field(default_factory=list)
+    """Each engine's load over ``[t0_ns, t1_ns]`` (``_engine_load.step_engine_load``; empty without load spans)."""
 
 
 def _key(attrs: Mapping[str, Any]) -> SampleKey | None:
@@ -272,13 +275,15 @@ def build_step_view(
     if finished:  # argmax of the total over the collected samples; ties to the first in (index, rollout) order
         slowest = min(finished, key=lambda s: (-s.total_s, s.key)).key
     counts = {state: sum(s.state == state for s in samples) for state in VERDICTS}
+    t0, t1 = min((s.start_ns for s in samples), default=0), max((s.end_ns for s in samples), default=0)
     return StepView(
         step=step,
         validate=validate,
         samples=samples,
-        t0_ns=min((s.start_ns for s in samples), default=0),
-        t1_ns=max((s.end_ns for s in samples), default=0),
+        t0_ns=t0,
+        t1_ns=t1,
         slowest=slowest,
         counts=counts,
         verdicts=verdicts,
+        engines=step_engine_load(records, step, validate, t0, t1) if samples else [],
     )

@@ -15,7 +15,7 @@ from typing import TYPE_CHECKING, Any, TextIO
 from ... import semconv as sc
 from ...metrics._summary import OK
 from .._reading._text import printable
-from ._engine_text import ENGINE_HEAD, engine_cells, engine_table
+from ._engine_text import ENGINE_HEAD, engine_cells, engine_state, engine_table
 from ._terminal import color_enabled, isatty
 
 if TYPE_CHECKING:
@@ -226,6 +226,8 @@ class Output:
         engine = engine_cells(metrics)
         if engine:
             self._print_table(self._table(ENGINE_HEAD, engine, flag=None))
+        if state := engine_state(metrics):
+            self.line(state)
         for text in metrics_footer(metrics):
             self.line(text)
 

@@ -53,11 +53,38 @@ def engine_cells(metrics: Mapping[str, float]) -> list[tuple[str, ...]]:
 ENGINE_HEAD: tuple[str, ...] = ("engine, per turn", *sc.ENGINE_STAT_COLUMNS)
 
 
+def engine_state(metrics: Mapping[str, float]) -> str:
+    """The engine's state under the step's turns in one line (``""`` when no turn carried it): ``engine state:
+    peak KV cache 97 %, 2 preemptions, 60 sequences running on average (max 64), 12,000 prompt tokens from the
+    prefix cache, up to 3 attempts in a turn`` (each part only when its metric is there)."""
+    base = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}"
+
+    def get(key: str) -> float | None:
+        return metrics.get(f"{base}/{key}")
+
+    parts = []
+    if (kv := get(f"{sc.ENGINE_KV_CACHE_USAGE}/max")) is not None:
+        parts.append(f"peak KV cache {kv * 100:.0f} %")
+    if (pre := get(sc.ENGINE_PREEMPTIONS)) is not None:
+        parts.append(f"{pre:,.0f} preemption{'' if pre == 1 else 's'}")
+    if (mean := get(f"{sc.ENGINE_BATCH_RUNNING}/mean")) is not None:
+        top = get(f"{sc.ENGINE_BATCH_RUNNING}/max")
+        parts.append(f"{mean:.0f} sequences running on average" + (f" (max {top:.0f})" if top is not None else ""))
+    if (cached := get(sc.ENGINE_CACHED_TOKENS)) is not None:
+        parts.append(f"{cached:,.0f} prompt tokens from the prefix cache")
+    if (segments := get(f"{sc.ENGINE_SEGMENTS}/max")) is not None and segments > 1:
+        parts.append(f"up to {segments:.0f} attempts in a turn (partial rollouts)")
+    return "engine state: " + ", ".join(parts) if parts else ""
+
+
 def engine_table(metrics: Mapping[str, float]) -> str:
-    """:func:`engine_cells` as plain text (``""`` without engine timing)."""
+    """:func:`engine_cells` as plain text, then :func:`engine_state` (``""`` without either)."""
     rows = engine_cells(metrics)
-    if not rows:
-        return ""
-    lines = [f"{ENGINE_HEAD[0]:<30}" + "".join(f"{c:>10}" for c in ENGINE_HEAD[1:])]
-    lines += [f"{r[0]:<30}" + "".join(f"{c:>10}" for c in r[1:]) for r in rows]
+    state = engine_state(metrics)
+    lines = []
+    if rows:
+        lines.append(f"{ENGINE_HEAD[0]:<30}" + "".join(f"{c:>10}" for c in ENGINE_HEAD[1:]))
+        lines += [f"{r[0]:<30}" + "".join(f"{c:>10}" for c in r[1:]) for r in rows]
+    if state:
+        lines.append(state)
     return "\n".join(lines)

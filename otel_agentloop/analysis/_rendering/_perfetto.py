@@ -18,6 +18,10 @@ Layout (the JSON Object Format of Google's "Trace Event Format" document):
   way. A sample's own event says why it took its time (``args.cause``, ``metrics._summary.cause``) for the
   slowest and slow samples.
 
+- each engine's load over the step (``rl.engine.load`` spans) as counter tracks (``"ph": "C"``): a process per
+  engine, ``engine <id>``, with ``requests`` (running, waiting), ``KV cache usage %`` and ``preemptions``
+  (:mod:`._perfetto_counters`).
+
 Events on one track must nest strictly (an event that partially overlaps another on its tid is mis-nested by both
 viewers), so a span that would overlap a sibling (parallel tool calls), or that lies outside its parent's time
 range by more than :data:`~._perfetto_layout.SKEW_US` (clock skew between processes), goes onto a *lane*: an extra
@@ -49,6 +53,7 @@ from ...metrics._summary import HUNG, OK, SLOW
 from ...metrics._verdicts import StepVerdicts
 from .._reading._engine import engine_parts
 from .._reading._report import build_report, step_verdicts, stored_summaries
+from ._perfetto_counters import counter_tracks
 from ._perfetto_layout import Group, Item, layout
 
 SampleKey = tuple[int, int]
@@ -112,13 +117,17 @@ def _json_value(value: Any, depth: int = 0) -> Any:
     return str(value)[:MAX_STRING_CHARS]
 
 
+_NOT_SPANS = (sc.STEP_SUMMARY_SPAN, sc.ENGINE_LOAD_SPAN)
+"""Records of the step that are not drawn as spans: its summary, the engines' load (counter tracks)."""
+
+
 def _step_spans(records: list[SpanRecord], step: int, validate: bool) -> dict[SpanKey, SpanRecord]:
     """The step's spans: those tagged with the step, and every span below them in their traces (a user's own
     child spans carry no ``rl.step``), but not the step summary record nor spans tagged with another step."""
     chosen: dict[SpanKey, SpanRecord] = {}
     for rec in records:
         attrs = rec.attributes
-        if sc.step_key(attrs) == (step, validate) and rec.name != sc.STEP_SUMMARY_SPAN:
+        if sc.step_key(attrs) == (step, validate) and rec.name not in _NOT_SPANS:
             chosen.setdefault((rec.trace_id, rec.span_id), rec)
     traces = {trace for trace, _ in chosen}
     children: dict[SpanKey, list[SpanRecord]] = {}
@@ -378,10 +387,18 @@ def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False,
             threads.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
         events.extend(_item_events(group, pid, track, facts, t0))
     events.sort(key=lambda e: e[0])
+    t1 = max((r.end_ns for r in spans.values()), default=0)
+    engines, engine_meta, counters = counter_tracks(records, step, validate, t0, t1, tid)
+    other = _other_data(step, validate, source, t0, len(spans), tracks, counts)
+    other["engines"] = [e.engine_id for e in engines]
     return {
-        "traceEvents": _process_meta(tracks, pids, first_tid) + threads + [e for _, e in events],
+        "traceEvents": _process_meta(tracks, pids, first_tid)
+        + threads
+        + engine_meta
+        + [e for _, e in events]
+        + counters,
         "displayTimeUnit": TIME_UNIT,
-        "otherData": _other_data(step, validate, source, t0, len(spans), tracks, counts),
+        "otherData": other,
     }
 
 

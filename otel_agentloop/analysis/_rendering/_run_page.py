@@ -2,8 +2,9 @@
 
 Per training step: the rollout wall time split into the time until the median sample finished and the tail
 (median -> slowest), the slowest sample (identity, verdict, its cause in words, phase mix, trace id linked to
-Jaeger and to the step's timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts and
-staleness; validation passes in a table of their own. The charts are drawn on canvas from one inline JSON block
+Jaeger and to the step's timeline page), p50/p90/p99/max per phase and per tool, failed/hung/slow counts,
+staleness, and the engine's peak KV cache usage and preemptions (from the turns' engine state, issue 36);
+validation passes in a table of their own. The charts are drawn on canvas from one inline JSON block
 (a row of numbers per step), so a run of 1000 steps stays light; the step table has one row per step. Clicking a
 step (a chart or its row) opens its timeline page when one was written (``report --run --html run.html`` writes them to
 ``run.steps/``), else shows the command that makes it.
@@ -50,8 +51,15 @@ STEP_FIELDS = [
     "page",
     "rebuilt",
     "slowest_cause",
+    "kv_peak",
+    "preemptions",
 ]
 """The columns of ``steps`` in the page's data (one list per step)."""
+
+
+KV_PEAK = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_KV_CACHE_USAGE}/max"
+PREEMPTIONS = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_PREEMPTIONS}"
+"""The engine's peak KV cache usage and preemptions of a step, from its summary's metrics (``collect()``'s)."""
 
 
 def _r(x: float) -> float:
@@ -100,6 +108,8 @@ def page_data(
                 pages.get(key),
                 int(key in steps.rebuilt),
                 slow.cause if slow and slow.cause else None,
+                None if (kv := s.metrics.get(KV_PEAK)) is None else _r(kv),
+                None if (pre := s.metrics.get(PREEMPTIONS)) is None else int(pre),
             ]
         )
         for p in PHASES:
@@ -163,6 +173,9 @@ _PAGE = (
 <select id="tool-q"><option value="0">p50</option><option value="1" selected>p90</option><option value="2">p99</option>
 <option value="3">max</option></select></h2><div class="legend" id="tool-legend"></div>
 <div class="chart" id="tools"></div></section>
+<section class="panel wide" id="engine-panel" hidden><h2>Engine per step: peak KV cache usage and preemptions</h2>
+<div class="legend" id="engine-legend"></div><div class="chart short" id="kv-peak"></div>
+<div class="chart short" id="preempted"></div></section>
 <section class="panel wide" id="stale-panel" hidden><h2>Staleness per step (mean and max)</h2>
 <div class="chart short" id="stale"></div></section>
 <section class="panel wide"><h2>Steps</h2><p class="hint"><span id="steps-hint"></span>

@@ -3,8 +3,10 @@
 Every sample of a step is a row on one time axis (the tail first: hung samples, then by end time, last-ending
 first), its phase spans
 coloured by ``rl.phase`` and overlapping ones (parallel tool calls) in separate lanes; failed samples, error spans,
-hung and slow samples are marked. Hovering shows the sample's identity and phase times, clicking shows its
-waterfall (and a link to the trace in the Jaeger UI named with ``--jaeger-ui``); per-phase histograms sit beside it.
+hung and slow samples are marked. Under the samples, on their time axis, each engine's load while they ran
+(``rl.engine.load`` spans: running and waiting requests, KV cache usage, preemptions). Hovering shows the
+sample's identity and phase times, clicking shows its waterfall (and a link to the trace in the Jaeger UI named
+with ``--jaeger-ui``); per-phase histograms sit beside it.
 ``step.html#trace=ID&sample=I/R`` opens with that sample's waterfall shown: the run and compare pages link there.
 
 Safety: the data travels as JSON in a ``<script type="application/json">`` block with ``<``, ``>`` and ``&``
@@ -136,6 +138,7 @@ def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None)
         "names": enc.strings.items,
         "samples": samples,
         "engine": any(b.engine for s in view.samples for b in s.bars),
+        "engines": [e.to_json(view.t0_ns) for e in view.engines],
     }
 
 
@@ -190,7 +193,7 @@ _PAGE = (
 <header><h1 id="title"></h1><div id="summary"></div><div id="legend"></div></header>
 <main>
 <section id="timeline"><div id="scroller"><div id="axis"></div>
-<div id="rows"><div id="grid"></div></div></div></section>
+<div id="rows"><div id="grid"></div></div><div id="engines"></div></div></section>
 <aside><div id="hists"></div><div id="detail"><p class="hint">Click a row to see that sample's waterfall.</p></div>
 </aside></main>
 <div id="tip" hidden></div>

@@ -220,9 +220,24 @@
     });
   }
 
+  if (train.some(function (x) { return x.r[F.kv_peak] !== null || x.r[F.preemptions] !== null; })) {
+    document.getElementById("engine-panel").hidden = false;
+    legend(document.getElementById("engine-legend"), [["peak KV cache usage %", "#4C72B0"],
+      ["preemptions", "#C44E52"]]);
+    draws.push(function () {
+      chart({el: document.getElementById("kv-peak"), xs: train, fmt: function (v) {
+        return v === null ? "-" : num(v, 0) + " %"; }, series: [
+        {name: "peak KV cache usage", color: "#4C72B0", values: function (x) {
+          return x.r[F.kv_peak] === null ? null : 100 * x.r[F.kv_peak]; }}]});
+      chart({el: document.getElementById("preempted"), xs: train, integer: true, fmt: function (v) {
+        return v === null ? "-" : String(Math.round(v)); }, series: [
+        {name: "preemptions", color: "#C44E52", stack: true, values: function (x) { return x.r[F.preemptions]; }}]});
+    });
+  }
+
   // -- tables ---------------------------------------------------------------------------------------
   var HEAD = ["step", "samples", "wall", "to median", "tail", "slowest sample", "phase mix (gen/tool/reward)",
-              "failed", "hung", "slow", "staleness", "slowest trace"];
+              "failed", "hung", "slow", "staleness", "slowest trace", "engine"];
   function table(id, xs) {
     var t = document.getElementById(id), head = t.tHead, body = t.tBodies[0], tr = h("tr");
     HEAD.forEach(function (name, i) { tr.appendChild(h("th", i === 5 || i === 11 ? "id" : null, name)); });
@@ -284,6 +299,10 @@
         }
       } else trace.textContent = "-";
       row.appendChild(trace);
+      var kv = r[F.kv_peak], pre = r[F.preemptions];
+      row.appendChild(h("td", pre ? "bad engine" : "engine", kv === null && pre === null ? "-" :
+        (kv === null ? "" : "KV " + Math.round(100 * kv) + " %") + (kv !== null && pre !== null ? " · " : "") +
+        (pre === null ? "" : pre + " preempted")));
       row.addEventListener("click", function (ev) {
         if (ev.target && ev.target.tagName === "A") return;  // the link itself navigates
         select(row); openStep(x);

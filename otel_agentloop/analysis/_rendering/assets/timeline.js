@@ -110,6 +110,66 @@
     found[s.tid] = found[s.tid] || [s, row];
   });
 
+  // -- each engine's load under the samples, on their axis: KV cache usage shaded (0-100 %), running and waiting
+  // requests as lines (one scale for every engine), preemptions as red marks; drawn on a canvas per engine --------
+  var engines = document.getElementById("engines"), loadDraws = [];
+  if (D.engines.length) {
+    var loadTop = 1;
+    D.engines.forEach(function (g) { loadTop = Math.max(loadTop, Math.max.apply(null, g.running.concat(g.waiting))); });
+    var headRow = h("div", "eng-head", "engine load under these samples: ");
+    [["#b9cbe8", "KV cache usage (0-100 %)"], ["#1f3a68", "running"], ["#DD8452", "waiting (requests, 0-" + loadTop +
+      ")"], ["#C44E52", "preemption"]].forEach(function (x) {
+      var chip = h("span", "chip"); chip.style.background = x[0];
+      headRow.appendChild(chip); headRow.appendChild(document.createTextNode(x[1] + "  "));
+    });
+    engines.appendChild(headRow);
+    D.engines.forEach(function (g) {
+      var peak = Math.max.apply(null, g.kv.concat([0])), pre = g.preempted.reduce(function (a, b) { return a + b; }, 0);
+      var row = h("div", "eng-row"); row.setAttribute("data-engine", g.engine);
+      var label = h("div", "label eng-label");
+      label.appendChild(h("span", "mono", g.engine));
+      label.appendChild(h("span", "eng-peak", "KV " + Math.round(peak * 100) + " % · " + pre + " preempted"));
+      row.appendChild(label);
+      var track = h("div", "track"), canvas = h("canvas", "eng-plot");
+      canvas.setAttribute("data-points", String(g.t.length));
+      canvas.setAttribute("data-preempted", String(g.preempted.filter(function (p) { return p > 0; }).length));
+      track.appendChild(canvas);
+      row.appendChild(track);
+      loadDraws.push(function () { drawLoad(canvas, g, loadTop); });
+      row.addEventListener("mousemove", function (ev) {
+        var box = track.getBoundingClientRect(), at = span * (ev.clientX - box.left) / Math.max(box.width, 1), k = 0;
+        g.t.forEach(function (t, j) { if (Math.abs(t - at) < Math.abs(g.t[k] - at)) k = j; });
+        tip.replaceChildren();
+        tip.appendChild(h("div", null, "engine " + g.engine + " at +" + secs(g.t[k] / 1e3)));
+        tip.appendChild(h("div", "mono", "running " + g.running[k] + " · waiting " + g.waiting[k] + " · KV cache " +
+                                         Math.round(g.kv[k] * 100) + " % · preempted " + g.preempted[k]));
+        tip.hidden = false; tip.style.left = (ev.clientX + 14) + "px"; tip.style.top = (ev.clientY + 14) + "px";
+      });
+      row.addEventListener("mouseleave", function () { tip.hidden = true; });
+      engines.appendChild(row);
+    });
+    var redraw = function () { loadDraws.forEach(function (f) { f(); }); };
+    redraw();
+    window.addEventListener("resize", redraw);
+  }
+  function drawLoad(canvas, g, top) {
+    var dpr = window.devicePixelRatio || 1, W = canvas.parentElement.clientWidth || 600, H = 40;
+    canvas.width = Math.round(W * dpr); canvas.height = Math.round(H * dpr);
+    canvas.style.width = W + "px"; canvas.style.height = H + "px";
+    var c = canvas.getContext("2d"); c.scale(dpr, dpr);
+    var x = function (ms) { return W * ms / span; }, y = function (v, m) { return H - 2 - (H - 4) * v / m; };
+    c.fillStyle = "#b9cbe8"; c.beginPath(); c.moveTo(x(g.t[0]), H);
+    g.t.forEach(function (t, k) { c.lineTo(x(t), y(g.kv[k], 1)); });
+    c.lineTo(x(g.t[g.t.length - 1]), H); c.closePath(); c.fill();
+    [["running", "#1f3a68"], ["waiting", "#DD8452"]].forEach(function (s) {
+      c.strokeStyle = s[1]; c.lineWidth = 1.5; c.beginPath();
+      g.t.forEach(function (t, k) { if (k) c.lineTo(x(t), y(g[s[0]][k], top)); else c.moveTo(x(t), y(g[s[0]][k], top)); });
+      c.stroke();
+    });
+    c.fillStyle = "#C44E52";
+    g.t.forEach(function (t, k) { if (g.preempted[k] > 0) c.fillRect(x(t) - 1, 0, 3, 8); });
+  }
+
   // -- a link to one sample's waterfall: page.html#trace=ID&sample=I/R (the sample wins; a trace holds several
   // samples with --trace-per step) ----------------------------------------------------------------------------
   function fromHash() {

@@ -1,0 +1,47 @@
+"""The engines' load over a step as Perfetto counter tracks (``"ph": "C"``), beside the samples' tracks.
+
+Each engine (``rl.engine.id``, :func:`~.._reading._engine_load.step_engine_load`) is a process named
+``engine <id>`` with three counters: ``requests`` (series ``running`` and ``waiting``), ``KV cache usage %`` and
+``preemptions`` (in each point), one event per point, at the point's time. Its pid and its one thread's tid count
+on from the last tid of the samples' tracks, so no tid equals a pid (see :mod:`._perfetto`).
+"""
+
+from __future__ import annotations
+
+from collections.abc import Iterable
+from typing import Any
+
+from ...metrics._records import SpanRecord
+from .._reading._engine_load import EngineLoad, step_engine_load
+
+
+def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
+    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
+
+
+def counter_tracks(
+    records: Iterable[SpanRecord], step: int, validate: bool, t0: int, t1: int, last_tid: int
+) -> tuple[list[EngineLoad], list[dict[str, Any]], list[dict[str, Any]]]:
+    """The engines of step ``step`` over ``[t0, t1]`` (Unix ns; ``ts`` is microseconds since ``t0``), their
+    metadata events and their counter events (time order per engine); pids and tids from ``last_tid + 1`` on."""
+    engines = step_engine_load(records, step, validate, t0, t1) if t1 > t0 else []
+    meta: list[dict[str, Any]] = []
+    events: list[dict[str, Any]] = []
+    at = last_tid
+    for engine in engines:
+        pid, tid = at + 1, at + 2
+        at += 2
+        meta.append(_meta("process_name", pid, tid, name=f"engine {engine.engine_id}"))
+        meta.append(_meta("process_labels", pid, tid, labels="rl.engine.load"))
+        meta.append(_meta("process_sort_index", pid, tid, sort_index=pid))
+        meta.append(_meta("thread_name", pid, tid, name="engine load"))
+        meta.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
+        for t, running, waiting, kv, preempted in zip(
+            engine.t_ns, engine.running, engine.waiting, engine.kv_cache_usage, engine.preemptions, strict=True
+        ):
+            ts = (t - t0) // 1000
+            base = {"ph": "C", "cat": "engine", "ts": ts, "pid": pid, "tid": tid}
+            events.append({**base, "name": "requests", "args": {"running": running, "waiting": waiting}})
+            events.append({**base, "name": "KV cache usage %", "args": {"kv": round(kv * 100, 2)}})
+            events.append({**base, "name": "preemptions", "args": {"preemptions": preempted}})
+    return engines, meta, events
