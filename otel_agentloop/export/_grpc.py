@@ -104,7 +104,8 @@ class OTLPGrpcExporter(SendingExporter):
     retryable status is retried after the receiver's ``RetryInfo`` delay when it gives one, else after an
     exponential back-off (1 s, 2 s, 4 s..., jittered), at most ``MAX_TRIES`` tries; the first UNAVAILABLE
     opens a fresh channel. Any other status, or a wait past the deadline, reports FAILURE (counted by the
-    export processor). The first failed try is warned at once, once (:meth:`SendingExporter._failed`). A receiver's partial success is warned once. :meth:`shutdown` closes the
+    export processor). The first failed try is warned at once, once (:meth:`SendingExporter._failed`). A
+    receiver's partial success is warned once. :meth:`shutdown` closes the
     channel (an export in flight ends) and aborts a back-off wait. The channel is opened on the first export;
     a forked child opens its own. Spans that cannot be encoded are left out and counted in
     ``spans_unencodable``.

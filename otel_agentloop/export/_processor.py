@@ -349,8 +349,8 @@ class ExportProcessor(RecordProcessor):
         """The one line at shutdown: what this exporter could not send, and why."""
         why = getattr(self.exporter, "failure", "") or ("the last export failed" if self._failed_last else "")
         logger.warning(
-            "otel_agentloop: %s: %d spans not sent (%d failed, %d dropped; %d exported)%s; shutdown waited "
-            "%.1f s (once the endpoint failed, flushes and shutdown wait OTEL_AGENTLOOP_FAILED_EXPORT_WAIT=%g s in all)",
+            "otel_agentloop: %s: %d spans not sent (%d failed, %d dropped; %d exported)%s; shutdown waited %.1f s "
+            "(once the endpoint failed, flushes and shutdown wait OTEL_AGENTLOOP_FAILED_EXPORT_WAIT=%g s in all)",
             self.name,
             failed + dropped,
             failed,

@@ -1,0 +1,150 @@
+"""Issue 41 item 11 and issue 38 item 5: a dead Collector costs a process's exit a short bound, not its export
+timeout, said in one line; and the first failed try is warned at once.
+
+Real processes against a closed port, on every protocol: a plain exit (the SDK's exit hook), a forked child (a
+multiprocessing or DataLoader worker) exiting, and an explicit flush and shutdown with long timeouts (what
+``otel-agentloop simulate`` does at its end). The export timeout is a minute, so without the bound each exit
+waits for the shutdown timeouts (~5 s per exporter, the library's metrics included) or the flush timeout (30 s).
+The time bounds are generous (several times the setting); the one line is checked exactly.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+import re
+import socket
+import subprocess
+import sys
+import textwrap
+import time
+
+import pytest
+
+import otel_agentloop as oal
+
+from .otlp_receiver import wait_for
+
+PROTOCOLS = ["grpc", "http/protobuf", "http/json"]
+WAIT_S = 0.5  # OTEL_AGENTLOOP_FAILED_EXPORT_WAIT in these processes
+BOUND_S = 8.0  # generous: the bound is 0.5 s; without it, 10 s (plain exit, child) or 30 s (flush)
+SPANS = 30
+
+_SCRIPT = textwrap.dedent("""
+    import os, sys, time
+    import otel_agentloop as oal
+
+    endpoint, protocol, mode = sys.argv[1:4]
+    handle = oal.configure("exit", endpoint=endpoint, protocol=protocol, schedule_delay_s=0.05,
+                           export_timeout_s=60)
+
+    def spans(step):
+        for i in range({spans}):
+            with oal.sample(i, step=step):
+                pass
+
+    def failed():  # the endpoint has failed: wait for its first failed try (at most 5 s)
+        deadline = time.monotonic() + 5
+        while time.monotonic() < deadline:
+            if any(getattr(p, "failing", False) for p in handle.export_processors):
+                return
+            time.sleep(0.02)
+
+    def exiting():
+        print("EXITING", time.monotonic(), flush=True)
+
+    if mode == "fork":
+        spans(1)
+        failed()
+        pid = os.fork()
+        if pid == 0:
+            spans(2)
+            exiting()
+            sys.exit(0)  # the child's exit runs the exit hooks, as a worker's interpreter does
+        deadline = time.monotonic() + 60
+        while time.monotonic() < deadline and not os.waitpid(pid, os.WNOHANG)[0]:
+            time.sleep(0.02)
+        print("CHILD_GONE", time.monotonic(), flush=True)
+        os._exit(0)  # the parent's own exit is the plain case
+    spans(1)
+    failed()
+    exiting()
+    if mode == "flush":
+        handle.force_flush(30)
+        handle.shutdown(30)
+""").format(spans=SPANS)
+
+
+def _closed_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return int(s.getsockname()[1])
+
+
+def _run(protocol: str, mode: str) -> tuple[float, str]:
+    """Run the script; (seconds from its "EXITING" mark to its exit, or to the child's exit; its stderr)."""
+    endpoint = f"http://127.0.0.1:{_closed_port()}"
+    env_wait = {"OTEL_AGENTLOOP_FAILED_EXPORT_WAIT": str(WAIT_S)}
+    out = subprocess.run(
+        [sys.executable, "-c", _SCRIPT, endpoint, protocol, mode],
+        capture_output=True,
+        text=True,
+        timeout=120,
+        env={**os.environ, **env_wait},
+    )
+    ended = time.monotonic()
+    marks = dict(line.split() for line in out.stdout.splitlines() if line.startswith(("EXITING", "CHILD_GONE")))
+    assert "EXITING" in marks, out.stdout + out.stderr
+    gone = float(marks["CHILD_GONE"]) if mode == "fork" else ended
+    return gone - float(marks["EXITING"]), out.stderr
+
+
+def _unsent_lines(stderr: str) -> list[re.Match[str]]:
+    pattern = (
+        r"otel_agentloop: otel_agentloop\.export\[otlp/\S+ \S+\]: (\d+) spans not sent \((\d+) failed, (\d+) dropped"
+    )
+    return [m for line in stderr.splitlines() if (m := re.match(pattern, line))]
+
+
+@pytest.mark.parametrize("mode", ["exit", "fork", "flush"])
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_a_dead_endpoint_costs_exit_a_short_bound_said_in_one_line(protocol: str, mode: str) -> None:
+    took, stderr = _run(protocol, mode)
+    assert took < BOUND_S, (took, stderr)
+    lines = _unsent_lines(stderr)
+    assert len(lines) == 1, stderr  # one line, in the process that exited (the fork's parent leaves by os._exit)
+    total, failed, dropped = (int(g) for g in lines[0].groups())
+    assert total == failed + dropped == SPANS, stderr  # every span of that process, none counted twice
+    assert "the endpoint failed (" in stderr and "OTEL_AGENTLOOP_FAILED_EXPORT_WAIT=0.5 s" in stderr, stderr
+
+
+@pytest.mark.parametrize("protocol", PROTOCOLS)
+def test_the_first_failed_try_is_warned_at_once_and_once(protocol: str, caplog) -> None:
+    """The warning comes with the first refused try, while the export still retries (a minute's timeout), not
+    when the export gives up; later failures add no line."""
+    caplog.set_level(logging.WARNING, logger="otel_agentloop")
+    handle = oal.configure(
+        "first-failure",
+        endpoint=f"http://127.0.0.1:{_closed_port()}",
+        protocol=protocol,
+        set_global=False,
+        schedule_delay_s=0.05,
+        export_timeout_s=60,
+    )
+    try:
+
+        def warned() -> list[str]:
+            return [
+                r.getMessage() for r in caplog.records if re.search(r"OTLP \S+ export to .* failed", r.getMessage())
+            ]
+
+        for step in range(3):
+            for i in range(10):
+                with oal.sample(i, step=step):
+                    pass
+            assert wait_for(lambda: bool(warned()), 20, 0.02), caplog.text
+        assert handle.stats["failed"] == 0  # still retrying: the warning did not wait for the export to give up
+        assert len(warned()) == 1, warned()
+        assert protocol in warned()[0] and "retrying" in warned()[0]
+    finally:
+        handle.shutdown(0.5)
