@@ -148,3 +148,31 @@ def test_the_first_failed_try_is_warned_at_once_and_once(protocol: str, caplog) 
         assert protocol in warned()[0] and "retrying" in warned()[0]
     finally:
         handle.shutdown(0.5)
+
+
+@pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
+def test_collect_and_stats_give_one_dropped_count_against_a_dead_backend(protocol: str) -> None:
+    """Issue 41 item 13: read one after the other with no span ending between, ``handle.stats`` and ``collect()``
+    give the same dropped and failed counts: the spans still in the fast path's queue, which a full export
+    queue will drop, are not ``pending`` on one surface and ``dropped`` on the other."""
+    handle = oal.configure(
+        "one-count",
+        endpoint=f"http://127.0.0.1:{_closed_port()}",
+        protocol=protocol,
+        set_global=False,
+        max_queue_size=64,
+        max_export_batch_size=16,
+        export_timeout_s=60,
+    )
+    try:
+        for step in range(4):
+            for i in range(200):  # under the fast path's wake-up batch (4 x 64): they wait in its queue
+                with oal.sample(i, step=step):
+                    pass
+            stats = handle.stats
+            metrics = handle.metrics.collect(step)
+            assert metrics["agent_loop/telemetry/spans_dropped"] == stats["dropped"], (step, stats)
+            assert metrics["agent_loop/telemetry/spans_failed"] == stats["failed"], (step, stats)
+            assert stats["dropped"] > 0 and stats["pending"] <= 64 + 16, stats  # the export queue and a batch
+    finally:
+        handle.shutdown(0.5)

@@ -192,10 +192,20 @@ class Handle:
         ``failed``, ``dropped`` or ``pending``, once per exporter. ``pending`` includes the fast path's queue
         (spans not yet handed to the exporters); ``dropped`` includes the spans that queue lost (ended after
         shutdown). The export counters are read under the fast path's queue lock, which the pipeline holds
-        while it hands spans over, so none is counted twice or missed."""
+        while it hands spans over, so none is counted twice or missed.
+
+        One number with ``collect()``: the fast path's queued spans are handed to the exporters first, as a
+        collect does before it reads these counters (``agent_loop/telemetry/spans_dropped`` and ``spans_failed``
+        are ``dropped`` and ``failed`` here), so a span a full export queue drops is ``dropped`` on both surfaces,
+        never ``pending`` on one of them."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
         pipeline = self._pipeline
         with pipeline.lock if pipeline is not None else contextlib.nullcontext():
+            if pipeline is not None:
+                try:
+                    pipeline.drain()  # under the lock: no span moves between the drain and the reads
+                except Exception:
+                    internal_error("Handle.stats")
             for proc in self.export_processors:
                 for key, value in proc.stats.items():
                     out[key] += value
