@@ -129,6 +129,7 @@ class ExportProcessor(RecordProcessor):
         self._shutdown = False
         self._closing = False
         self._queued = self._exported = self._dropped = self._failed = 0
+        self._dropped_full = 0  # dropped by enqueue (queue full, or after shutdown): counted there alone
         self._healthy = False  # the last export succeeded quickly and no flush wait timed out since
         self._last_export_s = 0.0
         self._abandoned = False  # shutdown gave up on a stuck export: its batch was counted as dropped
@@ -158,28 +159,33 @@ class ExportProcessor(RecordProcessor):
         """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
-            with self._idle:  # the worker and shutdown count under this lock too: no increment is lost
-                self._dropped += 1
-            now = time.monotonic()
-            if now - self._last_drop_log > 60.0:
-                self._last_drop_log = now
-                if self._shutdown:
-                    logger.warning(
-                        "otel_agentloop: span ended after its exporter was shut down; dropped (%d so far)",
-                        self._dropped,
-                    )
-                else:
-                    logger.warning(
-                        "otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is "
-                        "the OTLP endpoint reachable?",
-                        self.max_queue_size,
-                        self._dropped,
-                    )
+            # as cheap as queueing (a dead or slow backend drops every span, on the thread that drains, a collect
+            # on the training thread too): a counter of its own, counted only here (as ``_queued``), no lock,
+            # and the clock read for the once-a-minute warning at the first drop and then every 256th
+            self._dropped_full += 1
+            if self._shutdown or not self._dropped_full & 255 or not self._last_drop_log:
+                self._warn_dropped()
             return
         queue.append(span)
         self._queued += 1
         if len(queue) >= self.max_export_batch_size and not self._wake.is_set():
             self._wake.set()
+
+    def _warn_dropped(self) -> None:
+        now = time.monotonic()
+        if now - self._last_drop_log <= 60.0:
+            return
+        self._last_drop_log = now
+        dropped = self._dropped + self._dropped_full
+        if self._shutdown:
+            logger.warning("otel_agentloop: span ended after its exporter was shut down; dropped (%d so far)", dropped)
+        else:
+            logger.warning(
+                "otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is the OTLP endpoint "
+                "reachable?",
+                self.max_queue_size,
+                dropped,
+            )
 
     # -- worker -----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -341,7 +347,7 @@ class ExportProcessor(RecordProcessor):
                 left += self._in_flight
                 self._in_flight = 0
             self._dropped += left
-            failed, dropped, exported = self._failed, self._dropped, self._exported
+            failed, dropped, exported = self._failed, self._dropped + self._dropped_full, self._exported
         if (self.failing or left) and failed + dropped:
             self._say_unsent(time.monotonic() - started, failed, dropped, exported)
 
@@ -396,7 +402,7 @@ class ExportProcessor(RecordProcessor):
             return {
                 "queued": self._queued,
                 "exported": self._exported,
-                "dropped": self._dropped,
+                "dropped": self._dropped + self._dropped_full,
                 "failed": self._failed,
                 "pending": len(self._queue) + self._in_flight,
             }
