@@ -17,6 +17,7 @@ import socket
 import subprocess
 import sys
 import textwrap
+import threading
 import time
 
 import pytest
@@ -176,3 +177,59 @@ def test_collect_and_stats_give_one_dropped_count_against_a_dead_backend(protoco
             assert stats["dropped"] > 0 and stats["pending"] <= 64 + 16, stats  # the export queue and a batch
     finally:
         handle.shutdown(0.5)
+
+
+def test_a_full_queue_drops_a_span_as_cheaply_as_it_queues_one(monkeypatch, caplog) -> None:
+    """Issue 41 item 12: a dead, slow or hung backend keeps the export queue full, so every span is dropped, on
+    the thread that drains (a ``collect()`` on the training thread too). Dropping must cost what queueing does:
+    no lock (the processor's condition, which its worker holds while it takes a batch), and no clock read per
+    span (the once-a-minute warning reads it at the first drop, then every 256th). The count stays exact."""
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from otel_agentloop.export import _processor
+
+    class Never(SpanExporter):
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.FAILURE
+
+    class Span:
+        flags = 1
+
+    proc = _processor.ExportProcessor(Never(), max_queue_size=4, max_export_batch_size=4, schedule_delay_s=3600)
+    try:
+        proc._queue.extend(Span() for _ in range(4))  # full, the worker left asleep (a 1 h schedule delay)
+        reads = [0]
+        clock = time.monotonic
+
+        def counted() -> float:
+            reads[0] += 1
+            return clock()
+
+        class CountingCondition:
+            acquired = 0
+
+            def __init__(self, inner: object) -> None:
+                self.inner = inner
+
+            def __enter__(self) -> object:
+                CountingCondition.acquired += threading.current_thread() is threading.main_thread()
+                return self.inner.__enter__()  # type: ignore[attr-defined]
+
+            def __exit__(self, *exc: object) -> object:
+                return self.inner.__exit__(*exc)  # type: ignore[attr-defined]
+
+            def __getattr__(self, name: str) -> object:
+                return getattr(self.inner, name)
+
+        monkeypatch.setattr(_processor.time, "monotonic", counted)
+        monkeypatch.setattr(proc, "_idle", CountingCondition(proc._idle))
+        caplog.set_level(logging.WARNING, logger="otel_agentloop")
+        for _ in range(10_000):
+            proc.record_end(Span())  # type: ignore[arg-type]
+        monkeypatch.undo()
+        assert CountingCondition.acquired == 0
+        assert reads[0] <= 10_000 // 256 + 2, reads[0]
+        assert proc.stats["dropped"] == 10_000 and proc.stats["pending"] == 4
+        assert sum("export queue full" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        proc.shutdown(0)
