@@ -19,6 +19,7 @@ import sys
 import textwrap
 import threading
 import time
+from typing import Any
 
 import pytest
 
@@ -231,5 +232,49 @@ def test_a_full_queue_drops_a_span_as_cheaply_as_it_queues_one(monkeypatch, capl
         assert reads[0] <= 10_000 // 256 + 2, reads[0]
         assert proc.stats["dropped"] == 10_000 and proc.stats["pending"] == 4
         assert sum("export queue full" in r.getMessage() for r in caplog.records) == 1
+    finally:
+        proc.shutdown(0)
+
+
+def test_the_failed_wait_is_one_window_that_a_success_closes() -> None:
+    """Flushes while the endpoint fails share one ``failed_wait_s`` window; once an export succeeds, a later
+    failure opens a new one (not a stale window that would make every later flush give up at once)."""
+    from opentelemetry.sdk.trace import TracerProvider
+    from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
+
+    from otel_agentloop.export._processor import ExportProcessor
+
+    tracer = TracerProvider(shutdown_on_exit=False).get_tracer("t")
+
+    def finished_span() -> Any:
+        span = tracer.start_span("x")
+        span.end()
+        return span
+
+    class Switch(SpanExporter):
+        ok = False
+
+        def export(self, spans: object) -> SpanExportResult:
+            return SpanExportResult.SUCCESS if self.ok else SpanExportResult.FAILURE
+
+    exporter = Switch()
+    proc = ExportProcessor(exporter, schedule_delay_s=0.01, failed_wait_s=0.3)
+    try:
+        proc.on_end(finished_span())
+        assert wait_for(lambda: proc.failing, 10, 0.01)
+        proc.on_end(finished_span())
+        t0 = time.monotonic()
+        proc.force_flush(60_000)  # the queue empties (failed) or the window ends it: never the 60 s
+        first = proc.failed_deadline()
+        assert first is not None and first <= t0 + 0.3 + 0.05
+        exporter.ok = True
+        proc.on_end(finished_span())
+        assert wait_for(lambda: not proc.failing, 10, 0.01)  # recovered (no flush looked at the window meanwhile)
+        time.sleep(0.35)  # the first window is over
+        exporter.ok = False
+        proc.on_end(finished_span())
+        assert wait_for(lambda: proc.failing, 10, 0.01)
+        second = proc.failed_deadline()
+        assert second is not None and second > time.monotonic() + 0.1  # a new window, not the stale one
     finally:
         proc.shutdown(0)

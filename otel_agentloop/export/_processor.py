@@ -218,6 +218,8 @@ class ExportProcessor(RecordProcessor):
             self._last_export_s = took = time.monotonic() - t0
             self._healthy = ok and took < FAST_EXPORT_S
             self._failed_last = not ok
+            if ok:
+                self._give_up_at = None  # recovered: a later failure opens a new window (failed_deadline)
             with self._idle:
                 if self._abandoned:  # shutdown already counted this batch as dropped
                     return
