@@ -111,6 +111,8 @@ class OTLPGrpcExporter(SendingExporter):
     ``spans_unencodable``.
     """
 
+    protocol = "grpc"
+
     def __init__(self, target: GrpcTarget, timeout_s: float = 10.0, compression: Any = None) -> None:
         self.target = target
         self.timeout_s = float(timeout_s)
@@ -201,8 +203,6 @@ class OTLPGrpcExporter(SendingExporter):
                 warn_rejected(answer.SerializeToString(), self.target.target)
             return SpanExportResult.SUCCESS
         return SpanExportResult.FAILURE
-
-    protocol = "grpc"
 
     @property
     def destination(self) -> str:

@@ -107,7 +107,7 @@ class ExportProcessor(RecordProcessor):
         self.failed_wait_s = check_seconds("failed_wait_s", failed_wait_s, inclusive=True)
         self.exporter = exporter
         self._failed_last = False  # the last export failed (kept in a forked child: the endpoint is the same)
-        self._give_up_at: float | None = None  # see _failed_deadline (kept in a forked child too)
+        self._give_up_at: float | None = None  # see failed_deadline (kept in a forked child too)
         self._send = sender(exporter, repaired)
         self.name = name
         self._init_state()

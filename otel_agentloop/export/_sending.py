@@ -37,17 +37,18 @@ class SendingExporter(RecordExporter):
     def _failed(self, reason: str) -> None:
         """A try failed: the endpoint is failing; the first failure of this protocol in the process is warned
         at once (one line), whether or not a retry succeeds later."""
+        if self._shutdown:
+            return  # shutdown closed the connection under an export in flight: not the endpoint's failure
         self.failing = True
         self.failure = reason
-        if not self._shutdown:
-            warn_once(
-                f"{self.protocol}-export",
-                "otel_agentloop: OTLP %s export to %s failed (%s); retrying within the export timeout, then "
-                "counting the spans as failed (handle.stats, agent_loop/telemetry/spans_failed)",
-                self.protocol,
-                self.destination,
-                reason,
-            )
+        warn_once(
+            f"{self.protocol}-export",
+            "otel_agentloop: OTLP %s export to %s failed (%s); retrying within the export timeout, then "
+            "counting the spans as failed (handle.stats, agent_loop/telemetry/spans_failed)",
+            self.protocol,
+            self.destination,
+            reason,
+        )
 
     def _succeeded(self) -> None:
         self.failing = False
