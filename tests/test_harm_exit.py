@@ -278,3 +278,28 @@ def test_the_failed_wait_is_one_window_that_a_success_closes() -> None:
         assert second is not None and second > time.monotonic() + 0.1  # a new window, not the stale one
     finally:
         proc.shutdown(0)
+
+
+def test_a_shutdown_after_the_window_is_spent_still_shuts_the_metrics_down(caplog) -> None:
+    """Once a flush has spent the failed-export window, the shutdown waits nothing, yet it still shuts the
+    library's metrics down without an internal error (the SDK's MeterProvider given 0 s raises and leaves its
+    readers running)."""
+    caplog.set_level(logging.WARNING, logger="otel_agentloop")
+    handle = oal.configure(
+        "spent",
+        endpoint=f"http://127.0.0.1:{_closed_port()}",
+        protocol="http/protobuf",
+        set_global=False,
+        schedule_delay_s=0.05,
+        failed_export_wait_s=0.2,
+    )
+    for i in range(10):
+        with oal.sample(i, step=1):
+            pass
+    assert wait_for(lambda: any(p.failing for p in handle.export_processors), 10, 0.02)
+    handle.force_flush(5)  # opens the window
+    time.sleep(0.4)  # and it is over
+    handle.shutdown(5)
+    assert not [r for r in caplog.records if "internal error" in r.getMessage()], caplog.text
+    assert handle.live is not None and handle.live.metrics is not None
+    assert handle.live.metrics.provider._shutdown  # the readers were shut down

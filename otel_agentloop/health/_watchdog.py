@@ -298,7 +298,9 @@ class LiveMonitor(StepHooks):
         return self.force_flush(failed_wait(self._export, timeout_s))
 
     def provider_shutdown(self) -> None:
-        self.shutdown(failed_wait(self._export, 5.0))  # at exit too: a dead endpoint costs a short bound
+        # at exit too: a dead endpoint costs a short bound; never 0 (the SDK's MeterProvider then raises and
+        # leaves its readers running)
+        self.shutdown(max(failed_wait(self._export, 5.0), 0.1))
 
     # -- lifecycle --------------------------------------------------------------------------------
     def force_flush(self, timeout_s: float = 5.0) -> bool:
