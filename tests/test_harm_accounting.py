@@ -206,10 +206,11 @@ def test_stats_add_up_during_and_after_a_burst(fast_path: bool, backend: tuple[s
             made += 1 + 20 * 31
             stats = handle.stats
             _add_up(stats, made)
-            waiting_seen = waiting_seen or stats["pending"] > 2 * 256  # more than export queue + batch in flight
+            # stats hands the fast path's queue over first (one number with collect(), issue 41 item 13): what
+            # is pending is the export queue and a batch in flight, never a backlog the export queue will drop
+            waiting_seen = waiting_seen or stats["pending"] > 2 * 256
         assert handle.stats["dropped"] > 0  # the burst overflowed the export queue
-        if fast_path:  # readings were taken while spans waited in the fast path's own queue
-            assert waiting_seen
+        assert not waiting_seen
         for _ in range(5):  # while the exporter fails (dead) or works through (slow) its batches
             handle.force_flush(0.1)
             _add_up(handle.stats, made)

@@ -43,6 +43,7 @@ class Options(TypedDict, total=False):
     max_export_batch_size: int | None
     schedule_delay_s: float | None
     export_timeout_s: float | None
+    failed_export_wait_s: float | None
     max_steps: int | None
     max_samples_per_step: int | None
     max_exported_samples_per_step: int | None

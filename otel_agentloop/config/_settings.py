@@ -98,6 +98,9 @@ class Settings:
     export_timeout_s: float = setting(30.0, "OTEL_BSP_EXPORT_TIMEOUT", **kind.seconds(7.0, millis=True))
     otlp_timeout_s: float = setting(10.0, _OTLP + "TIMEOUT", read=(_OTLP + "TRACES_TIMEOUT",), **kind.seconds(3.0))
     """One OTLP export call's deadline, retries included (``configure(export_timeout_s=)`` sets it too)."""
+    failed_export_wait_s: float = setting(2.0, _AL + "FAILED_EXPORT_WAIT", **kind.seconds(0.5))
+    """Once an exporter's endpoint has failed (refused, timed out, answered an error), a flush or a shutdown (at
+    exit too) waits at most this long for it; what it could not send is counted and said in one line."""
     # metrics table and budget
     max_steps: int = setting(16, _AL + "MAX_STEPS", **kind.count(8, 1))
     max_samples_per_step: int = setting(1 << 20, _AL + "MAX_RECORDED_SAMPLES_PER_STEP", **kind.count(1000, 1))

@@ -104,11 +104,14 @@ class OTLPGrpcExporter(SendingExporter):
     retryable status is retried after the receiver's ``RetryInfo`` delay when it gives one, else after an
     exponential back-off (1 s, 2 s, 4 s..., jittered), at most ``MAX_TRIES`` tries; the first UNAVAILABLE
     opens a fresh channel. Any other status, or a wait past the deadline, reports FAILURE (counted by the
-    export processor), warned once. A receiver's partial success is warned once. :meth:`shutdown` closes the
+    export processor). The first failed try is warned at once, once (:meth:`SendingExporter._failed`). A
+    receiver's partial success is warned once. :meth:`shutdown` closes the
     channel (an export in flight ends) and aborts a back-off wait. The channel is opened on the first export;
     a forked child opens its own. Spans that cannot be encoded are left out and counted in
     ``spans_unencodable``.
     """
+
+    protocol = "grpc"
 
     def __init__(self, target: GrpcTarget, timeout_s: float = 10.0, compression: Any = None) -> None:
         self.target = target
@@ -184,29 +187,26 @@ class OTLPGrpcExporter(SendingExporter):
                     wait = 2.0**attempt * random.uniform(0.8, 1.2)
                 if code == grpc.StatusCode.UNAVAILABLE and attempt == 0:
                     self._reconnect()  # as the SDK does: a fresh channel reconnects at once
+                self._failed(f"{name}: {error.details()}")  # warned once, at the first failed try
                 if (
                     name not in self.target.retryable
                     or attempt + 1 == MAX_TRIES
                     or self._shutdown
                     or time.monotonic() + wait >= deadline
                 ):
-                    if not self._shutdown:
-                        warn_once(
-                            "grpc-export",
-                            "otel_agentloop: OTLP grpc export to %s failed (%s: %s); spans are counted as "
-                            "failed, see handle.stats",
-                            self.target.target,
-                            name,
-                            error.details(),
-                        )
                     return SpanExportResult.FAILURE
                 if self._stop.wait(wait):
                     return SpanExportResult.FAILURE
                 continue
+            self._succeeded()
             if answer.HasField("partial_success"):
                 warn_rejected(answer.SerializeToString(), self.target.target)
             return SpanExportResult.SUCCESS
         return SpanExportResult.FAILURE
+
+    @property
+    def destination(self) -> str:
+        return self.target.target
 
     def shutdown(self) -> None:
         """Stop: close the channel (an export in flight ends) and abort a back-off wait; never blocks."""

@@ -82,7 +82,8 @@ class OTLPJsonHttpExporter(SendingExporter):
     is retried after its ``Retry-After`` when it gives one, else after a jittered back-off (0.25 s doubling
     to 2 s); a dropped pooled connection is retried at once, other connection errors after the back-off.
     When the next try would start past the deadline, or on any other answer, the export reports FAILURE
-    (counted by the export processor). :meth:`shutdown` aborts a back-off wait. The network calls run with
+    (counted by the export processor); the first failed try is warned at once, once
+    (:meth:`SendingExporter._failed`). :meth:`shutdown` aborts a back-off wait. The network calls run with
     instrumentation suppressed. A forked child opens its own connections. A 3xx answer is a failure (not
     followed, not retried). Spans that cannot be encoded are left out and counted in ``spans_unencodable``.
     """
@@ -227,14 +228,9 @@ class OTLPJsonHttpExporter(SendingExporter):
             if wait is None:
                 wait = backoff * random.uniform(0.8, 1.2)
                 backoff = min(backoff * 2, 2.0)
+            if wait > 0 or not retry:  # the free reconnect of a dropped pooled connection is no failure
+                self._failed(reason)  # warned once, at the first failed try
             if not retry or self._shutdown or time.monotonic() + wait >= deadline:
-                warn_once(
-                    f"{self.protocol}-export",
-                    "otel_agentloop: OTLP %s export to %s failed (%s); spans are counted as failed, see handle.stats",
-                    self.protocol,
-                    self.endpoint,
-                    reason,
-                )
                 return SpanExportResult.FAILURE
             if wait > 0 and self._stop.wait(wait):
                 return SpanExportResult.FAILURE
@@ -245,9 +241,11 @@ class OTLPJsonHttpExporter(SendingExporter):
         answer = _discard_answer(response, deadline)
         status = response.status_code
         if 200 <= status < 300:
+            self._succeeded()
             self._answered(response, answer)
             return SpanExportResult.SUCCESS
         if 300 <= status < 400:
+            self.failing, self.failure = True, f"HTTP {status}, a redirect (not followed)"
             warn_once(
                 f"{self.protocol}-redirect",
                 "otel_agentloop: OTLP %s endpoint %s answered HTTP %d (Location: %r); redirects "
@@ -264,6 +262,10 @@ class OTLPJsonHttpExporter(SendingExporter):
             if wait is not None:
                 wait = max(wait, MIN_RETRY_WAIT_S)
         return status in _RETRYABLE, f"HTTP {status}", wait
+
+    @property
+    def destination(self) -> str:
+        return self.endpoint
 
     def shutdown(self) -> None:
         """Stop: abort a back-off wait and close the connections; never blocks on the network."""

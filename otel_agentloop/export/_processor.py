@@ -29,7 +29,7 @@ import logging
 import math
 import threading
 import time
-from collections.abc import Callable, Generator, Sequence
+from collections.abc import Callable, Generator, Iterable, Sequence
 from contextlib import contextmanager
 
 from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach, set_value
@@ -94,6 +94,7 @@ class ExportProcessor(RecordProcessor):
         schedule_delay_s: float = 1.0,
         export_timeout_s: float = 30.0,
         shutdown_timeout_s: float = 5.0,
+        failed_wait_s: float = 2.0,
         name: str = "otel_agentloop.export",
     ) -> None:
         self.max_queue_size = check_int("max_queue_size", max_queue_size, 1, MAX_QUEUE)
@@ -103,7 +104,10 @@ class ExportProcessor(RecordProcessor):
         self.schedule_delay_s = check_seconds("schedule_delay_s", schedule_delay_s)
         self.export_timeout_s = check_seconds("export_timeout_s", export_timeout_s)
         self.shutdown_timeout_s = check_seconds("shutdown_timeout_s", shutdown_timeout_s, inclusive=True)
+        self.failed_wait_s = check_seconds("failed_wait_s", failed_wait_s, inclusive=True)
         self.exporter = exporter
+        self._failed_last = False  # the last export failed (kept in a forked child: the endpoint is the same)
+        self._give_up_at: float | None = None  # see failed_deadline (kept in a forked child too)
         self._send = sender(exporter, repaired)
         self.name = name
         self._init_state()
@@ -125,6 +129,7 @@ class ExportProcessor(RecordProcessor):
         self._shutdown = False
         self._closing = False
         self._queued = self._exported = self._dropped = self._failed = 0
+        self._dropped_full = 0  # dropped by enqueue (queue full, or after shutdown): counted there alone
         self._healthy = False  # the last export succeeded quickly and no flush wait timed out since
         self._last_export_s = 0.0
         self._abandoned = False  # shutdown gave up on a stuck export: its batch was counted as dropped
@@ -154,28 +159,33 @@ class ExportProcessor(RecordProcessor):
         """Queue ``span`` for export whatever its sampled flag (the keeper's path); drop and count when full."""
         queue = self._queue
         if self._shutdown or len(queue) >= self.max_queue_size:
-            with self._idle:  # the worker and shutdown count under this lock too: no increment is lost
-                self._dropped += 1
-            now = time.monotonic()
-            if now - self._last_drop_log > 60.0:
-                self._last_drop_log = now
-                if self._shutdown:
-                    logger.warning(
-                        "otel_agentloop: span ended after its exporter was shut down; dropped (%d so far)",
-                        self._dropped,
-                    )
-                else:
-                    logger.warning(
-                        "otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is "
-                        "the OTLP endpoint reachable?",
-                        self.max_queue_size,
-                        self._dropped,
-                    )
+            # as cheap as queueing (a dead or slow backend drops every span, on the thread that drains, a collect
+            # on the training thread too): a counter of its own, counted only here (as ``_queued``), no lock,
+            # and the clock read for the once-a-minute warning at the first drop and then every 256th
+            self._dropped_full += 1
+            if self._shutdown or not self._dropped_full & 255 or not self._last_drop_log:
+                self._warn_dropped()
             return
         queue.append(span)
         self._queued += 1
         if len(queue) >= self.max_export_batch_size and not self._wake.is_set():
             self._wake.set()
+
+    def _warn_dropped(self) -> None:
+        now = time.monotonic()
+        if now - self._last_drop_log <= 60.0:
+            return
+        self._last_drop_log = now
+        dropped = self._dropped + self._dropped_full
+        if self._shutdown:
+            logger.warning("otel_agentloop: span ended after its exporter was shut down; dropped (%d so far)", dropped)
+        else:
+            logger.warning(
+                "otel_agentloop: export queue full (%d spans); dropping spans (%d so far). Is the OTLP endpoint "
+                "reachable?",
+                self.max_queue_size,
+                dropped,
+            )
 
     # -- worker -----------------------------------------------------------------------------------
     def _run(self) -> None:
@@ -207,6 +217,9 @@ class ExportProcessor(RecordProcessor):
             ok, lost = self._export(records)
             self._last_export_s = took = time.monotonic() - t0
             self._healthy = ok and took < FAST_EXPORT_S
+            self._failed_last = not ok
+            if ok:
+                self._give_up_at = None  # recovered: a later failure opens a new window (failed_deadline)
             with self._idle:
                 if self._abandoned:  # shutdown already counted this batch as dropped
                     return
@@ -240,12 +253,35 @@ class ExportProcessor(RecordProcessor):
             return False, 0
 
     # -- control ----------------------------------------------------------------------------------
+    @property
+    def failing(self) -> bool:
+        """The endpoint has failed: the exporter's last try (``SendingExporter.failing``) or the last export
+        failed, and none succeeded since."""
+        return self._failed_last or bool(getattr(self.exporter, "failing", False))
+
+    def failed_deadline(self) -> float | None:
+        """While the endpoint is failing (:attr:`failing`): when flushes and the shutdown stop waiting for it
+        (``time.monotonic()``). One window of ``failed_wait_s`` for them all, opened by the first wait that
+        finds the endpoint failing; a success closes it (``None``)."""
+        if not self.failing:
+            self._give_up_at = None
+            return None
+        if self._give_up_at is None:
+            self._give_up_at = time.monotonic() + self.failed_wait_s
+        return self._give_up_at
+
     def _wait_idle(self, timeout_s: float) -> bool:
+        """Wait for the queue to be exported, at most ``timeout_s``, and no later than :meth:`failed_deadline`
+        once the endpoint is failing (checked as the wait goes)."""
         deadline = time.monotonic() + max(timeout_s, 0.0)
+        bounded = False
         with self._idle:
             self._flush_requested = True
             self._wake.set()
             while self._queue or self._in_flight:
+                if not bounded and (failed := self.failed_deadline()) is not None:
+                    bounded = True
+                    deadline = min(deadline, failed)
                 remaining = deadline - time.monotonic()
                 if remaining <= 0 or not self._worker.is_alive():
                     return not (self._queue or self._in_flight)
@@ -254,8 +290,8 @@ class ExportProcessor(RecordProcessor):
         return True
 
     def force_flush(self, timeout_millis: int = 30000) -> bool:
-        """Wait up to ``timeout_millis`` (bounded, see :func:`timeout_s`) for queued spans to be exported;
-        ``False`` if time ran out."""
+        """Wait up to ``timeout_millis`` (bounded, see :func:`timeout_s`; at most ``failed_wait_s`` once the
+        endpoint is failing) for queued spans to be exported; ``False`` if time ran out."""
         if self._shutdown:
             return not self._queue
         done = self._wait_idle(timeout_s(timeout_millis, 30.0, 1e-3))
@@ -285,14 +321,20 @@ class ExportProcessor(RecordProcessor):
     def shutdown(self, timeout_millis: float | None = None) -> None:
         """Export what is queued within ``timeout_millis`` (default ``shutdown_timeout_s``: the SDK's exit hook
         passes none, and a stuck endpoint must not hold the process at exit; bounded, see :func:`timeout_s`),
-        then stop, shutting the exporter down in the time left; what is left is counted as dropped. Returns
-        within the timeout (plus ~0.1 s), whatever the exporter does."""
+        and within ``failed_wait_s`` once the endpoint is failing (a dead Collector costs the exit that, not
+        the export timeout), then stop, shutting the exporter down in the time left; what is left is counted
+        as dropped. Returns within the timeout (plus ~0.1 s), whatever the exporter does. When spans were not
+        sent, says so in one line (:meth:`_say_unsent`)."""
         if self._shutdown or self._closing:
             return
         self._closing = True
+        started = time.monotonic()
         wait_s = timeout_s(timeout_millis, self.shutdown_timeout_s, 1e-3)
-        deadline = time.monotonic() + wait_s
+        deadline = started + wait_s
         self._wait_idle(wait_s)
+        failed = self.failed_deadline()
+        if failed is not None:
+            deadline = min(deadline, failed)
         self._shutdown = True
         with self._idle:
             self._stopping = True
@@ -307,6 +349,25 @@ class ExportProcessor(RecordProcessor):
                 left += self._in_flight
                 self._in_flight = 0
             self._dropped += left
+            failed, dropped, exported = self._failed, self._dropped + self._dropped_full, self._exported
+        if (self.failing or left) and failed + dropped:
+            self._say_unsent(time.monotonic() - started, failed, dropped, exported)
+
+    def _say_unsent(self, waited_s: float, failed: int, dropped: int, exported: int) -> None:
+        """The one line at shutdown: what this exporter could not send, and why."""
+        why = getattr(self.exporter, "failure", "") or ("the last export failed" if self._failed_last else "")
+        logger.warning(
+            "otel_agentloop: %s: %d spans not sent (%d failed, %d dropped; %d exported)%s; shutdown waited %.1f s "
+            "(once the endpoint failed, flushes and shutdown wait OTEL_AGENTLOOP_FAILED_EXPORT_WAIT=%g s in all)",
+            self.name,
+            failed + dropped,
+            failed,
+            dropped,
+            exported,
+            f", the endpoint failed ({why})" if self.failing and why else "",
+            waited_s,
+            self.failed_wait_s,
+        )
 
     def _shutdown_exporter(self, wait_s: float) -> None:
         """``exporter.shutdown()`` on a helper thread, waited for at most ``wait_s``: an exporter may block
@@ -343,7 +404,19 @@ class ExportProcessor(RecordProcessor):
             return {
                 "queued": self._queued,
                 "exported": self._exported,
-                "dropped": self._dropped,
+                "dropped": self._dropped + self._dropped_full,
                 "failed": self._failed,
                 "pending": len(self._queue) + self._in_flight,
             }
+
+
+def failed_wait(processors: Iterable[object], wait_s: float) -> float:
+    """``wait_s``, or less: until the earliest :meth:`ExportProcessor.failed_deadline` of the export processors
+    among ``processors`` whose endpoint is failing. How long a flush or shutdown of what shares their endpoint
+    (the handle's, the library's metrics) may wait: all of them together wait one ``failed_wait_s``."""
+    now = time.monotonic()
+    for p in processors:
+        failed = p.failed_deadline() if isinstance(p, ExportProcessor) else None
+        if failed is not None:
+            wait_s = min(wait_s, max(failed - now, 0.0))
+    return wait_s

@@ -1,5 +1,5 @@
 """What the library's network exporters (gRPC, http/json, http/protobuf) share: an ``export()`` that never
-raises."""
+raises, and the endpoint's health (:attr:`SendingExporter.failing`), warned once at the first failed try."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ from collections.abc import Sequence
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..core._door import RecordExporter
-from ..core._guard import internal_error
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._processor import suppressed
 
@@ -20,6 +20,38 @@ class SendingExporter(RecordExporter):
     export fails at once, and an error from a connection that shutdown closed is not reported."""
 
     _shutdown = False
+    protocol = "otlp"
+    """The protocol's name, in warnings."""
+    failing = False
+    """The last try failed (refused, timed out, answered an error; the free reconnect of a dropped pooled
+    connection aside) and none succeeded since: a flush or a shutdown then waits for this endpoint only a short
+    bound (``ExportProcessor.failed_wait_s``)."""
+    failure = ""
+    """Why the last failed try failed (for the one line said at shutdown)."""
+
+    @property
+    def destination(self) -> str:
+        """Where the spans go, in warnings."""
+        return ""
+
+    def _failed(self, reason: str) -> None:
+        """A try failed: the endpoint is failing; the first failure of this protocol in the process is warned
+        at once (one line), whether or not a retry succeeds later."""
+        if self._shutdown:
+            return  # shutdown closed the connection under an export in flight: not the endpoint's failure
+        self.failing = True
+        self.failure = reason
+        warn_once(
+            f"{self.protocol}-export",
+            "otel_agentloop: OTLP %s export to %s failed (%s); retrying within the export timeout, then "
+            "counting the spans as failed (handle.stats, agent_loop/telemetry/spans_failed)",
+            self.protocol,
+            self.destination,
+            reason,
+        )
+
+    def _succeeded(self) -> None:
+        self.failing = False
 
     def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         if self._shutdown:

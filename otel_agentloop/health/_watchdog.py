@@ -39,6 +39,7 @@ from ..core import _tracer
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase
 from ..core._scope import TrackedSample
+from ..export._processor import failed_wait
 from ..export._side import side_tracer
 from ..metrics._hooks import StepHooks
 from ..metrics._processor import PhaseMetricsProcessor
@@ -96,6 +97,7 @@ class LiveMonitor(StepHooks):
         self.registry = registry
         self.settings = settings
         self.metrics = metrics
+        self._export = tuple(export)  # their endpoint's failure shortens the metrics' flush and shutdown
         self._snapshots: Any = None
         if export:
             self._snapshots = side_tracer(
@@ -293,10 +295,12 @@ class LiveMonitor(StepHooks):
         return {k: v for k, v in self.registry.stats.items() if k != "inflight_samples"}
 
     def provider_flush(self, timeout_s: float) -> bool:
-        return self.force_flush(timeout_s)
+        return self.force_flush(failed_wait(self._export, timeout_s))
 
     def provider_shutdown(self) -> None:
-        self.shutdown()
+        # at exit too: a dead endpoint costs a short bound; never 0 (the SDK's MeterProvider then raises and
+        # leaves its readers running)
+        self.shutdown(max(failed_wait(self._export, 5.0), 0.1))
 
     # -- lifecycle --------------------------------------------------------------------------------
     def force_flush(self, timeout_s: float = 5.0) -> bool:

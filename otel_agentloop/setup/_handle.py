@@ -22,7 +22,7 @@ from ..core._guard import after_fork_in_child, internal_error
 from ..core._state import Saved, forked_worker, state
 from ..export._keep import SampleKeeper
 from ..export._pipeline import PipelineProvider, RecordPipeline
-from ..export._processor import ExportProcessor
+from ..export._processor import ExportProcessor, failed_wait
 from ..export._processor import timeout_s as _timeout_s
 from ..export._step_summary import StepSummaryWriter
 from ..health._watchdog import LiveMonitor
@@ -118,12 +118,13 @@ class Handle:
         return self._closed
 
     def force_flush(self, timeout_s: float = 5.0) -> bool:
-        """Export what is queued, waiting at most ``timeout_s`` in total; ``False`` if time ran out. Never
+        """Export what is queued, waiting at most ``timeout_s`` in total (at most ``failed_export_wait_s`` once an
+        exporter's endpoint has failed); ``False`` if time ran out. Never
         raises: NaN (or not a number) means the default, a negative timeout 0, an infinite or huge one
         ``MAX_SECONDS`` (one hour)."""
         if not self.enabled:
             return True
-        wait_s = _timeout_s(timeout_s, 5.0)
+        wait_s = failed_wait(self.export_processors, _timeout_s(timeout_s, 5.0))  # shorter once an endpoint failed
         return _bounded(lambda: self.provider.force_flush(int(wait_s * 1000)), wait_s)  # type: ignore[union-attr]
 
     def request_flush(self, wait_s: float = 0.0) -> bool:
@@ -144,7 +145,8 @@ class Handle:
     def shutdown(self, timeout_s: float = 5.0) -> None:
         """Turn tracing off for this handle and restore what :func:`configure` replaced; idempotent.
 
-        Exports what is queued within ``timeout_s`` in total (the timeout reaches every export processor);
+        Exports what is queued within ``timeout_s`` in total (the timeout reaches every export processor; at
+        most ``failed_export_wait_s`` once an exporter's endpoint has failed, each saying what it could not send);
         spans still queued or stuck in an export when it runs out are counted as dropped. Afterwards the
         decorators make no spans through this handle's provider, even where it stays the global provider.
         Handles nest: shutting down the current handle restores the newest older handle still open (or the
@@ -155,7 +157,7 @@ class Handle:
         if self._closed:
             return
         self._closed = True
-        deadline = time.monotonic() + _timeout_s(timeout_s, 5.0)
+        deadline = time.monotonic() + failed_wait(self.export_processors, _timeout_s(timeout_s, 5.0))
         if self.summaries is not None:
             self.summaries.close()
         _release(self)
@@ -190,10 +192,20 @@ class Handle:
         ``failed``, ``dropped`` or ``pending``, once per exporter. ``pending`` includes the fast path's queue
         (spans not yet handed to the exporters); ``dropped`` includes the spans that queue lost (ended after
         shutdown). The export counters are read under the fast path's queue lock, which the pipeline holds
-        while it hands spans over, so none is counted twice or missed."""
+        while it hands spans over, so none is counted twice or missed.
+
+        One number with ``collect()``: the fast path's queued spans are handed to the exporters first, as a
+        collect does before it reads these counters (``agent_loop/telemetry/spans_dropped`` and ``spans_failed``
+        are ``dropped`` and ``failed`` here), so a span a full export queue drops is ``dropped`` on both surfaces,
+        never ``pending`` on one of them."""
         out: dict[str, int] = {"queued": 0, "exported": 0, "dropped": 0, "failed": 0, "pending": 0}
         pipeline = self._pipeline
         with pipeline.lock if pipeline is not None else contextlib.nullcontext():
+            if pipeline is not None:
+                try:
+                    pipeline.drain()  # under the lock: no span moves between the drain and the reads
+                except Exception:
+                    internal_error("Handle.stats")
             for proc in self.export_processors:
                 for key, value in proc.stats.items():
                     out[key] += value

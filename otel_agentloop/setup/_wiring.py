@@ -162,6 +162,7 @@ def _export_processors(s: Settings, targets: Sequence[tuple[str, SpanExporter]])
             max_export_batch_size=batch_size,
             schedule_delay_s=s.schedule_delay_s,
             export_timeout_s=s.export_timeout_s,
+            failed_wait_s=s.failed_export_wait_s,
             name=f"otel_agentloop.export[{label}]",
         )
         for label, exporter in targets
