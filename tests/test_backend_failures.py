@@ -115,7 +115,7 @@ def test_a_hanging_endpoint_never_holds_flush_shutdown_or_exit() -> None:
         """)
         t0 = time.perf_counter()
         subprocess.run([sys.executable, "-c", code], timeout=60, check=True)
-        assert time.perf_counter() - t0 < 15
+        assert time.perf_counter() - t0 < 25  # well under the 30 s export timeout, with room for a loaded start
     finally:
         _Hang.release.set()
         server.shutdown()
