@@ -47,7 +47,7 @@ def _wait(stack: Any, service: str, samples: int, summaries: int) -> None:
     end = datetime.now(timezone.utc) + timedelta(minutes=1)
 
     def counts(rs: list[dict[str, Any]]) -> tuple[int, int]:
-        records = decode_resource_spans(rs)
+        records = list(decode_resource_spans(rs))
         return sum(r.name == sc.SAMPLE_SPAN for r in records), sum(r.name == sc.STEP_SUMMARY_SPAN for r in records)
 
     got = client.wait_for(
