@@ -117,7 +117,8 @@ def test_grpc_target_reads_the_environment_as_the_sdk(monkeypatch: pytest.Monkey
     assert grpc_target(None, None).tls == ("/traces-ca.pem", "/k.pem", None)  # the _TRACES_ set, as the SDK
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "true")
     assert grpc_target(None, None).tls is None
-    assert grpc_target("http://127.0.0.1:1", {"a": "b"}).headers == (("a", "b"),)  # arguments win
+    given = grpc_target("http://127.0.0.1:1", {"a": "b", "X-Team": "given"}).headers  # the argument updates them
+    assert given == (("api-key", "s3cret"), ("x-team", "given"), ("a", "b"))
     monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES", "unavailable, internal")
     assert grpc_target(None, None).retryable == ("UNAVAILABLE", "INTERNAL")
 

@@ -8,6 +8,7 @@ import argparse
 from .. import semconv as sc
 from ..analysis._reading._decode import Skipped, read_jsonl
 from ..analysis._reading._jaeger import JaegerError
+from ..analysis._reading._jaeger_run import StepNotInRunError, check_step, run_records, summary_run
 from ..analysis._reading._report import steps_in
 from ..analysis._reading._runs import RunNotFoundError, one_run
 from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_error_line, open_jaeger, runs_text
@@ -47,7 +48,7 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     if isinstance(read, StepAnswer):  # the step's summary holds all this command prints: its spans are not read
         return print_step(args, read, [], source)
     everything, indexed = read
-    loaded = _one_run(args, everything)
+    loaded = _one_run(args, everything, jaeger, source)
     records = [r for r in loaded if not is_snapshot(r)]  # snapshots of open samples are never counted
     if args.compare:
         return run_compare(
@@ -88,11 +89,20 @@ def _read(
     return everything, indexed
 
 
-def _one_run(args: argparse.Namespace, everything: list[SpanRecord]) -> list[SpanRecord]:
-    """One run (``--run-id``, default the latest), each step from its latest attempt: runs are never merged."""
+def _one_run(
+    args: argparse.Namespace, everything: list[SpanRecord], jaeger: JaegerSource | None, source: str
+) -> list[SpanRecord]:
+    """One run (``--run-id``, default the latest), each step from its latest attempt: runs are never merged.
+    From Jaeger: the run chosen first (``_jaeger_run``), its line always printed, a step it lacks an error."""
     try:
-        return one_run(everything, args.run_id, note)
-    except RunNotFoundError as exc:
+        if jaeger is None:
+            return one_run(everything, args.run_id, note)
+        run = jaeger.run
+        if run is not None and args.step is not None and not args.compare:
+            summaries = jaeger.search(lambda _: None, operation=sc.STEP_SUMMARY_SPAN)  # kept: noted once
+            check_step(everything, summaries, run, (args.step, args.validate), source)
+        return run_records(everything, args.run_id, note, run=run)
+    except (RunNotFoundError, StepNotInRunError) as exc:
         raise CliError(printable(str(exc), max_chars=1000)) from None
 
 
@@ -117,6 +127,7 @@ def _load_records(
 ) -> tuple[list[SpanRecord], list[tuple[int, bool]] | None]:
     """The records to report, and the run's steps when a trace directory's index lists them (else ``None``)."""
     if jaeger is not None:
+        jaeger.run = summary_run(jaeger, args.run_id, note)  # the run first (the one --runs marks), then its step
         if args.compare:  # each step's own window (see JaegerSource.step_window); a span in both once
             both = [r for step in dict.fromkeys(args.compare) for r in jaeger.search(note, step=step)]
             return list({(r.trace_id, r.span_id): r for r in both}.values()), None

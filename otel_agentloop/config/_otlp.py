@@ -3,7 +3,8 @@
 The one place the library reads the ``OTEL_EXPORTER_OTLP_*`` variables that configure an exporter (``Settings``
 declares and checks the traces' endpoint, protocol, headers and timeout; ``_environment`` checks every one).
 Each value is the ``configure()`` argument, else the signal's variable (``OTEL_EXPORTER_OTLP_TRACES_X``,
-``..._METRICS_X``), else the generic one (``OTEL_EXPORTER_OTLP_X``), as the OTel specification says. Every
+``..._METRICS_X``), else the generic one (``OTEL_EXPORTER_OTLP_X``), as the OTel specification says; headers
+are the variables' updated with the argument's (:attr:`OtlpTarget.all_headers`, on every protocol). Every
 exporter reads its target: the trace exporters (``export._grpc``, ``export._http_json``, ``export._http_proto``),
 the metric exporter (``metrics._otel``), the engine's hand-over (``integrations.vllm``) and the workers'
 (``setup``'s ``worker_env``). :func:`otlp_settings` makes both signals' targets of one ``configure()``.
@@ -41,7 +42,8 @@ class OtlpTarget:
     headers: Mapping[str, str] = dataclasses.field(default_factory=dict)
     """The environment's headers (the signal's variable replaces the generic one whole), names lowercased."""
     given_headers: Mapping[str, object] | None = None
-    """Headers given as arguments (``configure(headers=)``, or an exporter's own); ``None``: none given."""
+    """Headers given as arguments (``configure(headers=)``, or an exporter's own); ``None``: none given. Sent
+    over the environment's: :attr:`all_headers`."""
     timeout_s: float | None = None
     """One export call's deadline (``None``: the exporter's default)."""
     compression: str | None = None
@@ -53,6 +55,13 @@ class OtlpTarget:
     grpc_tls: TlsFiles = (None, None, None)
     """TLS files as the SDK's gRPC exporter reads them: the signal's three when its ``CERTIFICATE`` is set, else
     the generic three."""
+
+    @property
+    def all_headers(self) -> dict[str, object]:
+        """What every exporter sends (the SDK 1.45's OTLP/HTTP rule, applied to every protocol): :attr:`headers`
+        updated item by item with :attr:`given_headers` (names lowercased; the argument wins a name both give).
+        Unchecked: each exporter skips, with a warning, an item its transport cannot carry."""
+        return merge_headers(self.headers, self.given_headers)
 
     @property
     def given_endpoint(self) -> str | None:
@@ -116,18 +125,27 @@ def resolve_otlp(
 
 
 def otlp_settings(s: Settings) -> OtlpSettings:
-    """The targets of a ``configure()`` that resolved ``s``. Traces: its endpoint, protocol and timeout; the
-    headers argument (the settings' headers when the endpoint or the headers were arguments). Metrics: the
-    endpoint and protocol arguments (an endpoint argument not when ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is
-    set), else the metric variables. The traces' endpoint is ``s.endpoint`` (read from the same variables)."""
+    """The targets of a ``configure()`` that resolved ``s``. Traces: its endpoint, protocol and timeout, and the
+    headers argument (:attr:`OtlpTarget.all_headers`: over the environment's). Metrics: the endpoint, headers
+    and protocol arguments (the endpoint and headers ones not when ``OTEL_EXPORTER_OTLP_METRICS_ENDPOINT`` is
+    set: the metrics go elsewhere, with their variables' headers only), else the metric variables. The traces'
+    endpoint is ``s.endpoint`` (read from the same variables)."""
     argument = s.endpoint if s.sources.get("endpoint") == "argument" else None
-    headers = s.headers if argument is not None or s.sources.get("headers") == "argument" else None
-    if s.protocol == "grpc":
-        headers = headers or None  # empty: the environment's (over HTTP, empty given headers are sent as such)
+    headers = s.headers if s.sources.get("headers") == "argument" else None
     traces = resolve_otlp("TRACES", argument, headers, protocol=s.protocol, timeout_s=s.otlp_timeout_s)
-    metric_endpoint = argument if variable(_OTLP + "METRICS_ENDPOINT") is None else None
+    elsewhere = variable(_OTLP + "METRICS_ENDPOINT") is not None  # the arguments describe the traces' receiver
     protocol = s.protocol if s.sources.get("protocol") == "argument" else None
-    return OtlpSettings(traces, resolve_otlp("METRICS", metric_endpoint, protocol=protocol))
+    metrics = resolve_otlp(
+        "METRICS", None if elsewhere else argument, None if elsewhere else headers, protocol=protocol
+    )
+    return OtlpSettings(traces, metrics)
+
+
+def merge_headers(environment: Mapping[str, object], given: Mapping[str, object] | None) -> dict[str, object]:
+    """``environment``'s headers updated with ``given`` (its names lowercased), as :attr:`OtlpTarget.all_headers`."""
+    merged = dict(environment)
+    merged.update({k.lower() if isinstance(k, str) else k: v for k, v in (given or {}).items()})
+    return merged
 
 
 def otlp_variable(signal: str, key: str) -> str | None:

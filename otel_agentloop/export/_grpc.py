@@ -57,8 +57,8 @@ class GrpcTarget:
 
 
 def grpc_target(endpoint: str | None, headers: Mapping[str, object] | None) -> GrpcTarget:
-    """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): ``endpoint``
-    and ``headers`` arguments win over the variables."""
+    """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): an ``endpoint``
+    argument wins over the variables; ``headers`` update the variables' (``OtlpTarget.all_headers``)."""
     return target_of(resolve_otlp("TRACES", endpoint, headers))
 
 
@@ -81,7 +81,7 @@ def target_of(otlp: OtlpTarget) -> GrpcTarget:
     return GrpcTarget(
         target=parsed.netloc or endpoint,
         tls=None if insecure else otlp.grpc_tls,
-        headers=grpc_metadata(otlp.headers if otlp.given_headers is None else otlp.given_headers),
+        headers=grpc_metadata(otlp.all_headers),
         retryable=retryable,
     )
 

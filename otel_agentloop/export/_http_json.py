@@ -35,7 +35,7 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._headers import http_headers
-from ..config._otlp import OtlpTarget, resolve_otlp
+from ..config._otlp import OtlpTarget, merge_headers, resolve_otlp
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_json import encode_request
@@ -107,7 +107,7 @@ class OTLPJsonHttpExporter(SendingExporter):
         otlp: OtlpTarget | None = None,
     ) -> None:
         """``otlp``: the resolved settings (``config._otlp``) that arguments left ``None`` come from (default: the
-        environment's)."""
+        environment's); ``headers`` are sent over ``otlp``'s (``OtlpTarget.all_headers``)."""
         otlp = otlp if otlp is not None else resolve_otlp("TRACES")
         self.endpoint = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
         chosen = (compression or otlp.compression or self.default_compression).lower()
@@ -121,7 +121,7 @@ class OTLPJsonHttpExporter(SendingExporter):
             )
             chosen = self.default_compression
         self.compression = chosen
-        self.headers = {"Content-Type": self.content_type, **http_headers(headers)}
+        self.headers = {"Content-Type": self.content_type, **http_headers(merge_headers(otlp.headers, headers))}
         if chosen != "none":
             self.headers["Content-Encoding"] = chosen
         if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:

@@ -30,9 +30,7 @@ def http_target(endpoint: str | None, headers: Mapping[str, object] | None) -> t
 
 def target_of(otlp: OtlpTarget) -> tuple[str, dict[str, object]]:
     """The URL and headers of the resolved ``otlp`` (``config._otlp``), as :func:`http_target` says."""
-    merged: dict[str, object] = dict(otlp.headers)
-    merged.update({str(k).lower(): v for k, v in (otlp.given_headers or {}).items()})
-    return otlp.url, merged  # the exporter skips, with a warning, an item HTTP cannot carry
+    return otlp.url, otlp.all_headers  # the exporter skips, with a warning, an item HTTP cannot carry
 
 
 class OTLPProtoHttpExporter(OTLPJsonHttpExporter):

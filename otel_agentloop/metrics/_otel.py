@@ -98,16 +98,17 @@ def grpc_compression(compression: str | None) -> Any:  # Any: grpc is untyped (i
 
 def _otlp_metric_exporter(otlp: OtlpTarget) -> MetricExporter:
     """The SDK's OTLP metric exporter for the resolved ``otlp`` (its endpoint only when given as an argument:
-    else the SDK reads the variables as it does), sent only the headers its transport can carry
+    else the SDK reads the variables as it does), sending ``otlp.all_headers`` (the environment's updated with
+    the argument), only those its transport can carry
     (``config._headers``: each item it cannot carry is skipped with a warning, as for the traces; the SDK would
     fail every export)."""
-    endpoint, headers = otlp.given_endpoint, otlp.headers
+    endpoint, headers = otlp.given_endpoint, otlp.all_headers
     if otlp.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
         insecure = True if endpoint is not None and endpoint.startswith("http://") else None
         # Any: a -bin key's value is bytes (gRPC takes them; the SDK's annotation says str)
-        metadata: Any = (grpc_metadata(headers) or _NoHeaders()) if headers else None
+        metadata: Any = grpc_metadata(headers) or _NoHeaders()
         return Grpc(
             endpoint=endpoint, insecure=insecure, compression=grpc_compression(otlp.compression), headers=metadata
         )
@@ -115,9 +116,10 @@ def _otlp_metric_exporter(otlp: OtlpTarget) -> MetricExporter:
 
     if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
         endpoint = endpoint.rstrip("/") + "/v1/metrics"
-    skipped = frozenset(headers) - frozenset(http_headers(headers))
+    sent = http_headers(headers)  # the SDK adds the environment's too (unchecked): the session drops those skipped
+    skipped = frozenset(k for k in headers if isinstance(k, str)) - frozenset(sent)
     # http/json has no SDK metric exporter: protobuf over the same port
-    return Http(endpoint=endpoint, session=_session_without(skipped) if skipped else None)
+    return Http(endpoint=endpoint, headers=sent, session=_session_without(skipped) if skipped else None)
 
 
 class _NoHeaders(tuple[tuple[str, str], ...]):

@@ -125,19 +125,19 @@ def _export_targets(
 
 
 def _otlp_exporter(traces: OtlpTarget) -> SpanExporter:
-    """The OTLP exporter for ``traces.protocol``, reading the resolved ``traces`` (``config._otlp``): each
-    exporter skips, with a warning, a header item its transport cannot carry (``config._headers``)."""
+    """The OTLP exporter for ``traces.protocol``, reading the resolved ``traces`` (``config._otlp``): each sends
+    ``traces.all_headers`` (the environment's updated with the argument), skipping with a warning an item its
+    transport cannot carry (``config._headers``)."""
     timeout_s = traces.timeout_s or 10.0
     if traces.protocol == "grpc":
         from ..export._grpc import OTLPGrpcExporter, target_of
 
         compression = _otel_metrics.grpc_compression(traces.compression)
         return OTLPGrpcExporter(target_of(traces), timeout_s, compression=compression)
-    headers = traces.headers if traces.given_headers is None else traces.given_headers
     if traces.protocol == "http/json":
         from ..export._http_json import OTLPJsonHttpExporter
 
-        return OTLPJsonHttpExporter(traces.url, headers, timeout_s, otlp=traces)
+        return OTLPJsonHttpExporter(traces.url, traces.given_headers, timeout_s, otlp=traces)
     from ..export import _http_proto
 
     url, all_headers = _http_proto.target_of(traces)

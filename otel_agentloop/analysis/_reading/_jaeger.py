@@ -4,12 +4,18 @@ Answers are OTLP-JSON (``result.resourceSpans``, hex ids); :func:`otel_agentloop
 turns them into :class:`~otel_agentloop.SpanRecord`. Built on ``/api/v3`` only: the legacy
 ``/api/traces?service=`` was removed on Jaeger's main branch. A missing trace or an empty search is a 404,
 returned here as an empty list (poll past it while spans are in flight).
+
+Each call is bounded as a whole (:class:`_Deadline`): connecting, sending, the answer's headers and its body, and
+any redirects, together within the call's timeout, whatever the server drips; a redirect is followed only to
+an http(s) URL (:class:`_HttpOnlyRedirects`), as the client's own URL check says.
 """
 
 from __future__ import annotations
 
 import http.client
+import io
 import json
+import socket
 import time
 import urllib.error
 import urllib.parse
@@ -57,8 +63,9 @@ class JaegerClient:
 
     def _get(self, path: str, params: Mapping[str, str] | None = None, *, timeout_s: float | None = None) -> Any | None:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
+        timeout_s = timeout_s or self.timeout_s
         try:
-            with urllib.request.urlopen(url, timeout=timeout_s or self.timeout_s) as response:
+            with _opener(time.monotonic() + timeout_s).open(url, timeout=timeout_s) as response:
                 body = response.read()
         except urllib.error.HTTPError as exc:
             if exc.code == 404:
@@ -70,6 +77,8 @@ class JaegerClient:
             raise JaegerError(f"GET {url}: HTTP {exc.code} {exc.reason}: {detail!r}") from None
         except urllib.error.URLError as exc:  # refused, unknown host, timed out while connecting
             raise JaegerUnreachableError(f"{self.base_url}: {exc.reason}") from None
+        except TimeoutError:  # the answer's headers or body did not all come within the call's deadline
+            raise JaegerError(f"GET {url}: no complete answer within {timeout_s:g} s (--timeout)") from None
         except (OSError, http.client.HTTPException, ValueError) as exc:  # reset, timed out, no or bad answer
             raise JaegerError(f"GET {url}: {type(exc).__name__}: {exc}") from None
         if not body.strip():
@@ -193,6 +202,107 @@ class JaegerClient:
             time.sleep(interval_s)
             result = fetch()
         return result
+
+
+class _DeadlineReader(io.RawIOBase):
+    """A socket's reading side that gives each read only what is left until ``deadline`` (``time.monotonic()``),
+    raising :class:`TimeoutError` past it: a server dripping one byte at a time cannot stretch the call."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        super().__init__()
+        self._sock, self._deadline = sock, deadline
+        self._raw = sock.makefile("rb", buffering=0)  # the socket stays open while this reads (as makefile's)
+
+    def readable(self) -> bool:
+        return True
+
+    def readinto(self, buffer: Any) -> int | None:
+        self._sock.settimeout(_left(self._deadline))
+        return self._raw.readinto(buffer)
+
+    def close(self) -> None:
+        self._raw.close()
+        super().close()
+
+
+class _DeadlineSocket:
+    """A connected socket whose reads and sends share one deadline (everything else is the socket's)."""
+
+    def __init__(self, sock: socket.socket, deadline: float) -> None:
+        self._sock, self._deadline = sock, deadline
+
+    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
+        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
+
+    def sendall(self, data: Any, *args: Any) -> None:
+        self._sock.settimeout(_left(self._deadline))
+        self._sock.sendall(data, *args)
+
+    def __getattr__(self, name: str) -> Any:
+        return getattr(self._sock, name)
+
+
+def _left(deadline: float) -> float:
+    left = deadline - time.monotonic()
+    if left <= 0:
+        raise TimeoutError("timed out")
+    return left
+
+
+def _bounded(base: type[http.client.HTTPConnection], deadline: float) -> Callable[..., http.client.HTTPConnection]:
+    """``base`` (an HTTP or HTTPS connection class) connecting within what is left until ``deadline`` and then
+    reading and sending within it (:class:`_DeadlineSocket`)."""
+
+    class Bounded(base):  # type: ignore[valid-type,misc]
+        def connect(self) -> None:
+            self.timeout = _left(deadline)
+            super().connect()
+            this: Any = self  # its socket: a plain or a TLS one
+            this.sock = _DeadlineSocket(this.sock, deadline)
+
+    return Bounded
+
+
+class _HttpHandler(urllib.request.HTTPHandler):
+    """Plain HTTP, each connection bounded by the call's deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_bounded(http.client.HTTPConnection, self._deadline), req)
+
+
+class _HttpsHandler(urllib.request.HTTPSHandler):
+    """HTTPS (the default TLS checks), each connection bounded by the call's deadline."""
+
+    def __init__(self, deadline: float) -> None:
+        super().__init__()
+        self._deadline = deadline
+
+    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
+        return self.do_open(_bounded(http.client.HTTPSConnection, self._deadline), req)
+
+
+class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
+    """Redirects are followed to http(s) URLs only (urllib's own also follows ``ftp://``)."""
+
+    def redirect_request(
+        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
+    ) -> urllib.request.Request | None:
+        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
+            fp.close()
+            raise JaegerError(
+                f"GET {req.full_url}: redirected to {newurl!r}, which is not an http(s) URL; not followed"
+            )
+        return super().redirect_request(req, fp, code, msg, headers, newurl)
+
+
+def _opener(deadline: float) -> urllib.request.OpenerDirector:
+    """An opener for one call: every connection (redirects included) within ``deadline``, redirects to http(s)
+    only; proxies as urllib reads them from the environment."""
+    return urllib.request.build_opener(_HttpHandler(deadline), _HttpsHandler(deadline), _HttpOnlyRedirects())
 
 
 @dataclass

@@ -22,7 +22,7 @@ from ...config._environment import variable
 from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
-from ._runs import group_runs, steps_text
+from ._runs import Run, RunKey, group_runs, run_key, steps_text
 from ._text import printable
 
 EPOCH = datetime(1970, 1, 2, tzinfo=timezone.utc)
@@ -112,7 +112,11 @@ class JaegerSource:
     all_services: list[str] | None = None
     """Every service Jaeger lists, once asked (the default choice asks; a "nothing found" line asks then)."""
     ours: list[str] = field(default_factory=list)
-    _step_times_cache: dict[str, dict[int, tuple[int, int]] | None] = field(default_factory=dict, repr=False)
+    run: Run | None = None
+    """The run read, once chosen from the step summaries (``_jaeger_run``): a step's window is then its step's."""
+    _step_times_cache: dict[tuple[str, RunKey | None], dict[int, tuple[int, int]] | None] = field(
+        default_factory=dict, repr=False
+    )
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
 
     @property
@@ -203,22 +207,27 @@ class JaegerSource:
 
     def _step_times(self, service: str, start: datetime, end: datetime) -> dict[int, tuple[int, int]] | None:
         """Each step's (first start, last end) of its ``rl.step`` and summary spans in [start, end]; ``None`` when
-        either search is incomplete. Cached per service: ``window()`` moves with the clock between calls."""
-        if service in self._step_times_cache:
-            return self._step_times_cache[service]
+        either search is incomplete. Only :attr:`run`'s, once chosen. Cached per service and run: ``window()``
+        moves with the clock between calls."""
+        run = self.run.key if self.run is not None else None
+        cache = (service, run)
+        if cache in self._step_times_cache:
+            return self._step_times_cache[cache]
         times: dict[int, tuple[int, int]] = {}
         for operation in _ONE_PER_STEP:
             found = self.one_per_step(service, operation, start, end)
             if found.full:
-                self._step_times_cache[service] = None
+                self._step_times_cache[cache] = None
                 return None
             for rec in decode_resource_spans(found.resource_spans, Skipped()):
                 step = sc.step_key(rec.attributes)[0]
                 if rec.name != operation or step is None or rec.start_ns <= 0:
                     continue
+                if run is not None and run_key(rec.resource) != run:
+                    continue
                 first, last = times.get(step, (rec.start_ns, rec.end_ns))
                 times[step] = (min(first, rec.start_ns), max(last, rec.end_ns, rec.start_ns))
-        self._step_times_cache[service] = times
+        self._step_times_cache[cache] = times
         return times
 
     def one_per_step(self, service: str, operation: str, start: datetime, end: datetime) -> Search:

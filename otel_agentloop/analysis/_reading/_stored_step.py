@@ -24,6 +24,7 @@ from ...metrics._table import OverdueSample
 from ...metrics._verdicts import StepVerdicts
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerError
+from ._jaeger_run import run_records
 from ._report import (
     SampleKey,
     StepReport,
@@ -33,7 +34,7 @@ from ._report import (
     step_verdicts,
     stored_summaries,
 )
-from ._runs import RunNotFoundError, one_run
+from ._runs import RunNotFoundError
 from ._source import JaegerSource
 from ._summary_check import checked, skipped_line
 
@@ -139,7 +140,7 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
     if bad.count:
         lines.append(skipped_line(bad, jaeger.label))
     try:
-        run = one_run(records, args.run_id, lines.append)
+        run = run_records(records, args.run_id, lines.append)  # the run line always printed
     except RunNotFoundError:
         return None  # the span search says what runs there are
     summaries = stored_summaries(run)
