@@ -204,3 +204,15 @@ ENGINE_STATS: Final = (ENGINE_QUEUE_S, ENGINE_TTFT_S, ENGINE_DECODE_S, ENGINE_OU
 """The per-step engine statistics, in display order."""
 ENGINE_STAT_COLUMNS: Final = ("p50", "p90", "p99", "max")
 """The columns of each: ``agent_loop/engine/<stat>/<column>`` (linear interpolation, as the phases' p50)."""
+
+# -- TRL's GRPOTrainer (integrations.trl) ----------------------------------------------------------------
+GENERATE_BATCH_SPAN: Final = "rl.generate.batch"
+"""One batched generation call (transformers ``generate`` over many samples at once): in the step's trace; each
+sample's generation span covers the same interval and links to it."""
+RL_BATCH_SIZE: Final = "rl.generate.batch.size"
+"""On a :data:`GENERATE_BATCH_SPAN` and its samples' generation spans: how many sequences the call generated."""
+RL_BATCH_ATTRIBUTED_S: Final = "rl.generate.batch.attributed_s"
+"""On a sample's generation span from a batched call: the batch's wall seconds times the sample's own output
+tokens over the batch's longest output (a lockstep decode's share; docs/frameworks.md)."""
+RL_REWARD_FUNCTION: Final = "rl.reward.function"
+"""On a reward span: the reward function's name (TRL's ``reward_func_names``); the span is ``rl.reward <name>``."""
