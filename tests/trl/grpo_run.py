@@ -21,7 +21,7 @@ os.environ.setdefault("HF_HUB_OFFLINE", "1")
 os.environ.setdefault("TRL_EXPERIMENTAL_SILENCE", "1")
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
-SLOW_S = 0.25
+SLOW_S = 3.0
 TOOL_CALL = '<tool_call>\n{"name": "add", "arguments": {"a": 2, "b": 3}}\n</tool_call>'
 TOOL_CALL_2 = '<tool_call>\n{"name": "lookup", "arguments": {"key": "fox"}}\n</tool_call>'
 
@@ -41,6 +41,11 @@ def make_model(path: Path, tools: bool) -> Path:
         tok.add_tokens([TOOL_CALL, TOOL_CALL_2])
         tok.chat_template = qwen3_chat_template
         tok.save_pretrained(path)
+        from transformers import AutoConfig
+
+        config = AutoConfig.from_pretrained(path)  # the rendered tool schemas are ~900 byte-level tokens
+        config.max_position_embeddings = 4096
+        config.save_pretrained(path)
     return path
 
 
@@ -110,7 +115,7 @@ def train(model_dir: Path, out_dir: Path, *, tools: bool = False, steps: int = 2
         output_dir=str(out_dir),
         per_device_train_batch_size=4,
         num_generations=2,
-        max_completion_length=12,
+        max_completion_length=64 if tools else 8,
         max_steps=steps,
         logging_steps=1,
         learning_rate=1e-3,
