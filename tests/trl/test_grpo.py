@@ -188,8 +188,7 @@ def test_opentelemetry_instrument_with_no_code_change(models: dict[str, Path], t
     cli = Path(sys.executable).with_name("opentelemetry-instrument")
     spans = tmp_path / "spans.jsonl"
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env.update(
-        OTEL_TRACES_EXPORTER="none",
+    env.update(  # traces: the SDK's default (otlp); with no endpoint set our configure() writes the file
         OTEL_METRICS_EXPORTER="none",
         OTEL_LOGS_EXPORTER="none",
         OTEL_AGENTLOOP_FILE=str(spans),
