@@ -117,7 +117,9 @@ def test_samples_rewards_and_trainer_phases(two_runs: dict[str, Any]) -> None:
     spans = _spans(two_runs["spans"])
     by_id = {s["spanId"]: s for s in spans}
     samples = [s for s in spans if s["name"] == "rl.sample"]
-    ids = sorted((_attrs(s)["rl.step"], _attrs(s)["rl.sample.index"], _attrs(s)["rl.sample.rollout_n"]) for s in samples)
+    ids = sorted(
+        (_attrs(s)["rl.step"], _attrs(s)["rl.sample.index"], _attrs(s)["rl.sample.rollout_n"]) for s in samples
+    )
     assert ids == [(st, p, g) for st in (1, 2) for p in (0, 1) for g in (0, 1)]
     batches = {s["spanId"] for s in spans if s["name"] == "rl.generate.batch"}
     assert len(batches) == 2
@@ -161,7 +163,7 @@ def test_tool_loop_calls_are_tool_spans_under_their_sample(
     assert max(turns.values()) >= 2
 
 
-class JudgeDown(RuntimeError):
+class JudgeDownError(RuntimeError):
     pass
 
 
@@ -169,19 +171,19 @@ def test_reward_function_exception_keeps_its_type(models: dict[str, Path], tmp_p
     handle = oal.configure(service_name="trl-err", file=str(tmp_path / "spans.jsonl"))
 
     def broken(completions: list[Any], **kwargs: Any) -> list[float]:
-        raise JudgeDown("the judge is down")
+        raise JudgeDownError("the judge is down")
 
     original = grpo_run.reward_slow_judge
     grpo_run.reward_slow_judge = broken  # type: ignore[assignment]
     try:
-        with pytest.raises(JudgeDown, match="the judge is down"):
+        with pytest.raises(JudgeDownError, match="the judge is down"):
             grpo_run.train(models["plain"], tmp_path / "out", steps=1)
     finally:
         grpo_run.reward_slow_judge = original  # type: ignore[assignment]
         handle.shutdown()
     spans = _spans(tmp_path / "spans.jsonl")
     failed = [s for s in spans if s["name"] == "rl.reward broken"]
-    assert failed and all(_attrs(s).get("error.type", "").endswith("JudgeDown") for s in failed)
+    assert failed and all(_attrs(s).get("error.type", "").endswith("JudgeDownError") for s in failed)
 
 
 def test_opentelemetry_instrument_with_no_code_change(models: dict[str, Path], tmp_path: Path) -> None:

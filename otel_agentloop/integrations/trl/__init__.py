@@ -15,6 +15,7 @@ reaches wandb/trackio and every callback's ``on_log``). See docs/frameworks.md.
 
 from __future__ import annotations
 
+import importlib
 import importlib.metadata
 import importlib.util
 import sys
@@ -104,9 +105,8 @@ def _apply(module: Any) -> None:
         try:
             cls = module.GRPOTrainer
             if not _callback:
-                from transformers import TrainerCallback
-
-                _callback.append(callback_class(TrainerCallback))
+                transformers = importlib.import_module("transformers")  # imported by TRL already
+                _callback.append(callback_class(transformers.TrainerCallback))
             for attr, wrap in _METHODS:
                 _patch(cls, attr, wrap(getattr(cls, attr)))
             _patch(cls, "__init__", wrap_init(cls.__dict__["__init__"], lambda: _callback[0]))

@@ -127,10 +127,9 @@ def end_rewards(st: TrainerState, names: Sequence[str], values: Any, error: Base
     table: list[list[float]] | None = None
     try:
         if values is not None and error is None:
-            table = values.detach().float().cpu().tolist()
-            n = len(batch.rows)
-            if len(table) != n:  # gathered from every process: ours are our slice
-                table = None
+            rows: list[list[float]] = values.detach().float().cpu().tolist()
+            if len(rows) == len(batch.rows):  # gathered from several processes: per-row values left out
+                table = rows
     except Exception:
         internal_error("trl.reward.values")
     for name, run in runs.items():
@@ -183,11 +182,11 @@ class RewardBlock:
 # -- tools ----------------------------------------------------------------------------------------------------
 
 
-def wrap_tools(st: TrainerState, dicts: Sequence[dict[str, Any]], asynchronous: bool) -> list[tuple[dict, str, Any]]:
+def wrap_tools(st: TrainerState, dicts: Sequence[dict[str, Any]], asynchronous: bool) -> list[tuple[dict[str, Any], str, Any]]:
     """Put each row's tools in ``dicts`` (TRL's per-row ``{name: callable}``) behind a traced call; returns what
     to put back."""
     batch = st.batch
-    undo: list[tuple[dict, str, Any]] = []
+    undo: list[tuple[dict[str, Any], str, Any]] = []
     if batch is None or len(dicts) != len(batch.rows):
         return undo
     for r, tools in enumerate(dicts):

@@ -39,6 +39,7 @@ class TrainerState:
     """One GRPOTrainer's open step, optimizer phase, generation batch and metrics not yet logged."""
 
     __slots__ = (
+        "__weakref__",
         "batch",
         "first_prompt_ids",
         "optimizer",
@@ -48,7 +49,6 @@ class TrainerState:
         "step",
         "step_no",
         "tool_rows",
-        "__weakref__",
     )
 
     def __init__(self) -> None:

@@ -159,7 +159,8 @@ def wrap_calculate_rewards(original: F) -> F:
 
     def _calculate_rewards(self: Any, *args: Any, **kwargs: Any) -> Any:
         st = peek(self) if switch.active else None
-        if st is None or st.batch is None:
+        batch = st.batch if st is not None else None
+        if st is None or batch is None:
             return original(self, *args, **kwargs)
         st.scoring = True
         try:
@@ -170,8 +171,7 @@ def wrap_calculate_rewards(original: F) -> F:
             raise
         st.scoring = False
         end_rewards(st, list(getattr(self, "reward_func_names", ())), result, None)
-        if st.batch is not None:
-            record_totals(st.batch, result, getattr(self, "reward_weights", None))
+        record_totals(batch, result, getattr(self, "reward_weights", None))
         return result
 
     return _update(_calculate_rewards, original)
@@ -222,7 +222,7 @@ def wrap_log(original: F) -> F:
 def wrap_init(original: F, callback: Callable[[], Any]) -> F:
     """``__init__``: our callback joins the trainer's (``callback()``: its class), tracing configured if not yet."""
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:
+    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the method it replaces
         original(self, *args, **kwargs)
         if not switch.active:
             return
@@ -258,7 +258,7 @@ def callback_class(base: type) -> type:
     """Our ``TrainerCallback`` subclass (``base``: transformers' class, imported by TRL already); an instance
     serves one trainer (held weakly)."""
 
-    class OtelAgentloopCallback(base):  # type: ignore[misc,valid-type]
+    class OtelAgentloopCallback(base):  # type: ignore[misc]
         """Opens each optimizer step's ``rl.step`` and ``rl.train.optimizer_step``; collects the step's metrics."""
 
         def __init__(self, trainer: Any) -> None:
