@@ -182,7 +182,9 @@ class RewardBlock:
 # -- tools ----------------------------------------------------------------------------------------------------
 
 
-def wrap_tools(st: TrainerState, dicts: Sequence[dict[str, Any]], asynchronous: bool) -> list[tuple[dict[str, Any], str, Any]]:
+def wrap_tools(
+    st: TrainerState, dicts: Sequence[dict[str, Any]], asynchronous: bool
+) -> list[tuple[dict[str, Any], str, Any]]:
     """Put each row's tools in ``dicts`` (TRL's per-row ``{name: callable}``) behind a traced call; returns what
     to put back."""
     batch = st.batch
