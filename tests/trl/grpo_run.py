@@ -1,15 +1,17 @@
-"""A real TRL GRPOTrainer run on CPU with a tiny Qwen2 made locally (no download): 2 reward functions (one slow),
-optionally TRL's tool loop with 2 tools. Importable (tests) and runnable (``python grpo_run.py OUT.json
-MODEL_DIR [--tools]``, what the ``opentelemetry-instrument`` test runs, with no otel_agentloop code in it).
+"""A real TRL GRPOTrainer run on CPU with a tiny Qwen2 made locally (no download): 2 reward functions (one slow,
+one async), optionally TRL's tool loop with 2 tools (one sync, one async). Importable (tests) and runnable
+(``python grpo_run.py OUT.json MODEL_DIR [--tools]``, what the ``opentelemetry-instrument`` test runs, with no
+otel_agentloop code in it).
 
 The tool loop runs with a random tiny model thanks to its generation config alone: the tokenizer has one added
-token that decodes to a whole Qwen-style ``<tool_call>...</tool_call>`` block, and ``sequence_bias`` makes it
-likely as the first token and EOS certain after it. TRL parses it with its own Qwen3 response template and calls
-the tool. Nothing of TRL or the model is changed.
+token per tool call that decodes to a whole Qwen-style ``<tool_call>...</tool_call>`` block, and
+``sequence_bias`` makes them likely as the first token and EOS certain after them. TRL parses them with its own
+Qwen3 response template and calls the tools. Nothing of TRL or the model is changed.
 """
 
 from __future__ import annotations
 
+import asyncio
 import json
 import os
 import sys
@@ -49,8 +51,8 @@ def make_model(path: Path, tools: bool) -> Path:
     return path
 
 
-def reward_length(completions: list[Any], **kwargs: Any) -> list[float]:
-    """Fast: a completion's length, scaled."""
+async def reward_length(completions: list[Any], **kwargs: Any) -> list[float]:
+    """Fast, async (TRL runs it on its own event loop): a completion's length, scaled."""
     return [len(_text(c)) / 100.0 for c in completions]
 
 
@@ -71,13 +73,13 @@ def add(a: int, b: int) -> int:
     return a + b
 
 
-def lookup(key: str) -> str:
+async def lookup(key: str) -> str:
     """Look a word up.
 
     Args:
         key: The word.
     """
-    time.sleep(0.02)
+    await asyncio.sleep(0.02)
     return key.upper()
 
 
