@@ -19,6 +19,19 @@ sys.path.insert(0, str(Path(__file__).resolve().parent))
 collect_ignore_glob = [] if importlib.util.find_spec("trl") is not None else ["test_*.py"]
 
 
+def pytest_configure(config: pytest.Config) -> None:
+    """The TRL venv holds a non-editable copy of the package: these tests must run this checkout's code
+    (``make test-trl`` sets PYTHONPATH to it), never a copy built from another clone."""
+    import otel_agentloop
+
+    repo = Path(__file__).resolve().parents[2]
+    used = Path(otel_agentloop.__file__).resolve().parents[1]
+    if not collect_ignore_glob and used != repo:
+        raise pytest.UsageError(
+            f"otel_agentloop is imported from {used}, not this checkout {repo}: set PYTHONPATH={repo}"
+        )
+
+
 @pytest.fixture(autouse=True)
 def _offline(monkeypatch: pytest.MonkeyPatch) -> None:
     for key in list(os.environ):
