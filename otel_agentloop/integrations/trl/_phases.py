@@ -117,17 +117,20 @@ def open_reward(st: TrainerState, name: str) -> RewardRun | None:
         return None
 
 
-def end_rewards(st: TrainerState, names: Sequence[str], values: Any, error: BaseException | None) -> None:
+def end_rewards(
+    st: TrainerState, names: Sequence[str], values: Any, error: BaseException | None
+) -> list[list[float]] | None:
     """End the open reward spans with each row's value (``values``: TRL's rewards per function, rows by
-    functions, maybe gathered from every process); record each sample's weighted total. Never raises."""
+    functions, maybe gathered from every process). Returns the rows' values as lists (``None``: not this
+    batch's rows). Never raises."""
     runs, st.rewards = st.rewards, {}
     batch = st.batch
     if batch is None:
-        return
+        return None
     table: list[list[float]] | None = None
     try:
         if values is not None and error is None:
-            rows: list[list[float]] = values.detach().float().cpu().tolist()
+            rows: list[list[float]] = values.tolist()  # one copy to Python floats (TRL's tensor has no grad)
             if len(rows) == len(batch.rows):  # gathered from several processes: per-row values left out
                 table = rows
     except Exception:
@@ -141,15 +144,18 @@ def end_rewards(st: TrainerState, names: Sequence[str], values: Any, error: Base
                 if not math.isnan(value):
                     attrs[sc.RL_REWARD_SCORE] = value
             end_phase(scope, run.error or error, run.ending, attrs)
+    return table
 
 
-def record_totals(batch: Batch, values: Any, weights: Any) -> None:
-    """Each sample's reward as TRL combines it (weighted sum over the functions, NaN ignored). Never raises."""
+def record_totals(batch: Batch, table: list[list[float]] | None, weights: Any) -> None:
+    """Each sample's reward as TRL combines it (weighted sum over the functions, NaN ignored), from
+    :func:`end_rewards`' table. Never raises."""
+    if table is None or len(table) != len(batch.rows):
+        return
     try:
-        total = (values.detach().float().cpu() * weights.detach().float().cpu().unsqueeze(0)).nansum(dim=1).tolist()
-        if len(total) == len(batch.rows):
-            for row, value in zip(batch.rows, total, strict=True):
-                row.handle.record(reward=value)
+        w = [float(x) for x in weights.tolist()]
+        for row, values in zip(batch.rows, table, strict=True):
+            row.handle.record(reward=sum(v * k for v, k in zip(values, w, strict=True) if not math.isnan(v)))
     except Exception:
         internal_error("trl.reward.total")
 

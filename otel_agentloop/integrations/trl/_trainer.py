@@ -170,8 +170,8 @@ def wrap_calculate_rewards(original: F) -> F:
             end_rewards(st, list(getattr(self, "reward_func_names", ())), None, exc)
             raise
         st.scoring = False
-        end_rewards(st, list(getattr(self, "reward_func_names", ())), result, None)
-        record_totals(batch, result, getattr(self, "reward_weights", None))
+        table = end_rewards(st, list(getattr(self, "reward_func_names", ())), result, None)
+        record_totals(batch, table, getattr(self, "reward_weights", None))
         return result
 
     return _update(_calculate_rewards, original)
