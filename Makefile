@@ -73,3 +73,11 @@ stack-build:
 
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache otel-agentloop-traces otel-agentloop-traces.jsonl
+
+## test-trl: real TRL 1.16 GRPOTrainer runs on CPU (a tiny model made at test time) in its own cached venv
+## (scripts/trl_env.sh, built with uv; CI builds it in a stage of its own first). PYTHONPATH: this checkout's code.
+.PHONY: test-trl
+test-trl:
+	@TRL_PY=$$(bash scripts/trl_env.sh | tail -n 1) && \
+	  PYTHONPATH=$(CURDIR) $$TRL_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=900 tests/trl -q $(ARGS); \
+	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-trl: pytest collected no tests" >&2; fi; exit $$rc

@@ -254,3 +254,15 @@ ENGINE_CACHED_TOKENS: Final = "cached_tokens"
 """``agent_loop/engine/cached_tokens``: the turns' :data:`GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS` summed."""
 ENGINE_SEGMENTS: Final = "segments"
 """``agent_loop/engine/segments/max``: the most :data:`RL_ENGINE_SEGMENTS` of one turn."""
+
+# -- TRL's GRPOTrainer (integrations.trl) ----------------------------------------------------------------
+GENERATE_BATCH_SPAN: Final = "rl.generate.batch"
+"""One batched generation call (transformers ``generate`` over many samples at once): in the step's trace; each
+sample's generation span covers the same interval and links to it."""
+RL_BATCH_SIZE: Final = "rl.generate.batch.size"
+"""On a :data:`GENERATE_BATCH_SPAN` and its samples' generation spans: how many sequences the call generated."""
+RL_BATCH_ATTRIBUTED_S: Final = "rl.generate.batch.attributed_s"
+"""On a sample's generation span from a batched call: the batch's wall seconds times the sample's own output
+tokens over the batch's longest output (a lockstep decode's share; docs/frameworks.md)."""
+RL_REWARD_FUNCTION: Final = "rl.reward.function"
+"""On a reward span: the reward function's name (TRL's ``reward_func_names``); the span is ``rl.reward <name>``."""

@@ -1,33 +1,144 @@
-"""Drop-in instrumentation of TRL's GRPOTrainer: work in progress (issue 37)."""
+"""Drop-in instrumentation of TRL 1.16's ``GRPOTrainer``: ``instrument()`` / ``uninstrument()``, or
+:class:`TrlInstrumentor` (``opentelemetry_instrumentor`` entry point ``trl``, so ``opentelemetry-instrument``
+loads it with no code change).
+
+While instrumented, each GRPOTrainer optimizer step is a ``rl.step`` (numbered as TRL logs it), each completion
+a ``rl.sample`` (prompt index, generation number in its group); each batched generation call a
+``rl.generate.batch`` span its samples' generation spans link to; each tool call of TRL's tool loop an
+``execute_tool <name>`` span under its sample; each reward function a ``rl.reward <name>`` phase with the
+sample's value; ``rl.train.gen``, ``rl.train.loss`` and ``rl.train.optimizer_step`` around the trainer's
+phases. Each step is collected at its end; its ``agent_loop/*`` metrics join TRL's next logged dict (what
+reaches wandb/trackio and every callback's ``on_log``). See docs/frameworks.md.
+
+``instrument()`` never imports TRL: ``trl.trainer.grpo_trainer`` is patched when it is imported.
+"""
 
 from __future__ import annotations
 
+import importlib
+import importlib.metadata
 import importlib.util
-from collections.abc import Collection
+import sys
+import threading
+from collections.abc import Callable, Collection
 from typing import Any
 
+from ...core._guard import internal_error, logger
 from .._instrumentor import Instrumentor
+from ._state import switch
+from ._steps import last_metrics
+from ._trainer import (
+    callback_class,
+    wrap_calculate_rewards,
+    wrap_compute_loss,
+    wrap_generate,
+    wrap_generate_and_score,
+    wrap_generate_single_turn,
+    wrap_init,
+    wrap_log,
+    wrap_profiling_context,
+    wrap_train,
+)
 
-__all__ = ["TrlInstrumentor", "instrument", "uninstrument"]
+__all__ = ["SUPPORTED", "TrlInstrumentor", "instrument", "is_instrumented", "last_metrics", "uninstrument"]
+
+MODULE = "trl.trainer.grpo_trainer"
+SUPPORTED = ("1.16.",)
+_INSTRUMENTS = ("trl >= 1.16, < 1.17",)
+_METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+    ("_generate_and_score_completions", wrap_generate_and_score),
+    ("_generate", wrap_generate),
+    ("_generate_single_turn", wrap_generate_single_turn),
+    ("_calculate_rewards", wrap_calculate_rewards),
+    ("compute_loss", wrap_compute_loss),
+    ("log", wrap_log),
+    ("train", wrap_train),
+)
+_MISSING = object()
+_lock = threading.RLock()
+_originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, what its __dict__ held, or _MISSING)
+_hooked: list[bool] = []
+_callback: list[type] = []
+
+
+def is_instrumented() -> bool:
+    return switch.active
 
 
 def instrument() -> bool:
-    """Not yet built: returns ``False``."""
-    return False
+    """Patch TRL's GRPOTrainer (idempotent; now, or when ``trl.trainer.grpo_trainer`` is imported). Returns
+    whether TRL is (or will be, once imported) instrumented: ``False`` for an installed TRL outside
+    :data:`SUPPORTED`, with a warning."""
+    with _lock:
+        if switch.active:
+            return True
+        try:
+            version = importlib.metadata.version("trl")
+        except importlib.metadata.PackageNotFoundError:
+            version = None
+        if version is not None and not version.startswith(SUPPORTED):
+            logger.warning("otel_agentloop: trl %s is not supported (supported: 1.16.x); not instrumenting", version)
+            return False
+        switch.active = True
+        module = sys.modules.get(MODULE)
+        if module is not None:
+            _apply(module)
+        elif not _hooked:
+            import wrapt
+
+            _hooked.append(True)
+            wrapt.register_post_import_hook(_apply, MODULE)
+        return True
 
 
 def uninstrument() -> None:
-    """Not yet built."""
+    """Put back the very same objects (idempotent); trainers built meanwhile keep our callback, inert."""
+    with _lock:
+        switch.active = False
+        uninstrument_patches()
+
+
+def _apply(module: Any) -> None:
+    with _lock:
+        if not switch.active or _originals:
+            return
+        try:
+            cls = module.GRPOTrainer
+            if not _callback:
+                transformers = importlib.import_module("transformers")  # imported by TRL already
+                _callback.append(callback_class(transformers.TrainerCallback))
+            for attr, wrap in _METHODS:
+                _patch(cls, attr, wrap(getattr(cls, attr)))
+            _patch(cls, "__init__", wrap_init(cls.__dict__["__init__"], lambda: _callback[0]))
+            _patch(module, "profiling_context", wrap_profiling_context(module.profiling_context))
+        except Exception:
+            internal_error("trl.patch")
+            uninstrument_patches()
+
+
+def _patch(owner: Any, attr: str, wrapper: Any) -> None:
+    _originals.append((owner, attr, vars(owner).get(attr, _MISSING)))
+    setattr(owner, attr, wrapper)
+
+
+def uninstrument_patches() -> None:
+    """Put back what was patched, leaving the switch as it is (a failed patch leaves TRL as it was)."""
+    while _originals:
+        owner, attr, original = _originals.pop()
+        if original is _MISSING:
+            delattr(owner, attr)
+        else:
+            setattr(owner, attr, original)
 
 
 class TrlInstrumentor(Instrumentor):
-    """OpenTelemetry instrumentor for TRL (entry point ``trl``)."""
+    """OpenTelemetry instrumentor for TRL (entry point ``trl``): :func:`instrument` / :func:`uninstrument`."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+        return _INSTRUMENTS
 
     def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("trl") is None:
+        if importlib.util.find_spec("trl") is None:  # opentelemetry-instrument loads every entry point
             return
         instrument()
 
