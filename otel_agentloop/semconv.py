@@ -204,3 +204,45 @@ ENGINE_STATS: Final = (ENGINE_QUEUE_S, ENGINE_TTFT_S, ENGINE_DECODE_S, ENGINE_OU
 """The per-step engine statistics, in display order."""
 ENGINE_STAT_COLUMNS: Final = ("p50", "p90", "p99", "max")
 """The columns of each: ``agent_loop/engine/<stat>/<column>`` (linear interpolation, as the phases' p50)."""
+
+# -- the engine's state under each request and over time (issue 36; written by integrations.vllm) -------------
+GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tokens"
+"""Prompt tokens the engine served from its prefix cache (vLLM's ``RequestOutput.num_cached_tokens``), per turn."""
+RL_ENGINE_FINISH: Final = "rl.engine.finish"
+"""How the engine request ended: :data:`ENGINE_FINISHED` or :data:`ENGINE_ABORTED` (vLLM ``abort()``, a closed or
+cancelled stream, a weight sync)."""
+ENGINE_FINISHED: Final = "finished"
+ENGINE_ABORTED: Final = "aborted"
+RL_ENGINE_BATCH_RUNNING_MAX: Final = "rl.engine.batch.running.max"
+"""Most sequences running in one engine iteration while the request was in the engine (int)."""
+RL_ENGINE_BATCH_RUNNING_MEAN: Final = "rl.engine.batch.running.mean"
+"""Mean sequences running per engine iteration while the request was in the engine (float)."""
+RL_ENGINE_BATCH_WAITING_MAX: Final = "rl.engine.batch.waiting.max"
+"""Most requests waiting in the engine's queue in one iteration while the request was in the engine (int)."""
+RL_ENGINE_KV_CACHE_USAGE_MAX: Final = "rl.engine.kv_cache.usage.max"
+"""Highest KV cache usage (a fraction, 0 to 1) in the iterations while the request was in the engine."""
+RL_ENGINE_ITERATIONS: Final = "rl.engine.iterations"
+"""How many engine iterations (scheduler steps the engine reported) the request's load figures cover (int)."""
+ENGINE_LOAD_ATTRIBUTES: Final = (
+    RL_ENGINE_BATCH_RUNNING_MAX,
+    RL_ENGINE_BATCH_RUNNING_MEAN,
+    RL_ENGINE_BATCH_WAITING_MAX,
+    RL_ENGINE_KV_CACHE_USAGE_MAX,
+    RL_ENGINE_ITERATIONS,
+)
+"""The engine's load under one request, on its turn span when the engine reports its scheduler state."""
+ENGINE_LOAD_SPAN: Final = "rl.engine.load"
+"""A span per engine per window (a root span in a trace of its own): the engine's load over time, one point per
+100 ms at most, as equal-length arrays (:data:`RL_ENGINE_LOAD_OFFSET_MS` ...)."""
+RL_ENGINE_ID: Final = "rl.engine.id"
+"""One engine, unique in the run: ``host:pid:engine_index`` of the process that runs its front end."""
+RL_ENGINE_LOAD_OFFSET_MS: Final = "rl.engine.load.offset_ms"
+"""Per point: ms from the load span's start (int array)."""
+RL_ENGINE_LOAD_RUNNING: Final = "rl.engine.load.running"
+"""Per point: the most sequences running in an iteration of that 100 ms (int array)."""
+RL_ENGINE_LOAD_WAITING: Final = "rl.engine.load.waiting"
+"""Per point: the most requests waiting in an iteration of that 100 ms (int array)."""
+RL_ENGINE_LOAD_KV_CACHE_USAGE: Final = "rl.engine.load.kv_cache_usage"
+"""Per point: the highest KV cache usage of that 100 ms, 0 to 1 (float array)."""
+RL_ENGINE_LOAD_PREEMPTIONS: Final = "rl.engine.load.preemptions"
+"""Per point: requests the engine preempted in that 100 ms (int array)."""

@@ -22,8 +22,9 @@ from collections.abc import Collection
 from typing import Any
 
 from ...core._guard import internal_error
-from .._engine import engine_attributes, record_engine_output, record_openai_response, trace_headers
+from .._engine import record_openai_response, trace_headers
 from .._instrumentor import Instrumentor
+from ._output import engine_attributes, record_engine_output
 from ._wrappers import switch, wrap_generate, wrap_init
 
 __all__ = [

@@ -7,8 +7,11 @@ import os
 from collections.abc import AsyncGenerator, Callable
 from typing import Any
 
+from opentelemetry.trace import Span
+
 from ...core._guard import internal_error, warn_once
-from .._engine import record_engine_output, trace_headers
+from .._engine import record_attributes, trace_headers, turn_span
+from ._output import OutputReader
 
 
 class Switch:
@@ -23,39 +26,85 @@ class Switch:
 switch = Switch()
 
 
+class _Request:
+    """One ``generate`` call under instrumentation: the turn it belongs to (captured when the call starts), the
+    reader of every output, and whether its numbers were recorded (once: at its finished output, or with
+    ``rl.engine.finish="aborted"`` when the stream ends without one)."""
+
+    __slots__ = ("done", "reader", "turn")
+
+    def __init__(self, turn: Span, delta: bool) -> None:
+        self.turn = turn
+        self.reader = OutputReader(delta=delta)
+        self.done = False
+
+    @classmethod
+    def open(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Request | None:
+        """The request of a call ``generate(self, prompt, sampling_params, request_id, ...)``; ``None`` when its
+        turn is not recording. Never raises."""
+        try:
+            turn = turn_span()
+            if not turn.is_recording():
+                return None
+            params = args[2] if len(args) > 2 else kwargs.get("sampling_params")
+            kind = getattr(getattr(params, "output_kind", None), "name", None)
+            return cls(turn, kind == "DELTA")
+        except Exception:
+            internal_error("vllm.generate.open")
+            return None
+
+    def add(self, output: Any) -> None:
+        self.reader.add(output)
+        if getattr(output, "finished", False) is True:
+            self.finish(ended=True)
+
+    def finish(self, *, ended: bool) -> None:
+        if not self.done:
+            self.done = True
+            record_attributes(self.reader.attributes(ended=ended), self.turn)
+
+
 def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., AsyncGenerator[Any, None]]:
-    """``AsyncLLM.generate`` with the current span's ``trace_headers`` (unless the caller passed its own) and
-    the final output's numbers on the current span. The async generator is forwarded exactly: ``asend``,
-    ``athrow``, ``aclose``, cancellation and exceptions reach vLLM's generator as if called directly."""
+    """``AsyncLLM.generate`` with the current span's ``trace_headers`` (unless the caller passed its own) and every
+    output read onto the turn span (``_output.OutputReader``; the turn: ``integrations._engine.turn_span``, as
+    the call starts). The async generator is forwarded exactly: ``asend``, ``athrow``, ``aclose``,
+    cancellation and exceptions reach vLLM's generator as if called directly."""
 
     async def generate(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
-        if switch.active and kwargs.get("trace_headers") is None:
-            headers = trace_headers()
-            if headers:
-                kwargs["trace_headers"] = headers
+        request = None
+        if switch.active:
+            if kwargs.get("trace_headers") is None:
+                headers = trace_headers()
+                if headers:
+                    kwargs["trace_headers"] = headers
+            request = _Request.open(args, kwargs)
         inner = original(*args, **kwargs)
         try:
-            value = await inner.__anext__()
-        except StopAsyncIteration:
-            return
-        while True:
-            if switch.active and getattr(value, "finished", False) is True:
-                record_engine_output(value)
             try:
-                sent = yield value
-            except GeneratorExit:
-                await inner.aclose()
-                raise
-            except BaseException as exc:  # athrow() on us: into vLLM's generator, as if called directly
-                try:
-                    value = await inner.athrow(exc)
-                except StopAsyncIteration:
-                    return
-                continue
-            try:
-                value = await inner.asend(sent)
+                value = await inner.__anext__()
             except StopAsyncIteration:
                 return
+            while True:
+                if request is not None:
+                    request.add(value)
+                try:
+                    sent = yield value
+                except GeneratorExit:
+                    await inner.aclose()
+                    raise
+                except BaseException as exc:  # athrow() on us: into vLLM's generator, as if called directly
+                    try:
+                        value = await inner.athrow(exc)
+                    except StopAsyncIteration:
+                        return
+                    continue
+                try:
+                    value = await inner.asend(sent)
+                except StopAsyncIteration:
+                    return
+        finally:
+            if request is not None:
+                request.finish(ended=False)  # no finished output: closed, cancelled or failed (a no-op after one)
 
     functools.update_wrapper(generate, original, assigned=("__name__", "__doc__"), updated=())  # + __wrapped__
     return generate
