@@ -2,7 +2,8 @@
 
 Session fixtures: the tiny model (made here, in a temp dir), the real Collector + Jaeger on free ports
 (``scripts/stack.py``), and the engines, each started ONCE and at the same time (starting one takes minutes):
-the in-process driver (``inproc_driver.py``, a user's process with an ``AsyncLLM``) and vLLM's OpenAI server.
+the in-process driver (``inproc_driver.py``, a user's process with an ``AsyncLLM``), vLLM's OpenAI server and
+the load driver (``load_driver.py``, an ``AsyncLLM`` whose scheduler preempts, issue 36).
 """
 
 from __future__ import annotations
@@ -103,6 +104,9 @@ class Engines:
     server: subprocess.Popen[bytes]
     server_obj: Server
     server_log: Path
+    load: subprocess.Popen[bytes]
+    load_out: Path
+    load_log: Path
 
 
 @pytest.fixture(scope="session")
@@ -125,12 +129,28 @@ def engines(stack: stack_mod.Stack, model: Path, tmp_path_factory: pytest.TempPa
         stdout=server_log.open("wb"),
         stderr=subprocess.STDOUT,
     )
+    load_out, load_log = tmp / "load.json", tmp / "load.log"
+    load = subprocess.Popen(
+        [sys.executable, str(HERE / "load_driver.py"), str(model), stack.otlp_grpc_endpoint, "rl-load", str(load_out)],
+        env=engine_env(tmp),
+        cwd=tmp,
+        stdout=load_log.open("wb"),
+        stderr=subprocess.STDOUT,
+    )
     try:
         yield Engines(
-            inproc, out, log, server, Server(f"http://127.0.0.1:{port}", "rl-http-engine", "tiny"), server_log
+            inproc,
+            out,
+            log,
+            server,
+            Server(f"http://127.0.0.1:{port}", "rl-http-engine", "tiny"),
+            server_log,
+            load,
+            load_out,
+            load_log,
         )
     finally:
-        for proc in (inproc, server):
+        for proc in (inproc, server, load):
             if proc.poll() is None:
                 proc.terminate()
                 try:
@@ -152,6 +172,17 @@ def inproc(engines: Engines) -> dict[str, Any]:
         pytest.fail(f"the in-process driver did not finish:\n{tail(engines.inproc_log)}", pytrace=False)
     assert rc == 0, tail(engines.inproc_log)
     return json.loads(engines.inproc_out.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
+def load(engines: Engines) -> dict[str, Any]:
+    """What the load driver wrote (it ran to the end)."""
+    try:
+        rc = engines.load.wait(ENGINE_START_S + 120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the load driver did not finish:\n{tail(engines.load_log)}", pytrace=False)
+    assert rc == 0, tail(engines.load_log)
+    return json.loads(engines.load_out.read_text())  # type: ignore[no-any-return]
 
 
 @pytest.fixture(scope="session")

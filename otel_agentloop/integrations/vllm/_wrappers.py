@@ -9,8 +9,11 @@ from typing import Any
 
 from opentelemetry.trace import Span
 
+from ...core._context import current_step
 from ...core._guard import internal_error, warn_once
 from .._engine import record_attributes, trace_headers, turn_span
+from ._load import EngineLoad
+from ._logger import stat_logger_factory, takes_loggers, with_our_logger
 from ._output import OutputReader
 
 
@@ -25,18 +28,24 @@ class Switch:
 
 switch = Switch()
 
+LOAD_ATTR = "_otel_agentloop_load"
+"""The instance attribute of an instrumented ``AsyncLLM`` that holds its :class:`~._load.EngineLoad`."""
+
 
 class _Request:
     """One ``generate`` call under instrumentation: the turn it belongs to (captured when the call starts), the
-    reader of every output, and whether its numbers were recorded (once: at its finished output, or with
-    ``rl.engine.finish="aborted"`` when the stream ends without one)."""
+    reader of every output, the engine's load series and where this request started in it, and whether its
+    numbers were recorded (once: at its finished output, or with ``rl.engine.finish="aborted"`` when the stream
+    ends without one)."""
 
-    __slots__ = ("done", "reader", "turn")
+    __slots__ = ("done", "load", "mark", "reader", "turn")
 
-    def __init__(self, turn: Span, delta: bool) -> None:
+    def __init__(self, turn: Span, delta: bool, load: EngineLoad | None) -> None:
         self.turn = turn
         self.reader = OutputReader(delta=delta)
         self.done = False
+        self.load = load
+        self.mark = load.series.mark() if load is not None else (0, 0.0)
 
     @classmethod
     def open(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Request | None:
@@ -48,7 +57,14 @@ class _Request:
                 return None
             params = args[2] if len(args) > 2 else kwargs.get("sampling_params")
             kind = getattr(getattr(params, "output_kind", None), "name", None)
-            return cls(turn, kind == "DELTA")
+            load = getattr(args[0], LOAD_ATTR, None) if args else None
+            if not isinstance(load, EngineLoad):
+                load = None
+            else:
+                step = current_step()
+                if step is not None and type(step.step) is int:
+                    load.see_step(step.step)
+            return cls(turn, kind == "DELTA", load)
         except Exception:
             internal_error("vllm.generate.open")
             return None
@@ -61,7 +77,10 @@ class _Request:
     def finish(self, *, ended: bool) -> None:
         if not self.done:
             self.done = True
-            record_attributes(self.reader.attributes(ended=ended), self.turn)
+            attrs = self.reader.attributes(ended=ended)
+            if self.load is not None:
+                attrs.update(self.load.series.summary(self.mark))
+            record_attributes(attrs, self.turn)
 
 
 def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., AsyncGenerator[Any, None]]:
@@ -111,16 +130,24 @@ def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callabl
 
 
 def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None]) -> Callable[..., None]:
-    """``AsyncLLM.__init__`` that gives the engine an OTLP/gRPC traces endpoint when it has none
-    (``endpoint()``: ours, ``None`` to leave it off) and ``OTEL_SERVICE_NAME`` for its processes; never to an
-    engine without request stats (``log_stats=False``: vLLM's tracing would fail on each finished request)."""
+    """``AsyncLLM.__init__`` that adds our stat logger (``_logger``: after the caller's, vLLM's defaults kept)
+    feeding the engine's :class:`~._load.EngineLoad` (kept on the engine as :data:`LOAD_ATTR`), and gives the
+    engine an OTLP/gRPC traces endpoint when it has none (``endpoint()``: ours, ``None`` to leave it off) and
+    ``OTEL_SERVICE_NAME`` for its processes; neither to an engine without request stats (``log_stats=False``:
+    vLLM makes no stat loggers, and its tracing would fail on each finished request)."""
+
+    loggers = takes_loggers(original)
 
     def init(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+        load = None
         if switch.active:
             try:
                 log_stats = kwargs["log_stats"] if "log_stats" in kwargs else args[1] if len(args) > 1 else True
                 if log_stats:
                     _give_endpoint(vllm_config, endpoint)
+                    if loggers:
+                        load = EngineLoad()
+                        args = with_our_logger(args, kwargs, stat_logger_factory(load))
                 else:  # vLLM's tracing reads each request's stats: with none it fails on every finished request
                     warn_once(
                         "vllm.log_stats",
@@ -130,9 +157,24 @@ def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None])
             except Exception:
                 internal_error("vllm.endpoint")
         original(self, vllm_config, *args, **kwargs)
+        if load is not None:
+            setattr(self, LOAD_ATTR, load)
 
     functools.update_wrapper(init, original, assigned=("__name__", "__doc__"), updated=())
     return init
+
+
+def wrap_shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
+    """``AsyncLLM.shutdown`` that first closes the engine's load windows (their spans are exported)."""
+
+    def shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+        load = getattr(self, LOAD_ATTR, None)
+        if isinstance(load, EngineLoad):
+            load.close()
+        return original(self, *args, **kwargs)
+
+    functools.update_wrapper(shutdown, original, assigned=("__name__", "__doc__"), updated=())
+    return shutdown
 
 
 def _give_endpoint(vllm_config: Any, endpoint: Callable[[], str | None]) -> None:
