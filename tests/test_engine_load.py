@@ -174,3 +174,27 @@ def test_our_logger_joins_the_users_and_the_turn_gets_the_engines_load() -> None
     assert done[sc.RL_ENGINE_FINISH] == sc.ENGINE_FINISHED and done[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
     assert closed[sc.RL_ENGINE_FINISH] == sc.ENGINE_ABORTED and closed[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 1
     assert closed[sc.GEN_AI_RESPONSE_ID] == "r-2" and closed[sc.RL_ENGINE_ITERATIONS] == 1
+
+
+def test_in_a_server_process_the_load_rides_on_the_final_output_to_whoever_carries_it() -> None:
+    """No turn span in the engine's process (verl's ``vLLMHttpServer``: the turn is the caller's, in another
+    process): the request's load figures go on its final output, and ``engine_attributes`` (what verl's server
+    path sends back to the turn) carries them."""
+    from otel_agentloop.integrations.vllm import engine_attributes
+
+    init, generate = wrap_init(Engine.__init__, lambda: None), wrap_generate(Engine.generate)
+    switch.active = True
+    try:
+        engine = Engine.__new__(Engine)
+        init(engine, SimpleNamespace(observability_config=None), None, True)
+
+        async def run() -> list[Any]:
+            return [o async for o in generate(engine, "p", None, "r-1")]
+
+        with capture():
+            outs = asyncio.run(run())
+    finally:
+        switch.active = False
+    attrs = engine_attributes(outs[-1])
+    assert attrs[sc.RL_ENGINE_ITERATIONS] == 3 and attrs[sc.RL_ENGINE_BATCH_RUNNING_MAX] == 3
+    assert attrs[sc.RL_ENGINE_KV_CACHE_USAGE_MAX] == 0.75 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 3

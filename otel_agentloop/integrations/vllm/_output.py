@@ -32,6 +32,10 @@ from .._engine import count, record_attributes, seconds
 
 __all__ = ["OutputReader", "engine_attributes", "record_engine_output"]
 
+LOAD_FIELD = "otel_agentloop_load"
+"""The attribute of a finished ``RequestOutput`` that carries its request's load figures (a dict of
+``semconv.ENGINE_LOAD_ATTRIBUTES``) where no turn span is current in the engine's process (a server);
+:func:`engine_attributes` adds them."""
 ABORT_REASON = "abort"
 """vLLM's ``FinishReason.ABORT`` as text: what a completion of an aborted request ends with."""
 
@@ -120,6 +124,7 @@ class OutputReader:
             stats = _field(output, "metrics")
             if stats is not None:
                 _stats_attributes(stats, attrs)
+            _load_attributes(_field(output, LOAD_FIELD), attrs)
         except Exception:
             internal_error("vllm.output.attributes")
         return attrs
@@ -144,6 +149,15 @@ def _stats_attributes(stats: Any, attrs: dict[str, AttributeValue]) -> None:
     if preemptions is not None:
         attrs[sc.RL_ENGINE_PREEMPTIONS] = preemptions
         attrs[sc.RL_NUM_PREEMPTED] = preemptions  # summed over the sample's turns, like record_generation
+
+
+def _load_attributes(load: Any, attrs: dict[str, AttributeValue]) -> None:
+    """The load figures the instrumented engine left on the output (:data:`LOAD_FIELD`), checked."""
+    if isinstance(load, dict):
+        for key in sc.ENGINE_LOAD_ATTRIBUTES:
+            value = load.get(key)
+            if (type(value) is int or type(value) is float) and value >= 0:
+                attrs[key] = value
 
 
 def _put(attrs: dict[str, AttributeValue], key: str, value: float) -> None:

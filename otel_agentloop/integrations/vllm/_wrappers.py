@@ -14,7 +14,7 @@ from ...core._guard import internal_error, warn_once
 from .._engine import record_attributes, trace_headers, turn_span
 from ._load import EngineLoad
 from ._logger import stat_logger_factory, takes_loggers, with_our_logger
-from ._output import OutputReader
+from ._output import LOAD_FIELD, OutputReader
 
 
 class Switch:
@@ -36,11 +36,13 @@ class _Request:
     """One ``generate`` call under instrumentation: the turn it belongs to (captured when the call starts), the
     reader of every output, the engine's load series and where this request started in it, and whether its
     numbers were recorded (once: at its finished output, or with ``rl.engine.finish="aborted"`` when the stream
-    ends without one)."""
+    ends without one). Without a recording turn here (a server process: verl's ``vLLMHttpServer``, whose
+    caller's turn is in another process) the load figures ride on the last output (:data:`~._output.LOAD_FIELD`)
+    for whoever reads it with ``engine_attributes`` to carry them to the turn."""
 
     __slots__ = ("done", "load", "mark", "reader", "turn")
 
-    def __init__(self, turn: Span, delta: bool, load: EngineLoad | None) -> None:
+    def __init__(self, turn: Span | None, delta: bool, load: EngineLoad | None) -> None:
         self.turn = turn
         self.reader = OutputReader(delta=delta)
         self.done = False
@@ -52,35 +54,48 @@ class _Request:
         """The request of a call ``generate(self, prompt, sampling_params, request_id, ...)``; ``None`` when its
         turn is not recording. Never raises."""
         try:
-            turn = turn_span()
-            if not turn.is_recording():
-                return None
-            params = args[2] if len(args) > 2 else kwargs.get("sampling_params")
-            kind = getattr(getattr(params, "output_kind", None), "name", None)
+            turn: Span | None = turn_span()
             load = getattr(args[0], LOAD_ATTR, None) if args else None
             if not isinstance(load, EngineLoad):
                 load = None
-            else:
+            if turn is None or not turn.is_recording():
+                if load is None:
+                    return None
+                turn = None
+            if load is not None:
                 step = current_step()
                 if step is not None and type(step.step) is int:
                     load.see_step(step.step)
+            params = args[2] if len(args) > 2 else kwargs.get("sampling_params")
+            kind = getattr(getattr(params, "output_kind", None), "name", None)
             return cls(turn, kind == "DELTA", load)
         except Exception:
             internal_error("vllm.generate.open")
             return None
 
     def add(self, output: Any) -> None:
-        self.reader.add(output)
+        if self.turn is None:
+            self.reader.last = output
+        else:
+            self.reader.add(output)
         if getattr(output, "finished", False) is True:
             self.finish(ended=True)
 
     def finish(self, *, ended: bool) -> None:
-        if not self.done:
-            self.done = True
-            attrs = self.reader.attributes(ended=ended)
-            if self.load is not None:
-                attrs.update(self.load.series.summary(self.mark))
-            record_attributes(attrs, self.turn)
+        if self.done:
+            return
+        self.done = True
+        load = self.load.series.summary(self.mark) if self.load is not None else {}
+        if self.turn is None:
+            if load and self.reader.last is not None:
+                try:
+                    setattr(self.reader.last, LOAD_FIELD, load)
+                except Exception:  # an output that takes no attribute: the figures are not carried
+                    internal_error("vllm.generate.load_field")
+            return
+        attrs = self.reader.attributes(ended=ended)
+        attrs.update(load)
+        record_attributes(attrs, self.turn)
 
 
 def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., AsyncGenerator[Any, None]]:
