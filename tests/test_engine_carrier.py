@@ -371,10 +371,14 @@ def test_engine_numbers_go_on_the_turn_when_the_user_wraps_the_call_in_a_span_of
             tracer = cap.handle.provider.get_tracer("user")
 
             async def run() -> None:
-                with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
-                    with tracer.start_as_current_span("retry"):
-                        async for _ in generate(Engine(), "p", None, "r-1"):
-                            pass
+                with (
+                    oal.step(0),
+                    oal.sample(0),
+                    oal.span("generate_sequences"),
+                    tracer.start_as_current_span("retry"),  # the user's own span around the engine call
+                ):
+                    async for _ in generate(Engine(), "p", None, "r-1"):
+                        pass
 
             asyncio.run(run())
             metrics = cap.handle.metrics.collect(0)

@@ -198,3 +198,59 @@ def test_in_a_server_process_the_load_rides_on_the_final_output_to_whoever_carri
     attrs = engine_attributes(outs[-1])
     assert attrs[sc.RL_ENGINE_ITERATIONS] == 3 and attrs[sc.RL_ENGINE_BATCH_RUNNING_MAX] == 3
     assert attrs[sc.RL_ENGINE_KV_CACHE_USAGE_MAX] == 0.75 and attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 3
+
+
+class Resumable:
+    """An engine whose first request of a turn is aborted after 2 tokens (vLLM's ``abort`` finish reason) and
+    whose next one finishes with 3 more; records the ``trace_headers`` each call got."""
+
+    def __init__(self) -> None:
+        self.headers: list[Any] = []
+
+    async def generate(self, prompt: Any, params: Any, request_id: str, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        self.headers.append(kwargs.get("trace_headers"))
+        aborted = request_id.endswith("a")
+        tokens, reason = ([1, 2], "abort") if aborted else ([1, 2, 3], "length")
+        done = SimpleNamespace(index=0, token_ids=tokens, finish_reason=reason)
+        stats = SimpleNamespace(num_preemptions=1)
+        yield SimpleNamespace(request_id=request_id, prompt_token_ids=[1], outputs=[done], finished=True, metrics=stats)
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_an_aborted_and_resumed_turn_has_a_segment_per_attempt(fast_path: bool) -> None:
+    generate = wrap_generate(Resumable.generate)
+    engine = Resumable()
+    switch.active = True
+    try:
+
+        async def run() -> None:
+            with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+                for request_id in ("r-1a", "r-1b"):
+                    async for _ in generate(engine, "p", None, request_id):
+                        pass
+            with oal.step(0), oal.sample(1), oal.span("generate_sequences"):  # one attempt, finished
+                async for _ in generate(engine, "p", None, "r-2"):
+                    pass
+
+        with capture(fast_path=fast_path) as cap:
+            asyncio.run(run())
+            spans = cap.spans()
+    finally:
+        switch.active = False
+    turns = [s for s in spans if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    segments = sorted(cap.by_name(sc.ENGINE_SEGMENT_SPAN), key=lambda s: s.attributes[sc.RL_ENGINE_SEGMENT_INDEX])
+    resumed, single = (t for t in turns if t.attributes[sc.GEN_AI_RESPONSE_ID] in ("r-1b", "r-2"))
+    assert [s.parent.span_id for s in segments] == [resumed.context.span_id] * 2  # none for the single turn
+    first, second = (dict(s.attributes) for s in segments)
+    assert (first[sc.RL_ENGINE_FINISH], first[sc.GEN_AI_USAGE_OUTPUT_TOKENS], first[sc.GEN_AI_RESPONSE_ID]) == (
+        sc.ENGINE_ABORTED,
+        2,
+        "r-1a",
+    )
+    assert (second[sc.RL_ENGINE_FINISH], second[sc.GEN_AI_USAGE_OUTPUT_TOKENS]) == (sc.ENGINE_FINISHED, 3)
+    # the resumed attempt's engine request was sent the segment's traceparent
+    assert engine.headers[1]["traceparent"].split("-")[2] == f"{segments[1].context.span_id:016x}"
+    assert engine.headers[0]["traceparent"].split("-")[2] == f"{resumed.context.span_id:016x}"
+    t = resumed.attributes
+    assert (t[sc.RL_ENGINE_SEGMENTS], t[sc.GEN_AI_USAGE_OUTPUT_TOKENS], t[sc.RL_ENGINE_PREEMPTIONS]) == (2, 5, 2)
+    assert sc.RL_ENGINE_SEGMENTS not in single.attributes and single.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 3

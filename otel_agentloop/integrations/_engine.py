@@ -33,10 +33,12 @@ from ..core._scope import span_of
 __all__ = ["count", "record_attributes", "record_openai_response", "seconds", "trace_headers", "turn_span"]
 
 
-def trace_headers() -> dict[str, str]:
-    """``{"traceparent": ...}`` (+ ``"tracestate"``) of the current span; ``{}`` outside any valid span."""
+def trace_headers(span: Span | None = None) -> dict[str, str]:
+    """``{"traceparent": ...}`` (+ ``"tracestate"``) of ``span``, by default the current span; ``{}`` outside any
+    valid span."""
     try:
-        ids = span_ids(trace.get_current_span())  # a record's from its fields (no SpanContext built)
+        target = trace.get_current_span() if span is None else span
+        ids = span_ids(target)  # a record's from its fields (no SpanContext built)
         if ids is None:
             return {}
         trace_id, span_id, flags, state = ids

@@ -4,8 +4,8 @@ the load (``num_gpu_blocks_override=16`` blocks of 32 tokens, ``max_num_seqs=8``
 prefix caching on and a 96-token system prompt every sample shares.
 
 Run: ``python load_driver.py MODEL ENDPOINT SERVICE OUT.json``.
-- step 0: 10 samples x 2 turns, all at once, plus one request aborted through ``AsyncLLM.abort()`` after a few
-  outputs (its turn keeps its partial numbers);
+- step 0: 10 samples x 2 turns, all at once, plus a turn whose request is aborted through ``AsyncLLM.abort()``
+  after a few outputs and resumed by a second request in the same turn (two segments);
 - step 1: 2 samples x 2 turns (a newer step closes the engine's load window).
 Then ``engine.shutdown()`` (the last window) and the handle's shutdown. Writes what vLLM returned per turn
 (ids, preemptions, cached tokens, tokens), what the user's logger summed from vLLM's own stats, and the
@@ -29,6 +29,8 @@ MAX_TOKENS = 32
 SYSTEM = [5 + (k * 11) % 300 for k in range(96)]  # the shared system prompt: 3 full KV blocks
 ABORT_AFTER = 4  # outputs before the aborted request is aborted
 ABORTED_ID = "s0-aborted"
+RESUMED_ID = "s0-resumed"
+RESUMED_TOKENS = 8
 
 USER_LOGGER: dict[str, float] = {"records": 0, "preempted": 0, "hits": 0, "preempted_hits": 0, "finished_cached": 0}
 
@@ -99,6 +101,8 @@ async def _aborted(engine: Any) -> dict[str, Any]:
     """A sample whose one turn is aborted through ``AsyncLLM.abort()`` after a few outputs."""
     seen: list[Any] = []
 
+    resumed: list[Any] = []
+
     @oal.trace_generate(model=MODEL)
     async def turn() -> None:
         prompt = SYSTEM + list(range(200, 220))
@@ -106,6 +110,9 @@ async def _aborted(engine: Any) -> dict[str, Any]:
             seen.append(out)
             if len(seen) == ABORT_AFTER:
                 await engine.abort(ABORTED_ID)
+        prompt = prompt + list(seen[-1].outputs[0].token_ids)  # resumed in the same turn: a second attempt
+        async for out in engine.generate({"prompt_token_ids": prompt}, _params(RESUMED_TOKENS), RESUMED_ID):
+            resumed.append(out)
 
     with oal.sample(N_SAMPLES) as handle:
         await turn()
@@ -117,6 +124,8 @@ async def _aborted(engine: Any) -> dict[str, Any]:
         "finish_reason": str(last.outputs[0].finish_reason),
         "output_tokens": len(last.outputs[0].token_ids),
         "preemptions": last.metrics.num_preemptions,
+        "cached": last.num_cached_tokens,
+        "resumed": _numbers(resumed[-1]),
     }
 
 

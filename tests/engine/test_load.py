@@ -15,7 +15,7 @@ from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics import SpanRecord
 
 from .conftest import as_list, trace_spans
-from .load_driver import ABORTED_ID, MAX_TOKENS, N_SAMPLES, TURNS
+from .load_driver import ABORTED_ID, MAX_TOKENS, N_SAMPLES, RESUMED_ID, RESUMED_TOKENS, TURNS
 
 LOAD_ATTRIBUTES = (*sc.ENGINE_LOAD_ATTRIBUTES, sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS, sc.RL_ENGINE_PREEMPTIONS)
 
@@ -26,14 +26,14 @@ def _turns(jaeger: JaegerClient, trace_id: str, expect: int) -> list[SpanRecord]
 
 
 def _all_turns(load: dict[str, Any], jaeger: JaegerClient) -> dict[str, SpanRecord]:
-    """Every turn span of the run (both steps and the aborted request), by request id."""
+    """Every turn span of the run (both steps and the aborted-then-resumed turn), by request id."""
     turns: dict[str, SpanRecord] = {}
     for sample in load["step0"] + load["step1"]:
         found = _turns(jaeger, sample["trace_id"], expect=1 + TURNS)
         assert len(found) == TURNS, [s.attributes for s in found]
         turns.update({t.attributes[sc.GEN_AI_RESPONSE_ID]: t for t in found})
-    (aborted,) = _turns(jaeger, load["aborted"]["trace_id"], expect=2)
-    turns[aborted.attributes[sc.GEN_AI_RESPONSE_ID]] = aborted
+    (resumed,) = _turns(jaeger, load["aborted"]["trace_id"], expect=4)
+    turns[resumed.attributes[sc.GEN_AI_RESPONSE_ID]] = resumed
     return turns
 
 
@@ -44,7 +44,7 @@ def test_every_turn_carries_the_engines_load_and_the_preemptions_and_cached_toke
     what vLLM counted itself (``IterationStats.num_preempted_reqs``, summed by the user's own logger, which still
     ran), and that is above 0; the turns' cached prompt tokens add up to the engine's prefix-cache hits."""
     turns = _all_turns(load, JaegerClient(stack.jaeger_url))
-    assert len(turns) == (N_SAMPLES + 2) * TURNS + 1
+    assert len(turns) == (N_SAMPLES + 2) * TURNS + 1 and RESUMED_ID in turns
     returned = {t["request_id"]: t for s in load["step0"] + load["step1"] for t in s["turns"]}
     for request_id, turn in turns.items():
         a = turn.attributes
@@ -70,15 +70,33 @@ def test_every_turn_carries_the_engines_load_and_the_preemptions_and_cached_toke
     assert max(t.attributes[sc.RL_ENGINE_KV_CACHE_USAGE_MAX] for t in turns.values()) > 0.9
 
 
-def test_a_request_aborted_through_vllms_abort_keeps_its_partial_numbers(load: dict[str, Any], stack: Any) -> None:
-    aborted = load["aborted"]
+def test_a_request_aborted_through_vllms_abort_and_resumed_is_two_segments_of_its_turn(
+    load: dict[str, Any], stack: Any
+) -> None:
+    """``AsyncLLM.abort()`` after a few outputs, then a second request in the same turn: two ``rl.engine.segment``
+    spans under the turn, the first aborted with its partial numbers, the second finished; the turn's output
+    tokens, cached tokens and preemptions are the sums of its segments'."""
+    aborted, resumed = load["aborted"], load["aborted"]["resumed"]
     assert aborted["finish_reason"] == "abort" and 0 < aborted["output_tokens"] < 200, aborted
-    (turn,) = _turns(JaegerClient(stack.jaeger_url), aborted["trace_id"], expect=2)
+    spans = trace_spans(JaegerClient(stack.jaeger_url), aborted["trace_id"], expect=4)
+    (turn,) = [s for s in spans if s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    segments = sorted(
+        (s for s in spans if s.name == sc.ENGINE_SEGMENT_SPAN), key=lambda s: s.attributes[sc.RL_ENGINE_SEGMENT_INDEX]
+    )
+    assert [s.parent_id for s in segments] == [turn.span_id] * 2
+    first, second = (s.attributes for s in segments)
+    assert first[sc.GEN_AI_RESPONSE_ID] == ABORTED_ID and first[sc.RL_ENGINE_FINISH] == sc.ENGINE_ABORTED
+    assert first[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == aborted["output_tokens"]
+    assert as_list(first[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == ["abort"]
+    assert first[sc.RL_ENGINE_PREEMPTIONS] == aborted["preemptions"] and first[sc.RL_ENGINE_ITERATIONS] >= 1
+    assert first[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == aborted["cached"]
+    assert second[sc.GEN_AI_RESPONSE_ID] == RESUMED_ID and second[sc.RL_ENGINE_FINISH] == sc.ENGINE_FINISHED
+    assert second[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == resumed["output_tokens"] == RESUMED_TOKENS
     a = turn.attributes
-    assert a[sc.GEN_AI_RESPONSE_ID] == ABORTED_ID and a[sc.RL_ENGINE_FINISH] == sc.ENGINE_ABORTED
-    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == aborted["output_tokens"]
-    assert as_list(a[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == ["abort"]
-    assert a[sc.RL_ENGINE_PREEMPTIONS] == aborted["preemptions"] and a[sc.RL_ENGINE_ITERATIONS] >= 1
+    assert a[sc.RL_ENGINE_SEGMENTS] == 2 and a[sc.RL_ENGINE_FINISH] == sc.ENGINE_FINISHED
+    assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == aborted["output_tokens"] + RESUMED_TOKENS
+    assert a[sc.GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS] == aborted["cached"] + resumed["cached"]
+    assert a[sc.RL_ENGINE_PREEMPTIONS] == aborted["preemptions"] + resumed["preemptions"]
 
 
 def _load_spans(load: dict[str, Any], jaeger: JaegerClient) -> list[SpanRecord]:

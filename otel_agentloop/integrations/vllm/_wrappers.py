@@ -15,6 +15,7 @@ from .._engine import record_attributes, trace_headers, turn_span
 from ._load import EngineLoad
 from ._logger import stat_logger_factory, takes_loggers, with_our_logger
 from ._output import LOAD_FIELD, OutputReader
+from ._segments import Attempt
 
 
 class Switch:
@@ -40,10 +41,11 @@ class _Request:
     caller's turn is in another process) the load figures ride on the last output (:data:`~._output.LOAD_FIELD`)
     for whoever reads it with ``engine_attributes`` to carry them to the turn."""
 
-    __slots__ = ("done", "load", "mark", "reader", "turn")
+    __slots__ = ("attempt", "done", "load", "mark", "reader", "turn")
 
     def __init__(self, turn: Span | None, delta: bool, load: EngineLoad | None) -> None:
         self.turn = turn
+        self.attempt = Attempt(turn) if turn is not None else None
         self.reader = OutputReader(delta=delta)
         self.done = False
         self.load = load
@@ -95,7 +97,13 @@ class _Request:
             return
         attrs = self.reader.attributes(ended=ended)
         attrs.update(load)
+        if self.attempt is not None:
+            attrs = self.attempt.end(attrs)
         record_attributes(attrs, self.turn)
+
+    def headers_span(self) -> Span | None:
+        """The span whose ``traceparent`` goes to the engine (a resumed attempt's segment), ``None``: current."""
+        return self.attempt.context_span() if self.attempt is not None else None
 
 
 def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., AsyncGenerator[Any, None]]:
@@ -107,11 +115,11 @@ def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callabl
     async def generate(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
         request = None
         if switch.active:
+            request = _Request.open(args, kwargs)
             if kwargs.get("trace_headers") is None:
-                headers = trace_headers()
+                headers = trace_headers(request.headers_span() if request is not None else None)
                 if headers:
                     kwargs["trace_headers"] = headers
-            request = _Request.open(args, kwargs)
         inner = original(*args, **kwargs)
         try:
             try:
