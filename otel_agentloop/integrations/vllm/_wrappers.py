@@ -54,16 +54,15 @@ class _Request:
     @classmethod
     def open(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Request | None:
         """The request of a call ``generate(self, prompt, sampling_params, request_id, ...)``; ``None`` when its
-        turn is not recording. Never raises."""
+        turn is not recording and the engine has no load record. Never raises."""
         try:
-            turn: Span | None = turn_span()
+            found = turn_span()
+            turn = found if found.is_recording() else None
             load = getattr(args[0], LOAD_ATTR, None) if args else None
             if not isinstance(load, EngineLoad):
                 load = None
-            if turn is None or not turn.is_recording():
-                if load is None:
-                    return None
-                turn = None
+            if turn is None and load is None:
+                return None
             if load is not None:
                 step = current_step()
                 if step is not None and type(step.step) is int:
