@@ -75,17 +75,28 @@ class _Request:
             return None
 
     def add(self, output: Any) -> None:
-        if self.turn is None:
-            self.reader.last = output
-        else:
-            self.reader.add(output)
-        if getattr(output, "finished", False) is True:
-            self.finish(ended=True)
+        """One output of the stream. Never raises."""
+        try:
+            if self.turn is None:
+                self.reader.last = output
+            else:
+                self.reader.add(output)
+            if getattr(output, "finished", False) is True:
+                self.finish(ended=True)
+        except Exception:
+            internal_error("vllm.generate.add")
 
     def finish(self, *, ended: bool) -> None:
+        """Record the request's numbers, once (``ended``: its finished output came). Never raises."""
         if self.done:
             return
         self.done = True
+        try:
+            self._record(ended)
+        except Exception:
+            internal_error("vllm.generate.finish")
+
+    def _record(self, ended: bool) -> None:
         load = self.load.series.summary(self.mark) if self.load is not None else {}
         if self.turn is None:
             if load and self.reader.last is not None:
