@@ -28,7 +28,7 @@ from types import SimpleNamespace
 from machine import machine
 
 import otel_agentloop as oal
-from otel_agentloop.integrations._engine import record_engine_output, trace_headers
+from otel_agentloop.integrations.vllm import record_engine_output, trace_headers
 
 
 def fake_output(i: int) -> SimpleNamespace:

@@ -221,9 +221,10 @@ GEN_AI_USAGE_CACHE_READ_INPUT_TOKENS: Final = "gen_ai.usage.cache_read.input_tok
 """On a turn: prompt tokens served from the prefix cache (vLLM's ``RequestOutput.num_cached_tokens``)."""
 RL_ENGINE_FINISH: Final = "rl.engine.finish"
 """On a turn or segment: ``aborted`` or ``finished``."""
-ENGINE_FINISH_ABORTED: Final = "aborted"
-SEGMENT_SPAN: Final = "rl.engine.segment"
-"""One engine attempt of a turn (a partial rollout), child of the turn."""
+ENGINE_FINISHED: Final = "finished"
+ENGINE_ABORTED: Final = "aborted"
+ENGINE_SEGMENT_SPAN: Final = "rl.engine.segment"
+"""One engine attempt of a turn (partial rollouts: an aborted request, or one resumed), child of the turn."""
 RL_ENGINE_SEGMENT_INDEX: Final = "rl.engine.segment.index"
 RL_ENGINE_POLICY_VERSION: Final = "rl.engine.policy_version"
 """On a segment: the policy version (verl's param version / ``global_steps``) the attempt ran under."""
@@ -233,6 +234,14 @@ RL_ENGINE_POLICY_VERSIONS: Final = "rl.engine.policy_versions"
 """On a turn: the distinct policy versions its attempts ran under, in order (int array)."""
 RL_SAMPLE_STALENESS: Final = "rl.sample.staleness"
 """On a sample: the newest policy version it saw minus the oldest."""
+ENGINE_LOAD_ATTRIBUTES: Final = (
+    RL_ENGINE_BATCH_RUNNING_MAX,
+    RL_ENGINE_BATCH_RUNNING_MEAN,
+    RL_ENGINE_BATCH_WAITING_MAX,
+    RL_ENGINE_KV_CACHE_USAGE_MAX,
+    RL_ENGINE_ITERATIONS,
+)
+"""The engine's load under one request, on its turn span when the engine reports its scheduler state."""
 ENGINE_LOAD_SPAN: Final = "rl.engine.load"
 """One engine's load over a window: a root span in a trace of its own, arrays one element per point."""
 RL_ENGINE_ID: Final = "rl.engine.id"

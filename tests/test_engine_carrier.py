@@ -286,3 +286,141 @@ def test_an_engine_without_request_stats_gets_no_endpoint_and_one_warning(
     assert on.observability_config.otlp_traces_endpoint == "http://127.0.0.1:4317"
     warned = [r for r in caplog.records if "disable_log_stats=True" in r.getMessage()]
     assert len(warned) == 1, [r.getMessage() for r in caplog.records]
+
+
+# -- issue 41: the engine's numbers ------------------------------------------------------------------------
+def completion(index: int, tokens: Any, reason: str | None = None) -> SimpleNamespace:
+    return SimpleNamespace(index=index, token_ids=tokens, finish_reason=reason)
+
+
+def streamed(outputs: list[Any], *, finished_last: bool = True) -> list[SimpleNamespace]:
+    """One request's stream: an output per item (a list of completions), the last one finished."""
+    return [
+        SimpleNamespace(
+            request_id="r-s", prompt_token_ids=[1] * 5, outputs=o, finished=finished_last and i == len(outputs) - 1
+        )
+        for i, o in enumerate(outputs)
+    ]
+
+
+class Streaming:
+    """An ``AsyncLLM`` stand-in whose ``generate`` yields a given stream."""
+
+    def __init__(self, stream: list[Any]) -> None:
+        self.stream = stream
+
+    async def generate(self, prompt: Any, params: Any, request_id: str, **kwargs: Any) -> AsyncGenerator[Any, None]:
+        for out in self.stream:
+            await asyncio.sleep(0)
+            yield out
+
+
+def _turn_attrs(stream: list[Any], params: Any = None) -> dict[str, Any]:
+    """The turn span's attributes after one wrapped ``generate`` over ``stream``, consumed to the end."""
+    switch.active = True
+    try:
+        generate = wrap_generate(Streaming.generate)
+
+        async def run() -> None:
+            with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+                async for _ in generate(Streaming(stream), "p", params, "r-s"):
+                    pass
+
+        with capture() as cap:
+            asyncio.run(run())
+            (turn,) = [s for s in cap.spans() if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+        return dict(turn.attributes or {})
+    finally:
+        switch.active = False
+
+
+def test_every_completion_and_token_of_a_stream_reaches_the_turn() -> None:
+    """vLLM's three output kinds: CUMULATIVE (default; with n=2 each output carries one child's completion so
+    far), DELTA (only the new tokens), FINAL_ONLY (one output with every completion)."""
+    cumulative = streamed(
+        [
+            [completion(0, [1])],
+            [completion(1, [1])],
+            [completion(0, [1, 2, 3, 4, 5, 6], "length")],
+            [completion(1, [1, 2, 3, 4, 5, 6], "length")],
+        ]
+    )
+    attrs = _turn_attrs(cumulative, SimpleNamespace(n=2, output_kind=SimpleNamespace(name="CUMULATIVE")))
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 12
+    assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("length", "length")
+    assert attrs[sc.RL_ENGINE_FINISH] == sc.ENGINE_FINISHED
+
+    delta = streamed([[completion(0, [7] * k)] for k in (1, 3, 2)] + [[completion(0, [7] * 4, "stop")]])
+    attrs = _turn_attrs(delta, SimpleNamespace(output_kind=SimpleNamespace(name="DELTA")))
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 10 and attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("stop",)
+
+    final = streamed([[completion(1, [1] * 4, "stop"), completion(0, [1] * 6, "length")]])
+    attrs = _turn_attrs(final, SimpleNamespace(output_kind=SimpleNamespace(name="FINAL_ONLY")))
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == 10
+    assert attrs[sc.GEN_AI_RESPONSE_FINISH_REASONS] == ("length", "stop")  # in completion index order
+
+
+@pytest.mark.parametrize("fast_path", [True, False])
+def test_engine_numbers_go_on_the_turn_when_the_user_wraps_the_call_in_a_span_of_their_own(fast_path: bool) -> None:
+    """A retry/timeout helper's span around ``engine.generate`` (and around the iteration): the request id,
+    tokens and timing are still the turn's, and ``collect()`` has the step's ``agent_loop/engine/*``."""
+    switch.active = True
+    try:
+        generate = wrap_generate(Engine.generate)
+        with capture(fast_path=fast_path) as cap:
+            tracer = cap.handle.provider.get_tracer("user")
+
+            async def run() -> None:
+                with (
+                    oal.step(0),
+                    oal.sample(0),
+                    oal.span("generate_sequences"),
+                    tracer.start_as_current_span("retry"),  # the user's own span around the engine call
+                ):
+                    async for _ in generate(Engine(), "p", None, "r-1"):
+                        pass
+
+            asyncio.run(run())
+            metrics = cap.handle.metrics.collect(0)
+            spans = cap.spans()
+    finally:
+        switch.active = False
+    (turn,) = [s for s in spans if s.attributes and s.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    (retry,) = [s for s in spans if s.name == "retry"]
+    attrs = dict(turn.attributes or {})
+    assert {k: attrs[k] for k in EXPECTED} == EXPECTED
+    assert sc.GEN_AI_RESPONSE_ID not in dict(retry.attributes or {})
+    assert metrics[f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_QUEUE_S}/max"] == 0.5
+    assert metrics[f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/{sc.ENGINE_OUTPUT_TOKENS}/max"] == 4
+
+
+def test_one_bad_field_costs_one_attribute() -> None:
+    def bad(**fields: Any) -> dict[str, Any]:
+        out = output()
+        for name, value in fields.items():
+            setattr(out, name, value)
+        return engine_attributes(out)
+
+    whole = engine_attributes(output())
+    assert bad(prompt_token_ids=7) == {k: v for k, v in whole.items() if k != sc.GEN_AI_USAGE_INPUT_TOKENS}
+    no_tokens = {k: v for k, v in whole.items() if k != sc.GEN_AI_USAGE_OUTPUT_TOKENS}
+    assert bad(outputs=[completion(0, 4, "length")]) == no_tokens  # token_ids an int: the count is unknown
+    assert bad(outputs=[completion(0, None, "length")]) == no_tokens  # no token ids: unknown, never 0
+    assert bad(outputs=4) == {
+        k: v for k, v in whole.items() if k not in (sc.GEN_AI_USAGE_OUTPUT_TOKENS, sc.GEN_AI_RESPONSE_FINISH_REASONS)
+    }
+
+
+def test_a_completion_without_token_ids_puts_no_zero_into_the_engine_metrics() -> None:
+    out = output()
+    out.outputs = [SimpleNamespace(finish_reason="length")]
+    with capture() as cap:
+        with oal.step(0), oal.sample(0), oal.span("generate_sequences"):
+            record_engine_output(out)
+        metrics = cap.handle.metrics.collect(0)
+    engine = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/"
+    assert metrics[engine + f"{sc.ENGINE_DECODE_S}/max"] == 2.0  # the turn's timing is kept
+    assert (
+        engine + f"{sc.ENGINE_DECODE_TPS}/max" not in metrics
+        and engine + f"{sc.ENGINE_OUTPUT_TOKENS}/max" not in metrics
+    )

@@ -2,7 +2,8 @@
 
 Session fixtures: the tiny model (made here, in a temp dir), the real Collector + Jaeger on free ports
 (``scripts/stack.py``), and the engines, each started ONCE and at the same time (starting one takes minutes):
-the in-process driver (``inproc_driver.py``, a user's process with an ``AsyncLLM``) and vLLM's OpenAI server.
+the in-process driver (``inproc_driver.py``, a user's process with an ``AsyncLLM``), vLLM's OpenAI server and
+the load driver (``load_driver.py``, an ``AsyncLLM`` whose scheduler preempts, issue 36).
 """
 
 from __future__ import annotations
@@ -97,41 +98,71 @@ class Server:
 
 @dataclass
 class Engines:
-    inproc: subprocess.Popen[bytes]
+    inproc: subprocess.Popen[bytes] | None
     inproc_out: Path
     inproc_log: Path
-    server: subprocess.Popen[bytes]
+    server: subprocess.Popen[bytes] | None
     server_obj: Server
     server_log: Path
+    load: subprocess.Popen[bytes] | None
+    load_out: Path
+    load_log: Path
+
+
+SKIP_ENGINES = {n for n in os.environ.get("ENGINE_TESTS_SKIP", "").split(",") if n}
+"""Engines not to start (``inproc``, ``server``, ``load``), e.g. to run one engine's tests on a loaded machine;
+their tests are skipped. Empty by default: every engine starts."""
+
+
+def _spawn(name: str, cmd: list[str], env: dict[str, str], cwd: Path, log: Path) -> subprocess.Popen[bytes] | None:
+    if name in SKIP_ENGINES:
+        return None
+    return subprocess.Popen(cmd, env=env, cwd=cwd, stdout=log.open("wb"), stderr=subprocess.STDOUT)
 
 
 @pytest.fixture(scope="session")
 def engines(stack: stack_mod.Stack, model: Path, tmp_path_factory: pytest.TempPathFactory) -> Iterator[Engines]:
     tmp = tmp_path_factory.mktemp("engines")
     out, log = tmp / "inproc.json", tmp / "inproc.log"
-    inproc = subprocess.Popen(
+    inproc = _spawn(
+        "inproc",
         [sys.executable, str(HERE / "inproc_driver.py"), str(model), stack.otlp_grpc_endpoint, "rl-inproc", str(out)],
-        env=engine_env(tmp),
-        cwd=tmp,
-        stdout=log.open("wb"),
-        stderr=subprocess.STDOUT,
+        engine_env(tmp),
+        tmp,
+        log,
     )
     port = stack_mod.free_port()
     server_log = tmp / "server.log"
-    server = subprocess.Popen(
+    server = _spawn(
+        "server",
         [*SERVER_CMD, "--model", str(model), "--port", str(port), "--otlp-traces-endpoint", stack.otlp_grpc_endpoint],
-        env=engine_env(tmp, OTEL_SERVICE_NAME="rl-http-engine"),
-        cwd=tmp,
-        stdout=server_log.open("wb"),
-        stderr=subprocess.STDOUT,
+        engine_env(tmp, OTEL_SERVICE_NAME="rl-http-engine"),
+        tmp,
+        server_log,
+    )
+    load_out, load_log = tmp / "load.json", tmp / "load.log"
+    load = _spawn(
+        "load",
+        [sys.executable, str(HERE / "load_driver.py"), str(model), stack.otlp_grpc_endpoint, "rl-load", str(load_out)],
+        engine_env(tmp),
+        tmp,
+        load_log,
     )
     try:
         yield Engines(
-            inproc, out, log, server, Server(f"http://127.0.0.1:{port}", "rl-http-engine", "tiny"), server_log
+            inproc,
+            out,
+            log,
+            server,
+            Server(f"http://127.0.0.1:{port}", "rl-http-engine", "tiny"),
+            server_log,
+            load,
+            load_out,
+            load_log,
         )
     finally:
-        for proc in (inproc, server):
-            if proc.poll() is None:
+        for proc in (inproc, server, load):
+            if proc is not None and proc.poll() is None:
                 proc.terminate()
                 try:
                     proc.wait(30)
@@ -146,6 +177,8 @@ def tail(path: Path, n: int = 4000) -> str:
 @pytest.fixture(scope="session")
 def inproc(engines: Engines) -> dict[str, Any]:
     """What the in-process driver wrote (it ran to the end)."""
+    if engines.inproc is None:
+        pytest.skip("ENGINE_TESTS_SKIP has inproc")
     try:
         rc = engines.inproc.wait(ENGINE_START_S + 120)
     except subprocess.TimeoutExpired:
@@ -155,8 +188,23 @@ def inproc(engines: Engines) -> dict[str, Any]:
 
 
 @pytest.fixture(scope="session")
+def load(engines: Engines) -> dict[str, Any]:
+    """What the load driver wrote (it ran to the end)."""
+    if engines.load is None:
+        pytest.skip("ENGINE_TESTS_SKIP has load")
+    try:
+        rc = engines.load.wait(ENGINE_START_S + 120)
+    except subprocess.TimeoutExpired:
+        pytest.fail(f"the load driver did not finish:\n{tail(engines.load_log)}", pytrace=False)
+    assert rc == 0, tail(engines.load_log)
+    return json.loads(engines.load_out.read_text())  # type: ignore[no-any-return]
+
+
+@pytest.fixture(scope="session")
 def server(engines: Engines) -> Server:
     """vLLM's OpenAI server, once it answers ``/health``."""
+    if engines.server is None:
+        pytest.skip("ENGINE_TESTS_SKIP has server")
     deadline = time.monotonic() + ENGINE_START_S
     while time.monotonic() < deadline:
         if engines.server.poll() is not None:

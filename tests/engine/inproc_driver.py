@@ -6,6 +6,9 @@ Run: ``python inproc_driver.py MODEL ENDPOINT SERVICE OUT.json``. Two steps:
 - step 0, every sample traced: 8 samples x 2 turns, all at once;
 - step 1, a 1-in-4 sampler (``configure(sampler=ParentBased(EveryFourth()))``): 8 samples x 2 turns. Every
   4th root, not ``TraceIdRatioBased(0.25)``, whose random ids sample none of 8 samples one run in ten.
+- step 2, how vLLM streams (issue 41): one sample per case, each one turn: ``n=2`` with the default cumulative
+  outputs, ``DELTA``, ``FINAL_ONLY`` with ``n=2``, and a turn whose ``engine.generate`` the user wraps in a span
+  of their own (a retry helper).
 Writes what the engine returned per turn (ids, tokens, its timestamps) and the metrics of each step.
 """
 
@@ -88,6 +91,42 @@ def every_fourth() -> Any:
     return EveryFourth()
 
 
+STREAM_TOKENS = 6
+STREAMS = ("cumulative_n2", "delta", "final_only_n2", "retry")
+
+
+async def _stream_case(engine: Any, tracer: Any, case: str) -> dict[str, Any]:
+    """One step-2 sample: one turn streamed as ``case`` says; what vLLM itself yielded (outputs, completions)."""
+    from vllm import SamplingParams
+    from vllm.sampling_params import RequestOutputKind
+
+    kind = {"delta": RequestOutputKind.DELTA, "final_only_n2": RequestOutputKind.FINAL_ONLY}
+    n = 2 if case.endswith("_n2") else 1
+    max_tokens = 10 if case == "delta" else STREAM_TOKENS
+    params = SamplingParams(
+        n=n, max_tokens=max_tokens, ignore_eos=True, temperature=1.0, seed=3,
+        output_kind=kind.get(case, RequestOutputKind.CUMULATIVE),
+    )  # fmt: skip
+    seen: list[int] = []
+
+    @oal.trace_generate(model=MODEL)
+    async def turn() -> None:
+        async def call() -> None:
+            async for out in engine.generate({"prompt_token_ids": list(range(5, 25))}, params, f"s2-{case}"):
+                seen.append(len(out.outputs))
+
+        if case == "retry":  # a retry helper's span of its own around the engine call
+            with tracer.start_as_current_span("retry"):
+                await asyncio.wait_for(call(), 300)
+        else:
+            await call()
+
+    with oal.sample(STREAMS.index(case)) as handle:
+        await turn()
+        trace_id = handle.trace_id
+    return {"case": case, "trace_id": trace_id, "outputs": len(seen), "tokens": n * max_tokens, "n": n}
+
+
 def _metrics(handle: Any, step: int) -> dict[str, float]:
     collected = handle.metrics.collect(step)
     return {k: float(v) for k, v in collected.items() if isinstance(v, (int, float))}
@@ -114,6 +153,12 @@ async def main(model: str, endpoint: str, service: str) -> dict[str, Any]:
         )
         result["step1"] = await _step(engine, 1)
         result["metrics1"] = _metrics(handle, 1)
+        handle.shutdown()
+        handle = oal.configure(service, endpoint=endpoint, protocol="grpc", set_global=False)
+        tracer = handle.provider.get_tracer("user")
+        with oal.step(2):
+            result["step2"] = [await _stream_case(engine, tracer, case) for case in STREAMS]
+        result["metrics2"] = _metrics(handle, 2)
         handle.shutdown()
     finally:
         engine.shutdown()

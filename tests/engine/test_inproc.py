@@ -21,7 +21,7 @@ from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._causes import MIN_QUEUE_S, QUEUE_SHARE
 
 from .conftest import as_list, trace_spans
-from .inproc_driver import N_SAMPLES, TURNS
+from .inproc_driver import N_SAMPLES, STREAM_TOKENS, TURNS
 
 TURN = "text_completion"
 
@@ -150,3 +150,31 @@ def test_report_names_the_queued_samples_and_draws_each_turns_engine_part(
     assert len(bars) == TURNS, text
     assert any(re.search("░+▒*▓", lines[i]) for i in bars), text  # a queued turn: its parts in order
     assert all(lines[i + 1].lstrip().startswith("llm_request") for i in bars), text
+
+
+def test_every_streamed_completion_and_token_reaches_the_turn_and_a_users_span_takes_none(
+    inproc: dict[str, Any], stack: Any
+) -> None:
+    """Issue 41 against the real engine: n=2 with vLLM's default cumulative outputs (each output one child's
+    completion so far), DELTA outputs and FINAL_ONLY with n=2 each put every completion's tokens and finish
+    reason on the turn; a turn whose ``engine.generate`` the user wraps in a retry span of their own still gets
+    the request's numbers (the retry span none), and ``collect()`` has the step's ``agent_loop/engine/*``."""
+    jaeger = JaegerClient(stack.jaeger_url)
+    cases = {c["case"]: c for c in inproc["step2"]}
+    assert cases["cumulative_n2"]["outputs"] > 2 and cases["delta"]["outputs"] > 1  # vLLM really streamed
+    assert cases["final_only_n2"]["outputs"] == 1
+    for case in cases.values():
+        spans = trace_spans(jaeger, case["trace_id"], expect=3 + (case["case"] == "retry"))
+        (turn,) = _turns(spans)
+        a = turn.attributes
+        assert a[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == case["tokens"], case
+        assert as_list(a[sc.GEN_AI_RESPONSE_FINISH_REASONS]) == ["length"] * case["n"], case
+        assert a[sc.GEN_AI_RESPONSE_ID] == f"s2-{case['case']}" and a[sc.RL_ENGINE_FINISH] == sc.ENGINE_FINISHED
+        assert a[sc.RL_ENGINE_DECODE_S] > 0 and a[sc.RL_ENGINE_QUEUE_S] >= 0
+        if case["case"] == "retry":
+            (retry,) = [s for s in spans if s.name == "retry"]
+            assert retry.parent_id == turn.span_id and sc.GEN_AI_RESPONSE_ID not in retry.attributes
+    metrics = inproc["metrics2"]
+    prefix = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}/"
+    assert metrics[prefix + f"{sc.ENGINE_OUTPUT_TOKENS}/max"] == 2 * STREAM_TOKENS, metrics  # n=2 x 6
+    assert metrics[prefix + f"{sc.ENGINE_DECODE_TPS}/p50"] > 0, metrics

@@ -36,7 +36,8 @@ from opentelemetry.util.types import AttributeValue
 from ... import semconv as sc
 from ...core._guard import internal_error, warn_once
 from ...setup import current_handle
-from .._engine import engine_attributes, trace_headers
+from .._engine import trace_headers
+from ..vllm._output import engine_attributes
 from ..vllm._wrappers import engine_service_name
 from . import _patching as patching
 

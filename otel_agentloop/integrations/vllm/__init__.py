@@ -22,9 +22,10 @@ from collections.abc import Collection
 from typing import Any
 
 from ...core._guard import internal_error
-from .._engine import engine_attributes, record_engine_output, record_openai_response, trace_headers
+from .._engine import record_openai_response, trace_headers
 from .._instrumentor import Instrumentor
-from ._wrappers import switch, wrap_generate, wrap_init
+from ._output import engine_attributes, record_engine_output
+from ._wrappers import switch, wrap_generate, wrap_init, wrap_shutdown
 
 __all__ = [
     "VllmInstrumentor",
@@ -81,10 +82,13 @@ def _apply(module: Any) -> None:
             return
         try:
             cls = module.AsyncLLM
-            for attr, wrapped in (
+            patches = [
                 ("generate", wrap_generate(cls.__dict__["generate"])),
                 ("__init__", wrap_init(cls.__dict__["__init__"], _endpoint)),
-            ):
+            ]
+            if "shutdown" in cls.__dict__:
+                patches.append(("shutdown", wrap_shutdown(cls.__dict__["shutdown"])))
+            for attr, wrapped in patches:
                 _originals.append((cls, attr, cls.__dict__[attr]))
                 setattr(cls, attr, wrapped)
         except Exception:
