@@ -14,8 +14,9 @@ follows its trace: the exporter remembers the segment of the most recent :data:`
 a step (spans of the same batch first). An engine's load span (``rl.engine.load``, a root span) without ``rl.step``
 goes to the ``load-`` segment of the 60 s its start falls in (``<ns>``: that period's start; its index line has
 ``opened_ns`` the period's start, ``until_ns`` its end plus :data:`LOAD_REACH_NS`, the longest window), so a
-reader finds it by the time it covers, however late it was written (one with ``rl.step`` goes to that step's file). Every file is OTLP-JSON lines, written through
-``O_APPEND`` in whole lines, so every process of a run (Ray workers, a resumed attempt) shares it.
+reader finds it by the time it covers, however late it was written (one with ``rl.step`` goes to that step's file).
+Every file is OTLP-JSON lines, written through ``O_APPEND`` in whole lines, so every process of a run (Ray workers,
+a resumed attempt) shares it.
 """
 
 from __future__ import annotations
