@@ -39,6 +39,7 @@ ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [5, 6, 7, 8]
 ANSWER = [11, 12, 13]
 QUEUED, SCHEDULED, FIRST, LAST = 100.0, 100.25, 100.75, 101.5
+ABORTED_AT = 2
 ENGINE_ENV = {  # vLLM's CPU build on these machines (see tests/engine), for the server actors
     "VLLM_TARGET_DEVICE": "cpu",
     "VLLM_CPU_KVCACHE_SPACE": "1",
@@ -73,28 +74,36 @@ class RecordingEngine:
 
     def __init__(self) -> None:
         self.calls: list[dict[str, Any]] = []
+        self.aborts = 0  # the next requests answered as aborted after ABORTED_AT tokens (a weight sync's abort)
+        self.server: Any = None  # set with aborts: each resumed request runs under the next global_steps
 
     def generate(self, prompt: Any, sampling_params: Any, request_id: str, **kwargs: Any) -> AsyncIterator[Any]:
         self.calls.append({"request_id": request_id, **{k: v for k, v in kwargs.items() if k != "lora_request"}})
-        return self._outputs(list(prompt["prompt_token_ids"]), request_id)
+        abort = self.aborts > 0
+        if abort:
+            self.aborts -= 1
+        elif self.server is not None and self.calls[:-1] and self.calls[-2].get("aborted"):
+            self.server.global_steps += 1  # the weight sync that aborted the previous request is done
+        self.calls[-1]["aborted"] = abort
+        return self._outputs(list(prompt["prompt_token_ids"]), request_id, ABORTED_AT if abort else None)
 
-    async def _outputs(self, prompt_ids: list[int], request_id: str) -> AsyncIterator[Any]:
+    async def _outputs(self, prompt_ids: list[int], request_id: str, abort_at: int | None) -> AsyncIterator[Any]:
         from vllm.outputs import CompletionOutput, RequestOutput
         from vllm.v1.metrics.stats import RequestStateStats
 
         stats = RequestStateStats(num_generation_tokens=len(ANSWER), num_preemptions=1, arrival_time=1.0)
         stats.queued_ts, stats.scheduled_ts, stats.first_token_ts, stats.last_token_ts = QUEUED, SCHEDULED, FIRST, LAST
         stats.first_token_latency = FIRST - QUEUED
-        for n in range(1, len(ANSWER) + 1):
+        for n in range(1, (abort_at or len(ANSWER)) + 1):
             await asyncio.sleep(0)
-            done = n == len(ANSWER)
+            done = n == (abort_at or len(ANSWER))
             completion = CompletionOutput(
                 index=0,
                 text="",
                 token_ids=ANSWER[:n],
                 cumulative_logprob=None,
                 logprobs=None,
-                finish_reason="stop" if done else None,
+                finish_reason=("abort" if abort_at else "stop") if done else None,
             )
             yield RequestOutput(request_id, None, prompt_ids, None, [completion], done, metrics=stats)
 
@@ -133,6 +142,13 @@ def setup_server(server: Any) -> None:
 
 def engine_calls(server: Any) -> list[dict[str, Any]]:
     return list(server.engine.calls)
+
+
+def abort_next(server: Any) -> int:
+    """The stand-in engine answers the next request as aborted (a weight sync), the resumed one under the next
+    ``global_steps``; returns the current one."""
+    server.engine.aborts, server.engine.server = 1, server
+    return int(server.global_steps)
 
 
 def launch_args(server: Any, user_endpoint: str | None) -> dict[str, Any]:
@@ -215,9 +231,27 @@ def _client(balancer: Any) -> Any:
     return LLMServerClient(config, load_balancer_handle=balancer)
 
 
-async def _turn(balancer: Any, index: int) -> Any:
+def _fully_async_client(balancer: Any) -> Any:
+    from omegaconf import OmegaConf
+    from verl.workers.rollout.llm_server import FullyAsyncLLMServerClient
+
+    rollout = {"name": "vllm", "full_determinism": False, "response_length": 8}
+    config = OmegaConf.create(
+        {
+            "actor_rollout_ref": {"model": {"path": "/models/tiny"}, "rollout": rollout},
+            "async_training": {"partial_rollout": True},
+        }
+    )
+    return FullyAsyncLLMServerClient(config, load_balancer_handle=balancer)
+
+
+async def _turn(balancer: Any, index: int, *, fully_async: bool = False, max_tokens: int | None = None) -> Any:
     """One sample with one generation turn through verl's real client (the turn span is our patch's)."""
-    client = _client(balancer)
+    client = _fully_async_client(balancer) if fully_async else _client(balancer)
+    if max_tokens is not None:
+        async with oal.sample(index, 0):
+            params = {"temperature": 0.0, "max_tokens": max_tokens, "ignore_eos": True}
+            return await client.generate(f"req-{index}", prompt_ids=list(PROMPT), sampling_params=params)
     async with oal.sample(index, 0):
         return await client.generate(f"req-{index}", prompt_ids=list(PROMPT), sampling_params={"temperature": 1.0})
 
@@ -295,6 +329,79 @@ def test_an_unsampled_turn_sends_flag_00(cluster: Any) -> None:
     calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)
     assert calls[-1]["trace_headers"]["traceparent"].endswith("-00")
     assert metrics["agent_loop/num_samples"] == 1  # still recorded: metrics stay exact
+
+
+def _segmented(receiver: Receiver, step: int) -> tuple[Any, list[Any], Any]:
+    """The step's turn span, its ``rl.engine.segment`` children (by index) and its sample span."""
+    traces = {r.trace_id for r in receiver.records if r.attributes.get(sc.RL_STEP) == step}
+    mine = [r for r in receiver.records if r.trace_id in traces]
+    turns = [r for r in mine if r.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    turn = turns[0] if len(turns) == 1 else None
+    segments = sorted(
+        (r for r in mine if r.name == sc.SEGMENT_SPAN and turn is not None and r.parent_id == turn.span_id),
+        key=lambda r: r.attributes[sc.RL_ENGINE_SEGMENT_INDEX],
+    )
+    sample = next((r for r in mine if r.name == sc.SAMPLE_SPAN), None)
+    return turn, segments, sample
+
+
+def test_a_turn_aborted_by_a_weight_sync_shows_its_segments(cluster: Any) -> None:
+    """verl's real ``FullyAsyncLLMServerClient`` resume loop over verl's real server (the engine a stand-in
+    answering the first request as aborted after 2 tokens, the resumed one under the next ``global_steps``):
+    one turn, two ``rl.engine.segment`` children, each with its policy version, how it ended and its engine
+    numbers; the resumed request's ``traceparent`` is its segment's; the turn's tokens are the segments' sum;
+    the sample shows its staleness. verl's result is unchanged."""
+    import ray
+
+    handle, receiver, _, (server, balancer) = cluster
+    version = ray.get(server.__ray_call__.remote(abort_next), timeout=60)
+    with oal.step(7):
+        output = asyncio.run(_turn(balancer, 7, fully_async=True))
+    calls = ray.get(server.__ray_call__.remote(engine_calls), timeout=60)[-2:]
+    assert [c["aborted"] for c in calls] == [True, False]
+    assert output.token_ids == ANSWER[:ABORTED_AT] + ANSWER
+    assert output.extra_fields["min_global_steps"] == version and output.extra_fields["global_steps"] == version + 1
+    assert _engine_path.ENGINE_KEY not in output.extra_fields
+    handle.force_flush(10)
+    assert wait_for(lambda: len(_segmented(receiver, 7)[1]) == 2 and _segmented(receiver, 7)[2] is not None, 30)
+    turn, segments, sample = _segmented(receiver, 7)
+    first, second = (s.attributes for s in segments)
+    assert (first[sc.RL_ENGINE_SEGMENT_INDEX], second[sc.RL_ENGINE_SEGMENT_INDEX]) == (0, 1)
+    assert (first[sc.RL_ENGINE_POLICY_VERSION], second[sc.RL_ENGINE_POLICY_VERSION]) == (version, version + 1)
+    assert (first[sc.RL_ENGINE_FINISH], second[sc.RL_ENGINE_FINISH]) == (sc.ENGINE_ABORTED, sc.ENGINE_FINISHED)
+    assert (first[sc.GEN_AI_RESPONSE_ID], second[sc.GEN_AI_RESPONSE_ID]) == tuple(c["request_id"] for c in calls)
+    assert (first[sc.GEN_AI_USAGE_OUTPUT_TOKENS], second[sc.GEN_AI_USAGE_OUTPUT_TOKENS]) == (ABORTED_AT, len(ANSWER))
+    assert second[sc.GEN_AI_USAGE_INPUT_TOKENS] == len(PROMPT) + ABORTED_AT  # the resume sends the tokens so far
+    assert first[sc.RL_ENGINE_QUEUE_S] == pytest.approx(SCHEDULED - QUEUED)
+    # attempt 0 was sent under the turn (its abort was not known yet); the resumed one under its segment
+    parents = [int(c["trace_headers"]["traceparent"].split("-")[2], 16) for c in calls]
+    assert parents == [turn.span_id, segments[1].span_id]
+    assert segments[0].end_ns <= segments[1].start_ns and turn.start_ns <= segments[0].start_ns
+    attrs = turn.attributes
+    assert attrs[sc.RL_ENGINE_SEGMENTS] == 2
+    assert tuple(attrs[sc.RL_ENGINE_POLICY_VERSIONS]) == (version, version + 1)
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == sum(s.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] for s in segments)
+    assert attrs[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == len(output.token_ids)
+    assert attrs[sc.RL_ENGINE_QUEUE_S] == pytest.approx(2 * (SCHEDULED - QUEUED))  # both attempts queued
+    assert attrs[sc.RL_ENGINE_TTFT_S] == pytest.approx(FIRST - QUEUED)  # the first attempt's
+    assert attrs[sc.RL_ENGINE_PREEMPTIONS] == 2
+    assert attrs[sc.RL_ENGINE_FINISH] == sc.ENGINE_FINISHED
+    assert attrs[sc.GEN_AI_RESPONSE_ID] == calls[1]["request_id"]
+    assert sample.attributes[sc.RL_SAMPLE_STALENESS] == 1
+
+
+def test_a_fully_async_turn_not_aborted_has_no_segment(cluster: Any) -> None:
+    """The common case: one attempt, finished: the engine numbers on the turn, as before, and no segment."""
+    handle, receiver, _, (_, balancer) = cluster
+    with oal.step(8):
+        output = asyncio.run(_turn(balancer, 8, fully_async=True))
+    handle.force_flush(10)
+    assert wait_for(lambda: all(x is not None for x in _segmented(receiver, 8)[::2]), 30)
+    turn, segments, sample = _segmented(receiver, 8)
+    assert segments == [] and sc.RL_ENGINE_SEGMENTS not in turn.attributes
+    assert turn.attributes[sc.RL_ENGINE_QUEUE_S] == pytest.approx(SCHEDULED - QUEUED)
+    assert turn.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == len(output.token_ids) == len(ANSWER)
+    assert sample.attributes[sc.RL_SAMPLE_STALENESS] == 0
 
 
 def test_the_endpoint_reaches_the_engine_args(cluster: Any) -> None:
