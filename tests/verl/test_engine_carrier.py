@@ -209,7 +209,7 @@ def cluster(tmp_path_factory: pytest.TempPathFactory) -> Iterator[tuple[Any, Rec
             server = server_cls.options(num_cpus=0).remote(None, None, None, [], 0, 0, 0, 1, "")
         finally:
             modified.__init__ = saved
-        ray.get(server.__ray_call__.remote(setup_server), timeout=180)
+        ray.get(server.__ray_call__.remote(setup_server), timeout=600)  # a loaded machine: minutes
         balancer = ray.remote(GlobalRequestLoadBalancer).options(num_cpus=0).remote(servers={"s0": server})
         yield handle, receiver, endpoint, (server, balancer)
     finally:

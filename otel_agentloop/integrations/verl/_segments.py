@@ -215,30 +215,33 @@ def combine(segments: list[dict[str, AttributeValue]]) -> dict[str, AttributeVal
     for segment in segments:
         out.update(segment)  # the last attempt's by default
     for key in _SUMMED:
-        values = [v for s in segments if _number(v := s.get(key))]
+        values = _numbers(segments, key)
         if values:
-            out[key] = sum(values)  # type: ignore[arg-type]
+            out[key] = sum(values)
     for key in _MAXED:
-        values = [v for s in segments if _number(v := s.get(key))]
+        values = _numbers(segments, key)
         if values:
-            out[key] = max(values)  # type: ignore[type-var]
+            out[key] = max(values)
     for key in _FIRST:
-        first = next((v for s in segments if _number(v := s.get(key))), None)
-        if first is not None:
-            out[key] = first
-    weighted = [
-        (m, n)
-        for s in segments
-        if _number(m := s.get(sc.RL_ENGINE_BATCH_RUNNING_MEAN)) and _number(n := s.get(sc.RL_ENGINE_ITERATIONS))
-    ]
-    total = sum(n for _, n in weighted)  # type: ignore[misc]
+        values = _numbers(segments, key)
+        if values:
+            out[key] = values[0]
+    pairs = [_numbers([s], sc.RL_ENGINE_BATCH_RUNNING_MEAN) + _numbers([s], sc.RL_ENGINE_ITERATIONS) for s in segments]
+    weighted = [(p[0], p[1]) for p in pairs if len(p) == 2]
+    total = sum(n for _, n in weighted)
     if total:
-        out[sc.RL_ENGINE_BATCH_RUNNING_MEAN] = float(sum(m * n for m, n in weighted) / total)  # type: ignore[operator]
+        out[sc.RL_ENGINE_BATCH_RUNNING_MEAN] = float(sum(m * n for m, n in weighted) / total)
     return out
 
 
-def _number(value: object) -> bool:
-    return (type(value) is int or type(value) is float) and value >= 0  # type: ignore[operator]
+def _numbers(segments: list[dict[str, AttributeValue]], key: str) -> list[int | float]:
+    """``key``'s non-negative numbers over ``segments``, in order (a bool, text or negative value skipped)."""
+    out: list[int | float] = []
+    for segment in segments:
+        value = segment.get(key)
+        if (type(value) is int or type(value) is float) and value >= 0:
+            out.append(value)
+    return out
 
 
 def note_versions(version: AttributeValue | None) -> None:
