@@ -621,8 +621,8 @@ def test_a_real_engine_request_aborted_by_verls_weight_sync_resumes_as_two_segme
     """The real engine under verl's real ``FullyAsyncLLMServerClient``: a long generation is aborted mid-way by
     verl's own weight-sync calls on the server (``abort_all_requests``, ``set_global_steps``,
     ``resume_generation``), and verl's client resumes it. One turn, two ``rl.engine.segment`` children, each with
-    its policy version and how it ended, each with the engine's own ``llm_request`` (the aborted one's under the
-    turn: it was sent before the abort was known; the resumed one's under its segment); the turn's output tokens
+    its policy version and how it ended, each naming the engine's own ``llm_request`` (the resumed one's is its
+    segment's child; the aborted one vLLM exports without its parent, see below); the turn's output tokens
     are the sum of its segments' and of verl's merged output. Not run: the weight transfer itself (verl's
     checkpoint engine needs its trainer workers); verl's ``abort_all_requests`` needs a one-keyword bridge to vLLM
     0.32 (:func:`bridge_pause_generation`), shown refused without it."""
@@ -674,5 +674,9 @@ def test_a_real_engine_request_aborted_by_verls_weight_sync_resumes_as_two_segme
     assert ids[0] != ids[1]
     assert wait_for(lambda: {r.attributes.get("gen_ai.request.id") for r in engines()} >= set(ids), 60), ids
     by_id = {r.attributes.get("gen_ai.request.id"): r for r in engines()}
-    assert by_id[ids[0]].parent_id == turn_span.span_id and by_id[ids[1]].parent_id == segments[1].span_id
+    assert by_id[ids[1]].parent_id == segments[1].span_id and by_id[ids[1]].trace_id == turn_span.trace_id
+    # the aborted request's llm_request: vLLM 0.32 takes the parent from the engine core's output
+    # (``do_tracing(engine_core_output.trace_headers)``), which the core's abort does not carry: it arrives as a
+    # root of a trace of its own (observed here); the segment names it (gen_ai.response.id)
+    assert by_id[ids[0]].parent_id in (0, turn_span.span_id)
     assert by_id[ids[1]].attributes["gen_ai.usage.completion_tokens"] == second[sc.GEN_AI_USAGE_OUTPUT_TOKENS]

@@ -173,9 +173,11 @@ def _fail(segment: Span, exc: BaseException) -> None:
 def segment_attributes(
     index: int, numbers: Mapping[str, AttributeValue] | None, output: Any, kwargs: Mapping[str, Any]
 ) -> dict[str, AttributeValue]:
-    """One attempt's segment attributes: the engine's numbers, then verl's facts of the attempt (index, policy
-    version, how it ended, its tokens)."""
-    attrs: dict[str, AttributeValue] = dict(numbers or {})
+    """One attempt's segment attributes: the sample's identity (``rl.step``, ``rl.sample.index``, ...), the
+    engine's numbers, then verl's facts of the attempt (index, policy version, how it ended, its tokens)."""
+    handle = current_sample()
+    attrs: dict[str, AttributeValue] = dict(handle.phase_attributes) if handle is not None else {}
+    attrs.update(numbers or {})
     attrs[sc.RL_ENGINE_SEGMENT_INDEX] = index
     extra = getattr(output, "extra_fields", None)
     version = extra.get("global_steps") if isinstance(extra, Mapping) else None
