@@ -82,8 +82,11 @@ class FakeServer:
         self.preempted = preempted
         self.turns: dict[str, int] = {}
         self.version = 0  # the weight version (trainer step) it serves, reported like verl's servers do
+        self.engine_numbers = False  # answer the carrier with engine numbers, as the instrumented server does
 
-        async def generate(request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **_: Any) -> Any:
+        async def generate(
+            request_id: str, *, prompt_ids: list[int], sampling_params: dict[str, Any], **kwargs: Any
+        ) -> Any:
             from verl.workers.rollout.replica import TokenOutput
 
             sample = _sample_of(request_id, self.tokenizer.decode(prompt_ids))
@@ -100,14 +103,42 @@ class FakeServer:
             else:
                 text = f"The answer is {sample + 1}."
             ids = [*self.tokenizer.encode(text, add_special_tokens=False), self.tokenizer.eos_token_id]
+            extra: dict[str, Any] = {"global_steps": self.version}
+            if self.engine_numbers and kwargs.get(ENGINE_KEY) is not None:
+                extra[ENGINE_KEY] = engine_numbers(sample, turn, len(ids))
             return TokenOutput(
                 token_ids=ids,
                 stop_reason="completed",
                 num_preempted=self.preempted(sample, turn),
-                extra_fields={"global_steps": self.version},
+                extra_fields=extra,
             )
 
         self.generate = _Remote(generate)
+
+
+ENGINE_KEY = "otel_agentloop_engine"  # integrations.verl._engine_path.ENGINE_KEY (not imported: pickled by value)
+
+
+def engine_numbers(sample: int, turn: int, tokens: int) -> dict[str, Any]:
+    """What the instrumented server sends back for one request (``_engine_path._send_back``): known numbers."""
+    return {
+        "rl.engine.name": "vllm",
+        "rl.engine.queue_s": 0.001 * (sample + 1),
+        "rl.engine.time_to_first_token_s": 0.002 * (sample + 1) + 0.001 * turn,
+        "rl.engine.prefill_s": 0.001,
+        "rl.engine.decode_s": 0.01 * (turn + 1),
+        "gen_ai.usage.output_tokens": tokens,
+    }
+
+
+def carrier_signature(server: FakeServer) -> None:
+    """The fake server takes the carrier keyword, as a server made remote from verl's patched class does
+    (``_engine_path.accepts_carrier`` reads the handle's method signatures)."""
+    import inspect
+
+    server.engine_numbers = True
+    param = inspect.Parameter(ENGINE_KEY, inspect.Parameter.KEYWORD_ONLY, default=None)
+    server._ray_method_signatures = {"generate": [param]}  # type: ignore[attr-defined]
 
 
 def _sample_of(request_id: str, prompt: str) -> int:
@@ -266,11 +297,14 @@ def default_tool_delay(name: str, x: int) -> float:
     return 0.03 if name == "add" else 0.05
 
 
-def setup_actor(worker: Any, *, v1: bool, n: int = 1, fully_async: bool = False) -> Any:
+def setup_actor(worker: Any, *, v1: bool, n: int = 1, fully_async: bool = False, engine: bool = False) -> Any:
     """Give a real agent-loop worker actor (``self``) the harness's fake server, tools and reward worker in
-    place of its model machinery. Run inside the actor (``actor.__ray_call__.remote(setup_actor, ...)``)."""
+    place of its model machinery. Run inside the actor (``actor.__ray_call__.remote(setup_actor, ...)``).
+    ``engine``: the server answers the engine carrier with engine numbers (:func:`engine_numbers`)."""
     tok = build_tokenizer()
     server = FakeServer(tok, default_gen_delay, lambda i, k: (i % 3) if k == 0 else None)
+    if engine:
+        carrier_signature(server)
     make_worker(
         tok,
         server,

@@ -84,7 +84,7 @@ def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
     return poll(predicate, timeout)
 
 
-def legacy_actor(fully_async: bool = False) -> Any:
+def legacy_actor(fully_async: bool = False, engine: bool = False) -> Any:
     """``ray.remote(AgentLoopWorker)`` as verl's legacy ``AgentLoopManager.__init__`` does, now."""
     import ray
     from verl.experimental.agent_loop.agent_loop import AgentLoopWorker
@@ -93,20 +93,24 @@ def legacy_actor(fully_async: bool = False) -> Any:
     with light_init(actor_cls.__ray_metadata__.modified_class):
         actor = actor_cls.options(num_cpus=0).remote(None, None)  # (config, llm_client): ignored
     ray.get(
-        actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=False, n=N_SESSIONS, fully_async=fully_async)),
+        actor.__ray_call__.remote(
+            lambda self: h.setup_actor(self, v1=False, n=N_SESSIONS, fully_async=fully_async, engine=engine)
+        ),
         timeout=120,
     )
     return actor
 
 
-def v1_actor() -> Any:
+def v1_actor(engine: bool = False) -> Any:
     """verl V1's ``AgentLoopWorkerTQ`` (made remote when verl imported it)."""
     import ray
     from verl.trainer.ppo.v1.agent_loop_tq import AgentLoopWorkerTQ
 
     with light_init(AgentLoopWorkerTQ.__ray_metadata__.modified_class):
         actor = AgentLoopWorkerTQ.options(num_cpus=0).remote(None, None)
-    ray.get(actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=True, n=N_SESSIONS)), timeout=120)
+    ray.get(
+        actor.__ray_call__.remote(lambda self: h.setup_actor(self, v1=True, n=N_SESSIONS, engine=engine)), timeout=120
+    )
     return actor
 
 

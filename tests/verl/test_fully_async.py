@@ -65,7 +65,7 @@ def test_fully_async_rows_reach_the_trainer_and_processing_time_from_spans(fa_cl
     )
 
     _handle, receiver = fa_cluster
-    actor = rs.legacy_actor(fully_async=True)
+    actor = rs.legacy_actor(fully_async=True, engine=True)
     manager = FullyAsyncAgentLoopManager.__new__(FullyAsyncAgentLoopManager)
     manager.agent_loop_workers = [actor]
     rollouter = _Rollouter(manager)
@@ -118,6 +118,14 @@ def test_fully_async_rows_reach_the_trainer_and_processing_time_from_spans(fa_cl
     ):
         assert f"fully_async/agent_loop/{key}" in meta, key
     assert abs(meta["fully_async/agent_loop/tool_calls/max"] - meta["timing_s/agent_loop/tool_calls/max"]) <= 0.002
+    # the engine's numbers on the turn spans reach the trainer's metrics too (harness.engine_numbers)
+    assert rs.wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN for r in receiver.records) >= n)
+    turns = [r for r in receiver.records if r.attributes.get(sc.RL_PHASE) == sc.GENERATE]
+    queues = [r.attributes[sc.RL_ENGINE_QUEUE_S] for r in turns]
+    assert len(queues) >= n and sc.RL_ENGINE_SEGMENTS not in turns[0].attributes  # one attempt: no segments
+    assert meta["fully_async/agent_loop/engine/queue_s/max"] == pytest.approx(max(queues))
+    assert meta["fully_async/agent_loop/engine/queue_s/p50"] == pytest.approx(float(np.percentile(queues, 50)))
+    assert "fully_async/agent_loop/engine/decode_tokens_per_s/max" in meta
     # spans: the real step (the rollouter's param-sync step, was -1), one sample span per trajectory
     assert rs.wait_for(lambda: sum(r.name == sc.SAMPLE_SPAN for r in receiver.records) >= n)
     spans = [r for r in receiver.records if r.name == sc.SAMPLE_SPAN]

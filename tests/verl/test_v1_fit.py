@@ -33,7 +33,7 @@ def v1_cluster():
     with rs.cluster(setup_hook=None) as (handle, receiver):
         assert oal_verl.instrument()
         try:
-            yield handle, receiver, rs.v1_actor()
+            yield handle, receiver, rs.v1_actor(engine=True)
         finally:
             oal_verl.uninstrument()
 
@@ -166,6 +166,7 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
             assert span.attributes[sc.RL_POLICY_VERSION_MAX] == t["max_global_steps"]
             assert span.attributes[sc.RL_PROMPT_LENGTH] == t["prompt_len"]
             assert span.attributes[sc.RL_RESPONSE_LENGTH] == t["response_len"]
+    _engine_keys_from_turns(receiver, logged, trained, val[-1], fit_started_ns)
     consumed = [r for r in receiver.records if r.name == sc.CONSUME_SPAN]
     assert {r.attributes[sc.RL_CONSUMED_STEP] for r in consumed} >= set(range(1, STEPS + 1))
     for r in consumed:  # linked to the samples it trained (their trace and span ids, from the tags)
@@ -199,3 +200,35 @@ def test_fit_logs_agent_loop_metrics_from_spans(v1_cluster, clean_tq, mode, monk
     assert dict(val_summary.metrics) == {
         k[len(prefix) :]: float(v) for k, v in val[-1].items() if k.startswith(prefix + "agent_loop/")
     }
+
+
+def _engine_keys_from_turns(receiver, logged, trained, val, since_ns: int) -> None:
+    """``agent_loop/engine/*`` reach what the trainer logs for every trained step (and the validation), from
+    the engine numbers on the turn spans of exactly the trajectories that step trained (this fit's)."""
+    turns: dict[tuple, list] = {}
+    for r in receiver.records:
+        attrs = r.attributes
+        if r.start_ns < since_ns or attrs.get(sc.RL_PHASE) != sc.GENERATE or attrs.get(sc.RL_VALIDATE):
+            continue
+        if sc.RL_ENGINE_QUEUE_S in attrs:
+            key = (
+                r.attributes.get(sc.RL_STEP),
+                r.attributes.get(sc.RL_SAMPLE_INDEX),
+                r.attributes.get(sc.RL_ROLLOUT_N),
+            )
+            turns.setdefault(key, []).append(r)
+    for step, data in logged:
+        if "training/global_step" not in data:
+            continue
+        mine = [
+            turn
+            for t in trained[step]
+            for turn in turns[(t["otel_agentloop.step"], t["otel_agentloop.index"], t["otel_agentloop.rollout_n"])]
+        ]
+        assert len(mine) >= len(trained[step])  # every trajectory has at least one turn with engine numbers
+        for stat, attr in (("queue_s", sc.RL_ENGINE_QUEUE_S), ("decode_s", sc.RL_ENGINE_DECODE_S)):
+            values = [turn.attributes[attr] for turn in mine]
+            assert data[f"agent_loop/engine/{stat}/max"] == pytest.approx(max(values)), (step, stat)
+            assert data[f"agent_loop/engine/{stat}/p50"] == pytest.approx(float(np.percentile(values, 50)))
+        assert "agent_loop/engine/decode_tokens_per_s/p99" in data
+    assert "val-aux/agent_loop/engine/queue_s/max" in val

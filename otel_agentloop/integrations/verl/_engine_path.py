@@ -19,7 +19,8 @@ Contract:
   our settings on OTLP/gRPC and an endpoint, ``otlp_traces_endpoint`` is set unless the user set it, and
   ``OTEL_SERVICE_NAME`` (read by vLLM's engine processes, spawned from the actor) defaults to our service name.
 - **SGLang** (``SGLangHttpServer.generate``): ``GenerateReqInput`` is built from a request dict; the server
-  wrapper adds ``external_trace_header`` to it while a call carries headers.
+  wrapper adds ``external_trace_header`` to it while a call carries headers (:mod:`..sglang`'s wrapper), and
+  SGLang's final output is read by :mod:`..sglang`'s reader.
 """
 
 from __future__ import annotations
@@ -31,15 +32,15 @@ from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
 from typing import Any
 
 from opentelemetry import trace
-from opentelemetry.util.types import AttributeValue
 
-from ... import semconv as sc
 from ...core._guard import internal_error, warn_once
 from ...setup import current_handle
 from .._engine import trace_headers
+from ..sglang import output_attributes, with_trace_header
 from ..vllm._output import engine_attributes
 from ..vllm._wrappers import engine_service_name
 from . import _patching as patching
+from ._segments import take_numbers
 
 VLLM_SERVER = "verl.workers.rollout.vllm_rollout.vllm_async_server"
 SGLANG_SERVER = "verl.workers.rollout.sglang_rollout.async_sglang_server"
@@ -132,7 +133,7 @@ async def _received(ref: Any) -> Any:
     try:
         extra = getattr(output, "extra_fields", None)
         numbers = extra.pop(ENGINE_KEY, None) if isinstance(extra, dict) else None
-        if isinstance(numbers, Mapping) and numbers:
+        if isinstance(numbers, Mapping) and numbers and not take_numbers(numbers):  # else: a resumed turn's
             span = trace.get_current_span()
             for key, value in numbers.items():
                 span.set_attribute(str(key), value)
@@ -235,11 +236,7 @@ def _sglang_generate(inner: Callable[..., Any]) -> Callable[..., Any]:
         call = _CALL.get()
         if call is None or not patching.state.active:
             return inner(obj, *args, **kwargs)
-        if getattr(obj, "external_trace_header", None) is None:
-            try:
-                obj.external_trace_header = dict(call.headers)
-            except Exception:
-                internal_error("verl.engine.sglang_header")
+        with_trace_header(obj, call.headers)
         return _relay(inner(obj, *args, **kwargs), call)
 
     return _ours(generate_request, inner)
@@ -269,32 +266,10 @@ def _send_back(output: Any, call: _Call) -> None:
     try:
         extra = getattr(output, "extra_fields", None)
         if isinstance(extra, dict):
-            numbers = _sglang_numbers(call.final) if call.engine == "sglang" else engine_attributes(call.final)
+            numbers = output_attributes(call.final) if call.engine == "sglang" else engine_attributes(call.final)
             extra[ENGINE_KEY] = numbers
     except Exception:
         internal_error("verl.engine.send_back")
-
-
-def _sglang_numbers(output: Any) -> dict[str, AttributeValue]:
-    """SGLang's output dict (``meta_info``: ``id``, ``prompt_tokens``, ``completion_tokens``, ``finish_reason``);
-    SGLang reports no queue or decode time per request there."""
-    meta = output.get("meta_info") if isinstance(output, Mapping) else None
-    numbers: dict[str, AttributeValue] = {sc.RL_ENGINE_NAME: "sglang"}
-    if not isinstance(meta, Mapping):
-        return numbers
-    if isinstance(meta.get("id"), str):
-        numbers[sc.GEN_AI_RESPONSE_ID] = meta["id"]
-    for key, name in (
-        (sc.GEN_AI_USAGE_INPUT_TOKENS, "prompt_tokens"),
-        (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "completion_tokens"),
-    ):
-        value = meta.get(name)
-        if type(value) is int and value >= 0:
-            numbers[key] = value
-    reason = meta.get("finish_reason")
-    if isinstance(reason, Mapping) and isinstance(reason.get("type"), str):
-        numbers[sc.GEN_AI_RESPONSE_FINISH_REASONS] = (str(reason["type"]),)
-    return numbers
 
 
 # -- engine arguments: the endpoint and service name, on the server actor ------------------------------

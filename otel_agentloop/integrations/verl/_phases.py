@@ -16,6 +16,7 @@ from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
 from . import _patching as patching
+from . import _segments
 
 _TOOL_CALLS = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS})
 _GENERATE_TURN = PhaseSpec.build(sc.GENERATE)
@@ -120,9 +121,13 @@ _IN_GENERATE: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_agentl
 
 async def generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """One generation span per turn: ``FullyAsyncLLMServerClient.generate`` (resuming aborted requests) calls
-    the base client's, which then adds no span of its own."""
+    the base client's, which then adds no span of its own: each such call is one engine attempt of the turn
+    (:mod:`._segments`)."""
     if _IN_GENERATE.get():
-        return await original(*args, **kwargs)
+        attempts = _segments.in_turn()
+        if attempts is None:
+            return await original(*args, **kwargs)
+        return await _segments.attempt(attempts, original, args, kwargs)
     token = _IN_GENERATE.set(True)
     try:
         return await _generate_span(original, args, kwargs)
@@ -152,14 +157,15 @@ async def _generate_span(original: Any, args: tuple[Any, ...], kwargs: dict[str,
                 turn.set_attribute(sc.GEN_AI_PROVIDER_NAME, provider)
         except Exception:
             internal_error("verl.generate.name")
-        output = await original(*args, **kwargs)
+        output = await _segments.turn_attempts(turn, lambda: original(*args, **kwargs))
         _record_generation(turn, output, kwargs)
         return output
     started = start(spec, extra={sc.GEN_AI_PROVIDER_NAME: provider} if provider else None)
-    output = await _awaited(started, original, args, kwargs)
     if started is None:
-        return output
-    _record_generation(span_of(started), output, kwargs)
+        return await original(*args, **kwargs)
+    span = span_of(started)
+    output = await _awaited(started, _segments.turn_attempts, (span, lambda: original(*args, **kwargs)), {})
+    _record_generation(span, output, kwargs)
     finish(started)
     return output
 
@@ -177,6 +183,7 @@ def _record_generation(span: Any, output: Any, kwargs: dict[str, Any]) -> None:
         version = (output.extra_fields or {}).get("global_steps")
         if version is not None:
             span.set_attribute(sc.RL_POLICY_VERSION, int(version))
+            _segments.note_versions(int(version))
     except Exception:
         internal_error("verl.generate.record")
 

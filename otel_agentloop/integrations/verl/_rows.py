@@ -9,6 +9,7 @@ that ride with the trajectory, and :func:`table_from_tags` rebuilds the per-samp
 
 from __future__ import annotations
 
+import dataclasses
 import json
 import sys
 import threading
@@ -22,6 +23,7 @@ from ...core._door import RecordProcessor
 from ...core._guard import internal_error, safe_str, warn_once
 from ...core._record import FastSpan
 from ...metrics._accumulate import PHASE_INDEX, StepRows
+from ...metrics._engine import EngineTurns
 from ...metrics._table import PhaseTable, bound_tools
 
 Key = tuple[Any, Any, Any, Any]  # (step, validate, sample index, rollout n) as the spans carry them
@@ -158,6 +160,7 @@ class OpenSampleRows(RecordProcessor):
             "start_ns": int(table.start_ns[0]),
             "end_ns": int(table.end_ns[0]),
             "tools": {name: [float(v) for v in calls] for name, calls in table.tools.items()},
+            "engine": engine_columns(table.engine),
         }
 
     def record_end(self, span: FastSpan) -> None:
@@ -203,6 +206,9 @@ def row_tags(
     tools = values.get("tools")
     if tools:
         out[TAG + "tools"] = json.dumps(tools, separators=(",", ":"))
+    engine = values.get("engine")
+    if engine:
+        out[TAG + "engine"] = json.dumps(engine, separators=(",", ":"))
     out[TAG + "index"] = int(index)
     out[TAG + "rollout_n"] = int(rollout_n)
     out[TAG + "uid"] = str(uid)
@@ -244,8 +250,88 @@ def table_from_tags(tags: Sequence[Mapping[str, Any]]) -> tuple[PhaseTable, list
         start_ns=np.array([_ns(r.get(TAG + "start_ns")) for r in rows], dtype=np.int64),
         end_ns=np.array([_ns(r.get(TAG + "end_ns")) for r in rows], dtype=np.int64),
         tools=bound_tools(calls),
+        engine=engine_from_tags(rows),
     )
     return table, rows
+
+
+MAX_ROW_ENGINE_TURNS = 1024
+"""Engine turns carried per trajectory in its tags (a trajectory's later turns are left out of the engine
+statistics; verl caps turns per trajectory far lower)."""
+_KEYS = ("sample_index", "rollout_n")  # an engine turn's sample: the row's own identity, not carried
+
+
+def engine_columns(turns: EngineTurns) -> dict[str, list[Any]]:
+    """One trajectory's engine turns (the metrics' own per-turn columns, whatever they are: every field of
+    :class:`EngineTurns` but its sample keys) as JSON-ready lists, NaN as ``None``; ``{}`` without turns."""
+    if not len(turns):
+        return {}
+    out: dict[str, list[Any]] = {}
+    for f in dataclasses.fields(turns):
+        if f.name not in _KEYS:
+            column = np.asarray(getattr(turns, f.name))[:MAX_ROW_ENGINE_TURNS]
+            if column.dtype.kind == "O":  # policy versions: a tuple of ints per turn
+                out[f.name] = [[int(x) for x in v] for v in column.tolist()]
+            else:
+                out[f.name] = [None if v != v else v for v in column.tolist()]  # v != v: NaN
+    return out
+
+
+def engine_from_tags(rows: Sequence[Mapping[str, Any]]) -> EngineTurns:
+    """The engine turns of the trajectories whose tags carry them (:func:`engine_columns`), keyed by each row's
+    sample index and rollout. A malformed row's turns are left out, never the row; a column the tags do not
+    carry (an older writer) is NaN."""
+    fields = [f for f in dataclasses.fields(EngineTurns) if f.name not in _KEYS]
+    empty = EngineTurns()
+    keys: list[tuple[int, int]] = []
+    columns: dict[str, list[Any]] = {f.name: [] for f in fields}
+    for r in rows:
+        try:
+            carried = json.loads(r.get(TAG + "engine") or "{}")
+            n = max((len(v) for v in carried.values() if isinstance(v, list)), default=0)
+            turn_columns = {}
+            for f in fields:
+                values = carried.get(f.name)
+                values = values if isinstance(values, list) and len(values) == n else [None] * n
+                turn_columns[f.name] = (
+                    [_versions(v) for v in values]
+                    if getattr(empty, f.name).dtype.kind == "O"
+                    else [_number(v) for v in values]
+                )
+        except (TypeError, ValueError, AttributeError):
+            continue
+        keys.extend([(int(r.get(TAG + "index", -1)), int(r.get(TAG + "rollout_n", -1)))] * n)
+        for name, values in turn_columns.items():
+            columns[name].extend(values)
+    if not keys:
+        return empty
+    built = {name: _column(values, getattr(empty, name).dtype) for name, values in columns.items()}
+    index = np.array([k[0] for k in keys], dtype=np.int64)
+    rollout = np.array([k[1] for k in keys], dtype=np.int64)
+    return EngineTurns(sample_index=index, rollout_n=rollout, **built)
+
+
+def _versions(value: Any) -> tuple[int, ...]:
+    """A carried turn's policy versions (a list of ints) as a tuple; ``()`` when malformed."""
+    if not isinstance(value, list) or not all(type(v) is int for v in value):
+        return ()
+    return tuple(value)
+
+
+def _column(values: list[Any], dtype: Any) -> Any:
+    """Carried values as a column of the metrics' own dtype (a non-float column: NaN as -1; an object column:
+    its values as they are)."""
+    if dtype.kind == "O":
+        column = np.empty(len(values), np.object_)
+        column[:] = values
+        return column
+    column = np.array(values, dtype=np.float64)
+    return column if dtype.kind == "f" else np.nan_to_num(column, nan=-1.0).astype(dtype)
+
+
+def _number(value: Any) -> float:
+    """A carried engine value (``None``: not carried) as a float, NaN when missing or not a number."""
+    return float(value) if isinstance(value, (int, float)) and not isinstance(value, bool) else float("nan")
 
 
 def _ns(value: Any) -> int:
