@@ -25,6 +25,8 @@ if [ ! -x "$boot/bin/uv" ]; then
   run python3 -m venv "$boot"
   run "$boot/bin/python" -m pip --disable-pip-version-check -q --cache-dir "$cache/pip" install "uv==0.9.*"
 fi
+# uv alone in a folder of its own: verifiers' null harness runs its chat program with `uv` from PATH
+mkdir -p "$cache/uv-bin" && ln -sf "$boot/bin/uv" "$cache/uv-bin/uv"
 export UV_CACHE_DIR=$cache/uv
 run "$boot/bin/uv" venv -q --python "$(command -v python3)" "$venv"
 copy=$(mktemp -d)

@@ -22,7 +22,7 @@ def eval_config(base_url: str, out_dir: Path, rollouts: int) -> Any:
         },
         client={"type": "eval", "base_url": base_url, "api_key_var": "VF_TEST_API_KEY"},
         model="tiny",
-        sampling={"max_tokens": 24, "temperature": 1.0, "tool_choice": "required"},
+        sampling={"max_tokens": 64, "temperature": 0.0, "seed": 0, "tool_choice": "required"},
         num_rollouts=rollouts,
         max_concurrent=4,
         rich=None,

@@ -65,6 +65,7 @@ def uninstrument() -> None:
     with _patching.lock:
         _patching.state.active = False
         _patching.restore()
+        _rollout.auto_configure(False)
 
 
 class VerifiersInstrumentor(Instrumentor):
@@ -77,6 +78,7 @@ class VerifiersInstrumentor(Instrumentor):
     def _instrument(self, **kwargs: Any) -> None:
         if importlib.util.find_spec("verifiers") is None:  # opentelemetry-instrument loads every entry point
             return
+        _rollout.auto_configure(True)  # no code change: tracing from the environment, at the first eval or rollout
         instrument()
 
     def _uninstrument(self, **kwargs: Any) -> None:

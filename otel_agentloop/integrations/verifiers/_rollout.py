@@ -13,6 +13,7 @@
 
 from __future__ import annotations
 
+import atexit
 import contextvars
 import threading
 from collections.abc import Callable
@@ -37,7 +38,28 @@ _sessions: dict[str, tuple[otel_context.Context, SampleHandle]] = {}
 _counts: dict[int, int] = {}
 _counts_step: list[int | None] = [None]
 _eval_runs = [0]
+_auto = [False]
+"""Configure tracing from the environment at the first eval run or rollout, when nothing did (set by the
+``opentelemetry-instrument`` path, :class:`VerifiersInstrumentor`)."""
 _IDS: contextvars.ContextVar[list[str] | None] = contextvars.ContextVar("otel_agentloop_verifiers_ids", default=None)
+
+
+def auto_configure(on: bool) -> None:
+    _auto[0] = on
+
+
+def _ensure_configured() -> None:
+    if not _auto[0]:
+        return
+    try:
+        from ...setup import configure, current_handle
+
+        with _lock:
+            handle = current_handle()
+            if handle is None or handle.closed:
+                atexit.register(configure().shutdown, 5.0)
+    except Exception:
+        internal_error("verifiers.configure")
 
 
 def session(session_id: object) -> tuple[otel_context.Context, SampleHandle] | None:
@@ -67,6 +89,7 @@ def _task_index(task: Any) -> int:
 
 async def agent_run(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``Agent.run(task, ...)`` as one sample."""
+    _ensure_configured()
     if current_sample() is not None:  # an agent run inside another's sample (a judge agent): part of it
         return await original(*args, **kwargs)
     task = args[1] if len(args) > 1 else kwargs.get("task")
@@ -141,6 +164,7 @@ async def task_score(original: Callable[..., Any], args: tuple[Any, ...], kwargs
 
 async def run_eval(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """verifiers' eval runner as one step (unless one is open already)."""
+    _ensure_configured()
     if current_step() is not None:
         return await original(*args, **kwargs)
     with _lock:
