@@ -78,7 +78,9 @@ def receiver() -> Iterator[tuple[object, str]]:
 
 
 @pytest.fixture(scope="session")
-def vllm_server(engine_python: str, receiver: tuple[object, str], tmp_path_factory: pytest.TempPathFactory) -> Iterator[str]:
+def vllm_server(
+    engine_python: str, receiver: tuple[object, str], tmp_path_factory: pytest.TempPathFactory
+) -> Iterator[str]:
     """vLLM's OpenAI server on the tiny model, tracing to the receiver; its base URL once it answers."""
     tmp = tmp_path_factory.mktemp("vllm")
     model = tmp / "tiny-qwen2"
@@ -95,7 +97,11 @@ def vllm_server(engine_python: str, receiver: tuple[object, str], tmp_path_facto
         "--otlp-traces-endpoint", receiver[1],
     ]  # fmt: skip
     proc = subprocess.Popen(
-        cmd, env=_engine_env(tmp, OTEL_SERVICE_NAME="vllm-server"), cwd=tmp, stdout=log.open("wb"), stderr=subprocess.STDOUT
+        cmd,
+        env=_engine_env(tmp, OTEL_SERVICE_NAME="vllm-server"),
+        cwd=tmp,
+        stdout=log.open("wb"),
+        stderr=subprocess.STDOUT,
     )
     url = f"http://127.0.0.1:{port}"
     try:
@@ -130,7 +136,8 @@ def _free_port() -> int:
 
 
 def uv_path() -> str:
-    """verifiers' null harness runs its chat program with ``uv``: the bootstrap's (scripts/verifiers_env.sh links it alone into uv-bin)."""
+    """verifiers' null harness runs its chat program with ``uv``: the bootstrap's, which
+    scripts/verifiers_env.sh links alone into ``uv-bin``."""
     cache = Path(os.environ.get("OTEL_AGENTLOOP_CACHE", Path.home() / ".cache" / "otel-agentloop"))
     return str(cache / "uv-bin")
 

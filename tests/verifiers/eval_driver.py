@@ -18,7 +18,12 @@ def eval_config(base_url: str, out_dir: Path, rollouts: int) -> Any:
     return EvalConfig(
         env={
             "taskset": {"id": "vf_tools_env"},
-            "agent": {"harness": {"id": "null"}, "runtime": {"type": "subprocess"}, "max_turns": 3, "timeout": {"rollout": 300, "scoring": 60}},
+            "agent": {
+                "harness": {"id": "null"},
+                "runtime": {"type": "subprocess"},
+                "max_turns": 3,
+                "timeout": {"rollout": 300, "scoring": 60},
+            },
         },
         client={"type": "eval", "base_url": base_url, "api_key_var": "VF_TEST_API_KEY"},
         model="tiny",
@@ -74,7 +79,9 @@ async def main() -> None:
         import otel_agentloop as oal
         from otel_agentloop.integrations import verifiers as oal_verifiers
 
-        handle = oal.configure("vf-eval", endpoint=args.otlp, protocol="grpc") if args.otlp else oal.configure("vf-eval")
+        handle = (
+            oal.configure("vf-eval", endpoint=args.otlp, protocol="grpc") if args.otlp else oal.configure("vf-eval")
+        )
         oal_verifiers.instrument()
     from verifiers.v1.cli.eval.runner import run_eval
 

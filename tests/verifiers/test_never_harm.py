@@ -77,9 +77,9 @@ def test_a_tool_server_traces_each_call_below_the_handed_over_sample_and_keeps_i
     plain = asyncio.run(_outcomes(_tools_of(_toolset())))
     with testing.capture("tools") as captured:
         with oal.step(3), oal.sample(1, rollout_n=2) as sample:
-            env = _tools._launch_env()
-        assert env is not None and env["TRACEPARENT"].split("-")[1] == sample.trace_id
-        _tools.adopt_launch_environment(env)
+            launch = _tools.launch()
+        assert launch is not None and json.loads(launch.carrier)["traceparent"].split("-")[1] == sample.trace_id
+        _tools.adopt(launch.carrier)
         oal_verifiers.instrument()
         traced = asyncio.run(_outcomes(_tools_of(_toolset())))
         finished = captured.spans()
@@ -89,7 +89,11 @@ def test_a_tool_server_traces_each_call_below_the_handed_over_sample_and_keeps_i
     root = next(s for s in finished if s.name == sc.SAMPLE_SPAN)
     for span in spans.values():
         assert span.parent is not None and span.parent.span_id == root.context.span_id
-        assert (span.attributes[sc.RL_SAMPLE_INDEX], span.attributes[sc.RL_ROLLOUT_N], span.attributes[sc.RL_STEP]) == (1, 2, 3)
+        assert (span.attributes[sc.RL_SAMPLE_INDEX], span.attributes[sc.RL_ROLLOUT_N], span.attributes[sc.RL_STEP]) == (
+            1,
+            2,
+            3,
+        )
     assert spans["execute_tool boom"].attributes["error.type"] == "KeyError"
     assert spans["execute_tool slow"].status.is_ok  # cancellation is no error
     assert spans["execute_tool fine"].status.is_ok
@@ -111,9 +115,9 @@ def test_the_mcp_signature_of_a_traced_tool_is_verifiers_own() -> None:
     plain = {name: inspect.signature(fn) for name, fn in _tools_of(toolset).items()}
     with testing.capture("tools"):
         with oal.sample(0):
-            env = _tools._launch_env()
-        assert env is not None
-        _tools.adopt_launch_environment(env)
+            launch = _tools.launch()
+        assert launch is not None
+        _tools.adopt(launch.carrier)
         oal_verifiers.instrument()
         traced = _tools_of(toolset)
     assert {name: inspect.signature(fn) for name, fn in traced.items()} == plain

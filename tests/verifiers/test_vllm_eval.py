@@ -50,7 +50,9 @@ def runs(vllm_server: str, receiver: tuple[Any, str], tmp_path_factory: pytest.T
         "oneswitch": (
             [str(Path(python()).parent / "opentelemetry-instrument"), python(), driver, *base],
             driver_env(
-                OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc", OTEL_SERVICE_NAME="vf-oneswitch"
+                OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+                OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+                OTEL_SERVICE_NAME="vf-oneswitch",
             ),
         ),
     }
@@ -98,7 +100,9 @@ def _check_traces(runs: dict[str, Any], mode: str) -> list[dict[str, Any]]:
         by_trace.setdefault(s.trace_id, []).append(s)
     rows = []
     for rollout in runs[mode]["result"]["rollouts"]:
-        roots = [s for s in spans if s.name == sc.SAMPLE_SPAN and s.attributes.get("verifiers.trace.id") == rollout["id"]]
+        roots = [
+            s for s in spans if s.name == sc.SAMPLE_SPAN and s.attributes.get("verifiers.trace.id") == rollout["id"]
+        ]
         assert len(roots) == 1, rollout["id"]
         root = roots[0]
         trace = by_trace[root.trace_id]
@@ -191,7 +195,11 @@ def _hex_ids(obj: Any) -> Any:
 
     if isinstance(obj, dict):
         return {
-            k: (base64.b64decode(v).hex() if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str) else _hex_ids(v))
+            k: (
+                base64.b64decode(v).hex()
+                if k in ("traceId", "spanId", "parentSpanId") and isinstance(v, str)
+                else _hex_ids(v)
+            )
             for k, v in obj.items()
         }
     if isinstance(obj, list):

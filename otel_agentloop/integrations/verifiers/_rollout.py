@@ -172,5 +172,3 @@ async def run_eval(original: Callable[..., Any], args: tuple[Any, ...], kwargs: 
         _eval_runs[0] += 1
     with step(number):
         return await original(*args, **kwargs)
-
-

@@ -4,10 +4,11 @@ verifiers runs a rollout's tools in tool-server processes (``python -m <toolset 
 ``mcp.launch.serve_in_runtime``); the harness calls them over MCP, so the eval process never sees a call run.
 
 - Launch (eval process): a tool server launched in the local ``subprocess`` runtime inside a traced sample is
-  started as ``python -m otel_agentloop.integrations.verifiers._toolserver <module>`` (the same module, run
-  as ``__main__`` by :mod:`runpy`) with the sample's ``TRACEPARENT`` and identity and this process's tracing
-  settings (``Handle.worker_env``) in its environment. Servers in other runtimes (containers, sandboxes, the
-  eval-level shared servers) are launched unchanged: their tool calls are not traced.
+  started as ``python -m otel_agentloop.integrations.verifiers._toolserver <carrier> <module>`` (the same
+  module, run as ``__main__`` by :mod:`runpy`) with the sample's ``traceparent`` and identity (``<carrier>``)
+  on its command line and this process's tracing settings (``Handle.worker_env``) in its environment. Servers
+  in other runtimes (containers, sandboxes, the eval-level shared servers) are launched unchanged: their tool
+  calls are not traced.
 - Serve (tool-server process): ``ServerBase._with_state`` (how each ``@vf.tool`` is registered with MCP) is
   wrapped so that each call is one ``execute_tool <name>`` span below the sample, with its identity; the
   span is exported before the call returns (the server may be killed when the rollout ends).
@@ -19,9 +20,8 @@ import asyncio
 import contextvars
 import functools
 import json
-import os
 import sys
-from collections.abc import Callable, Mapping
+from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,47 +34,54 @@ from ...core._phase import PhaseSpec, start
 from .._engine import trace_headers
 
 ENTRY = "otel_agentloop.integrations.verifiers._toolserver"
-SAMPLE_VARIABLE = "OTEL_AGENTLOOP_VERIFIERS_SAMPLE"
-"""A launched tool server's sample identity (JSON: index, rollout_n, step, validate)."""
 FLUSH_S = 2.0
 
-_LAUNCH: contextvars.ContextVar[dict[str, str] | None] = contextvars.ContextVar(
-    "otel_agentloop_verifiers_launch", default=None
-)
+_LAUNCH: contextvars.ContextVar[Launch | None] = contextvars.ContextVar("otel_agentloop_verifiers_launch", default=None)
 
 
-def _launch_env() -> dict[str, str] | None:
-    """What a tool server launched now needs to continue the current sample's trace, or ``None``."""
+class Launch:
+    """What a tool server launched now needs: this process's tracing settings (``env``, ``Handle.worker_env``)
+    and the sample's context and identity (``carrier``, JSON on its command line)."""
+
+    __slots__ = ("carrier", "env")
+
+    def __init__(self, env: dict[str, str], carrier: str) -> None:
+        self.env = env
+        self.carrier = carrier
+
+
+def launch() -> Launch | None:
+    """The current sample's :class:`Launch`, or ``None`` outside a traced sample."""
     from ...setup import current_handle
 
     handle = current_handle()
     sample = current_sample()
     if handle is None or not handle.enabled or sample is None or sample.span is None:
         return None
-    carrier = trace_headers()
+    carrier: dict[str, Any] = dict(trace_headers())
     if "traceparent" not in carrier:
         return None
-    env = dict(handle.worker_env)
-    env["TRACEPARENT"] = carrier["traceparent"]
-    if "tracestate" in carrier:
-        env["TRACESTATE"] = carrier["tracestate"]
-    identity = {"index": sample.index, "rollout_n": sample.rollout_n, "step": sample.step, "validate": sample.validate}
-    env[SAMPLE_VARIABLE] = json.dumps(identity)
-    return env
+    carrier["sample"] = {
+        "index": sample.index,
+        "rollout_n": sample.rollout_n,
+        "step": sample.step,
+        "validate": sample.validate,
+    }
+    return Launch(dict(handle.worker_env), json.dumps(carrier))
 
 
 async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``serve_in_runtime(server, runtime, ...)``: a local subprocess launch carries the sample's context."""
-    env = None
+    found = None
     try:
         runtime = args[1] if len(args) > 1 else kwargs.get("runtime")
         if getattr(runtime, "type", None) == "subprocess":
-            env = _launch_env()
+            found = launch()
     except Exception:
         internal_error("verifiers.tool_launch")
-    if env is None:
+    if found is None:
         return await original(*args, **kwargs)
-    token = _LAUNCH.set(env)
+    token = _LAUNCH.set(found)
     try:
         return await original(*args, **kwargs)
     finally:
@@ -83,13 +90,13 @@ async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], 
 
 async def run_background(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``SubprocessRuntime.run_background(argv, env, log)``: inside a traced launch, ``python -m <module>``
-    becomes ``python -m <ENTRY> <module>`` with the launch's environment added."""
-    launch = _LAUNCH.get()
-    if launch is not None:
+    becomes ``python -m <ENTRY> <carrier> <module>`` with the launch's settings added to its environment."""
+    found = _LAUNCH.get()
+    if found is not None:
         try:
             self, argv, env, *rest = args
             if isinstance(argv, list) and len(argv) == 3 and argv[0] == sys.executable and argv[1] == "-m":
-                args = (self, [argv[0], "-m", ENTRY, argv[2]], {**launch, **dict(env)}, *rest)
+                args = (self, [argv[0], "-m", ENTRY, found.carrier, argv[2]], {**found.env, **dict(env)}, *rest)
         except Exception:
             internal_error("verifiers.tool_argv")
     return await original(*args, **kwargs)
@@ -108,21 +115,21 @@ class _Served:
 served = _Served()
 
 
-def adopt_launch_environment(environ: Mapping[str, str]) -> None:
-    """In a launched tool server: the sample's context (``TRACEPARENT``) and identity."""
+def adopt(carrier: str) -> None:
+    """In a launched tool server: the sample's context and identity, from the launcher's carrier (JSON)."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    carrier = {"traceparent": environ.get("TRACEPARENT", "")}
-    if environ.get("TRACESTATE"):
-        carrier["tracestate"] = environ["TRACESTATE"]
-    served.ctx = TraceContextTextMapPropagator().extract(carrier)
-    raw = json.loads(environ.get(SAMPLE_VARIABLE) or "{}")
+    raw = json.loads(carrier)
+    headers = {k: raw[k] for k in ("traceparent", "tracestate") if isinstance(raw.get(k), str)}
+    ctx = TraceContextTextMapPropagator().extract(headers)
+    sample = raw.get("sample") if isinstance(raw.get("sample"), dict) else {}
     identity: dict[str, Any] = {}
     for key, name in (("index", sc.RL_SAMPLE_INDEX), ("rollout_n", sc.RL_ROLLOUT_N), ("step", sc.RL_STEP)):
-        if type(raw.get(key)) is int:
-            identity[name] = raw[key]
-    identity[sc.RL_VALIDATE] = bool(raw.get("validate", False))
+        if type(sample.get(key)) is int:
+            identity[name] = sample[key]
+    identity[sc.RL_VALIDATE] = bool(sample.get("validate", False))
     served.identity = identity
+    served.ctx = ctx
 
 
 def with_state(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
@@ -175,8 +182,3 @@ async def _flush() -> None:
             await asyncio.to_thread(handle.request_flush, FLUSH_S)
     except Exception:
         internal_error("verifiers.tool_flush")
-
-
-def launched() -> bool:
-    """Whether this process was launched as a traced tool server."""
-    return bool(os.environ.get(SAMPLE_VARIABLE))

@@ -1,5 +1,6 @@
-"""``python -m otel_agentloop.integrations.verifiers._toolserver <module>``: a verifiers tool server that continues
-the sample's trace (see :mod:`._tools`). Configures tracing from the environment its launcher handed over,
+"""``python -m otel_agentloop.integrations.verifiers._toolserver <carrier> <module>``: a verifiers tool server that
+continues the sample's trace (see :mod:`._tools`). Configures tracing from the environment its launcher handed
+over, adopts the sample in ``<carrier>`` (JSON: ``traceparent``, ``tracestate``, the sample's identity),
 instruments verifiers, then runs ``<module>`` as ``__main__``, as ``python -m <module>`` would. Tracing
 failures are logged and never stop the server."""
 
@@ -11,24 +12,24 @@ import sys
 
 
 def main() -> None:
-    if len(sys.argv) < 2:
-        raise SystemExit("usage: python -m otel_agentloop.integrations.verifiers._toolserver <module> [args...]")
-    module = sys.argv[1]
-    del sys.argv[1]
+    if len(sys.argv) < 3:
+        raise SystemExit("usage: python -m otel_agentloop.integrations.verifiers._toolserver <carrier> <module>")
+    carrier, module = sys.argv[1], sys.argv[2]
+    del sys.argv[1:3]
     try:
         from ...core._guard import internal_error
 
         try:
             from ... import configure
             from . import instrument
-            from ._tools import adopt_launch_environment
+            from ._tools import adopt
 
             configure(
                 resource_attributes={"process.pid": os.getpid()},
                 worker=f"verifiers-tools:{os.getpid()}",
                 set_global=False,  # ours only: the MCP library's own spans would each start a trace of their own
             )
-            adopt_launch_environment(os.environ)
+            adopt(carrier)
             instrument()
         except Exception:
             internal_error("verifiers.toolserver")

@@ -136,7 +136,10 @@ def record_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dic
 def _end_streamed(scope: OpenSpan, kwargs: dict[str, Any]) -> None:
     span = span_of(scope)
     usage = kwargs.get("usage")
-    for key, name in ((sc.GEN_AI_USAGE_INPUT_TOKENS, "prompt_tokens"), (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "completion_tokens")):
+    for key, name in (
+        (sc.GEN_AI_USAGE_INPUT_TOKENS, "prompt_tokens"),
+        (sc.GEN_AI_USAGE_OUTPUT_TOKENS, "completion_tokens"),
+    ):
         value = getattr(usage, name, None)
         if type(value) is int and value >= 0:
             span.set_attribute(key, value)
