@@ -43,6 +43,8 @@ def _run(src: Path, tmp: Path, name: str, *extra: str) -> dict[str, str]:
     # test_color_codeword_tasks imports an example environment package that the sdist does not ship
     cmd = [sys.executable, "-m", "pytest", "-p", "no:cacheprovider", "tests/v1", "-m", "not e2e", "-q",
            "--ignore=tests/v1/test_color_codeword_tasks.py",
+           # a subprocess with a 30 s timeout that this loaded 2-core machine misses, plain too: a flake, not an outcome
+           "--deselect=tests/v1/test_e2e.py::test_env_client_close_drains_finished_cancels",
            f"--junitxml={junit}", *extra]  # fmt: skip
     proc = subprocess.run(cmd, cwd=src, env=env, capture_output=True, text=True, timeout=SUITE_S)
     assert proc.returncode in (0, 1), proc.stdout[-4000:] + proc.stderr[-4000:]
