@@ -1,7 +1,8 @@
 """verifiers' own test suite (from the sdist of the installed 0.4.0, unpacked by scripts/verifiers_env.sh), its
 deterministic CPU subset (``-m "not e2e"``: the e2e tests need a hosted model and an API key), run plain and
 instrumented (``-p vf_suite_plugin``: tracing on, ``instrument()`` before any test): the same outcome for every
-test, and our wrappers did run."""
+test, and verifiers' calls did go through our wrappers. (These tests drive verifiers' parts directly, not whole
+traced rollouts: the rollout-level spans are shown by test_vllm_eval.py.)"""
 
 from __future__ import annotations
 
@@ -58,5 +59,5 @@ def test_verifiers_own_suite_has_the_same_outcomes_plain_and_instrumented(tmp_pa
     traced = _run(src, tmp_path, "traced", "-p", "vf_suite_plugin")
     assert len(plain) >= 50
     assert traced == plain
-    spans = json.loads((tmp_path / "traced-spans.json").read_text())
-    assert spans.get("rl.sample", 0) >= 1 and spans.get("rl.reward", 0) >= 1, spans  # our wrappers ran
+    seen = json.loads((tmp_path / "traced-spans.json").read_text())
+    assert seen["calls"].get("Task.score", 0) >= 1, seen  # verifiers' calls did go through our wrappers

@@ -6,11 +6,12 @@ the sample (:func:`._rollout.session`). The turn span (``chat <model>``) starts 
 request upstream and its ``traceparent`` goes out with it (unless the request already carries one), so a vLLM
 OpenAI server's ``llm_request`` is its child.
 
-- ``get_response`` (a buffered call, eval or training client): the turn ends when the response is back, with
-  its usage tokens, id and finish reasons (:func:`record_openai_response` on the raw body).
-- ``relay`` (a streamed call): the response streams on after the call returns; the turn ends in
-  ``InterceptionServer.record_call``, verifiers' own per-call record, with its usage and finish reason (or at
-  the end of the request task, whichever comes first).
+- ``get_response`` (a buffered call, eval or training client): usage tokens, id and finish reasons from the
+  response body (:func:`record_openai_response`).
+- ``relay`` (a streamed call): the response streams on after the call returns.
+- Either ends in ``InterceptionServer.record_call``, verifiers' own per-call record, lasting the duration
+  verifiers measured for the call (as verl's turns take verl's timer), with its usage, finish reason and
+  error; or at the end of the request task, whichever comes first.
 """
 
 from __future__ import annotations
@@ -68,7 +69,13 @@ def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[OpenSpan | No
             otel_context.detach(token)
         headers = kwargs.get("headers")
         given = {str(k).lower() for k in headers} if isinstance(headers, Mapping) else set()
-        if carrier and "traceparent" not in given and (headers is None or isinstance(headers, Mapping)):
+        positional = len(args) > 4  # past (self, dialect, body, sampling): headers may be positional, left as given
+        if (
+            carrier
+            and not positional
+            and "traceparent" not in given
+            and (headers is None or isinstance(headers, Mapping))
+        ):
             kwargs = {**kwargs, "headers": {**(headers or {}), **carrier}}
         return scope, kwargs
     except Exception:
@@ -77,7 +84,8 @@ def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[OpenSpan | No
 
 
 async def get_response(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``Client.get_response(dialect, body, sampling, session_id=..., headers=...)`` as one turn."""
+    """``Client.get_response(dialect, body, sampling, session_id=..., headers=...)`` as one turn; the response's
+    usage, id and finish reasons go on it now, and it ends in ``record_call`` (see :func:`record_call`)."""
     scope, kwargs = _begin(args, kwargs)
     if scope is None:
         return await original(*args, **kwargs)
@@ -87,12 +95,12 @@ async def get_response(original: Callable[..., Any], args: tuple[Any, ...], kwar
         finish(scope, exc)
         raise
     record_openai_response(getattr(response, "raw", None), span=span_of(scope))
-    finish(scope)
+    _hold(scope)
     return response
 
 
 async def relay(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``EvalClient.relay(...)``: the turn stays open while the stream is read (see the module)."""
+    """``EvalClient.relay(...)``: the turn stays open while the stream is read, and ends in ``record_call``."""
     scope, kwargs = _begin(args, kwargs)
     if scope is None:
         return await original(*args, **kwargs)
@@ -101,17 +109,22 @@ async def relay(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dic
     except BaseException as exc:
         finish(scope, exc)
         raise
+    _hold(scope)
+    return reply
+
+
+def _hold(scope: OpenSpan) -> None:
+    """Keep the turn open until this request task's ``record_call`` (or its end, whichever comes first)."""
     try:
         task = asyncio.current_task()
         if task is None:
             finish(scope)
-        else:
-            _open[task] = scope
-            task.add_done_callback(_task_done)
+            return
+        _open[task] = scope
+        task.add_done_callback(_task_done)
     except Exception:
-        internal_error("verifiers.relay")
+        internal_error("verifiers.turn_hold")
         finish(scope)
-    return reply
 
 
 def _task_done(task: asyncio.Task[Any]) -> None:
@@ -121,19 +134,30 @@ def _task_done(task: asyncio.Task[Any]) -> None:
 
 
 def record_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``InterceptionServer.record_call(...)``: ends this request task's streamed turn, with the call's usage,
-    finish reason and error."""
+    """``InterceptionServer.record_call(session, ...)``, verifiers' own record of the call: ends this request
+    task's turn with the duration verifiers measured (so the two agree), its usage, finish reason and error."""
+    scope = None
+    calls = None
     try:
         task = asyncio.current_task()
         scope = _open.pop(task, None) if task is not None else None
         if scope is not None:
-            _end_streamed(scope, kwargs)
+            calls = getattr(getattr(args[1] if len(args) > 1 else kwargs.get("session"), "trace", None), "calls", None)
     except Exception:
         internal_error("verifiers.record_call")
-    return original(*args, **kwargs)
+    before = len(calls) if isinstance(calls, list) else -1
+    result = original(*args, **kwargs)
+    if scope is not None:
+        try:
+            measured = calls[-1] if isinstance(calls, list) and 0 <= before < len(calls) else None
+            _end(scope, kwargs, measured)
+        except Exception:
+            internal_error("verifiers.record_call")
+            finish(scope)
+    return result
 
 
-def _end_streamed(scope: OpenSpan, kwargs: dict[str, Any]) -> None:
+def _end(scope: OpenSpan, kwargs: dict[str, Any], measured: Any) -> None:
     span = span_of(scope)
     usage = kwargs.get("usage")
     for key, name in (
@@ -147,4 +171,11 @@ def _end_streamed(scope: OpenSpan, kwargs: dict[str, Any]) -> None:
     if isinstance(reason, str) and reason:
         span.set_attribute(sc.GEN_AI_RESPONSE_FINISH_REASONS, (reason,))
     error = kwargs.get("error")
-    finish(scope, error if isinstance(error, BaseException) else None)
+    exc = error if isinstance(error, BaseException) else None
+    end_time = None
+    timed = getattr(measured, "time", None)
+    begin = getattr(span, "start_time", None)
+    if exc is None and timed is not None and isinstance(begin, int) and begin:
+        elapsed = float(timed.end) - float(timed.start)
+        end_time = begin + int(elapsed * 1e9) if elapsed > 0 else None
+    finish(scope, exc, end_time)
