@@ -74,6 +74,15 @@ stack-build:
 clean:
 	rm -rf $(VENV) *.egg-info .pytest_cache .ruff_cache .mypy_cache otel-agentloop-traces otel-agentloop-traces.jsonl
 
+## test-verifiers: real verifiers 0.4 (prime-rl's environments) in its own cached venv (scripts/verifiers_env.sh,
+## uv), its evals against a real vLLM OpenAI server from the engine venv; PYTHONPATH is this checkout, so its
+## code runs whichever clone built the venv.
+.PHONY: test-verifiers
+test-verifiers:
+	@VF_PY=$$(bash scripts/verifiers_env.sh | tail -n 1) && \
+	  PYTHONPATH=$(CURDIR) $$VF_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=2400 tests/verifiers -q $(ARGS); \
+	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-verifiers: pytest collected no tests" >&2; fi; exit $$rc
+
 ## test-trl: real TRL 1.16 GRPOTrainer runs on CPU (a tiny model made at test time) in its own cached venv
 ## (scripts/trl_env.sh, built with uv; CI builds it in a stage of its own first). PYTHONPATH: this checkout's code.
 .PHONY: test-trl

@@ -1,4 +1,23 @@
-"""Drop-in instrumentation of verifiers environments (prime-rl's rollouts): work in progress (issue 39)."""
+"""Drop-in tracing of verifiers environments (prime-rl's rollouts; verifiers 0.4's ``v1`` API):
+``instrument()`` / ``uninstrument()``, or :class:`VerifiersInstrumentor` (``opentelemetry_instrumentor`` entry
+point ``verifiers``, so ``opentelemetry-instrument vf-eval ...`` needs no code change).
+
+While instrumented, across verifiers' own processes and hops:
+
+- each agent run on a task (``Agent.run``) is an ``rl.sample``: index ``task.data.idx``, rollout number counted
+  per task within the step, verifiers' final reward and turn count, its trace id (``verifiers.trace.id``);
+- each model call the interception server sends upstream is a generation turn (``chat <model>``) in that
+  sample's trace, found by the rollout's session id; its ``traceparent`` goes out with the request, so a vLLM
+  OpenAI server's ``llm_request`` nests under it; usage tokens and finish reasons from the response;
+- each tool call is an ``execute_tool <name>`` span in the tool-server process (local subprocess runtime),
+  continuing the sample's trace;
+- ``Task.score`` is the ``rl.reward`` span with the reward; an eval run (``run_eval``) is an ``rl.step``.
+
+``collect()`` then gives verl's ``agent_loop/*`` metrics. Results, exceptions, concurrency and cancellation
+are verifiers' own: wrappers call the originals unchanged. ``instrument()`` never imports verifiers: modules
+not imported yet are patched when they are. Tracing itself is set up by ``otel_agentloop.configure()`` (or
+``opentelemetry-instrument``); without it every wrapper calls straight through.
+"""
 
 from __future__ import annotations
 
@@ -7,28 +26,59 @@ from collections.abc import Collection
 from typing import Any
 
 from .._instrumentor import Instrumentor
+from . import _patching, _rollout, _tools, _turns
+from ._patching import Target
 
-__all__ = ["VerifiersInstrumentor", "instrument", "uninstrument"]
+__all__ = ["VerifiersInstrumentor", "instrument", "is_instrumented", "uninstrument"]
+
+V1 = "verifiers.v1"
+TARGETS: list[Target] = [
+    (f"{V1}.agent", "Agent", "run", _rollout.agent_run),
+    (f"{V1}.rollout", "Rollout", "__init__", _rollout.rollout_init),
+    (f"{V1}.task", "Task", "score", _rollout.task_score),
+    (f"{V1}.cli.eval.runner", "", "run_eval", _rollout.run_eval),
+    (f"{V1}.clients.eval", "EvalClient", "get_response", _turns.get_response),
+    (f"{V1}.clients.eval", "EvalClient", "relay", _turns.relay),
+    (f"{V1}.clients.train", "TrainClient", "get_response", _turns.get_response),
+    (f"{V1}.interception.server", "InterceptionServer", "record_call", _turns.record_call),
+    (f"{V1}.mcp.launch", "", "serve_in_runtime", _tools.serve_in_runtime),
+    (f"{V1}.runtimes.subprocess", "SubprocessRuntime", "run_background", _tools.run_background),
+    (f"{V1}.mcp.server", "ServerBase", "_with_state", _tools.with_state),
+]
+
+
+def is_instrumented() -> bool:
+    return _patching.state.active
 
 
 def instrument() -> bool:
-    """Not yet built: returns ``False``."""
-    return False
+    """Patch verifiers (idempotent; now, or as each module is imported). Returns ``True``."""
+    with _patching.lock:
+        if not _patching.state.active:
+            _patching.state.active = True
+            _patching.install(TARGETS)
+        return True
 
 
 def uninstrument() -> None:
-    """Not yet built."""
+    """Put back verifiers' very own objects (idempotent)."""
+    with _patching.lock:
+        _patching.state.active = False
+        _patching.restore()
+        _rollout.auto_configure(False)
 
 
 class VerifiersInstrumentor(Instrumentor):
-    """OpenTelemetry instrumentor for verifiers (entry point ``verifiers``)."""
+    """OpenTelemetry instrumentor for verifiers (entry point ``verifiers``): :func:`instrument` /
+    :func:`uninstrument`."""
 
     def instrumentation_dependencies(self) -> Collection[str]:
         return ()
 
     def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("verifiers") is None:
+        if importlib.util.find_spec("verifiers") is None:  # opentelemetry-instrument loads every entry point
             return
+        _rollout.auto_configure(True)  # no code change: tracing from the environment, at the first eval or rollout
         instrument()
 
     def _uninstrument(self, **kwargs: Any) -> None:

@@ -1,0 +1,184 @@
+"""Tool calls as ``execute_tool <name>`` spans, in the tool-server process, in the rollout's trace.
+
+verifiers runs a rollout's tools in tool-server processes (``python -m <toolset module>``, launched by
+``mcp.launch.serve_in_runtime``); the harness calls them over MCP, so the eval process never sees a call run.
+
+- Launch (eval process): a tool server launched in the local ``subprocess`` runtime inside a traced sample is
+  started as ``python -m otel_agentloop.integrations.verifiers._toolserver <carrier> <module>`` (the same
+  module, run as ``__main__`` by :mod:`runpy`) with the sample's ``traceparent`` and identity (``<carrier>``)
+  on its command line and this process's tracing settings (``Handle.worker_env``) in its environment. Servers
+  in other runtimes (containers, sandboxes, the eval-level shared servers) are launched unchanged: their tool
+  calls are not traced.
+- Serve (tool-server process): ``ServerBase._with_state`` (how each ``@vf.tool`` is registered with MCP) is
+  wrapped so that each call is one ``execute_tool <name>`` span below the sample, with its identity; the
+  span is exported before the call returns (the server may be killed when the rollout ends).
+"""
+
+from __future__ import annotations
+
+import asyncio
+import contextvars
+import functools
+import json
+import sys
+from collections.abc import Callable
+from typing import Any
+
+from opentelemetry import context as otel_context
+
+from ... import semconv as sc
+from ...core._context import current_sample
+from ...core._guard import internal_error
+from ...core._lifecycle import finish
+from ...core._phase import PhaseSpec, start
+from .._engine import trace_headers
+
+ENTRY = "otel_agentloop.integrations.verifiers._toolserver"
+FLUSH_S = 2.0
+
+_LAUNCH: contextvars.ContextVar[Launch | None] = contextvars.ContextVar("otel_agentloop_verifiers_launch", default=None)
+
+
+class Launch:
+    """What a tool server launched now needs: this process's tracing settings (``env``, ``Handle.worker_env``)
+    and the sample's context and identity (``carrier``, JSON on its command line)."""
+
+    __slots__ = ("carrier", "env")
+
+    def __init__(self, env: dict[str, str], carrier: str) -> None:
+        self.env = env
+        self.carrier = carrier
+
+
+def launch() -> Launch | None:
+    """The current sample's :class:`Launch`, or ``None`` outside a traced sample."""
+    from ...setup import current_handle
+
+    handle = current_handle()
+    sample = current_sample()
+    if handle is None or not handle.enabled or sample is None or sample.span is None:
+        return None
+    carrier: dict[str, Any] = dict(trace_headers())
+    if "traceparent" not in carrier:
+        return None
+    carrier["sample"] = {
+        "index": sample.index,
+        "rollout_n": sample.rollout_n,
+        "step": sample.step,
+        "validate": sample.validate,
+    }
+    return Launch(dict(handle.worker_env), json.dumps(carrier))
+
+
+async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``serve_in_runtime(server, runtime, ...)``: a local subprocess launch carries the sample's context."""
+    found = None
+    try:
+        runtime = args[1] if len(args) > 1 else kwargs.get("runtime")
+        if getattr(runtime, "type", None) == "subprocess":
+            found = launch()
+    except Exception:
+        internal_error("verifiers.tool_launch")
+    if found is None:
+        return await original(*args, **kwargs)
+    token = _LAUNCH.set(found)
+    try:
+        return await original(*args, **kwargs)
+    finally:
+        _LAUNCH.reset(token)
+
+
+async def run_background(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``SubprocessRuntime.run_background(argv, env, log)``: inside a traced launch, ``python -m <module>``
+    becomes ``python -m <ENTRY> <carrier> <module>`` with the launch's settings added to its environment."""
+    found = _LAUNCH.get()
+    if found is not None:
+        try:
+            self, argv, env, *rest = args
+            if isinstance(argv, list) and len(argv) == 3 and argv[0] == sys.executable and argv[1] == "-m":
+                args = (self, [argv[0], "-m", ENTRY, found.carrier, argv[2]], {**found.env, **dict(env)}, *rest)
+        except Exception:
+            internal_error("verifiers.tool_argv")
+    return await original(*args, **kwargs)
+
+
+class _Served:
+    """This tool-server process's parent context and sample identity (from its launch environment)."""
+
+    __slots__ = ("ctx", "identity")
+
+    def __init__(self) -> None:
+        self.ctx: otel_context.Context | None = None
+        self.identity: dict[str, Any] = {}
+
+
+served = _Served()
+
+
+def adopt(carrier: str) -> None:
+    """In a launched tool server: the sample's context and identity, from the launcher's carrier (JSON)."""
+    from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+
+    raw = json.loads(carrier)
+    headers = {k: raw[k] for k in ("traceparent", "tracestate") if isinstance(raw.get(k), str)}
+    ctx = TraceContextTextMapPropagator().extract(headers)
+    sample = raw.get("sample") if isinstance(raw.get("sample"), dict) else {}
+    identity: dict[str, Any] = {}
+    for key, name in (("index", sc.RL_SAMPLE_INDEX), ("rollout_n", sc.RL_ROLLOUT_N), ("step", sc.RL_STEP)):
+        if type(sample.get(key)) is int:
+            identity[name] = sample[key]
+    identity[sc.RL_VALIDATE] = bool(sample.get("validate", False))
+    served.identity = identity
+    served.ctx = ctx
+
+
+def with_state(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+    """``ServerBase._with_state(fn)``: the registered tool, traced when this process continues a sample."""
+    wrapper = original(*args, **kwargs)
+    if served.ctx is None:
+        return wrapper
+    try:
+        fn = args[1] if len(args) > 1 else kwargs.get("fn")
+        name = getattr(fn, "tool_name", None) or getattr(fn, "__name__", None) or "tool"
+        return _traced(wrapper, PhaseSpec.build(sc.TOOL_CALLS, tool=str(name)))
+    except Exception:
+        internal_error("verifiers.tool_register")
+        return wrapper
+
+
+def _traced(wrapper: Callable[..., Any], spec: PhaseSpec) -> Callable[..., Any]:
+    @functools.wraps(wrapper)
+    async def traced_tool(*args: Any, **kwargs: Any) -> Any:
+        ctx = served.ctx
+        if ctx is None:
+            return await wrapper(*args, **kwargs)
+        token = otel_context.attach(ctx)
+        try:
+            scope = start(spec, extra=served.identity)
+        finally:
+            otel_context.detach(token)
+        if scope is None:
+            return await wrapper(*args, **kwargs)
+        try:
+            result = await wrapper(*args, **kwargs)
+        except BaseException as exc:
+            finish(scope, exc)
+            await _flush()
+            raise
+        finish(scope)
+        await _flush()
+        return result
+
+    return traced_tool
+
+
+async def _flush() -> None:
+    """Export this call's span now (bounded; never waits on a dead backend): the server may be killed next."""
+    try:
+        from ...setup import current_handle
+
+        handle = current_handle()
+        if handle is not None and handle.enabled:
+            await asyncio.to_thread(handle.request_flush, FLUSH_S)
+    except Exception:
+        internal_error("verifiers.tool_flush")

@@ -1,0 +1,152 @@
+"""No vLLM needed: our wrappers around real verifiers 0.4 objects keep verifiers' behaviour (exception types,
+cancellation, patches put back, nothing imported early), and a tool-server process's tool calls become
+``execute_tool`` spans below the sample its launcher handed over."""
+
+from __future__ import annotations
+
+import asyncio
+import json
+import subprocess
+import sys
+from collections.abc import Iterator
+from typing import Any
+
+import pytest
+
+import otel_agentloop as oal
+from otel_agentloop import semconv as sc
+from otel_agentloop import testing
+from otel_agentloop.integrations import verifiers as oal_verifiers
+from otel_agentloop.integrations.verifiers import _tools
+
+
+@pytest.fixture(autouse=True)
+def _isolated() -> Iterator[None]:
+    with testing.isolated():
+        yield
+    oal_verifiers.uninstrument()
+    _tools.served.ctx = None
+
+
+def _toolset() -> Any:
+    import verifiers.v1 as vf
+
+    class Tools(vf.Toolset[vf.ToolsetConfig, vf.State]):
+        @vf.tool
+        def boom(self) -> str:
+            """Fails."""
+            raise KeyError("boom")
+
+        @vf.tool
+        async def slow(self) -> str:
+            """Waits."""
+            await asyncio.sleep(30)
+            return "late"
+
+        @vf.tool
+        def fine(self) -> str:
+            """Works."""
+            return "ok"
+
+    return Tools(vf.ToolsetConfig())
+
+
+def _tools_of(toolset: Any) -> dict[str, Any]:
+    from verifiers.v1.utils.decorators import discover_decorated
+
+    return {fn.__name__: toolset._with_state(fn) for fn in discover_decorated(toolset, "tool")}
+
+
+async def _outcomes(tools: dict[str, Any]) -> list[str]:
+    out = [await tools["fine"]()]
+    try:
+        await tools["boom"]()
+    except KeyError as exc:  # the tool's own exception, unchanged
+        out.append(f"KeyError:{exc}")
+    task = asyncio.ensure_future(tools["slow"]())
+    await asyncio.sleep(0.05)
+    task.cancel()
+    try:
+        await task
+    except asyncio.CancelledError:
+        out.append("cancelled")
+    return out
+
+
+def test_a_tool_server_traces_each_call_below_the_handed_over_sample_and_keeps_its_outcomes() -> None:
+    plain = asyncio.run(_outcomes(_tools_of(_toolset())))
+    with testing.capture("tools") as captured:
+        with oal.step(3), oal.sample(1, rollout_n=2) as sample:
+            launch = _tools.launch()
+        assert launch is not None and json.loads(launch.carrier)["traceparent"].split("-")[1] == sample.trace_id
+        _tools.adopt(launch.carrier)
+        oal_verifiers.instrument()
+        traced = asyncio.run(_outcomes(_tools_of(_toolset())))
+        finished = captured.spans()
+    assert traced == plain == ["ok", "KeyError:'boom'", "cancelled"]
+    spans = {s.name: s for s in finished if s.name.startswith(sc.TOOL_SPAN_PREFIX)}
+    assert sorted(spans) == ["execute_tool boom", "execute_tool fine", "execute_tool slow"]
+    root = next(s for s in finished if s.name == sc.SAMPLE_SPAN)
+    for span in spans.values():
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+        assert (span.attributes[sc.RL_SAMPLE_INDEX], span.attributes[sc.RL_ROLLOUT_N], span.attributes[sc.RL_STEP]) == (
+            1,
+            2,
+            3,
+        )
+    assert spans["execute_tool boom"].attributes["error.type"] == "KeyError"
+    assert spans["execute_tool slow"].status.is_ok  # cancellation is no error
+    assert spans["execute_tool fine"].status.is_ok
+
+
+def test_a_tool_server_not_launched_by_a_traced_sample_is_left_alone() -> None:
+    with testing.capture("tools") as captured:
+        oal_verifiers.instrument()
+        tools = _tools_of(_toolset())
+        assert asyncio.run(_outcomes(tools)) == ["ok", "KeyError:'boom'", "cancelled"]
+        finished = captured.spans()
+    assert not [s for s in finished if s.name.startswith(sc.TOOL_SPAN_PREFIX)]
+
+
+def test_the_mcp_signature_of_a_traced_tool_is_verifiers_own() -> None:
+    import inspect
+
+    toolset = _toolset()
+    plain = {name: inspect.signature(fn) for name, fn in _tools_of(toolset).items()}
+    with testing.capture("tools"):
+        with oal.sample(0):
+            launch = _tools.launch()
+        assert launch is not None
+        _tools.adopt(launch.carrier)
+        oal_verifiers.instrument()
+        traced = _tools_of(toolset)
+    assert {name: inspect.signature(fn) for name, fn in traced.items()} == plain
+    assert all(fn.__name__ == name for name, fn in traced.items())
+
+
+def test_instrument_imports_nothing_and_uninstrument_puts_back_verifiers_own_objects() -> None:
+    code = """
+import sys, json
+from otel_agentloop.integrations import verifiers as v
+v.instrument()
+early = sorted(m for m in sys.modules if m.split('.')[0] == 'verifiers')
+from verifiers.v1.agent import Agent
+from verifiers.v1.task import Task
+from verifiers.v1.mcp.server import ServerBase
+from verifiers.v1.clients.eval import EvalClient
+def files():
+    return [f.__code__.co_filename for f in (Agent.run, Task.score, ServerBase._with_state, EvalClient.relay)]
+originals = [f.__wrapped__ for f in (Agent.run, Task.score, ServerBase._with_state, EvalClient.relay)]
+patched = files()
+v.uninstrument()
+after = [Agent.run, Task.score, ServerBase._with_state, EvalClient.relay]
+same = [a is b for a, b in zip(after, originals)]
+v.instrument()
+print(json.dumps([early, patched, same, files()]))
+"""
+    out = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, check=True)
+    early, patched, same, again = json.loads(out.stdout.strip().splitlines()[-1])
+    assert early == []  # instrument() imported no verifiers module: each was patched as it was imported
+    assert all("otel_agentloop" in f for f in patched)
+    assert same == [True, True, True, True]  # the very same objects put back
+    assert all("otel_agentloop" in f for f in again)  # and patched again
