@@ -60,6 +60,9 @@ class OTLPJsonFileExporter(RecordExporter):
     ``spans_unencodable`` (the export processor reports it as dropped).
     """
 
+    says_own_failures = True
+    """A path it cannot write is warned once, in one line with the fix: no second line at shutdown."""
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._lock = threading.Lock()

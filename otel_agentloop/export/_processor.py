@@ -324,7 +324,8 @@ class ExportProcessor(RecordProcessor):
         and within ``failed_wait_s`` once the endpoint is failing (a dead Collector costs the exit that, not
         the export timeout), then stop, shutting the exporter down in the time left; what is left is counted
         as dropped. Returns within the timeout (plus ~0.1 s), whatever the exporter does. When spans were not
-        sent, says so in one line (:meth:`_say_unsent`)."""
+        sent, says so in one line (:meth:`_say_unsent`), unless the exporter already says its own failures
+        (``says_own_failures``: the trace file and folder, whose one warning names the path and the fix)."""
         if self._shutdown or self._closing:
             return
         self._closing = True
@@ -350,7 +351,7 @@ class ExportProcessor(RecordProcessor):
                 self._in_flight = 0
             self._dropped += left
             failed, dropped, exported = self._failed, self._dropped + self._dropped_full, self._exported
-        if (self.failing or left) and failed + dropped:
+        if (self.failing or left) and failed + dropped and not getattr(self.exporter, "says_own_failures", False):
             self._say_unsent(time.monotonic() - started, failed, dropped, exported)
 
     def _say_unsent(self, waited_s: float, failed: int, dropped: int, exported: int) -> None:

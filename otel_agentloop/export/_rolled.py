@@ -133,6 +133,9 @@ class RolledDirectoryExporter(RecordExporter):
     most :data:`MAX_FDS` descriptors are open; a forked child closes its copies and opens its own.
     """
 
+    says_own_failures = True
+    """A path it cannot write is warned once, in one line with the fix: no second line at shutdown."""
+
     def __init__(self, path: str | os.PathLike[str]) -> None:
         self.path = os.path.abspath(os.fspath(path))
         self._lock = threading.Lock()

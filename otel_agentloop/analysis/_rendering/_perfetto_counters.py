@@ -11,6 +11,7 @@ from __future__ import annotations
 from collections.abc import Iterable
 from typing import Any
 
+from ... import semconv as sc
 from ...metrics._records import SpanRecord
 from .._reading._engine_load import EngineLoad, step_engine_load
 
@@ -32,7 +33,7 @@ def counter_tracks(
         pid, tid = at + 1, at + 2
         at += 2
         meta.append(_meta("process_name", pid, tid, name=f"engine {engine.engine_id}"))
-        meta.append(_meta("process_labels", pid, tid, labels="rl.engine.load"))
+        meta.append(_meta("process_labels", pid, tid, labels=sc.ENGINE_LOAD_SPAN))
         meta.append(_meta("process_sort_index", pid, tid, sort_index=pid))
         meta.append(_meta("thread_name", pid, tid, name="engine load"))
         meta.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
