@@ -5,8 +5,12 @@ logger), read back from a real Jaeger through the real Collector."""
 from __future__ import annotations
 
 import itertools
+import json
 import re
+import subprocess
+import sys
 from datetime import datetime, timedelta, timezone
+from pathlib import Path
 from typing import Any
 
 from otel_agentloop import semconv as sc
@@ -140,3 +144,26 @@ def test_the_engines_load_over_time_is_exported_as_load_spans(load: dict[str, An
     assert {0, 1} <= steps
     total = sum(sum(as_list(s.attributes[sc.RL_ENGINE_LOAD_PREEMPTIONS])) for s in spans)
     assert total == load["user_logger"]["preempted"]
+
+
+def test_report_names_the_preemption_behind_a_slow_sample_and_perfetto_draws_the_engines_load(
+    load: dict[str, Any], stack: Any, tmp_path: Path
+) -> None:
+    """``report --step 0`` from the real Jaeger: a sample whose turn the engine preempted has a cause that names
+    the preemption and the KV cache, the engine state line is printed, and ``--perfetto`` has the engine's
+    counter tracks (``"ph": "C"``) for running, waiting and KV usage."""
+    _load_spans(load, JaegerClient(stack.jaeger_url))  # stored by now
+    preempted = {s["trace_id"] for s in load["step0"] if any(t["preemptions"] > 0 for t in s["turns"])}
+    assert preempted, "no step-0 sample was preempted: the load driver no longer overloads the KV cache"
+    report = [sys.executable, "-m", "otel_agentloop", "report", "--jaeger", stack.jaeger_url, "--service", "rl-load"]
+    report += ["--step", "0", "--top", "50"]
+    done = subprocess.run(report, cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    assert "engine state: peak KV cache" in done.stdout, done.stdout
+    said = [line for line in done.stdout.splitlines() if any(trace_id in line for trace_id in preempted)]
+    assert any(re.search(r"preempted (once|\d+ times) at \d+ % KV cache", line) for line in said), done.stdout
+    out = tmp_path / "step0.json"
+    done = subprocess.run([*report, "--perfetto", str(out)], cwd=tmp_path, capture_output=True, text=True, timeout=300)
+    assert done.returncode == 0, done.stderr[-3000:]
+    counters = [e for e in json.loads(out.read_text())["traceEvents"] if e.get("ph") == "C"]
+    assert counters and {"running", "waiting", "kv"} <= {k for e in counters for k in e.get("args", {})}, counters[:5]
