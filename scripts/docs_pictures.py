@@ -17,12 +17,12 @@ chromium + chromium-driver (``make browser``).
 
     .venv/bin/python scripts/docs_pictures.py --engine
 
-instead takes ``docs/engine-waterfall.png`` from a real vLLM run that preempts: the tiny model made locally and
-the engine-load driver (``tests/engine/load_driver.py``: 10 concurrent 2-turn samples and an aborted-then-resumed
-turn on an ``AsyncLLM`` with max_num_seqs=8, a KV cache of 16 blocks of 32 tokens, prefix caching on and a
-shared system prompt, the user's own stat logger) in the engine venv (``scripts/engine_env.sh``), against a
-Jaeger + Collector on free ports (``scripts/stack.py``); then ``report --jaeger URL --service rl-inproc --step 0 --html step0.html`` in headless
-Chromium, the slowest sample's row clicked: its waterfall, each turn with the engine's queue/prefill/decode
+instead takes ``docs/engine-waterfall.png`` from a real vLLM run that preempts: the tiny model made locally and the
+engine-load driver (``tests/engine/load_driver.py``: 10 concurrent 2-turn samples and an aborted-then-resumed turn
+on an ``AsyncLLM`` with max_num_seqs=8, a KV cache of 16 blocks of 32 tokens, prefix caching on and a shared system
+prompt, the user's own stat logger) in the engine venv (``scripts/engine_env.sh``), against a Jaeger + Collector on
+free ports (``scripts/stack.py``); then ``report --jaeger URL --service rl-inproc --step 0 --html step0.html`` in
+headless Chromium, the slowest sample's row clicked: its waterfall, each turn with the engine's queue/prefill/decode
 drawn inside and vLLM's ``llm_request`` span as its child. Prints ``report --step 0`` (the terminal waterfall).
 """
 
