@@ -11,12 +11,12 @@ own code is logged once and swallowed.
 
 from __future__ import annotations
 
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
 from typing import Any, TypeVar, overload
 
 from opentelemetry import trace
-from opentelemetry.trace import Span, Tracer
+from opentelemetry.trace import Link, Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
@@ -120,14 +120,20 @@ class PhaseBegin:
             return None
         return self.open(tracer, None, True)
 
-    def open(self, tracer: Tracer, extra: Mapping[str, AttributeValue] | None, enter: bool) -> OpenSpan | None:
+    def open(
+        self,
+        tracer: Tracer,
+        extra: Mapping[str, AttributeValue] | None,
+        enter: bool,
+        links: Sequence[Link] | None = None,
+    ) -> OpenSpan | None:
         """Open this phase's span below the current context, with the current sample's identity (last: an
-        attribute count limit evicts the oldest) and ``extra`` attributes (first). Never raises."""
+        attribute count limit evicts the oldest), ``extra`` attributes (first) and ``links``. Never raises."""
         try:
             sample = _SAMPLE.get()
             if sample is None:
                 attrs = self.attrs if not extra else {**clean_attributes(extra), **self.attrs}
-                return open_span(tracer, self.name, attrs, None, enter=enter)
+                return open_span(tracer, self.name, attrs, None, links=links, enter=enter)
             spec = self.spec
             merged = sample.merged.get(spec)  # built once per sample and spec, shared by its spans (by reference)
             if merged is None:
@@ -135,7 +141,7 @@ class PhaseBegin:
             attrs = merged
             if extra:
                 attrs = {**clean_attributes(extra), **attrs}
-            scope = open_span(tracer, self.name, attrs, sample.clock_offset, enter=enter)
+            scope = open_span(tracer, self.name, attrs, sample.clock_offset, links=links, enter=enter)
             tracked = sample.tracked_sample
             if scope is not None and tracked is not None and tracked.tracked:
                 track_phase(scope, tracked, self.phase, self.tool)
@@ -145,14 +151,19 @@ class PhaseBegin:
             return None
 
 
-def start(spec: PhaseSpec, attach: bool = True, extra: Mapping[str, AttributeValue] | None = None) -> OpenSpan | None:
+def start(
+    spec: PhaseSpec,
+    attach: bool = True,
+    extra: Mapping[str, AttributeValue] | None = None,
+    links: Sequence[Link] | None = None,
+) -> OpenSpan | None:
     """Start ``spec``'s span below the current context (entered when ``attach``): for call sites that time a
     block (``span``, the verl integration); end it with :func:`~otel_agentloop.core._lifecycle.finish`.
     ``None`` when tracing is off or on internal failure."""
     tracer = current_tracer()
     if tracer is None:
         return None
-    return PhaseBegin(spec).open(tracer, extra, attach)
+    return PhaseBegin(spec).open(tracer, extra, attach, links)
 
 
 def _wrap(fn: F, spec: PhaseSpec) -> F:

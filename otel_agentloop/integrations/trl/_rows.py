@@ -23,10 +23,9 @@ from ... import semconv as sc
 from ...core._clock import monotonic_ns
 from ...core._context import _SAMPLE, SampleHandle, sample
 from ...core._guard import internal_error
-from ...core._lifecycle import finish, open_span, track_phase
-from ...core._phase import PhaseSpec
+from ...core._lifecycle import finish
+from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
-from ...core._tracer import current_tracer
 
 T = TypeVar("T")
 
@@ -83,20 +82,11 @@ def open_phase(
 def _open_here(
     spec: PhaseSpec, extra: dict[str, AttributeValue] | None, links: Sequence[Link] | None
 ) -> OpenSpan | None:
-    tracer = current_tracer()
+    """``spec``'s span below this context's sample (core's one way to open a phase); ``None`` without one."""
     handle = _SAMPLE.get()
-    if tracer is None or handle is None or handle.span is None:
+    if handle is None or handle.span is None:
         return None
-    try:
-        attrs: dict[str, AttributeValue] = {**(extra or {}), **spec.attributes, **handle.phase_attributes}
-        scope = open_span(tracer, spec.name, attrs, handle.clock_offset, links=links, enter=False)
-        tracked = handle.tracked_sample
-        if scope is not None and tracked is not None and tracked.tracked:
-            track_phase(scope, tracked, spec.phase, spec.tool)
-        return scope
-    except Exception:
-        internal_error("trl.phase.open")
-        return None
+    return start(spec, attach=False, extra=extra, links=links)
 
 
 class Ending:
