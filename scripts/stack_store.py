@@ -135,21 +135,38 @@ def _json_or_none(text: str) -> object:
         return None
 
 
+# A node's log lines that mark its way into the cluster, in order, and what each means (OpenSearch 2.19).
+STAGES = (
+    ("] version[", "loading its modules"),
+    ("] initialized", "initialized (finding the others)"),
+    ("cluster-manager node changed", "joined"),
+    ("] started", "started"),
+)
+
+
+def node_stage(log_text: str) -> str:
+    """Where a node is, from its log since its start: the last of :data:`STAGES` seen."""
+    stage = "starting its JVM"
+    for mark, what in STAGES:
+        if mark in log_text:
+            stage = what
+    return stage
+
+
 class _Seen:
-    """What :meth:`OpenSearchCluster.wait_health` has seen of the nodes so far: which answer over HTTP, how many
-    have joined the cluster and its status; :meth:`report` passes a line to ``progress`` when that changes (and
-    every :data:`QUIET_S` s without a change), with the seconds since the wait began."""
+    """What :meth:`OpenSearchCluster.wait_health` has seen so far: each node's stage (its log since its start),
+    and, once nodes answer over HTTP, how many have joined the cluster and its status; :meth:`report` passes a
+    line to ``progress`` when that changes (and every :data:`QUIET_S` s without a change), with the seconds
+    since the wait began."""
 
     QUIET_S = 15.0
 
-    def __init__(self, names: Sequence[str], want: int, progress: Progress | None) -> None:
-        self.names, self.want, self.progress = names, want, progress
+    def __init__(self, cluster: OpenSearchCluster, want: int, progress: Progress | None) -> None:
+        self.cluster, self.want, self.progress = cluster, want, progress
         self.t0 = self.said_at = time.monotonic()
-        self.answering: set[int] = set()
         self.joined, self.status, self.said = 0, "", ""
 
-    def answer(self, i: int, health: object) -> None:
-        self.answering.add(i)
+    def answer(self, health: object) -> None:
         if isinstance(health, dict) and isinstance(health.get("number_of_nodes"), int):
             self.joined = max(self.joined, int(health["number_of_nodes"]))
             self.status = str(health.get("status") or self.status)
@@ -157,13 +174,10 @@ class _Seen:
     def report(self) -> None:
         if self.progress is None:
             return
-        if not self.answering:
-            line = "no node answers yet (their JVMs are starting)"
-        else:
-            answer = ", ".join(self.names[i] for i in sorted(self.answering))
-            verb = "answers" if len(self.answering) == 1 else "answer"
-            line = f"{self.joined} of {self.want} nodes joined, {answer} {verb} over HTTP"
-            line += f", cluster {self.status}" if self.status else ""
+        stages = [f"{self.cluster.names[i]} {node_stage(self.cluster.log_since_start(i))}" for i in self.cluster.procs]
+        line = ", ".join(stages)
+        if self.status:
+            line += f"; cluster {self.status}, {self.joined} of {self.want} nodes"
         now = time.monotonic()
         if line != self.said or now - self.said_at >= self.QUIET_S:
             self.progress(f"  OpenSearch, {now - self.t0:.0f} s: {line}")
@@ -193,6 +207,7 @@ class OpenSearchCluster:
     transport_ports: list[int]
     heap: str = "512m"
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    log_start: dict[int, int] = field(default_factory=dict)  # each node's log size when it was last started
 
     @property
     def urls(self) -> list[str]:
@@ -214,11 +229,21 @@ class OpenSearchCluster:
         self.home(i).mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "JAVA_TOOL_OPTIONS"))}
         with open(self.log(i), "ab") as log:
+            self.log_start[i] = log.tell()
             proc = subprocess.Popen(
                 self.command(i), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.procs[i] = proc
         return proc
+
+    def log_since_start(self, i: int) -> str:
+        """Node ``i``'s log since it was last started (its log is appended to across restarts)."""
+        try:
+            with open(self.log(i), "rb") as log:
+                log.seek(self.log_start.get(i, 0))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def alive(self) -> list[int]:
         return [i for i, p in sorted(self.procs.items()) if p.poll() is None]
@@ -246,7 +271,7 @@ class OpenSearchCluster:
         cluster's status change, and every 15 s without a change."""
         deadline = time.monotonic() + timeout
         last = "no answer"
-        seen = _Seen(self.names, nodes or len(self.alive()), progress)
+        seen = _Seen(self, nodes or len(self.alive()), progress)
         while time.monotonic() < deadline:
             answered = 0
             for i in self.alive():
@@ -256,12 +281,12 @@ class OpenSearchCluster:
                     data = _get(url, timeout=10)
                 except urllib.error.HTTPError as exc:  # 408: not yet (the body is the health as it is)
                     last = exc.read().decode(errors="replace")[:300]
-                    seen.answer(i, _json_or_none(last))
+                    seen.answer(_json_or_none(last))
                     continue
                 except (OSError, ValueError) as exc:
                     last = repr(exc)
                     continue
-                seen.answer(i, data)
+                seen.answer(data)
                 if isinstance(data, dict) and not data.get("timed_out"):
                     answered += 1
                     continue

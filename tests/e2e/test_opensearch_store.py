@@ -397,4 +397,4 @@ def test_up_store_opensearch_status_and_down(jars: None, tmp_path: Path) -> None
     assert not cli.state_file.exists()
     ports = [base + i for i in (1, 2, 3, 101, 102, 103)]
     assert not any(stack_procs.port_busy(p) for p in ports)
-    assert run("status").returncode == 1
+    assert run("status").returncode == 3  # stopped
