@@ -568,7 +568,7 @@ def start_up(saved: stack_lib.Saved, names: Sequence[str]) -> None:
 
 
 # Measured here (`make up STORE=opensearch`, 2 cores shared with other work: docs/stores.md).
-UP_TIMES = "measured 1-3 min on 2 busy cores"
+UP_TIMES = "85 s to 2.5 min measured on 2 busy cores"
 SETTLE_S = 60.0
 """How long `up` waits, once everything runs, for the replicas of the day's new indices to be assigned."""
 
