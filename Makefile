@@ -59,13 +59,18 @@ bench: install
 	$(PY) bench/run.py $(ARGS)
 
 ## up/down/status: a real Jaeger v2 + OpenTelemetry Collector on 127.0.0.1 (built from source with Go once);
-## traces in Badger on one disk, or with STORE=opensearch in a 3-node OpenSearch cluster (docs/stores.md)
+## traces in Badger on one disk, or with STORE=opensearch in a 3-node OpenSearch cluster (docs/stores.md).
+## One stack per checkout: up/down act on a stack another checkout started only with FORCE=1;
+## OTEL_AGENTLOOP_STACK=NAME gives a stack its own ports and directories (docs/settings.md). `status` exits 3
+## when the stack is stopped: `make status` takes that as an answer (exit 0), not an error.
+FORCE ?=
+FORCE_FLAG = $(if $(filter 1 yes true,$(FORCE)), --force)
 up: install
-	$(PY) scripts/stack.py up$(if $(STORE), --store $(STORE))
+	$(PY) scripts/stack.py up$(if $(STORE), --store $(STORE))$(FORCE_FLAG)
 down:
-	$(PYTHON) scripts/stack.py down
+	$(PYTHON) scripts/stack.py down$(FORCE_FLAG)
 status:
-	$(PYTHON) scripts/stack.py status
+	@$(PYTHON) scripts/stack.py status$(FORCE_FLAG) || [ $$? -eq 3 ]
 
 ## stack-build: Jaeger and the Collector (Go, minutes once) and OpenSearch's jars (Maven, seconds once), cached
 stack-build:

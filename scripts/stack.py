@@ -4,21 +4,27 @@
     python scripts/stack.py build     # once: minutes cold, instant when cached
     python scripts/stack.py up        # Collector on 4317/4318 (+8889 metrics), Jaeger's query API on 16686
     python scripts/stack.py up --store opensearch   # the same on a 3-node OpenSearch (scripts/stack_store.py)
-    python scripts/stack.py status    # exit 0 only when both run and answer; says where they listen
+    python scripts/stack.py status    # exit 0: both run and answer, 3: stopped, else 1; says where they listen
     python scripts/stack.py down      # returns once both have exited and their ports are free
+    python scripts/stack.py env       # export lines for this stack: eval "$(python3 scripts/stack.py env)"
     python scripts/stack.py which collector|jaeger   # the cached binary's path (built if missing)
 
-`up` saves what it started in ${OTEL_AGENTLOOP_RUN_DIR:-<cache>/run}/stack.json (ports, directories, and each
-process's PID, start time and command line); `up`, `down` and `status` all decide what runs from that state
-checked against /proc (:func:`survey`), so they agree after any crash: a process that has exited is forgotten,
-a PID now held by another program is left alone (scripts/stack_procs.py), `up` restarts what is missing of a
-half-up stack on its saved ports, and `down` sends SIGTERM, then SIGKILL after ${OTEL_AGENTLOOP_STOP_TIMEOUT:-30}
-s. Ports come from the variables the config files substitute (OTELCOL_GRPC_PORT, JAEGER_QUERY_PORT, ...:
-``stack_lib.PORT_VARS``), else ``stack_lib.DEFAULT_PORTS``.
+One stack per checkout: `up` records which checkout (its repository root) started the stack; `up`, `down` and
+`status` from another checkout say so in one line, and `up` and `down` act on it only with `--force` (`make up
+FORCE=1`). OTEL_AGENTLOOP_STACK=NAME names a stack of its own: its run directory, data directory and ports (the
+defaults plus an offset derived from NAME) are its own (otel_agentloop/config/_local_stack.py; docs/settings.md).
 
-`up` keeps Jaeger's traces on disk (Badger) in ${JAEGER_BADGER_DIR:-~/.local/share/otel-agentloop/jaeger}
-for ${JAEGER_RETENTION:-168h}: they survive a crash or restart. Binaries, ports and processes:
-scripts/stack_lib.py.
+`up` saves what it started in ${OTEL_AGENTLOOP_RUN_DIR:-<cache>/run[-NAME]}/stack.json (ports, directories,
+the checkout, and each process's PID, start time and command line); `up`, `down` and `status` all decide what
+runs from that state checked against /proc (:func:`survey`), so they agree after any crash: a process that has
+exited is forgotten, a PID now held by another program is left alone (scripts/stack_procs.py), `up` restarts what
+is missing of a half-up stack on its saved ports, and `down` sends SIGTERM, then SIGKILL after
+${OTEL_AGENTLOOP_STOP_TIMEOUT:-30} s. Ports come from the variables the config files substitute
+(OTELCOL_GRPC_PORT, JAEGER_QUERY_PORT, ...: ``stack_lib.PORT_VARS``), else the stack's defaults.
+
+`up` keeps Jaeger's traces on disk (Badger) in ${JAEGER_BADGER_DIR:-<data>/jaeger} (<data>:
+~/.local/share/otel-agentloop, or its stacks/NAME for a named stack) for ${JAEGER_RETENTION:-168h}: they survive
+a crash or restart. Binaries, ports and processes: scripts/stack_lib.py.
 
 The natively built Jaeger serves a placeholder page instead of Jaeger's UI (its web assets are built by
 Jaeger's release process, not by `go build`): read traces with `otel-agentloop report --jaeger URL` (add
@@ -40,13 +46,15 @@ import stack_procs
 import stack_store
 from stack_lib import (
     COLLECTOR_BIN,
-    DATA,
     JAEGER_BIN,
     PORT_TIMEOUT,
     PORT_VARS,
     PORTS_OF,
     PROCESSES,
+    ROOT,
     RUN_DIR,
+    STACK,
+    STACK_DATA,
     STOP_ORDER,
     STOP_TIMEOUT,
     UP,
@@ -93,11 +101,11 @@ def _unreadable_state(exc: Exception, forget: bool) -> None:
     print(f"stack: forgot {state_file()}: not a state this version wrote ({exc!r}); no PID in it signalled{hint}")
 
 
-def survey(forget: bool = True) -> Survey:
+def survey(forget: bool = True, kept: str | None = "`up` or `down` runs now") -> Survey:
     """What runs of `up`'s stack, from the saved state checked against /proc: the one place `up`, `down` and
     `status` decide it. A saved process that has exited, or whose PID another program now holds (left alone),
-    is forgotten (unless not ``forget``: another `up` or `down` holds the lock); a state with none left is
-    removed; one line says so."""
+    is forgotten (unless not ``forget``: ``kept`` says why, e.g. another `up` or `down` holds the lock; None:
+    nothing is said); a state with none left is removed; one line says so."""
     if not state_file().exists():
         return Survey(None, {})
     try:
@@ -115,7 +123,8 @@ def survey(forget: bool = True) -> Survey:
         else:
             lost.append(f"pid {ident.pid} is no longer our {name} but `{now.command()}`: left alone")
     if lost and not forget:
-        print(f"stack: {'; '.join(lost)} (`up` or `down` runs now: {state_file()} left as it is)")
+        if kept is not None:
+            print(f"stack: {'; '.join(lost)} ({kept}: {state_file()} left as it is)")
     elif lost and running:
         saved.procs = dict(running)
         saved.write()
@@ -124,6 +133,40 @@ def survey(forget: bool = True) -> Survey:
         state_file().unlink()
         print(f"stack: stale state removed ({state_file()}): {'; '.join(lost)}")
     return Survey(saved if running else None, running)
+
+
+def _label() -> str:
+    return "the default stack" if STACK is None else f"stack {STACK!r} (OTEL_AGENTLOOP_STACK)"
+
+
+def _owner() -> str | None:
+    """The checkout that started the saved stack, when it is another one (None: this one, none saved, or a state
+    this version cannot read: :func:`survey` says so)."""
+    try:
+        return Saved.read().foreign()
+    except (OSError, ValueError, KeyError, TypeError, AttributeError):
+        return None
+
+
+def _not_ours(owner: str) -> str:
+    return f"{_label()} was started by the checkout {owner}, not this one ({ROOT})"
+
+
+REFUSED = {
+    "up": "not started: {whose}; `make up FORCE=1` (scripts/stack.py up --force) uses it from here, or give this "
+    "checkout a stack of its own: OTEL_AGENTLOOP_STACK=NAME make up (docs/settings.md)",
+    "down": "not stopped: {whose}; `make down FORCE=1` (scripts/stack.py down --force) stops it",
+}
+
+
+def _claim(command: str, force: bool) -> Survey:
+    """:func:`survey` for `up` and `down` (the lock held): a stack that another checkout started, of which
+    something still runs, is refused with a StackError naming that checkout, unless ``force``. One of which
+    nothing runs is stale: forgotten, whoever started it."""
+    owner = _owner()
+    if owner is not None and not force and survey(forget=False, kept=None).saved is not None:
+        raise StackError(REFUSED[command].format(whose=_not_ours(owner)))
+    return survey()
 
 
 @contextlib.contextmanager
@@ -147,7 +190,7 @@ def _busy(ports: dict[str, int], names: Sequence[str]) -> list[str]:
 
 def describe(saved: Saved) -> None:
     """Where the stack listens and keeps its data (printed by `up` and `status`)."""
-    stack = saved.stack()
+    stack = saved.addresses()
     ports = saved.ports
     print(f"Collector: OTLP gRPC 127.0.0.1:{ports['grpc']}, OTLP HTTP 127.0.0.1:{ports['http']}")
     print(f"  export OTEL_EXPORTER_OTLP_ENDPOINT={stack.otlp_grpc_endpoint}")
@@ -159,6 +202,7 @@ def describe(saved: Saved) -> None:
         print(f"  traces on disk in {saved.data_dir} (Badger; kept {saved.retention}: JAEGER_RETENTION changes it)")
     else:
         stack_store.describe(saved)
+    print(f"{_label()}, started by the checkout {saved.checkout or '(not recorded)'}")
     print(f"logs and state: {RUN_DIR}   stop: make down (scripts/stack.py down)")
 
 
@@ -168,7 +212,8 @@ def _start(saved: Saved, names: Sequence[str]) -> None:
     if busy:
         raise StackError(
             f"port(s) {', '.join(busy)} in use by another program (another Jaeger or Collector, e.g. "
-            "`docker compose up`?): stop it, or set those variables to free ports"
+            "`docker compose up`, or another stack: OTEL_AGENTLOOP_STACK gives each name its own ports, "
+            "docs/settings.md): stop it, or set those variables to free ports"
         )
     build()
     os.environ["JAEGER_RETENTION"] = saved.retention  # a restarted Jaeger keeps the store's retention
@@ -199,9 +244,9 @@ def _build() -> int:
     return 0
 
 
-def up(store: str = "badger") -> int:
+def up(store: str = "badger", force: bool = False) -> int:
     with _locked():
-        found = survey()
+        found = _claim("up", force)
         if found.saved is not None and found.saved.store != store:
             raise StackError(f"the {found.saved.store} stack is up: `make down` first")
         if found.saved is not None and not found.missing:
@@ -214,10 +259,11 @@ def up(store: str = "badger") -> int:
         else:
             retention = os.environ.get("JAEGER_RETENTION") or "168h"
             if store == "badger":
-                data_dir, ports = Path(os.environ.get("JAEGER_BADGER_DIR") or DATA / "jaeger"), ports_from_env()
+                data_dir = Path(os.environ.get("JAEGER_BADGER_DIR") or STACK_DATA / "jaeger")
+                ports = ports_from_env()
             else:
                 data_dir, ports = stack_store.up_dir(), {**ports_from_env(), **stack_store.ports_from_env()}
-            saved = Saved(ports, data_dir, DATA / "queue", retention, {}, store)
+            saved = Saved(ports, data_dir, STACK_DATA / "queue", retention, {}, store, str(ROOT), STACK)
             names = list(up_names(store))
         _start(saved, names)
         saved.write()
@@ -226,9 +272,9 @@ def up(store: str = "badger") -> int:
         return 0
 
 
-def down() -> int:
+def down(force: bool = False) -> int:
     with _locked():
-        found = survey()
+        found = _claim("down", force)
         if found.saved is None:
             print("stack not running")
             return 0
@@ -252,9 +298,20 @@ def down() -> int:
         return 0
 
 
-def status() -> int:
+STOPPED = 3
+"""`status`'s exit code when nothing of the stack runs (as an LSB init script's `status`); `make status` takes it
+as success: a stopped stack is an answer, not an error."""
+
+
+def status(force: bool = False) -> int:
+    """Exit 0 when every process runs and answers, 1 when one is missing or does not answer, :data:`STOPPED` when
+    none runs. A stack another checkout started is shown as it is (its state untouched unless ``force``)."""
+    owner = _owner()
+    if owner is not None:
+        print(f"stack: {_not_ours(owner)}: shown as it is; `make up` and `make down` act on it only with FORCE=1")
     with _locked(wait=False) as locked:  # never waits for a build of `up`
-        found = survey(forget=locked)
+        kept = "`up` or `down` runs now" if not locked else f"started by the checkout {owner}"
+        found = survey(forget=locked and (owner is None or force), kept=kept)
     if not locked:
         print(f"stack: `up` or `down` runs now (it holds {RUN_DIR / 'stack.lock'})")
     if found.saved is None:
@@ -263,8 +320,8 @@ def status() -> int:
         busy = _busy(ports, UP)
         if busy:
             print(f"  (not started by `make up`, but another program listens on {', '.join(busy)})")
-        print("start: make up (scripts/stack.py up)")
-        return 1
+        print(f"stack stopped: {_label()}, state in {RUN_DIR}; start: make up (scripts/stack.py up)")
+        return STOPPED
     saved, unhealthy = found.saved, []
     for name in (n for n in found.running if n in PROCESSES):
         _, health, path, _ = PROCESSES[name]
@@ -295,17 +352,39 @@ def which(name: str) -> int:
     return 0
 
 
+def env() -> int:
+    """Print the exports that point a job and `report` at this stack: eval "$(python3 scripts/stack.py env)"."""
+    found = survey(forget=False, kept=None)
+    ports = found.saved.ports if found.saved is not None else ports_from_env()
+    if found.saved is None:
+        print(f"# {_label()} is not running (make up); these are the ports it will have", file=sys.stderr)
+    if STACK is not None:
+        print(f"export OTEL_AGENTLOOP_STACK={STACK}")
+    print(f"export OTEL_EXPORTER_OTLP_ENDPOINT=http://127.0.0.1:{ports['grpc']}")
+    print(f"# report: otel-agentloop report --jaeger http://127.0.0.1:{ports['query']}")
+    return 0
+
+
 def main(argv: list[str]) -> int:
     command = argv[1] if len(argv) > 1 else "status"
     if command == "which":
         return which(argv[2] if len(argv) > 2 else "")
-    commands = {"build": _build, "up": up, "down": down, "status": status}
-    store = argv[3] if argv[2:3] == ["--store"] and len(argv) == 4 and command == "up" else None
-    if command not in commands or store not in (None, "badger", "opensearch") or (len(argv) > 2 and not store):
+    rest = argv[2:]
+    force = "--force" in rest
+    rest = [a for a in rest if a != "--force"]
+    store = rest[1] if rest[:1] == ["--store"] and len(rest) == 2 and command == "up" else None
+    if store is not None:
+        rest = []
+    usable = {"build": False, "env": False, "up": True, "down": True, "status": True}
+    if command not in usable or rest or store not in (None, "badger", "opensearch") or (force and not usable[command]):
         print(__doc__)
         return 2
     try:
-        return up(store) if store else commands[command]()
+        if command == "up":
+            return up(store or "badger", force)
+        if command in ("down", "status"):
+            return down(force) if command == "down" else status(force)
+        return _build() if command == "build" else env()
     except StackError as exc:
         print(f"stack: {exc}", file=sys.stderr)
         return 1

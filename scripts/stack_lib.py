@@ -23,6 +23,7 @@ go.sum (committed for Jaeger; written by the builder for the Collector).
 from __future__ import annotations
 
 import hashlib
+import importlib.util
 import json
 import os
 import random
@@ -37,10 +38,25 @@ import time
 import urllib.request
 from dataclasses import dataclass, field
 from pathlib import Path
+from types import ModuleType
 
 from stack_procs import Identity
 
 ROOT = Path(__file__).resolve().parent.parent
+
+
+def _load_local_stack() -> ModuleType:
+    """otel_agentloop/config/_local_stack.py, by its path: the one place a stack's name, ports and directories are
+    derived (the package's `report --jaeger` reads it too), loaded without the package (a bare python3 runs us)."""
+    path = ROOT / "otel_agentloop" / "config" / "_local_stack.py"
+    spec = importlib.util.spec_from_file_location("otel_agentloop_local_stack", path)
+    assert spec is not None and spec.loader is not None, path
+    module = importlib.util.module_from_spec(spec)
+    spec.loader.exec_module(module)
+    return module
+
+
+local_stack = _load_local_stack()
 COLLECTOR_DIR = ROOT / "collector"
 JAEGER_VERSION = "v1.76.0"  # == Jaeger v2.13.0
 COLLECTOR_VERSION = "v0.155.0"
@@ -51,10 +67,25 @@ JAEGER_BIN = CACHE / "bin" / f"jaeger-{JAEGER_VERSION}" / "jaeger"
 MANIFEST_KEY = hashlib.sha256((COLLECTOR_DIR / "manifest.yaml").read_bytes()).hexdigest()[:12]
 COLLECTOR_BIN = CACHE / "bin" / f"otelcol-agentloop-{COLLECTOR_VERSION}-{MANIFEST_KEY}" / "otelcol-agentloop"
 BUILDER_BIN = CACHE / "bin" / f"builder-{COLLECTOR_VERSION}" / "builder"
+
+
+def _stack_name() -> str | None:
+    raw = os.environ.get(local_stack.VARIABLE, "").strip()
+    try:
+        return local_stack.check_name(raw) if raw else None
+    except ValueError as exc:
+        raise SystemExit(f"stack: {local_stack.VARIABLE}={raw!r} {exc}") from None
+
+
+# Which stack (OTEL_AGENTLOOP_STACK=NAME; unset: the default one): it derives the run and data directories and
+# a port offset (otel_agentloop/config/_local_stack.py).
+STACK = _stack_name()
 # `up`'s logs and saved state (stack.json); OTEL_AGENTLOOP_RUN_DIR moves them without moving the binaries.
-RUN_DIR = Path(os.environ.get("OTEL_AGENTLOOP_RUN_DIR") or CACHE / "run")
-# Data that must outlive a cache wipe: Jaeger's trace store of `up` (JAEGER_BADGER_DIR overrides it).
+RUN_DIR = Path(os.environ.get("OTEL_AGENTLOOP_RUN_DIR") or local_stack.run_dir(CACHE, STACK))
+# Data that must outlive a cache wipe (JAEGER_BADGER_DIR and OPENSEARCH_DATA_DIR override its parts); STACK_DATA:
+# this stack's (DATA itself for the default stack).
 DATA = Path(os.environ.get("OTEL_AGENTLOOP_DATA", Path.home() / ".local" / "share" / "otel-agentloop"))
+STACK_DATA = local_stack.data_dir(DATA, STACK)
 
 
 def _span(low_s: float, high_s: float) -> str:
@@ -94,23 +125,7 @@ class ColdBuild:
 # read while building: 165 s and 246 s came with ~8 from other work, 276-343 s and 122-123 s nearer idle).
 JAEGER_COLD = ColdBuild(165, 343, "2 cores at load average 1-8", "~28 min seen on 2 heavily loaded cores")
 COLLECTOR_COLD = ColdBuild(122, 246, "2 cores at load average 1-8", "not measured under heavier load")
-DEFAULT_PORTS = {
-    "grpc": 4317,
-    "http": 4318,
-    "prometheus": 8889,
-    "otelcol_health": 13134,
-    "otelcol_metrics": 8890,
-    "query": 16686,
-    "query_grpc": 16685,
-    "jaeger_health": 13133,
-    "jaeger_metrics": 8888,
-    "jaeger_otlp_grpc": 14317,
-    "jaeger_otlp_http": 14318,
-    "gateway_grpc": 4417,
-    "gateway_http": 4418,
-    "gateway_health": 13135,
-    "gateway_metrics": 8891,
-}
+DEFAULT_PORTS = dict(local_stack.DEFAULT_PORTS)  # the default stack's; a named one adds its offset
 
 
 class StackError(RuntimeError):
@@ -263,8 +278,9 @@ PORT_VARS = {
 
 
 def ports_from_env() -> dict[str, int]:
-    """:data:`DEFAULT_PORTS`, each replaced by its variable of :data:`PORT_VARS` where the environment sets it."""
-    ports = dict(DEFAULT_PORTS)
+    """:data:`STACK`'s ports (:data:`DEFAULT_PORTS` plus its offset), each replaced by its variable of
+    :data:`PORT_VARS` where the environment sets it."""
+    ports = local_stack.ports(STACK)
     for key, var in PORT_VARS.items():
         value = os.environ.get(var, "").strip()
         if value:
@@ -564,10 +580,14 @@ class Saved:
     retention: str
     procs: dict[str, Identity]
     store: str = "badger"  # or "opensearch": data_dir then holds the nodes' homes
+    checkout: str | None = None  # the repository root whose `up` started it (None: saved by an older stack.py)
+    stack: str | None = None  # its OTEL_AGENTLOOP_STACK (None: the default stack)
 
     def write(self) -> None:
         data = {
             "version": 2,
+            "checkout": self.checkout,
+            "stack": self.stack,
             "store": self.store,
             "ports": self.ports,
             "data_dir": str(self.data_dir),
@@ -588,8 +608,24 @@ class Saved:
         ports = {str(k): int(v) for k, v in data["ports"].items()}
         procs = {str(n): Identity.from_json(i) for n, i in data["processes"].items()}
         dirs = Path(data["data_dir"]), Path(data["queue_dir"])
-        return cls(ports, *dirs, str(data["retention"]), procs, str(data.get("store", "badger")))
+        checkout, stack = data.get("checkout"), data.get("stack")
+        return cls(
+            ports,
+            *dirs,
+            str(data["retention"]),
+            procs,
+            str(data.get("store", "badger")),
+            str(checkout) if checkout else None,
+            str(stack) if stack else None,
+        )
 
-    def stack(self) -> Stack:
+    def foreign(self) -> str | None:
+        """The checkout that started this stack when it is not this one (:data:`ROOT`), else None (a state of an
+        older stack.py names none: it is taken as this checkout's, as that version did)."""
+        if self.checkout is None or Path(self.checkout).resolve() == ROOT:
+            return None
+        return self.checkout
+
+    def addresses(self) -> Stack:
         """The saved stack's addresses and directories (no process handles)."""
         return Stack(self.ports, RUN_DIR, self.data_dir, self.queue_dir)

@@ -33,7 +33,7 @@ import tempfile
 import time
 import urllib.error
 import urllib.request
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from dataclasses import dataclass, field
 from datetime import date, datetime, timedelta, timezone
 from pathlib import Path
@@ -125,6 +125,65 @@ def _tail(path: Path, lines: int = 25) -> str:
         return "(no log)"
 
 
+Progress = Callable[[str], None]
+
+
+def _json_or_none(text: str) -> object:
+    try:
+        return json.loads(text)
+    except ValueError:
+        return None
+
+
+# A node's log lines that mark its way into the cluster, in order, and what each means (OpenSearch 2.19).
+STAGES = (
+    ("] version[", "loading its modules"),
+    ("] initialized", "initialized (finding the others)"),
+    ("cluster-manager node changed", "joined"),
+    ("] started", "started"),
+)
+
+
+def node_stage(log_text: str) -> str:
+    """Where a node is, from its log since its start: the last of :data:`STAGES` seen."""
+    stage = "starting its JVM"
+    for mark, what in STAGES:
+        if mark in log_text:
+            stage = what
+    return stage
+
+
+class _Seen:
+    """What :meth:`OpenSearchCluster.wait_health` has seen so far: each node's stage (its log since its start),
+    and, once nodes answer over HTTP, how many have joined the cluster and its status; :meth:`report` passes a
+    line to ``progress`` when that changes (and every :data:`QUIET_S` s without a change), with the seconds
+    since the wait began."""
+
+    QUIET_S = 15.0
+
+    def __init__(self, cluster: OpenSearchCluster, want: int, progress: Progress | None) -> None:
+        self.cluster, self.want, self.progress = cluster, want, progress
+        self.t0 = self.said_at = time.monotonic()
+        self.joined, self.status, self.said = 0, "", ""
+
+    def answer(self, health: object) -> None:
+        if isinstance(health, dict) and isinstance(health.get("number_of_nodes"), int):
+            self.joined = max(self.joined, int(health["number_of_nodes"]))
+            self.status = str(health.get("status") or self.status)
+
+    def report(self) -> None:
+        if self.progress is None:
+            return
+        stages = [f"{self.cluster.names[i]} {node_stage(self.cluster.log_since_start(i))}" for i in self.cluster.procs]
+        line = ", ".join(stages)
+        if self.status:
+            line += f"; cluster {self.status}, {self.joined} of {self.want} nodes"
+        now = time.monotonic()
+        if line != self.said or now - self.said_at >= self.QUIET_S:
+            self.progress(f"  OpenSearch, {now - self.t0:.0f} s: {line}")
+            self.said, self.said_at = line, now
+
+
 def node_command(
     home: Path, name: str, http: int, transport: int, cluster: str, seeds: str, managers: str, heap: str
 ) -> list[str]:
@@ -148,6 +207,7 @@ class OpenSearchCluster:
     transport_ports: list[int]
     heap: str = "512m"
     procs: dict[int, subprocess.Popen[bytes]] = field(default_factory=dict)
+    log_start: dict[int, int] = field(default_factory=dict)  # each node's log size when it was last started
 
     @property
     def urls(self) -> list[str]:
@@ -169,11 +229,21 @@ class OpenSearchCluster:
         self.home(i).mkdir(parents=True, exist_ok=True)
         env = {k: v for k, v in os.environ.items() if not k.startswith(("OTEL_", "JAVA_TOOL_OPTIONS"))}
         with open(self.log(i), "ab") as log:
+            self.log_start[i] = log.tell()
             proc = subprocess.Popen(
                 self.command(i), env=env, stdout=log, stderr=subprocess.STDOUT, start_new_session=True
             )
         self.procs[i] = proc
         return proc
+
+    def log_since_start(self, i: int) -> str:
+        """Node ``i``'s log since it was last started (its log is appended to across restarts)."""
+        try:
+            with open(self.log(i), "rb") as log:
+                log.seek(self.log_start.get(i, 0))
+                return log.read().decode(errors="replace")
+        except OSError:
+            return ""
 
     def alive(self) -> list[int]:
         return [i for i, p in sorted(self.procs.items()) if p.poll() is None]
@@ -191,13 +261,17 @@ class OpenSearchCluster:
         assert isinstance(data, dict)
         return data
 
-    def wait_health(self, status: str = "green", nodes: int | None = None, timeout: float = 180) -> None:
+    def wait_health(
+        self, status: str = "green", nodes: int | None = None, timeout: float = 180, progress: Progress | None = None
+    ) -> None:
         """Wait until the cluster is ``status`` (or better) with ``nodes`` nodes (default: all live ones), as every
         live node's HTTP port answers (a node joins the cluster before its HTTP server starts: green as one node
         sees it, another may still refuse connections); raises StackError with every node's log tail when it is
-        not within ``timeout`` s."""
+        not within ``timeout`` s. ``progress`` gets a line whenever the nodes that answer, the nodes joined or the
+        cluster's status change, and every 15 s without a change."""
         deadline = time.monotonic() + timeout
         last = "no answer"
+        seen = _Seen(self, nodes or len(self.alive()), progress)
         while time.monotonic() < deadline:
             answered = 0
             for i in self.alive():
@@ -205,16 +279,19 @@ class OpenSearchCluster:
                 url = f"{self.urls[i]}/_cluster/health?wait_for_status={status}&wait_for_nodes={want}&timeout=2s"
                 try:
                     data = _get(url, timeout=10)
-                except urllib.error.HTTPError as exc:  # 408: not yet
+                except urllib.error.HTTPError as exc:  # 408: not yet (the body is the health as it is)
                     last = exc.read().decode(errors="replace")[:300]
+                    seen.answer(_json_or_none(last))
                     continue
                 except (OSError, ValueError) as exc:
                     last = repr(exc)
                     continue
+                seen.answer(data)
                 if isinstance(data, dict) and not data.get("timed_out"):
                     answered += 1
                     continue
                 last = json.dumps(data)[:300]
+            seen.report()
             if answered and answered == len(self.alive()):
                 return
             if len(self.alive()) < (nodes or 1):  # a node exited: it will not come
@@ -420,14 +497,16 @@ def retention_loop(urls: Sequence[str], prefix: str, days: int, interval_s: floa
         time.sleep(interval_s)
 
 
-# `up --store opensearch`: its processes in start order, their default ports (OPENSEARCH_PORT_BASE moves them:
-# HTTP base+1.., transport base+101..), the homes of its nodes, and how often the retention job runs.
+# `up --store opensearch`: its processes in start order, their default ports (base 9200 plus the stack's offset;
+# OPENSEARCH_PORT_BASE moves them: HTTP base+1.., transport base+101..), the homes of its nodes, and how often the
+# retention job runs.
 UP = ("os1", "os2", "os3", "jaeger", "retention", "collector")
 RETENTION_INTERVAL_S = 600.0  # also moves the write aliases onto the new day's indices
 
 
 def ports_from_env() -> dict[str, int]:
-    value = os.environ.get("OPENSEARCH_PORT_BASE", "").strip() or "9200"
+    default = stack_lib.local_stack.opensearch_port_base(stack_lib.STACK)  # 9200, plus a named stack's offset
+    value = os.environ.get("OPENSEARCH_PORT_BASE", "").strip() or str(default)
     if not value.isdigit() or not 0 < int(value) < 65000:
         raise StackError(f"OPENSEARCH_PORT_BASE={value!r} is not a port number")
     base = int(value)
@@ -436,7 +515,7 @@ def ports_from_env() -> dict[str, int]:
 
 def up_dir() -> Path:
     """Where `up`'s nodes keep their data (OPENSEARCH_DATA_DIR overrides it): outlives a cache wipe."""
-    return Path(os.environ.get("OPENSEARCH_DATA_DIR") or stack_lib.DATA / "opensearch")
+    return Path(os.environ.get("OPENSEARCH_DATA_DIR") or stack_lib.STACK_DATA / "opensearch")
 
 
 def cluster_of(saved: stack_lib.Saved) -> OpenSearchCluster:
@@ -444,7 +523,7 @@ def cluster_of(saved: stack_lib.Saved) -> OpenSearchCluster:
     names = ["os1", "os2", "os3"]
     return OpenSearchCluster(
         saved.data_dir,
-        "otel-agentloop",
+        "otel-agentloop" if saved.stack is None else f"otel-agentloop-{saved.stack}",
         names,
         [saved.ports[f"{n}_http"] for n in names],
         [saved.ports[f"{n}_transport"] for n in names],
@@ -456,14 +535,19 @@ def start_up(saved: stack_lib.Saved, names: Sequence[str]) -> None:
     """Start `up`'s processes ``names`` (nodes first, green, then Jaeger, the Collector and the retention
     job) with ``saved``'s ports and directories, and add them to ``saved``. Fetches the jars if missing."""
     build_opensearch()
+    t0 = time.monotonic()
     cluster = cluster_of(saved)
     nodes = [i for i, n in enumerate(cluster.names) if n in names]
     for i in nodes:
         cluster.start_node(i)
         saved.procs[cluster.names[i]] = _identity(cluster.procs[i].pid, cluster.log(i), cluster.command(i))
     if nodes:
-        print(f"OpenSearch: waiting for {len(cluster.names)} nodes and green (~35-60 s) ...", flush=True)
-        cluster.wait_health("green", nodes=len(cluster.names), timeout=300)
+        _say(
+            f"OpenSearch: started {', '.join(cluster.names[i] for i in nodes)}; waiting for {len(cluster.names)} "
+            f"nodes and green ({UP_TIMES}) ..."
+        )
+        cluster.wait_health("green", nodes=len(cluster.names), timeout=300, progress=_say)
+        _say(f"  OpenSearch, {time.monotonic() - t0:.0f} s: green, {len(cluster.names)} nodes: starting Jaeger on it")
     running = stack_lib.prepare(saved.ports, None, saved.data_dir, saved.queue_dir)  # data_dir: no Badger here
     running.jaeger_config = JAEGER_CONFIG
     running.extra_env.update(cluster.jaeger_env())
@@ -480,6 +564,62 @@ def start_up(saved: stack_lib.Saved, names: Sequence[str]) -> None:
         saved.procs[name] = _identity(running.procs[name].pid, RUN_DIR / f"{name}.log")
         if name == "jaeger":  # its templates exist now: the day's indices and aliases before any span comes
             roll_day(_answering(cluster.urls))
+    _say(final_state(cluster, time.monotonic() - t0))
+
+
+# Measured here (`make up STORE=opensearch`, 2 cores shared with other work: docs/stores.md).
+UP_TIMES = "85 s to 2.5 min measured on 2 busy cores"
+SETTLE_S = 60.0
+"""How long `up` waits, once everything runs, for the replicas of the day's new indices to be assigned."""
+
+
+def _say(line: str) -> None:
+    print(line, flush=True)
+
+
+def final_state(cluster: OpenSearchCluster, elapsed: float, settle_s: float = SETTLE_S) -> str:
+    """`up`'s last line about the cluster: green, or why not, as the cluster explains it. The day's indices are
+    made just before (3 primaries and 3 replicas each): their replicas are assigned within seconds, so this waits
+    up to ``settle_s`` s for green, then says what it found."""
+    url = _answering(cluster.urls)
+    t0 = time.monotonic()
+    try:
+        health = _get(f"{url}/_cluster/health?wait_for_status=green&timeout={settle_s:.0f}s", timeout=settle_s + 10)
+    except urllib.error.HTTPError as exc:  # 408: not green within settle_s; the body is the health as it is
+        health = _json_or_none(exc.read().decode(errors="replace"))
+    if not isinstance(health, dict):
+        return f"OpenSearch after {elapsed:.0f} s: no health answer from {url}"
+    status, total = health.get("status"), elapsed + time.monotonic() - t0
+    counts = (
+        f"{health.get('number_of_nodes')} nodes, {health.get('active_shards')} shards active, "
+        f"{health.get('unassigned_shards')} unassigned"
+    )
+    if status == "green":
+        return f"OpenSearch ready after {total:.0f} s: green, {counts}"
+    why = _unassigned_reason(url)
+    if status == "yellow":
+        return (
+            f"OpenSearch up after {total:.0f} s but yellow ({counts}): every primary shard is assigned, so Jaeger "
+            f"reads and writes, but not every replica, {settle_s:.0f} s after the day's indices were made, which is "
+            f"not expected with 3 nodes and 1 replica: one node's loss could lose data. The cluster says: {why}"
+        )
+    return (
+        f"OpenSearch up after {total:.0f} s but {status} ({counts}): a primary shard is unassigned, so some spans "
+        f"cannot be written or read. The cluster says: {why}"
+    )
+
+
+def _unassigned_reason(url: str) -> str:
+    """``_cluster/allocation/explain`` of the first unassigned shard, in one line."""
+    try:
+        data = _get(f"{url}/_cluster/allocation/explain", timeout=30)
+    except (OSError, ValueError) as exc:
+        return f"(no explanation: {exc!r})"
+    if not isinstance(data, dict):
+        return "(no explanation)"
+    info = data.get("unassigned_info") if isinstance(data.get("unassigned_info"), dict) else {}
+    shard = f"{data.get('index')}[{data.get('shard')}] {'primary' if data.get('primary') else 'replica'}"
+    return f"{shard}: {data.get('allocate_explanation') or info.get('details') or info.get('reason') or data}"
 
 
 def _answering(urls: Sequence[str]) -> str:
@@ -505,6 +645,13 @@ def _identity(pid: int, log: Path, argv: Sequence[str] = ()) -> stack_lib.Identi
     return ident
 
 
+MEANS = {
+    "yellow": ": every primary assigned (reads and writes work), not every replica (normal for seconds after an "
+    "index is made or a node joins; longer: one node's loss could lose data)",
+    "red": ": a primary shard is unassigned (some spans cannot be written or read)",
+}
+
+
 def describe(saved: stack_lib.Saved) -> None:
     """The cluster's health and nodes (printed by `up` and `status`)."""
     cluster = cluster_of(saved)
@@ -520,7 +667,8 @@ def describe(saved: stack_lib.Saved) -> None:
             continue
         if isinstance(health, dict) and isinstance(nodes, list):
             print(f"  cluster {health.get('cluster_name')}: {health.get('status')}, {len(nodes)} nodes, "
-                  f"{health.get('active_shards')} shards ({health.get('unassigned_shards')} unassigned)")  # fmt: skip
+                  f"{health.get('active_shards')} shards ({health.get('unassigned_shards')} unassigned)"
+                  f"{MEANS.get(str(health.get('status')), '')}")  # fmt: skip
             for n in sorted(nodes, key=lambda n: str(n.get("name"))):
                 manager = " (cluster manager)" if n.get("cluster_manager") == "*" else ""
                 print(f"    {n.get('name')}  {n.get('ip')}  heap {n.get('heap.percent')}%{manager}")

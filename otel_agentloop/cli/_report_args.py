@@ -5,6 +5,8 @@ from __future__ import annotations
 import argparse
 
 from ..analysis._reading._source import MAX_SINCE_MINUTES, since_minutes
+from ..config import _local_stack
+from ..config._environment import variable
 from ._args import Parser, ShowDefaults, count, number, output_file
 from ._report import report
 from ._run_args import add_run_arguments
@@ -28,7 +30,14 @@ def _add_source_arguments(rep: argparse.ArgumentParser) -> None:
     """Where to read: ``--file`` or ``--jaeger``, and how to search Jaeger."""
     src = rep.add_mutually_exclusive_group()
     src.add_argument("--file", help="OTLP-JSON lines (the embedded exporter's or the Collector's file exporter's)")
-    src.add_argument("--jaeger", help="Jaeger query URL, e.g. http://127.0.0.1:16686")
+    local = _local_stack.jaeger_url(variable(_local_stack.VARIABLE))  # checked at import: a valid name or unset
+    src.add_argument(
+        "--jaeger",
+        nargs="?",
+        const=local,
+        metavar="URL",
+        help=f"Jaeger query URL; without one, the local stack's ({local}: `make up`, OTEL_AGENTLOOP_STACK's)",
+    )
     rep.add_argument(
         "--service",
         help="the service to read in Jaeger (default: OTEL_SERVICE_NAME when set, else every service with "

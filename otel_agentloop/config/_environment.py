@@ -10,7 +10,7 @@ the variable, the value and what is used instead. Valid values are left exactly 
 
 Declared here: :data:`SDK_VARIABLES` (the SDK's variables that are not :class:`~.Settings` fields, each with
 its parser and default), :data:`WORKER_VARIABLES` (those handed to Ray workers), :data:`LIBRARY_VARIABLES`
-(ours that are not settings) and :data:`TOOL_VARIABLES`;
+(ours that are not settings), :data:`CLI_VARIABLES` and :data:`TOOL_VARIABLES`;
 ``Settings`` declares the rest. The rest of the library reads a variable only through :func:`variable` (a
 declared name), or takes it from resolved ``Settings`` or ``_otlp`` (the OTLP exporters' settings). An unknown
 ``OTEL_AGENTLOOP_*`` name (a typo) warns once with the closest real name.
@@ -25,6 +25,7 @@ import threading
 from collections.abc import Callable, Iterable
 from importlib import metadata
 
+from . import _local_stack
 from ._settings import PROTOCOLS, SPECS
 from ._values import (
     AdjustedError,
@@ -347,13 +348,17 @@ def _startup_switch(raw: str) -> str:
 
 LIBRARY_VARIABLES = (SdkVariable(STARTUP_VARIABLE, _startup_switch, "true"),)
 """This library's own variables that are not :class:`~.Settings` fields (never handed to workers)."""
-_CHECKED = (*SDK_VARIABLES, *LIBRARY_VARIABLES)
+CLI_VARIABLES = (SdkVariable(_local_stack.VARIABLE, _local_stack.check_name, "the default stack"),)
+"""Read by the command line (``report --jaeger`` without a URL reads the local stack's Jaeger) and the scripts
+(``scripts/stack.py``): which local stack (``config._local_stack``)."""
+_CHECKED = (*SDK_VARIABLES, *LIBRARY_VARIABLES, *CLI_VARIABLES)
 
 
 def known_agentloop_names() -> set[str]:
     """Every ``OTEL_AGENTLOOP_*`` name something reads."""
     names = {var for _, spec, _ in SPECS for var in (spec.env, *spec.read)} | {
         *TOOL_VARIABLES,
+        *(v.name for v in CLI_VARIABLES),
         DRIVER_VARIABLE,
         STARTUP_VARIABLE,
     }

@@ -25,6 +25,7 @@ from .conftest import stack_mod, stack_procs
 Identity = stack_procs.Identity
 SCRIPT = Path(stack_mod.__file__).resolve().with_name("stack.py")  # `make up`'s command line
 OUR_VARS = ("OTEL_", "OTELCOL_", "JAEGER_", "GATEWAY_")
+STOPPED = 3  # `status`'s exit code when nothing of the stack runs (`make status` takes it as an answer)
 
 
 class Cli:
@@ -142,7 +143,7 @@ def test_up_status_down_agree_after_crashes(cli: Cli) -> None:
 
     # both crashed: every command says down, and `up` starts them again (it once said "already up")
     _crash(second["jaeger"], second["collector"])
-    out = _ok(cli("status"), 1)
+    out = _ok(cli("status"), STOPPED)
     assert "stale state removed" in out and "jaeger: down   collector: down" in out
     assert not cli.state_file.exists()
     out = _ok(cli("down"))
@@ -160,7 +161,7 @@ def test_up_status_down_agree_after_crashes(cli: Cli) -> None:
     assert out.count("its ports are free") == 2
     assert [p for p in cli.our_ports() if stack_procs.port_busy(p)] == []
     assert not cli.state_file.exists()
-    out = _ok(cli("status"), 1)
+    out = _ok(cli("status"), STOPPED)
     assert out.startswith("jaeger: down   collector: down\n")
 
 
@@ -171,7 +172,7 @@ def test_up_names_a_port_another_program_holds_and_starts_nothing(cli: Cli) -> N
         result = cli("up")
         assert result.returncode == 1 and not cli.state_file.exists()
         assert f"port(s) {cli.ports['query']} (JAEGER_QUERY_PORT) in use by another program" in result.stderr
-        out = _ok(cli("status"), 1)
+        out = _ok(cli("status"), STOPPED)
         assert f"another program listens on {cli.ports['query']} (JAEGER_QUERY_PORT)" in out
 
 
@@ -202,7 +203,7 @@ def test_down_leaves_a_foreign_process_alone(cli: Cli, sleeper: subprocess.Popen
     assert "stale state removed" in out and out.endswith("stack not running\n")
     assert sleeper.poll() is None and stack_procs.identity(sleeper.pid) == me
     assert not cli.state_file.exists()
-    _ok(cli("status"), 1)
+    _ok(cli("status"), STOPPED)
     assert sleeper.poll() is None
 
 
@@ -233,9 +234,9 @@ def test_status_does_not_touch_the_state_while_up_or_down_runs(cli: Cli, sleeper
     cli.write_state({"jaeger": FOREIGN["pid reused"](me)})
     with open(cli.run_dir / "stack.lock", "w") as lock:  # as `up` holds it while it builds and starts
         fcntl.flock(lock, fcntl.LOCK_EX)
-        out = _ok(cli("status"), 1)
+        out = _ok(cli("status"), STOPPED)
         assert "`up` or `down` runs now" in out and "left as it is" in out and cli.state_file.exists()
-    out = _ok(cli("status"), 1)
+    out = _ok(cli("status"), STOPPED)
     assert "stale state removed" in out and not cli.state_file.exists()
     assert sleeper.poll() is None
 

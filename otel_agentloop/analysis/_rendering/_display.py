@@ -66,8 +66,27 @@ def metrics_cells(metrics: Mapping[str, float]) -> list[tuple[str, ...]]:
         rows.append((phase, *(f"{c:.3f}" if c is not None else "-" for c in cells)))
     pre = [metrics.get(f"{p}/num_preempted/{c}") for c in ("min", "mean", "max")]
     if pre[0] is not None and pre[1] is not None and pre[2] is not None:
-        rows.append(("num_preempted", f"{pre[0]:.0f}", f"{pre[1]:.2f}", "", "", "", f"{pre[2]:.0f}"))
+        if pre[2] < 0:  # verl's -1 for every sample: no engine reported a count
+            rows.append(("num_preempted", "n/a", "n/a", "", "", "", "n/a"))
+        else:
+            rows.append(("num_preempted", f"{pre[0]:.0f}", f"{pre[1]:.2f}", "", "", "", f"{pre[2]:.0f}"))
     return rows
+
+
+NOT_REPORTED = "the engine reported no preemption count for the sample (verl's -1)"
+
+
+def preempted_note(metrics: Mapping[str, float]) -> str | None:
+    """The line that explains verl's ``num_preempted`` -1 where the grid shows it (or ``n/a`` for it): verl sets
+    -1 when a sample's first generation turn got no count from the engine (its ``num_preempted`` was None, as
+    from an engine or server that does not report it) or the sample had no generation turn; the values are
+    verl's, unchanged, so a mean over some such samples counts each as -1."""
+    low, high = (metrics.get(f"{sc.METRIC_PREFIX}/num_preempted/{c}") for c in ("min", "max"))
+    if low is None or high is None or low >= 0:
+        return None
+    if high < 0:
+        return f"num_preempted n/a: {NOT_REPORTED}, for every sample"
+    return f"num_preempted -1: {NOT_REPORTED}; verl's min and mean include those -1s"
 
 
 def metrics_footer(metrics: Mapping[str, float]) -> list[str]:
@@ -78,11 +97,15 @@ def metrics_footer(metrics: Mapping[str, float]) -> list[str]:
         s = f"{p}/slowest/"
         parts = [f"sample {metrics[s + 'sample_index']:.0f}", f"rollout {metrics.get(s + 'rollout_n', -1):.0f}"]
         parts += [f"{k} {metrics[s + k]:.3f}s" for k in _PHASES]
-        parts.append(f"num_preempted {metrics[s + 'num_preempted']:.0f}")
+        npre = metrics[s + "num_preempted"]
+        parts.append(f"num_preempted {npre:.0f}" if npre >= 0 else "num_preempted n/a")
         for k in ("prompt_length", "response_length"):
             if s + k in metrics:
                 parts.append(f"{k} {metrics[s + k]:.0f}")
         lines.append("slowest: " + ", ".join(parts))
+    note = preempted_note(metrics)
+    if note is not None:
+        lines.append(note)
     lines.append(f"samples: {metrics.get(p + '/num_samples', 0):.0f}")
     return lines
 
