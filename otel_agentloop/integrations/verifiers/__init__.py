@@ -26,7 +26,7 @@ from collections.abc import Collection
 from typing import Any
 
 from .._instrumentor import Instrumentor
-from . import _patching, _rollout, _tools, _turns
+from . import _envserver, _patching, _rollout, _toolphase, _tools, _turns
 from ._patching import Target
 
 __all__ = ["VerifiersInstrumentor", "instrument", "is_instrumented", "uninstrument"]
@@ -41,6 +41,10 @@ TARGETS: list[Target] = [
     (f"{V1}.clients.eval", "EvalClient", "relay", _turns.relay),
     (f"{V1}.clients.train", "TrainClient", "get_response", _turns.get_response),
     (f"{V1}.interception.server", "InterceptionServer", "record_call", _turns.record_call),
+    (f"{V1}.session", "RolloutSession", "refused", _toolphase.refused),
+    (f"{V1}.rollout", "Rollout", "step", _toolphase.rollout_step),
+    (f"{V1}.serve.client", "EnvClient", "_request", _envserver.client_request),
+    (f"{V1}.serve.server", "EnvServer", "_handle", _envserver.server_handle),
     (f"{V1}.mcp.launch", "", "serve_in_runtime", _tools.serve_in_runtime),
     (f"{V1}.runtimes.subprocess", "SubprocessRuntime", "run_background", _tools.run_background),
     (f"{V1}.mcp.server", "ServerBase", "_with_state", _tools.with_state),
