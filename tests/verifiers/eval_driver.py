@@ -34,11 +34,13 @@ def sampling(logit_bias: dict[str, int]) -> dict[str, Any]:
     }
 
 
-def eval_config(base_url: str, out_dir: Path, rollouts: int, logit_bias: dict[str, int]) -> Any:
+def eval_config(
+    base_url: str, out_dir: Path, rollouts: int, logit_bias: dict[str, int], taskset: str = "vf_tools_env"
+) -> Any:
     from verifiers.v1.configs.cli.eval import EvalConfig
 
     return EvalConfig(
-        env=ENV,
+        env={**ENV, "taskset": {"id": taskset}},
         client={"type": "eval", "base_url": base_url, "api_key_var": "VF_TEST_API_KEY"},
         model="tiny",
         sampling=sampling(logit_bias),
@@ -97,6 +99,7 @@ async def main() -> None:
     parser.add_argument("--traced", action="store_true")
     parser.add_argument("--rollouts", type=int, default=2)
     parser.add_argument("--logit-bias", default="{}", help="JSON: token id -> bias (the whitespace-only tokens)")
+    parser.add_argument("--taskset", default="vf_tools_env")
     args = parser.parse_args()
     out = Path(args.out)
     handle = None
@@ -111,7 +114,7 @@ async def main() -> None:
     from verifiers.v1.cli.eval.runner import run_eval
 
     episodes = await run_eval(
-        eval_config(args.base_url, out.parent / "vf-out", args.rollouts, json.loads(args.logit_bias))
+        eval_config(args.base_url, out.parent / "vf-out", args.rollouts, json.loads(args.logit_bias), args.taskset)
     )
     result: dict[str, Any] = {"rollouts": summary(episodes)}
     if handle is not None:

@@ -25,7 +25,7 @@ def _isolated() -> Iterator[None]:
     with testing.isolated():
         yield
     oal_verifiers.uninstrument()
-    _tools.served.ctx = None
+    _tools.served.ctx, _tools.served.identity, _tools.served.shared = None, {}, False
 
 
 def _toolset() -> Any:
@@ -106,6 +106,41 @@ def test_a_tool_server_not_launched_by_a_traced_sample_is_left_alone() -> None:
         assert asyncio.run(_outcomes(tools)) == ["ok", "KeyError:'boom'", "cancelled"]
         finished = captured.spans()
     assert not [s for s in finished if s.name.startswith(sc.TOOL_SPAN_PREFIX)]
+
+
+def test_a_shared_tool_server_traces_each_call_below_the_sample_in_its_query() -> None:
+    """An eval-level shared server (launched outside any sample) takes each call's sample from the call's query
+    (verifiers keeps it per HTTP request); a call without one stays untraced. Outcomes are verifiers' own."""
+    from verifiers.v1.mcp.server import _request_query_params
+
+    with testing.capture("tools") as captured:
+        launch = _tools.launch()  # outside a sample: the shared server's launch
+        assert launch is not None and json.loads(launch.carrier) == {"shared": True}
+        _tools.adopt(launch.carrier)
+        with oal.step(4), oal.sample(5, rollout_n=1) as sample:
+            carrier = _tools.sample_carrier()
+        assert carrier is not None
+        oal_verifiers.instrument()
+        tools = _tools_of(_toolset())
+        token = _request_query_params.set({_tools.QUERY: [carrier]})
+        try:
+            traced = asyncio.run(_outcomes(tools))
+        finally:
+            _request_query_params.reset(token)
+        untraced = asyncio.run(_outcomes(tools))
+        finished = captured.spans()
+    assert traced == untraced == ["ok", "KeyError:'boom'", "cancelled"]
+    spans = [s for s in finished if s.name.startswith(sc.TOOL_SPAN_PREFIX)]
+    assert sorted(s.name for s in spans) == ["execute_tool boom", "execute_tool fine", "execute_tool slow"]
+    root = next(s for s in finished if s.name == sc.SAMPLE_SPAN)
+    assert root.context.trace_id == int(sample.trace_id or "0", 16)
+    for span in spans:
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+        assert (span.attributes[sc.RL_SAMPLE_INDEX], span.attributes[sc.RL_ROLLOUT_N], span.attributes[sc.RL_STEP]) == (
+            5,
+            1,
+            4,
+        )
 
 
 def test_the_mcp_signature_of_a_traced_tool_is_verifiers_own() -> None:

@@ -53,6 +53,10 @@ def runs(
     modes = {
         "plain": ([python(), driver, *base], driver_env()),
         "traced": ([python(), driver, *base, "--traced", "--otlp", endpoint], driver_env()),
+        "shared": (
+            [python(), driver, *base, "--traced", "--otlp", endpoint, "--taskset", "vf_shared_env"],
+            driver_env(),
+        ),
         "oneswitch": (
             [str(Path(python()).parent / "opentelemetry-instrument"), python(), driver, *base],
             driver_env(
@@ -216,6 +220,15 @@ def test_tool_phase_in_collect_lies_between_the_tool_servers_spans_and_verifiers
     assert abs(metrics["agent_loop/tool_calls/max"] - max(per_sample)) < TOLERANCE_S
     assert abs(metrics["agent_loop/tool_calls/min"] - min(per_sample)) < TOLERANCE_S
     assert abs(metrics["agent_loop/tool_calls/mean"] - sum(per_sample) / len(per_sample)) < TOLERANCE_S
+
+
+def test_a_shared_tool_servers_calls_are_each_in_their_own_samples_trace(runs: dict[str, Any]) -> None:
+    """One eval-level shared tool server serves every rollout: each call's ``execute_tool`` span, from that one
+    process, is in the trace of the sample that made it (the carrier rides the rollout's URL of the server), and
+    verifiers' state channel still works (the reward counts the tools each rollout's state saw)."""
+    rows = _check_traces(runs, "shared")  # per rollout: one trace, its tool spans = its tool calls, the sample's
+    assert {r["rollout"]["reward"] for r in rows} <= {0.5, 1.0}
+    assert len({t.resource.get("process.pid") for r in rows for t in r["tools"]}) == 1  # one server for all
 
 
 def test_report_step_and_html_read_the_run(runs: dict[str, Any], tmp_path: Path) -> None:

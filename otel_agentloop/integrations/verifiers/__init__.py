@@ -46,6 +46,7 @@ TARGETS: list[Target] = [
     (f"{V1}.serve.client", "EnvClient", "_request", _envserver.client_request),
     (f"{V1}.serve.server", "EnvServer", "_handle", _envserver.server_handle),
     (f"{V1}.mcp.launch", "", "serve_in_runtime", _tools.serve_in_runtime),
+    (f"{V1}.mcp.launch", "", "_shared_url_for_rollout", _tools.shared_url),
     (f"{V1}.runtimes.subprocess", "SubprocessRuntime", "run_background", _tools.run_background),
     (f"{V1}.mcp.server", "ServerBase", "_with_state", _tools.with_state),
 ]
