@@ -185,3 +185,42 @@ print(json.dumps([early, patched, same, files()]))
     assert all("otel_agentloop" in f for f in patched)
     assert same == [True, True, True, True]  # the very same objects put back
     assert all("otel_agentloop" in f for f in again)  # and patched again
+
+
+def test_an_env_server_run_request_carries_the_callers_step_and_verifiers_reads_it_as_before() -> None:
+    """``EnvClient``'s ``run`` request gets the carrier in its map; verifiers' ``RunRequest`` validates it into the
+    very same request; ``EnvServer._handle`` runs it in the caller's step and span. Other requests: unchanged."""
+    import msgpack
+    from opentelemetry import trace
+    from verifiers.v1.configs.client import EvalClientConfig
+    from verifiers.v1.serve.types import HealthRequest, RunRequest
+
+    from otel_agentloop.core._context import current_step
+    from otel_agentloop.integrations.verifiers import _envserver
+
+    request = RunRequest(task_data={"idx": 0}, client=EvalClientConfig(base_url="http://x/v1"), model="m", sampling={})
+    sent: list[bytes] = []
+    methods: list[str] = []
+
+    async def send(self: Any, req: Any, response_type: Any, timeout: Any = None, on_delta: Any = None) -> str:
+        sent.append(msgpack.packb(req.model_dump(mode="json"), use_bin_type=True))
+        methods.append(req.method)  # the carried request is still the request (its method, ...)
+        return "reply"
+
+    seen: list[tuple[Any, int]] = []
+
+    async def handle(self: Any, client_id: bytes, request_id: bytes, method: bytes, payload: bytes) -> None:
+        step = current_step()
+        seen.append((step.step if step else None, trace.get_current_span().get_span_context().span_id))
+
+    with testing.capture("env"):
+        with oal.step(9):
+            caller = trace.get_current_span().get_span_context()
+            assert asyncio.run(_envserver.client_request(send, (None, request, object), {})) == "reply"
+            asyncio.run(_envserver.client_request(send, (None, HealthRequest(), object), {}))
+        assert methods == ["run", "health"]
+        assert RunRequest.model_validate(msgpack.unpackb(sent[0], raw=False)) == request
+        assert msgpack.unpackb(sent[1], raw=False) == {}  # a health request: as verifiers sends it
+        for payload in sent:
+            asyncio.run(_envserver.server_handle(handle, (None, b"c", b"r", b"run", payload), {}))
+    assert seen == [(9, caller.span_id), (None, 0)]

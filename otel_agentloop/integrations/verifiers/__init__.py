@@ -9,9 +9,12 @@ While instrumented, across verifiers' own processes and hops:
 - each model call the interception server sends upstream is a generation turn (``chat <model>``) in that
   sample's trace, found by the rollout's session id; its ``traceparent`` goes out with the request, so a vLLM
   OpenAI server's ``llm_request`` nests under it; usage tokens and finish reasons from the response;
-- each tool call is an ``execute_tool <name>`` span in the tool-server process (local subprocess runtime),
-  continuing the sample's trace;
-- ``Task.score`` is the ``rl.reward`` span with the reward; an eval run (``run_eval``) is an ``rl.step``.
+- each tool call is an ``execute_tool <name>`` span in the tool-server process (local subprocess runtime; an
+  eval-level shared server too, each call in its own sample's trace), continuing the sample's trace;
+- the eval process's wait for a turn's tool calls (from a turn handing them to the harness to the rollout's next
+  model request) is an ``rl.tool_calls`` span, verl's tool block: ``agent_loop/tool_calls`` in ``collect()``;
+- ``Task.score`` is the ``rl.reward`` span with the reward; an eval run (``run_eval``) is an ``rl.step``;
+- a rollout an ``EnvServer`` serves for an ``EnvClient`` (prime-rl) continues the caller's step and trace.
 
 ``collect()`` then gives verl's ``agent_loop/*`` metrics. Results, exceptions, concurrency and cancellation
 are verifiers' own: wrappers call the originals unchanged. ``instrument()`` never imports verifiers: modules

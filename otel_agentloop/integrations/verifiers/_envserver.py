@@ -87,7 +87,7 @@ async def client_request(original: Callable[..., Any], args: tuple[Any, ...], kw
 
 def _adopt(payload: object) -> tuple[otel_context.Context, _context.StepState | None] | None:
     """The caller's context and step from a ``run`` payload that carries them (else ``None``)."""
-    if not isinstance(payload, (bytes, bytearray, memoryview)) or _KEY_BYTES not in bytes(payload):
+    if not isinstance(payload, bytes) or _KEY_BYTES not in payload:  # the usual request: one substring search
         return None
     raw = importlib.import_module("msgpack").unpackb(payload, raw=False)  # verifiers' own wire format
     carried = raw.get(KEY) if isinstance(raw, dict) else None
