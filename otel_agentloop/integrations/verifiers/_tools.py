@@ -23,6 +23,7 @@ from __future__ import annotations
 import asyncio
 import contextvars
 import functools
+import importlib
 import json
 import sys
 from collections.abc import Callable
@@ -155,11 +156,12 @@ def parse(carrier: str) -> tuple[otel_context.Context, dict[str, Any]]:
     """A sample's context and identity attributes from its carrier (JSON, :func:`sample_carrier`)."""
     from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
 
-    raw = json.loads(carrier)
-    raw = raw if isinstance(raw, dict) else {}
+    loaded = json.loads(carrier)
+    raw: dict[str, Any] = loaded if isinstance(loaded, dict) else {}
     headers = {k: raw[k] for k in ("traceparent", "tracestate") if isinstance(raw.get(k), str)}
     ctx = TraceContextTextMapPropagator().extract(headers)
-    sample = raw.get("sample") if isinstance(raw.get("sample"), dict) else {}
+    given = raw.get("sample")
+    sample: dict[str, Any] = given if isinstance(given, dict) else {}
     identity: dict[str, Any] = {}
     for key, name in (("index", sc.RL_SAMPLE_INDEX), ("rollout_n", sc.RL_ROLLOUT_N), ("step", sc.RL_STEP)):
         if type(sample.get(key)) is int:
@@ -182,9 +184,7 @@ def _call_sample() -> tuple[otel_context.Context | None, dict[str, Any]]:
     call's own (its ``otel_agentloop`` query parameter; none: untraced)."""
     if not served.shared:
         return served.ctx, served.identity
-    from verifiers.v1.mcp.server import _request_query
-
-    carrier = _request_query(QUERY)
+    carrier = importlib.import_module("verifiers.v1.mcp.server")._request_query(QUERY)  # verifiers' per request
     return parse(carrier) if carrier else (None, {})
 
 
