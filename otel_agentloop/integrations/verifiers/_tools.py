@@ -38,6 +38,7 @@ from ...core._guard import internal_error
 from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from .._engine import trace_headers
+from ._rollout import ensure_configured
 
 ENTRY = "otel_agentloop.integrations.verifiers._toolserver"
 QUERY = "otel_agentloop"
@@ -109,6 +110,7 @@ async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], 
     """``serve_in_runtime(server, runtime, ...)``: a local subprocess launch carries the sample's context."""
     found = None
     try:
+        ensure_configured()  # an env server launches its shared servers before its first rollout
         runtime = args[1] if len(args) > 1 else kwargs.get("runtime")
         if getattr(runtime, "type", None) == "subprocess":
             found = launch()
