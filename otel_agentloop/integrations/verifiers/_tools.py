@@ -107,7 +107,8 @@ def shared_url(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
 
 
 async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    """``serve_in_runtime(server, runtime, ...)``: a local subprocess launch carries the sample's context."""
+    """``serve_in_runtime(server, runtime, ...)``: a local subprocess launch carries the sample's context (outside
+    a sample: an eval-level shared server, whose calls each carry theirs)."""
     found = None
     try:
         ensure_configured()  # an env server launches its shared servers before its first rollout
