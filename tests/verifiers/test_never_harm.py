@@ -25,7 +25,7 @@ def _isolated() -> Iterator[None]:
     with testing.isolated():
         yield
     oal_verifiers.uninstrument()
-    _tools.served.ctx = None
+    _tools.served.ctx, _tools.served.identity, _tools.served.shared = None, {}, False
 
 
 def _toolset() -> Any:
@@ -108,6 +108,41 @@ def test_a_tool_server_not_launched_by_a_traced_sample_is_left_alone() -> None:
     assert not [s for s in finished if s.name.startswith(sc.TOOL_SPAN_PREFIX)]
 
 
+def test_a_shared_tool_server_traces_each_call_below_the_sample_in_its_query() -> None:
+    """An eval-level shared server (launched outside any sample) takes each call's sample from the call's query
+    (verifiers keeps it per HTTP request); a call without one stays untraced. Outcomes are verifiers' own."""
+    from verifiers.v1.mcp.server import _request_query_params
+
+    with testing.capture("tools") as captured:
+        launch = _tools.launch()  # outside a sample: the shared server's launch
+        assert launch is not None and json.loads(launch.carrier) == {"shared": True}
+        _tools.adopt(launch.carrier)
+        with oal.step(4), oal.sample(5, rollout_n=1) as sample:
+            carrier = _tools.sample_carrier()
+        assert carrier is not None
+        oal_verifiers.instrument()
+        tools = _tools_of(_toolset())
+        token = _request_query_params.set({_tools.QUERY: [carrier]})
+        try:
+            traced = asyncio.run(_outcomes(tools))
+        finally:
+            _request_query_params.reset(token)
+        untraced = asyncio.run(_outcomes(tools))
+        finished = captured.spans()
+    assert traced == untraced == ["ok", "KeyError:'boom'", "cancelled"]
+    spans = [s for s in finished if s.name.startswith(sc.TOOL_SPAN_PREFIX)]
+    assert sorted(s.name for s in spans) == ["execute_tool boom", "execute_tool fine", "execute_tool slow"]
+    root = next(s for s in finished if s.name == sc.SAMPLE_SPAN)
+    assert root.context.trace_id == int(sample.trace_id or "0", 16)
+    for span in spans:
+        assert span.parent is not None and span.parent.span_id == root.context.span_id
+        assert (span.attributes[sc.RL_SAMPLE_INDEX], span.attributes[sc.RL_ROLLOUT_N], span.attributes[sc.RL_STEP]) == (
+            5,
+            1,
+            4,
+        )
+
+
 def test_the_mcp_signature_of_a_traced_tool_is_verifiers_own() -> None:
     import inspect
 
@@ -150,3 +185,42 @@ print(json.dumps([early, patched, same, files()]))
     assert all("otel_agentloop" in f for f in patched)
     assert same == [True, True, True, True]  # the very same objects put back
     assert all("otel_agentloop" in f for f in again)  # and patched again
+
+
+def test_an_env_server_run_request_carries_the_callers_step_and_verifiers_reads_it_as_before() -> None:
+    """``EnvClient``'s ``run`` request gets the carrier in its map; verifiers' ``RunRequest`` validates it into the
+    very same request; ``EnvServer._handle`` runs it in the caller's step and span. Other requests: unchanged."""
+    import msgpack
+    from opentelemetry import trace
+    from verifiers.v1.configs.client import EvalClientConfig
+    from verifiers.v1.serve.types import HealthRequest, RunRequest
+
+    from otel_agentloop.core._context import current_step
+    from otel_agentloop.integrations.verifiers import _envserver
+
+    request = RunRequest(task_data={"idx": 0}, client=EvalClientConfig(base_url="http://x/v1"), model="m", sampling={})
+    sent: list[bytes] = []
+    methods: list[str] = []
+
+    async def send(self: Any, req: Any, response_type: Any, timeout: Any = None, on_delta: Any = None) -> str:
+        sent.append(msgpack.packb(req.model_dump(mode="json"), use_bin_type=True))
+        methods.append(req.method)  # the carried request is still the request (its method, ...)
+        return "reply"
+
+    seen: list[tuple[Any, int]] = []
+
+    async def handle(self: Any, client_id: bytes, request_id: bytes, method: bytes, payload: bytes) -> None:
+        step = current_step()
+        seen.append((step.step if step else None, trace.get_current_span().get_span_context().span_id))
+
+    with testing.capture("env"):
+        with oal.step(9):
+            caller = trace.get_current_span().get_span_context()
+            assert asyncio.run(_envserver.client_request(send, (None, request, object), {})) == "reply"
+            asyncio.run(_envserver.client_request(send, (None, HealthRequest(), object), {}))
+        assert methods == ["run", "health"]
+        assert RunRequest.model_validate(msgpack.unpackb(sent[0], raw=False)) == request
+        assert msgpack.unpackb(sent[1], raw=False) == {}  # a health request: as verifiers sends it
+        for payload in sent:
+            asyncio.run(_envserver.server_handle(handle, (None, b"c", b"r", b"run", payload), {}))
+    assert seen == [(9, caller.span_id), (None, 0)]

@@ -53,6 +53,10 @@ def runs(
     modes = {
         "plain": ([python(), driver, *base], driver_env()),
         "traced": ([python(), driver, *base, "--traced", "--otlp", endpoint], driver_env()),
+        "shared": (
+            [python(), driver, *base, "--traced", "--otlp", endpoint, "--taskset", "vf_shared_env"],
+            driver_env(),
+        ),
         "oneswitch": (
             [str(Path(python()).parent / "opentelemetry-instrument"), python(), driver, *base],
             driver_env(
@@ -121,8 +125,9 @@ def _check_traces(runs: dict[str, Any], mode: str) -> list[dict[str, Any]]:
             assert [c.name for c in children] == ["llm_request"], [c.name for c in children]
             assert children[0].resource.get("service.name") == "vllm-server"
             assert turn.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] >= 1
-        tools = [s for s in trace if s.attributes.get(sc.RL_PHASE) == sc.TOOL_CALLS]
+        tools = [s for s in trace if s.name.startswith("execute_tool")]
         assert len(tools) == rollout["tool_calls"]
+        assert all(s.attributes.get(sc.RL_PHASE) == sc.TOOL_CALLS for s in tools)
         assert {s.name for s in tools} <= {"execute_tool ping", "execute_tool pong"}
         assert all(s.parent_id == root.span_id and s.resource.get("process.pid") != root.resource.get("process.pid")
                    for s in tools)  # fmt: skip
@@ -130,7 +135,14 @@ def _check_traces(runs: dict[str, Any], mode: str) -> list[dict[str, Any]]:
         rewards = [s for s in trace if s.name == sc.REWARD_SPAN]
         assert len(rewards) == 1 and rewards[0].attributes[sc.RL_REWARD_SCORE] == pytest.approx(rollout["reward"])
         assert root.attributes[sc.RL_REWARD_SCORE] == pytest.approx(rollout["reward"])
-        rows.append({"rollout": rollout, "root": root, "turns": turns, "tools": tools, "reward": rewards[0]})
+        blocks = sorted((s for s in trace if s.name == sc.TOOL_CALLS_SPAN), key=lambda s: s.start_ns)
+        assert all(s.parent_id == root.span_id and s.attributes[sc.RL_PHASE] == sc.TOOL_CALLS for s in blocks)
+        assert all(s.resource.get("process.pid") == root.resource.get("process.pid") for s in blocks)  # eval-side
+        assert {s.name for s in trace if s.attributes.get(sc.RL_PHASE) == sc.TOOL_CALLS} <= {
+            sc.TOOL_CALLS_SPAN, "execute_tool ping", "execute_tool pong"}  # fmt: skip
+        rows.append(
+            {"rollout": rollout, "root": root, "turns": turns, "tools": tools, "blocks": blocks, "reward": rewards[0]}
+        )
     numbers = sorted((r["root"].attributes[sc.RL_SAMPLE_INDEX], r["root"].attributes[sc.RL_ROLLOUT_N]) for r in rows)
     assert numbers == [(0, 0), (0, 1), (1, 0), (1, 1)]
     return rows
@@ -176,6 +188,47 @@ def test_per_step_metrics_agree_with_verifiers_own_per_rollout_timing(runs: dict
         assert abs(metrics[f"agent_loop/{name}/max"] - max(values)) < TOLERANCE_S, name
         assert abs(metrics[f"agent_loop/{name}/min"] - min(values)) < TOLERANCE_S, name
         assert abs(metrics[f"agent_loop/{name}/mean"] - sum(values) / len(values)) < TOLERANCE_S, name
+
+
+def test_tool_phase_in_collect_lies_between_the_tool_servers_spans_and_verifiers_gaps(runs: dict[str, Any]) -> None:
+    """``agent_loop/tool_calls`` from the eval process alone: one ``rl.tool_calls`` block per turn that handed tool
+    calls to the harness, from that turn's end to the next model request's arrival (or the harness's end). Each
+    block holds that turn's ``execute_tool`` spans (the tool server's), and lies within verifiers' own gap after
+    the call (its end to the next call's start, or to the agent's end): so per sample, the tool servers' time
+    <= tool_calls <= verifiers' gaps after tool-calling turns <= verifiers' harness time."""
+    rows = _check_traces(runs, "traced")
+    per_sample = []
+    for row in rows:
+        rollout, blocks, tools = row["rollout"], row["blocks"], row["tools"]
+        calls = sorted(zip(rollout["calls"], rollout["call_tools"], strict=True))
+        gaps = [
+            (calls[k + 1][0][0] if k + 1 < len(calls) else rollout["agent"][1]) - end
+            for k, ((_, end), handed) in enumerate(calls)
+            if handed
+        ]
+        assert len(blocks) == len(gaps) >= 1, (len(blocks), calls)
+        for block, gap in zip(blocks, gaps, strict=True):
+            assert 0 < (block.end_ns - block.start_ns) / 1e9 <= gap + TOLERANCE_S
+        for tool in tools:  # every tool call ran inside one of the blocks
+            assert any(b.start_ns - 5e6 <= tool.start_ns and tool.end_ns <= b.end_ns + 5e6 for b in blocks), tool.name
+        tool_s = sum(b.end_ns - b.start_ns for b in blocks) / 1e9
+        assert sum(t.end_ns - t.start_ns for t in tools) / 1e9 <= tool_s + TOLERANCE_S
+        assert tool_s <= sum(gaps) + TOLERANCE_S <= rollout["harness_s"] + 2 * TOLERANCE_S
+        per_sample.append(tool_s)
+    metrics = runs["traced"]["result"]["metrics"]
+    assert metrics["agent_loop/tool_calls/min"] > 0
+    assert abs(metrics["agent_loop/tool_calls/max"] - max(per_sample)) < TOLERANCE_S
+    assert abs(metrics["agent_loop/tool_calls/min"] - min(per_sample)) < TOLERANCE_S
+    assert abs(metrics["agent_loop/tool_calls/mean"] - sum(per_sample) / len(per_sample)) < TOLERANCE_S
+
+
+def test_a_shared_tool_servers_calls_are_each_in_their_own_samples_trace(runs: dict[str, Any]) -> None:
+    """One eval-level shared tool server serves every rollout: each call's ``execute_tool`` span, from that one
+    process, is in the trace of the sample that made it (the carrier rides the rollout's URL of the server), and
+    verifiers' state channel still works (the reward counts the tools each rollout's state saw)."""
+    rows = _check_traces(runs, "shared")  # per rollout: one trace, its tool spans = its tool calls, the sample's
+    assert {r["rollout"]["reward"] for r in rows} <= {0.5, 1.0}
+    assert len({t.resource.get("process.pid") for r in rows for t in r["tools"]}) == 1  # one server for all
 
 
 def test_report_step_and_html_read_the_run(runs: dict[str, Any], tmp_path: Path) -> None:

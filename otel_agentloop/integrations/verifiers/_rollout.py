@@ -27,6 +27,7 @@ from ...core._guard import internal_error
 from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import span_of
+from . import _toolphase
 
 SESSION_ATTR = "verifiers.trace.id"
 """The rollout's verifiers trace id (its ``X-Session-ID``), on the sample span."""
@@ -48,7 +49,7 @@ def auto_configure(on: bool) -> None:
     _auto[0] = on
 
 
-def _ensure_configured() -> None:
+def ensure_configured() -> None:
     if not _auto[0]:
         return
     try:
@@ -89,7 +90,7 @@ def _task_index(task: Any) -> int:
 
 async def agent_run(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """``Agent.run(task, ...)`` as one sample."""
-    _ensure_configured()
+    ensure_configured()
     if current_sample() is not None:  # an agent run inside another's sample (a judge agent): part of it
         return await original(*args, **kwargs)
     task = args[1] if len(args) > 1 else kwargs.get("task")
@@ -106,6 +107,8 @@ async def agent_run(original: Callable[..., Any], args: tuple[Any, ...], kwargs:
         with _lock:
             for trace_id in ids:
                 _sessions.pop(trace_id, None)
+        for trace_id in ids:
+            _toolphase.close(trace_id)
 
 
 def _record(handle: SampleHandle, trace: Any) -> None:
@@ -164,7 +167,7 @@ async def task_score(original: Callable[..., Any], args: tuple[Any, ...], kwargs
 
 async def run_eval(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
     """verifiers' eval runner as one step (unless one is open already)."""
-    _ensure_configured()
+    ensure_configured()
     if current_step() is not None:
         return await original(*args, **kwargs)
     with _lock:

@@ -31,6 +31,7 @@ from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
 from .._engine import record_openai_response, trace_headers
+from . import _toolphase
 from ._rollout import session
 
 _specs: dict[str, PhaseSpec] = {}
@@ -148,12 +149,15 @@ def record_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dic
     before = len(calls) if isinstance(calls, list) else -1
     result = original(*args, **kwargs)
     if scope is not None:
+        rollout = args[1] if len(args) > 1 else kwargs.get("session")
         try:
             measured = calls[-1] if isinstance(calls, list) and 0 <= before < len(calls) else None
             _end(scope, kwargs, measured)
         except Exception:
             internal_error("verifiers.record_call")
             finish(scope)
+        if kwargs.get("error") is None:  # tool calls handed to the harness: its tool phase starts
+            _toolphase.turn_returned(rollout, kwargs.get("node"), session(_toolphase.trace_id_of(rollout)))
     return result
 
 
