@@ -14,13 +14,12 @@ import os
 import re
 import shutil
 import subprocess
-import time
 from pathlib import Path
 
 import pytest
 
 ROOT = Path(__file__).resolve().parents[1]
-ORIGIN = "import importlib.util as u; print(u.find_spec('otel_agentloop').origin)"
+ORIGIN = "import importlib.util as u; s = u.find_spec('otel_agentloop'); print(s and s.origin)"
 
 
 def clone(dest: Path) -> Path:
@@ -90,9 +89,11 @@ def test_checkouts_share_a_venv_per_pins_and_each_runs_its_own_code(tmp_path: Pa
     assert origin(wrapper_b2).strip() == str(b / "otel_agentloop" / "__init__.py")
 
     # bounded: with one kept, A's venv survives while a process runs it, and goes once none does
-    sleeper = subprocess.Popen([wrapper_a, "-c", "import time; time.sleep(120)"], cwd="/")
+    sleeper = subprocess.Popen(
+        [wrapper_a, "-c", "import time; print('up', flush=True); time.sleep(120)"], cwd="/", stdout=subprocess.PIPE
+    )
     try:
-        time.sleep(1)
+        assert sleeper.stdout is not None and sleeper.stdout.readline() == b"up\n"  # its python runs
         _, err = env_script(b, tiny, cache, OTEL_AGENTLOOP_VENVS_KEEP="1")
         assert "removed" not in err and (venv / "bin" / "python").exists(), err
     finally:
@@ -103,7 +104,12 @@ def test_checkouts_share_a_venv_per_pins_and_each_runs_its_own_code(tmp_path: Pa
     assert (venv_b / "bin" / "python").exists()
 
 
-REAL = {"engine": ["scripts/engine-constraints.txt"], "verl": [], "verifiers": [], "trl": ["scripts/engine-constraints.txt"]}
+REAL = {
+    "engine": ["scripts/engine-constraints.txt"],
+    "verl": [],
+    "verifiers": [],
+    "trl": ["scripts/engine-constraints.txt"],
+}
 
 
 def current_key(name: str) -> str:
