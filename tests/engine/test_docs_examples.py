@@ -23,7 +23,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics import SpanRecord
 
-from .conftest import ENGINE_START_S, ROOT, tail, trace_spans
+from .conftest import ENGINE_START_S, ROOT, stack_mod, tail, trace_spans
 
 DOC = ROOT / "docs" / "engines.md"
 EXAMPLE = re.compile(r"<!-- example: (\S+) -->\n```\w*\n(.*?)\n```", re.S)
@@ -76,11 +76,11 @@ def nested(jaeger: JaegerClient, out: str, service: str, engine_service: str) ->
     assert turn.attributes[sc.GEN_AI_USAGE_OUTPUT_TOKENS] == child.attributes["gen_ai.usage.completion_tokens"]
 
 
-def test_the_in_process_script_runs_as_printed(stack: object, tmp_path: Path) -> None:
+def test_the_in_process_script_runs_as_printed(stack: stack_mod.Stack, tmp_path: Path) -> None:
     """With no model yet: the environment block makes the tiny model as printed, then the script runs on it."""
     paths = write(tmp_path)
     model = tmp_path / "tiny-qwen2"
-    endpoint = stack.otlp_grpc_endpoint  # type: ignore[attr-defined]  # http://127.0.0.1:PORT
+    endpoint = stack.otlp_grpc_endpoint  # http://127.0.0.1:PORT
     cmd = f'. {paths["engines-env.sh"]} && OTEL_EXPORTER_OTLP_ENDPOINT={endpoint} "$PY" {paths["engines-inproc.py"]}'
     log = tmp_path / "inproc.log"
     with log.open("wb") as out:
@@ -93,15 +93,13 @@ def test_the_in_process_script_runs_as_printed(stack: object, tmp_path: Path) ->
     assert (model / "config.json").exists(), tail(log)
     assert "output tokens: 8" in text, tail(log)
     assert OVERRIDE in text, tail(log)  # the line the page explains (vLLM's provider refused; ours is global)
-    nested(JaegerClient(stack.jaeger_url), text, "rollout", "rollout")  # type: ignore[attr-defined]
+    nested(JaegerClient(stack.jaeger_url), text, "rollout", "rollout")
 
 
-def test_the_server_and_client_scripts_run_as_printed(stack: object, model: Path, tmp_path: Path) -> None:
-    from .conftest import stack_mod
-
+def test_the_server_and_client_scripts_run_as_printed(stack: stack_mod.Stack, model: Path, tmp_path: Path) -> None:
     paths = write(tmp_path)
     port = stack_mod.free_port()
-    grpc = stack.otlp_grpc_endpoint  # type: ignore[attr-defined]
+    grpc = stack.otlp_grpc_endpoint
     env = doc_env(tmp_path, model, PORT=str(port), OTLP_ENDPOINT=grpc)
     log = tmp_path / "server.log"
     server = subprocess.Popen(
@@ -126,7 +124,7 @@ def test_the_server_and_client_scripts_run_as_printed(stack: object, model: Path
         )  # fmt: skip
         assert client.returncode == 0, client.stdout + client.stderr[-4000:]
         assert "completion: " in client.stdout, client.stdout
-        nested(JaegerClient(stack.jaeger_url), client.stdout, "rollout", "rollout-engine")  # type: ignore[attr-defined]
+        nested(JaegerClient(stack.jaeger_url), client.stdout, "rollout", "rollout-engine")
     finally:
         server.terminate()
         try:
