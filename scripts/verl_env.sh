@@ -1,26 +1,10 @@
 #!/usr/bin/env bash
 # Create (or reuse) the venv for the verl stage: real verl 0.9.1 from PyPI, a torch that runs on CPU, and this
-# repository installed editable. Cached under ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/verl-venv,
-# keyed by this file's content and the repo's pyproject; the last line printed is the venv's python.
+# repository's dependencies. One venv per set of pins (this file, the repo's pyproject and constraints), shared by
+# every checkout and holding none's code (scripts/venv_lib.sh); the last line printed is this checkout's wrapper of
+# the venv's python (it puts this checkout first on PYTHONPATH).
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-cache=${OTEL_AGENTLOOP_CACHE:-$HOME/.cache/otel-agentloop}
-venv=$cache/verl-venv
-stamp=$(cat "$0" "$repo/pyproject.toml" "$repo/constraints.txt" | cksum | cut -d' ' -f1)
-if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.stamp" 2>/dev/null)" = "$stamp" ]; then
-  echo "verl venv: cached at $venv" >&2
-  # the stamp is the content, not the checkout: a venv built from another (maybe deleted) clone is pointed here
-  where=$(cd / && "$venv/bin/python" -c "import otel_agentloop, os; print(os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__))))" 2>/dev/null || true)
-  if [ "$where" != "$repo" ]; then
-    echo "verl venv: its editable install pointed at $repo (was ${where:-missing})" >&2
-    "$venv/bin/python" -m pip --disable-pip-version-check -q --cache-dir "$cache/pip" install --no-deps -e "$repo" >&2 \
-      || { echo "verl venv: FAILED to point it at $repo" >&2; exit 1; }
-  fi
-  echo "$venv/bin/python"
-  exit 0
-fi
-t0=$SECONDS
-rm -rf "$venv"
+. "$(dirname "$0")/venv_lib.sh" verl # exits printing the wrapper when the venv is ready
 python3 -m venv "$venv"
 pip() { "$venv/bin/python" -m pip --disable-pip-version-check -q --cache-dir "$cache/pip" "$@"; }
 run() { echo "+ $*" >&2; "$@" || { echo "verl venv: FAILED: $*" >&2; exit 1; }; }
@@ -35,7 +19,5 @@ run pip install --no-deps --target "$venv/tq" "TransferQueue==0.1.11"
 rm -rf "$venv/tq/recipe" "$venv/tq/scripts" "$venv/tq/tests" "$venv/tq/tutorial" "$venv/tq/bin"
 "$venv/bin/python" -c "import site; open(site.getsitepackages()[0] + '/otel_agentloop_tq.pth', 'w').write('$venv/tq\\n')"
 run pip install -c "$repo/constraints.txt" "pyzmq>=25" "msgspec>=0.18"
-run pip install -c "$repo/constraints.txt" -e "$repo[test,verl]"
-echo "$stamp" > "$venv/.stamp"
-echo "verl venv: built in $((SECONDS - t0)) s at $venv ($(du -sh "$venv" | cut -f1))" >&2
-echo "$venv/bin/python"
+run pip install -c "$repo/constraints.txt" "$copy[test,verl]"
+venv_done
