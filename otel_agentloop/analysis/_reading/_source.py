@@ -22,6 +22,7 @@ from ...config._environment import variable
 from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
+from ._jaeger_step import StepReader, expected_samples
 from ._runs import Run, RunKey, group_runs, run_key, steps_text
 from ._text import printable
 
@@ -118,6 +119,11 @@ class JaegerSource:
         default_factory=dict, repr=False
     )
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
+    steps: StepReader = field(init=False, repr=False)
+    """How a step's traces are read (``_jaeger_step``: by ``rl.step`` over gRPC, else the window over HTTP)."""
+
+    def __post_init__(self) -> None:
+        self.steps = StepReader(self.client)
 
     @property
     def label(self) -> str:
@@ -156,6 +162,11 @@ class JaegerSource:
                     depth = max(depth, STEP_SEARCH_DEPTH)
             if operation in _ONE_PER_STEP and step is None:  # the search a step's window shares
                 found = self.one_per_step(service, operation, start, end)
+            elif step is not None and operation is None:  # only the step's traces where Jaeger can say which
+                if self.steps.query() is not None:  # the step's traces alone: one search
+                    depth = max(depth, STEP_SEARCH_DEPTH)
+                expected, named = self._expected(service, step), len(self.services) > 1
+                found = self.steps.read(service, step, (lo, hi), depth, warn, expected, named=named)
             else:
                 found = self.client.find_all_traces(
                     service, lo, hi, attributes=attributes, operation=operation, search_depth=depth
@@ -229,6 +240,14 @@ class JaegerSource:
                 times[step] = (min(first, rec.start_ns), max(last, rec.end_ns, rec.start_ns))
         self._step_times_cache[cache] = times
         return times
+
+    def _expected(self, service: str, step: int) -> int | None:
+        """The samples step ``step`` counts in :attr:`run`'s summaries, when they were searched (for progress)."""
+        found = self._one_per_step_cache.get((service, sc.STEP_SUMMARY_SPAN))
+        if found is None:
+            return None
+        records = list(decode_resource_spans(found.resource_spans, Skipped()))
+        return expected_samples(records, self.run.key if self.run is not None else None, step)
 
     def one_per_step(self, service: str, operation: str, start: datetime, end: datetime) -> Search:
         """Every ``operation`` trace (one of :data:`_ONE_PER_STEP`) of ``service`` in [start, end], in searches of
