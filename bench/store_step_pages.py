@@ -37,9 +37,9 @@ sys.path.insert(0, str(ROOT / "scripts"))
 sys.path.insert(0, str(ROOT / "bench"))
 import stack_lib as stack_mod  # noqa: E402
 import stack_store  # noqa: E402
+from soak_worker import SPANS_PER_SAMPLE, one_sample  # noqa: E402
 
 import otel_agentloop as oal  # noqa: E402
-from soak_worker import SPANS_PER_SAMPLE, one_sample  # noqa: E402
 
 
 def paired_ports() -> dict[str, int]:
@@ -70,8 +70,12 @@ def start_store(kind: str, out: Path) -> tuple[stack_mod.Stack, Any]:
         raise
 
 
-async def _step(n: int) -> None:
-    await asyncio.gather(*(one_sample(i) for i in range(n)))
+BATCH = 256
+"""Samples run at once; the export queue is flushed between batches (a burst of 8,192 would overflow it)."""
+
+
+async def _step(first: int, n: int) -> None:
+    await asyncio.gather(*(one_sample(i) for i in range(first, first + n)))
 
 
 def write_run(stack: stack_mod.Stack, service: str, sizes: list[int]) -> int:
@@ -79,10 +83,14 @@ def write_run(stack: stack_mod.Stack, service: str, sizes: list[int]) -> int:
     handle = oal.configure(service, endpoint=f"http://127.0.0.1:{stack.ports['jaeger_otlp_grpc']}", protocol="grpc")
     for step, n in enumerate(sizes, 1):
         with oal.step(step):
-            asyncio.run(_step(n))
+            for first in range(0, n, BATCH):
+                asyncio.run(_step(first, min(BATCH, n - first)))
+                handle.force_flush(120)
         handle.metrics.collect(step)
     handle.force_flush(120)
-    exported = int(handle.stats["exported"])
+    exported, dropped = int(handle.stats["exported"]), int(handle.stats["dropped"])
+    if dropped:
+        raise RuntimeError(f"{dropped} spans dropped while writing the run")
     handle.shutdown(30)
     return exported
 
@@ -152,9 +160,13 @@ def main() -> int:
             outputs: dict[str, bytes] = {}
             progress = ""
             for i in range(args.repeats):
-                for which, tree in (("old", args.old), ("new", ROOT)) if i % 2 == 0 else (("new", ROOT), ("old", args.old)):
+                for which, tree in (
+                    (("old", args.old), ("new", ROOT)) if i % 2 == 0 else (("new", ROOT), ("old", args.old))
+                ):
                     loads.append(os.getloadavg()[0])
-                    wall, stdout, stderr, files = run_report(tree, stack.jaeger_url, service, case, out / which / str(i))
+                    wall, stdout, stderr, files = run_report(
+                        tree, stack.jaeger_url, service, case, out / which / str(i)
+                    )
                     times[which].append(round(wall, 2))
                     outputs.setdefault(which, stdout.encode() + files)
                     if which == "new":

@@ -169,7 +169,7 @@ def test_a_step_page_reads_only_that_steps_traces(jaeger, job, tmp_path, monkeyp
 
 
 def test_compare_reads_each_steps_traces_only(jaeger, job, monkeypatch, capsys) -> None:
-    code, out, err, fetched = _report(monkeypatch, capsys, jaeger, job, "--compare", "1", "3", "--json")
+    code, _, err, fetched = _report(monkeypatch, capsys, jaeger, job, "--compare", "1", "3", "--json")
     assert code == 0, err
     assert fetched.count() == {1: SAMPLES, 3: SAMPLES}, fetched.count()
     assert fetched.searches == 2, err

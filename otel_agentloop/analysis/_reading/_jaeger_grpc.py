@@ -89,7 +89,7 @@ class GrpcQuery:
     (OTLP-JSON ``resourceSpans``), with ``attributes`` honoured. Each call is bounded as ``JaegerClient``'s are."""
 
     def __init__(self, target: str, timeout_s: float = 10.0) -> None:
-        import grpc  # with opentelemetry-exporter-otlp; only a report from Jaeger needs it
+        import grpc  # type: ignore[import-untyped]  # with opentelemetry-exporter-otlp; a report from Jaeger only
 
         self.target, self.timeout_s = target, timeout_s
         self._grpc = grpc
