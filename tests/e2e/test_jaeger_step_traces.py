@@ -4,7 +4,7 @@ Against the real Jaeger v2.13 on Badger, with its HTTP and gRPC query ports pair
 defaults pair them (16686/16685: the gRPC port is the HTTP port's neighbour below). A job ran three steps in a
 few seconds, so each step's window (its summary's time, widened by ``STEP_WINDOW_SLACK``) holds its neighbours'
 traces too. ``report --step 2`` for a page, Perfetto or ``--from-spans`` must fetch step 2's traces only (counted
-at the client: every search's answer), print what it reads and how far it got, and show exactly what the old
+at the client: every search's answer), print what it reads and how far it got (after 2 s; here at once), and show exactly what the old
 read of the whole window showed (``--from-spans --json`` and the Perfetto file equal byte for byte with the HTTP
 fallback, which still reads the window whole).
 """
@@ -100,7 +100,8 @@ class Fetched:
 def _report(
     monkeypatch: pytest.MonkeyPatch, capsys: pytest.CaptureFixture[str], jaeger: Any, service: str, *args: str
 ) -> tuple[int, str, str, Fetched]:
-    """``report`` in this process, every trace search's answer counted (HTTP, and gRPC where it is read)."""
+    """``report`` in this process, every trace search's answer counted (HTTP, and gRPC where it is read), every
+    progress line printed."""
     fetched = Fetched()
     http = _jaeger.JaegerClient.find_traces
 
@@ -124,6 +125,12 @@ def _report(
             return page
 
         monkeypatch.setattr(_jaeger_grpc.GrpcQuery, "find_traces", counted_grpc)
+    try:
+        from otel_agentloop.analysis._reading import _jaeger_step
+    except ImportError:  # the code before progress lines
+        pass
+    else:  # every progress line, however quick the read (they start after 2 s)
+        monkeypatch.setattr(_jaeger_step, "PROGRESS_EVERY_S", 0.0)
     for name in ("OTEL_SERVICE_NAME", "OTEL_RESOURCE_ATTRIBUTES"):
         monkeypatch.delenv(name, raising=False)
     capsys.readouterr()

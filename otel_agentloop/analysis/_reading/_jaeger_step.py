@@ -7,8 +7,9 @@ A step's spans carry ``rl.step``; its traces are found by that attribute through
 in front of the HTTP port only, a Jaeger without it), the window is read over HTTP as before (every trace in it;
 the report then keeps the step's spans), with one line saying so.
 
-Every step read prints one line when it starts (how it reads, and how many samples the step's summary counts),
-one every :data:`PROGRESS_EVERY_S` while it runs, and one when it ends (traces, searches, seconds).
+A step read that takes longer than :data:`PROGRESS_EVERY_S` says on stderr how it reads (and how many samples the
+step's summary counts), how far it got every :data:`PROGRESS_EVERY_S`, and what it read (traces, searches, seconds)
+(:class:`Ticker`); a quicker one prints nothing.
 """
 
 from __future__ import annotations
@@ -35,23 +36,41 @@ Note = Callable[[str], None]
 
 @dataclass
 class Ticker:
-    """Progress lines of one read: :meth:`tick` says how far it got, at most every :data:`PROGRESS_EVERY_S`."""
+    """Progress lines of one read, quiet while it is quick: once it has run :data:`PROGRESS_EVERY_S`, the
+    ``opening`` lines (what it reads), then how far it got at most every :data:`PROGRESS_EVERY_S` (:meth:`tick`),
+    and at the end (:meth:`done`) what it read; a read done sooner prints nothing."""
 
     note: Note
     what: str
+    opening: list[str] = field(default_factory=list)
     started: float = field(default_factory=time.monotonic)
-    _last: float = 0.0
     base: int = 0
     """Traces read by the searches before the current one."""
+    _last: float = 0.0
+    said: bool = False
+    """Whether it has printed (its opening lines)."""
 
     def __post_init__(self) -> None:
         self._last = self.started
+
+    def _open(self) -> None:
+        if not self.said:
+            self.said = True
+            for line in self.opening:
+                self.note(line)
 
     def tick(self, traces: int) -> None:
         now = time.monotonic()
         if now - self._last >= PROGRESS_EVERY_S:
             self._last = now
+            self._open()
             self.note(f"{self.what}: {self.base + traces:,} traces read so far ({now - self.started:.1f} s)")
+
+    def done(self, found: Search) -> None:
+        if self.said or self.elapsed_s >= PROGRESS_EVERY_S:
+            self._open()
+            searches = "1 search" if found.searches == 1 else f"{found.searches:,} searches"
+            self.note(f"{self.what}: {found.traces:,} traces read in {self.elapsed_s:.1f} s ({searches})")
 
     @property
     def elapsed_s(self) -> float:
@@ -98,25 +117,25 @@ class StepReader:
         lo, hi = window
         what = f"step {step}" + (f" of service {printable(service, 80)}" if named else "")
         counted = f"; its summary counts {expected:,} samples" if expected is not None else ""
+        opening = []
         if query is not None:
             how = f"its traces only, by {sc.RL_STEP}={step} over Jaeger's gRPC query API ({query.target})"
         else:
             how = "every trace of its window over HTTP (neighbouring steps' too)"
-            if not self.said_http:
-                self.said_http = True
-                note(
+            if not self.said_http:  # once, with the first slow read
+                opening.append(
                     f"Jaeger's gRPC query API does not answer beside {printable(self.client.base_url, 200)} (at "
                     f"{grpc_target(self.client.base_url) or 'no port'}): a step's window is read whole over HTTP "
                     f"(Jaeger 2.13's HTTP API cannot search by {sc.RL_STEP}), which is slower"
                 )
-        note(f"{what}: reading {how}{counted}")
-        ticker = Ticker(note, what)
+        opening.append(f"{what}: reading {how}{counted}")
+        ticker = Ticker(note, what, opening)
         finder = _searches(ticker, query, self.client)
         found = self.client.find_all_traces(
             service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth, finder=finder
         )
-        searches = "1 search" if found.searches == 1 else f"{found.searches} searches"
-        note(f"{what}: {found.traces:,} traces read in {ticker.elapsed_s:.1f} s ({searches})")
+        ticker.done(found)
+        self.said_http = self.said_http or ticker.said
         return found
 
 
@@ -133,6 +152,16 @@ def _searches(ticker: Ticker, query: GrpcQuery | None, client: JaegerClient) -> 
         return page
 
     return find
+
+
+def read_all(client: JaegerClient, note: Note, service: str, lo: datetime, hi: datetime, **search: Any) -> Search:
+    """``client.find_all_traces(service, lo, hi, **search)`` (not one step's: a run's, the whole store's), saying
+    how far it got every :data:`PROGRESS_EVERY_S` (between searches) and, when that took longer, what it read."""
+    what = f"service {printable(service, 80)}"
+    ticker = Ticker(note, what, [f"{what}: searching Jaeger {printable(client.base_url, 200)} (every trace)"])
+    found = client.find_all_traces(service, lo, hi, finder=_searches(ticker, None, client), **search)
+    ticker.done(found)
+    return found
 
 
 def expected_samples(summaries: list[SpanRecord], run: RunKey | None, step: int) -> int | None:

@@ -22,7 +22,7 @@ from ...config._environment import variable
 from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
-from ._jaeger_step import StepReader, expected_samples
+from ._jaeger_step import StepReader, expected_samples, read_all
 from ._runs import Run, RunKey, group_runs, run_key, steps_text
 from ._text import printable
 
@@ -119,6 +119,8 @@ class JaegerSource:
         default_factory=dict, repr=False
     )
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
+    progress: Callable[[str], None] = field(default=lambda _line: None, repr=False)
+    """Where what a read does and how far it got go (stderr lines; ``open_jaeger`` sets its ``note``)."""
     steps: StepReader = field(init=False, repr=False)
     """How a step's traces are read (``_jaeger_step``: by ``rl.step`` over gRPC, else the window over HTTP)."""
 
@@ -166,10 +168,17 @@ class JaegerSource:
                 if self.steps.query() is not None:  # the step's traces alone: one search
                     depth = max(depth, STEP_SEARCH_DEPTH)
                 expected, named = self._expected(service, step), len(self.services) > 1
-                found = self.steps.read(service, step, (lo, hi), depth, warn, expected, named=named)
-            else:
-                found = self.client.find_all_traces(
-                    service, lo, hi, attributes=attributes, operation=operation, search_depth=depth
+                found = self.steps.read(service, step, (lo, hi), depth, self.progress, expected, named=named)
+            else:  # progress on stderr: the whole store may take minutes
+                found = read_all(
+                    self.client,
+                    self.progress,
+                    service,
+                    lo,
+                    hi,
+                    attributes=attributes,
+                    operation=operation,
+                    search_depth=depth,
                 )
             if found.full:
                 warn(f"service {service}: {found.left_out(depth)}")
@@ -281,7 +290,7 @@ def open_jaeger(args: argparse.Namespace, note: Callable[[str], None]) -> Jaeger
     named with ``--service``. Raises :class:`JaegerError`, or :class:`NothingFoundError` when no service has
     agent-loop spans."""
     client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-    source = JaegerSource(client, [], "", args.since_minutes, args.search_depth)
+    source = JaegerSource(client, [], "", args.since_minutes, args.search_depth, progress=note)
     if args.service:
         source.services, source.chosen_by = [args.service], "--service"
         return source
