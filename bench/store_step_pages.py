@@ -80,7 +80,8 @@ async def _step(first: int, n: int) -> None:
 
 def write_run(stack: stack_mod.Stack, service: str, sizes: list[int]) -> int:
     """The run's steps 1.. of ``sizes`` samples; the spans exported."""
-    handle = oal.configure(service, endpoint=f"http://127.0.0.1:{stack.ports['jaeger_otlp_grpc']}", protocol="grpc")
+    endpoint = f"http://127.0.0.1:{stack.ports['jaeger_otlp_grpc']}"  # a slow store: wait, never drop
+    handle = oal.configure(service, endpoint=endpoint, protocol="grpc", max_queue_size=1 << 17, export_timeout_s=300)
     for step, n in enumerate(sizes, 1):
         with oal.step(step):
             for first in range(0, n, BATCH):
