@@ -4,9 +4,10 @@ Against the real Jaeger v2.13 on Badger, with its HTTP and gRPC query ports pair
 defaults pair them (16686/16685: the gRPC port is the HTTP port's neighbour below). A job ran three steps in a
 few seconds, so each step's window (its summary's time, widened by ``STEP_WINDOW_SLACK``) holds its neighbours'
 traces too. ``report --step 2`` for a page, Perfetto or ``--from-spans`` must fetch step 2's traces only (counted
-at the client: every search's answer), print what it reads and how far it got (after 2 s; here at once), and show exactly what the old
-read of the whole window showed (``--from-spans --json`` and the Perfetto file equal byte for byte with the HTTP
-fallback, which still reads the window whole).
+at the client: every search's answer), print what it reads and how far it got (after 2 s; here at once), and show
+exactly what the old read of the whole window showed (``--from-spans --json`` and the Perfetto file equal byte for
+byte with the HTTP fallback, which still reads the window whole). A gRPC port that belongs to another Jaeger is
+never read: the window is then read over HTTP.
 """
 
 from __future__ import annotations
@@ -163,7 +164,7 @@ def test_a_step_page_reads_only_that_steps_traces(jaeger, job, tmp_path, monkeyp
     # neighbouring steps too
     from otel_agentloop.analysis._reading import _jaeger_grpc
 
-    monkeypatch.setattr(_jaeger_grpc.GrpcQuery, "reachable", lambda self: False)
+    monkeypatch.setattr(_jaeger_grpc.GrpcQuery, "services", lambda self: None)
     whole = tmp_path / "whole.json"
     code2, out2, err2, fetched2 = _report(
         monkeypatch, capsys, jaeger, job, "--step", "2", "--from-spans", "--json", "--perfetto", str(whole)
@@ -181,6 +182,19 @@ def test_compare_reads_each_steps_traces_only(jaeger, job, monkeypatch, capsys) 
     assert fetched.count() == {1: SAMPLES, 3: SAMPLES}, fetched.count()
     assert fetched.searches == 2, err
     assert "report: step 1: reading its traces only" in err and "report: step 3: reading its traces only" in err
+
+
+def test_another_jaegers_grpc_port_is_not_read(jaeger, job, stack, monkeypatch, capsys) -> None:
+    """The port below the HTTP port answers, but as another Jaeger (other services): the window over HTTP."""
+    from otel_agentloop.analysis._reading import _jaeger_step
+
+    other = f"127.0.0.1:{stack.ports['query_grpc']}"  # the session's Jaeger (conftest), not this one
+    monkeypatch.setattr(_jaeger_step, "grpc_target", lambda _url: other)
+    code, out, err, fetched = _report(monkeypatch, capsys, jaeger, job, "--step", "2", "--from-spans", "--json")
+    assert code == 0, err
+    assert json.loads(out)["metrics"]["agent_loop/num_samples"] == SAMPLES
+    assert fetched.count() == {1: SAMPLES, 2: SAMPLES, 3: SAMPLES}, fetched.count()
+    assert f"(at {other}): a step's window is read whole over HTTP" in err, err
 
 
 def test_grpc_target_is_the_http_ports_neighbour() -> None:

@@ -97,13 +97,14 @@ class GrpcQuery:
         self._find = self._channel.unary_stream(FIND_TRACES)
         self._services = self._channel.unary_unary(GET_SERVICES)
 
-    def reachable(self) -> bool:
-        """Whether a Jaeger query gRPC service answers at the target (one ``GetServices`` call)."""
+    def services(self) -> list[str] | None:
+        """The services the Jaeger at the target lists (one ``GetServices`` call), ``None`` when none answers
+        there (refused, another gRPC service, not gRPC, or an answer that does not parse)."""
         try:
-            self._services(b"", timeout=PROBE_TIMEOUT_S)
+            answer = self._services(b"", timeout=PROBE_TIMEOUT_S)
         except self._grpc.RpcError:
-            return False
-        return True
+            return None
+        return _strings(answer)
 
     def find_traces(
         self,
@@ -146,6 +147,40 @@ class GrpcQuery:
 
     def close(self) -> None:
         self._channel.close()
+
+
+def _strings(message: bytes) -> list[str] | None:
+    """Field 1 of ``message`` as repeated strings (``GetServicesResponse.services``); ``None`` when it is not
+    such a message."""
+    out: list[str] = []
+    i = 0
+    try:
+        while i < len(message):
+            key, i = _read_varint(message, i)
+            if key & 7 != 2:
+                return None
+            size, i = _read_varint(message, i)
+            if i + size > len(message):
+                return None
+            if key >> 3 == 1:
+                out.append(message[i : i + size].decode())
+            i += size
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return out
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if not byte & 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
 
 
 def _value(v: Any, depth: int) -> dict[str, Any]:

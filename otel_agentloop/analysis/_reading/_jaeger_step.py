@@ -22,7 +22,7 @@ from typing import Any
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
-from ._jaeger import JaegerClient, Search, trace_ids
+from ._jaeger import JaegerClient, JaegerError, Search, trace_ids
 from ._jaeger_grpc import GrpcQuery, grpc_target
 from ._report import stored_summaries
 from ._runs import RunKey, run_key
@@ -80,7 +80,8 @@ class Ticker:
 @dataclass
 class StepReader:
     """How one ``report`` reads steps from ``client``: over gRPC with the step's attribute when Jaeger's query
-    gRPC port (:func:`~._jaeger_grpc.grpc_target`) answers, probed once; else the step's window over HTTP."""
+    gRPC port (:func:`~._jaeger_grpc.grpc_target`) answers and lists the services the HTTP port lists (the same
+    Jaeger, not a neighbour's), probed once; else the step's window over HTTP."""
 
     client: JaegerClient
     _query: GrpcQuery | None = None
@@ -91,13 +92,20 @@ class StepReader:
         if not self._probed:
             self._probed = True
             target = grpc_target(self.client.base_url)
-            if target is not None:
+            if target is not None:  # the same Jaeger there: it lists the same services as the HTTP port
                 query = GrpcQuery(target, self.client.timeout_s)
-                if query.reachable():
+                listed = query.services()
+                if listed is not None and sorted(listed) == sorted(self._http_services()):
                     self._query = query
                 else:
                     query.close()
         return self._query
+
+    def _http_services(self) -> list[str]:
+        try:
+            return self.client.services()
+        except JaegerError:
+            return []
 
     def read(
         self,
