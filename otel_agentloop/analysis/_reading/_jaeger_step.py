@@ -64,17 +64,21 @@ class Ticker:
         if now - self._last >= PROGRESS_EVERY_S:
             self._last = now
             self._open()
-            self.note(f"{self.what}: {self.base + traces:,} traces read so far ({now - self.started:.1f} s)")
+            self.note(f"{self.what}: {_traces(self.base + traces)} read so far ({now - self.started:.1f} s)")
 
     def done(self, found: Search) -> None:
         if self.said or self.elapsed_s >= PROGRESS_EVERY_S:
             self._open()
             searches = "1 search" if found.searches == 1 else f"{found.searches:,} searches"
-            self.note(f"{self.what}: {found.traces:,} traces read in {self.elapsed_s:.1f} s ({searches})")
+            self.note(f"{self.what}: {_traces(found.traces)} read in {self.elapsed_s:.1f} s ({searches})")
 
     @property
     def elapsed_s(self) -> float:
         return time.monotonic() - self.started
+
+
+def _traces(n: int) -> str:
+    return "1 trace" if n == 1 else f"{n:,} traces"
 
 
 @dataclass
