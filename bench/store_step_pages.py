@@ -156,7 +156,7 @@ def main() -> int:
         result["written_s"] = round(time.monotonic() - t0, 1)
         result["stored_s"] = round(wait_stored(stack, cluster, spans), 1)
         print(f"{spans:,} spans written in {result['written_s']} s, stored {result['stored_s']} s later", flush=True)
-        for name, case in CASES.items():
+        for number, (name, case) in enumerate(CASES.items()):
             times: dict[str, list[float]] = {"old": [], "new": []}
             loads: list[float] = []
             outputs: dict[str, bytes] = {}
@@ -167,8 +167,8 @@ def main() -> int:
                 ):
                     loads.append(os.getloadavg()[0])
                     wall, stdout, stderr, files = run_report(
-                        tree, stack.jaeger_url, service, case, out / which / str(i)
-                    )
+                        tree, stack.jaeger_url, service, case, out / which / f"case{number}-{i}"
+                    )  # this case's files only
                     times[which].append(round(wall, 2))
                     outputs.setdefault(which, stdout.encode() + files)
                     if which == "new":
