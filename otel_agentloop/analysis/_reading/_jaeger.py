@@ -33,6 +33,10 @@ MAX_SEARCHES = 4096
 """The most searches one :meth:`JaegerClient.find_all_traces` makes; past it, what is left is reported."""
 
 
+Finder = Callable[..., list[dict[str, Any]]]
+"""A search with :meth:`JaegerClient.find_traces`'s arguments and answer."""
+
+
 class JaegerError(RuntimeError):
     """Jaeger could not be asked (unreachable, timed out) or answered with something other than a trace
     search result: an HTTP error other than 'not found', an empty or cut answer, or a body that is not JSON."""
@@ -145,6 +149,7 @@ class JaegerClient:
         attributes: Mapping[str, str] | None = None,
         operation: str | None = None,
         search_depth: int = 500,
+        finder: Finder | None = None,
     ) -> Search:
         """Every trace :meth:`find_traces` would match in [start, end], not just one page of ``search_depth``.
 
@@ -153,17 +158,19 @@ class JaegerClient:
         span), until no window's page is full (:func:`_split`: at the page's oldest trace when the page holds
         the newest ones, as Badger and OpenSearch return them, else in halves). A window that is full and no
         wider than :data:`MIN_WINDOW` (or past :data:`MAX_SEARCHES` searches) cannot be split further: it is
-        listed in ``Search.full`` so that the caller says what may be missing, never silently partial."""
+        listed in ``Search.full`` so that the caller says what may be missing, never silently partial.
+        ``finder``: what searches, with :meth:`find_traces`'s arguments (default that; the gRPC query's, which
+        honours ``attributes``)."""
         result = Search()
         seen: set[tuple[str, str]] = set()
         windows = [(start, end)]
         while windows:
             lo, hi = windows.pop()
-            page = self.find_traces(
+            page = (finder or self.find_traces)(
                 service, lo, hi, attributes=attributes, operation=operation, search_depth=search_depth
             )
             result.searches += 1
-            traces = _trace_ids(page)
+            traces = trace_ids(page)
             result.resource_spans.extend(_new_spans(page, seen))
             if len(traces) < search_depth:
                 continue
@@ -364,7 +371,7 @@ def _split(page: list[Any], lo: datetime, hi: datetime) -> list[tuple[datetime, 
     return [(mid, hi), (lo, mid)]  # the older half first: pop() takes the last
 
 
-def _trace_ids(resource_spans: list[Any]) -> set[str]:
+def trace_ids(resource_spans: list[Any]) -> set[str]:
     return {str(s.get("traceId")) for rs in resource_spans for s in _spans(rs) if isinstance(s, dict)}
 
 

@@ -22,6 +22,7 @@ from ...config._environment import variable
 from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
+from ._jaeger_step import StepReader, expected_samples, read_all
 from ._runs import Run, RunKey, group_runs, run_key, steps_text
 from ._text import printable
 
@@ -118,6 +119,13 @@ class JaegerSource:
         default_factory=dict, repr=False
     )
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
+    progress: Callable[[str], None] = field(default=lambda _line: None, repr=False)
+    """Where what a read does and how far it got go (stderr lines; ``open_jaeger`` sets its ``note``)."""
+    steps: StepReader = field(init=False, repr=False)
+    """How a step's traces are read (``_jaeger_step``: by ``rl.step`` over gRPC, else the window over HTTP)."""
+
+    def __post_init__(self) -> None:
+        self.steps = StepReader(self.client)
 
     @property
     def label(self) -> str:
@@ -156,9 +164,21 @@ class JaegerSource:
                     depth = max(depth, STEP_SEARCH_DEPTH)
             if operation in _ONE_PER_STEP and step is None:  # the search a step's window shares
                 found = self.one_per_step(service, operation, start, end)
-            else:
-                found = self.client.find_all_traces(
-                    service, lo, hi, attributes=attributes, operation=operation, search_depth=depth
+            elif step is not None and operation is None:  # only the step's traces where Jaeger can say which
+                if self.steps.query() is not None:  # the step's traces alone: one search
+                    depth = max(depth, STEP_SEARCH_DEPTH)
+                expected, named = self._expected(service, step), len(self.services) > 1
+                found = self.steps.read(service, step, (lo, hi), depth, self.progress, expected, named=named)
+            else:  # progress on stderr: the whole store may take minutes
+                found = read_all(
+                    self.client,
+                    self.progress,
+                    service,
+                    lo,
+                    hi,
+                    attributes=attributes,
+                    operation=operation,
+                    search_depth=depth,
                 )
             if found.full:
                 warn(f"service {service}: {found.left_out(depth)}")
@@ -230,6 +250,14 @@ class JaegerSource:
         self._step_times_cache[cache] = times
         return times
 
+    def _expected(self, service: str, step: int) -> int | None:
+        """The samples step ``step`` counts in :attr:`run`'s summaries, when they were searched (for progress)."""
+        found = self._one_per_step_cache.get((service, sc.STEP_SUMMARY_SPAN))
+        if found is None:
+            return None
+        records = list(decode_resource_spans(found.resource_spans, Skipped()))
+        return expected_samples(records, self.run.key if self.run is not None else None, step)
+
     def one_per_step(self, service: str, operation: str, start: datetime, end: datetime) -> Search:
         """Every ``operation`` trace (one of :data:`_ONE_PER_STEP`) of ``service`` in [start, end], in searches of
         :data:`STEP_SEARCH_DEPTH`; made once per service and operation and kept (``window()`` moves with the
@@ -262,7 +290,7 @@ def open_jaeger(args: argparse.Namespace, note: Callable[[str], None]) -> Jaeger
     named with ``--service``. Raises :class:`JaegerError`, or :class:`NothingFoundError` when no service has
     agent-loop spans."""
     client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-    source = JaegerSource(client, [], "", args.since_minutes, args.search_depth)
+    source = JaegerSource(client, [], "", args.since_minutes, args.search_depth, progress=note)
     if args.service:
         source.services, source.chosen_by = [args.service], "--service"
         return source

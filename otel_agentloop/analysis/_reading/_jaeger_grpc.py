@@ -1,0 +1,240 @@
+"""Jaeger's ``api_v3`` search over gRPC: the one way Jaeger 2.13 filters a search by span attributes.
+
+Jaeger v2.13's HTTP api_v3 gateway drops ``query.attributes`` (its parser builds an empty map), so over HTTP a
+search for ``rl.step=3`` returns every trace of the window; its gRPC service
+(``jaeger.api_v3.QueryService/FindTraces`` on the query gRPC port, 16685 beside the HTTP 16686 by default) honours
+them. The request is a few protobuf fields, written by hand (``TraceQueryParameters`` of Jaeger's
+``api_v3/query_service.proto``: service 1, operation 2, attributes 3 (a map), start_time_min 4, start_time_max 5,
+search_depth 8); the answer is a stream of OTLP ``TracesData``, turned here into the OTLP-JSON shape that
+:func:`~._decode.decode_resource_spans` reads (hex ids), so that both transports decode and check spans alike.
+
+``grpc`` and ``opentelemetry.proto`` come with ``opentelemetry-exporter-otlp``; both are imported on first use.
+"""
+
+from __future__ import annotations
+
+import base64
+import urllib.parse
+from collections.abc import Callable, Mapping
+from datetime import datetime, timezone
+from typing import Any
+
+from ._decode import MAX_VALUE_DEPTH
+from ._jaeger import TRACES_PER_TIMEOUT, JaegerError, JaegerUnreachableError
+
+FIND_TRACES = "/jaeger.api_v3.QueryService/FindTraces"
+GET_SERVICES = "/jaeger.api_v3.QueryService/GetServices"
+PROBE_TIMEOUT_S = 2.0
+"""How long the probe of the gRPC port (:meth:`GrpcQuery.reachable`) waits."""
+MAX_MESSAGE = 256 << 20
+"""The largest answer message read (one trace, as Jaeger streams them)."""
+
+Progress = Callable[[int], None]
+"""Called with the traces read so far, as the answer streams in."""
+
+
+def _varint(n: int) -> bytes:
+    out = bytearray()
+    while True:
+        low, n = n & 0x7F, n >> 7
+        out.append(low | (0x80 if n else 0))
+        if not n:
+            return bytes(out)
+
+
+def _field(number: int, payload: bytes) -> bytes:
+    return _varint(number << 3 | 2) + _varint(len(payload)) + payload
+
+
+def _timestamp(number: int, t: datetime) -> bytes:
+    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    seconds = max(int(t.timestamp()), 0)
+    return _field(number, _varint(1 << 3) + _varint(seconds) + _varint(2 << 3) + _varint(t.microsecond * 1000))
+
+
+def find_request(
+    service: str,
+    start: datetime,
+    end: datetime,
+    attributes: Mapping[str, str] | None = None,
+    operation: str | None = None,
+    search_depth: int = 500,
+) -> bytes:
+    """A serialized ``FindTracesRequest`` (its one field: ``query``, a ``TraceQueryParameters``)."""
+    query = _field(1, service.encode())
+    if operation:
+        query += _field(2, operation.encode())
+    for key, value in (attributes or {}).items():
+        query += _field(3, _field(1, key.encode()) + _field(2, value.encode()))
+    query += _timestamp(4, start) + _timestamp(5, end) + _varint(8 << 3) + _varint(max(search_depth, 0))
+    return _field(1, query)
+
+
+def grpc_target(base_url: str) -> str | None:
+    """The query gRPC address beside the HTTP query URL ``base_url``: its host, the port below its own (Jaeger's
+    16686/16685, as ``make up`` and Jaeger's defaults pair them); ``None`` when the URL names no port (a proxy)."""
+    parts = urllib.parse.urlsplit(base_url)
+    try:
+        port = parts.port
+    except ValueError:
+        return None
+    if parts.scheme != "http" or not parts.hostname or port is None or port <= 1:
+        return None
+    host = f"[{parts.hostname}]" if ":" in parts.hostname else parts.hostname
+    return f"{host}:{port - 1}"
+
+
+class GrpcQuery:
+    """``GrpcQuery("127.0.0.1:16685", timeout_s=10)``: :meth:`find_traces` as ``JaegerClient.find_traces`` answers
+    (OTLP-JSON ``resourceSpans``), with ``attributes`` honoured. Each call is bounded as ``JaegerClient``'s are."""
+
+    def __init__(self, target: str, timeout_s: float = 10.0) -> None:
+        import grpc  # type: ignore[import-untyped]  # with opentelemetry-exporter-otlp; a report from Jaeger only
+
+        self.target, self.timeout_s = target, timeout_s
+        self._grpc = grpc
+        self._channel = grpc.insecure_channel(target, options=[("grpc.max_receive_message_length", MAX_MESSAGE)])
+        self._find = self._channel.unary_stream(FIND_TRACES)
+        self._services = self._channel.unary_unary(GET_SERVICES)
+
+    def services(self) -> list[str] | None:
+        """The services the Jaeger at the target lists (one ``GetServices`` call), ``None`` when none answers
+        there (refused, another gRPC service, not gRPC, or an answer that does not parse)."""
+        try:
+            answer = self._services(b"", timeout=PROBE_TIMEOUT_S)
+        except self._grpc.RpcError:
+            return None
+        return _strings(answer)
+
+    def find_traces(
+        self,
+        service: str,
+        start: datetime,
+        end: datetime,
+        *,
+        attributes: Mapping[str, str] | None = None,
+        operation: str | None = None,
+        search_depth: int = 500,
+        progress: Progress | None = None,
+    ) -> list[dict[str, Any]]:
+        """The ``resourceSpans`` of the traces of ``service`` in [start, end] whose spans match ``attributes``
+        (and ``operation``), at most ``search_depth``; ``[]`` for none. Raises :class:`JaegerError`."""
+        from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+        request = find_request(service, start, end, attributes, operation, search_depth)
+        timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
+        out: list[dict[str, Any]] = []
+        traces = 0
+        try:
+            for message in self._find(request, timeout=timeout_s):
+                data = TracesData.FromString(message)
+                out += [_resource_spans(rs) for rs in data.resource_spans]
+                traces += 1  # Jaeger sends a trace (or a chunk of one) per message
+                if progress is not None:
+                    progress(traces)
+        except self._grpc.RpcError as exc:
+            code = exc.code()
+            if code == self._grpc.StatusCode.NOT_FOUND:  # an empty search
+                return out
+            if code == self._grpc.StatusCode.UNAVAILABLE:
+                raise JaegerUnreachableError(f"{self.target} (gRPC): {exc.details()}") from None
+            if code == self._grpc.StatusCode.DEADLINE_EXCEEDED:
+                raise JaegerError(f"gRPC FindTraces at {self.target}: no answer within {timeout_s:g} s") from None
+            raise JaegerError(f"gRPC FindTraces at {self.target}: {code.name}: {exc.details()}") from None
+        except ValueError as exc:  # a message that is not TracesData
+            raise JaegerError(f"gRPC FindTraces at {self.target}: the answer is not OTLP: {exc}") from None
+        return out
+
+    def close(self) -> None:
+        self._channel.close()
+
+
+def _strings(message: bytes) -> list[str] | None:
+    """Field 1 of ``message`` as repeated strings (``GetServicesResponse.services``); ``None`` when it is not
+    such a message."""
+    out: list[str] = []
+    i = 0
+    try:
+        while i < len(message):
+            key, i = _read_varint(message, i)
+            if key & 7 != 2:
+                return None
+            size, i = _read_varint(message, i)
+            if i + size > len(message):
+                return None
+            if key >> 3 == 1:
+                out.append(message[i : i + size].decode())
+            i += size
+    except (IndexError, UnicodeDecodeError):
+        return None
+    return out
+
+
+def _read_varint(data: bytes, i: int) -> tuple[int, int]:
+    value = shift = 0
+    while True:
+        byte = data[i]
+        value |= (byte & 0x7F) << shift
+        i += 1
+        if not byte & 0x80:
+            return value, i
+        shift += 7
+        if shift > 63:
+            raise IndexError("varint too long")
+
+
+def _value(v: Any, depth: int) -> dict[str, Any]:
+    """One ``AnyValue`` in OTLP-JSON; past :data:`MAX_VALUE_DEPTH` an empty one (the decoder reads it as too deep
+    before it looks inside)."""
+    if depth > MAX_VALUE_DEPTH + 1:
+        return {}
+    kind = v.WhichOneof("value")
+    if kind == "string_value":
+        return {"stringValue": v.string_value}
+    if kind == "int_value":
+        return {"intValue": v.int_value}
+    if kind == "double_value":
+        return {"doubleValue": v.double_value}
+    if kind == "bool_value":
+        return {"boolValue": v.bool_value}
+    if kind == "array_value":
+        return {"arrayValue": {"values": [_value(x, depth + 1) for x in v.array_value.values]}}
+    if kind == "kvlist_value":
+        return {"kvlistValue": {"values": _attributes(v.kvlist_value.values, depth + 1)}}
+    if kind == "bytes_value":
+        return {"bytesValue": base64.b64encode(v.bytes_value).decode()}
+    return {}
+
+
+def _attributes(kvs: Any, depth: int = 0) -> list[dict[str, Any]]:
+    return [{"key": kv.key, "value": _value(kv.value, depth)} for kv in kvs]
+
+
+def _hex(raw: bytes) -> str:
+    return raw.hex()
+
+
+def _span(s: Any) -> dict[str, Any]:
+    return {
+        "traceId": _hex(s.trace_id),
+        "spanId": _hex(s.span_id),
+        "parentSpanId": _hex(s.parent_span_id),
+        "name": s.name,
+        "kind": s.kind,
+        "startTimeUnixNano": s.start_time_unix_nano,
+        "endTimeUnixNano": s.end_time_unix_nano,
+        "attributes": _attributes(s.attributes),
+        "status": {"code": s.status.code, "message": s.status.message},
+        "events": [
+            {"name": e.name, "timeUnixNano": e.time_unix_nano, "attributes": _attributes(e.attributes)}
+            for e in s.events
+        ],
+        "links": [{"traceId": _hex(link.trace_id), "spanId": _hex(link.span_id)} for link in s.links],
+    }
+
+
+def _resource_spans(rs: Any) -> dict[str, Any]:
+    return {
+        "resource": {"attributes": _attributes(rs.resource.attributes)},
+        "scopeSpans": [{"spans": [_span(s) for s in ss.spans]} for ss in rs.scope_spans],
+    }

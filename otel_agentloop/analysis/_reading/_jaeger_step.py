@@ -1,0 +1,184 @@
+"""Reading one step's traces from Jaeger: only that step's, with progress on stderr.
+
+A step's spans carry ``rl.step``; its traces are found by that attribute through Jaeger's api_v3 over gRPC
+(:mod:`._jaeger_grpc`: Jaeger 2.13's HTTP API ignores attribute filters), within the step's window
+(``JaegerSource.step_window``), so that neighbouring steps' traces in the same window are never fetched: a
+64-sample step beside an 8,192-sample one costs 64 traces, not 8,000. Where the gRPC port does not answer (a proxy
+in front of the HTTP port only, a Jaeger without it), the window is read over HTTP as before (every trace in it;
+the report then keeps the step's spans), with one line saying so.
+
+A step read that takes longer than :data:`PROGRESS_EVERY_S` says on stderr how it reads (and how many samples the
+step's summary counts), how far it got every :data:`PROGRESS_EVERY_S`, and what it read (traces, searches, seconds)
+(:class:`Ticker`); a quicker one prints nothing.
+"""
+
+from __future__ import annotations
+
+import time
+from collections.abc import Callable
+from dataclasses import dataclass, field
+from datetime import datetime
+from typing import Any
+
+from ... import semconv as sc
+from ...metrics._records import SpanRecord
+from ._jaeger import JaegerClient, JaegerError, Search, trace_ids
+from ._jaeger_grpc import GrpcQuery, grpc_target
+from ._report import stored_summaries
+from ._runs import RunKey, run_key
+from ._text import printable
+
+PROGRESS_EVERY_S = 2.0
+"""How often a step read that is still running says how far it got."""
+
+Note = Callable[[str], None]
+
+
+@dataclass
+class Ticker:
+    """Progress lines of one read, quiet while it is quick: once it has run :data:`PROGRESS_EVERY_S`, the
+    ``opening`` lines (what it reads), then how far it got at most every :data:`PROGRESS_EVERY_S` (:meth:`tick`),
+    and at the end (:meth:`done`) what it read; a read done sooner prints nothing."""
+
+    note: Note
+    what: str
+    opening: list[str] = field(default_factory=list)
+    started: float = field(default_factory=time.monotonic)
+    base: int = 0
+    """Traces read by the searches before the current one."""
+    _last: float = 0.0
+    said: bool = False
+    """Whether it has printed (its opening lines)."""
+
+    def __post_init__(self) -> None:
+        self._last = self.started
+
+    def _open(self) -> None:
+        if not self.said:
+            self.said = True
+            for line in self.opening:
+                self.note(line)
+
+    def tick(self, traces: int) -> None:
+        now = time.monotonic()
+        if now - self._last >= PROGRESS_EVERY_S:
+            self._last = now
+            self._open()
+            self.note(f"{self.what}: {_traces(self.base + traces)} read so far ({now - self.started:.1f} s)")
+
+    def done(self, found: Search) -> None:
+        if self.said or self.elapsed_s >= PROGRESS_EVERY_S:
+            self._open()
+            searches = "1 search" if found.searches == 1 else f"{found.searches:,} searches"
+            self.note(f"{self.what}: {_traces(found.traces)} read in {self.elapsed_s:.1f} s ({searches})")
+
+    @property
+    def elapsed_s(self) -> float:
+        return time.monotonic() - self.started
+
+
+def _traces(n: int) -> str:
+    return "1 trace" if n == 1 else f"{n:,} traces"
+
+
+@dataclass
+class StepReader:
+    """How one ``report`` reads steps from ``client``: over gRPC with the step's attribute when Jaeger's query
+    gRPC port (:func:`~._jaeger_grpc.grpc_target`) answers and lists the services the HTTP port lists (the same
+    Jaeger, not a neighbour's), probed once; else the step's window over HTTP."""
+
+    client: JaegerClient
+    _query: GrpcQuery | None = None
+    _probed: bool = False
+    said_http: bool = False
+
+    def query(self) -> GrpcQuery | None:
+        if not self._probed:
+            self._probed = True
+            target = grpc_target(self.client.base_url)
+            if target is not None:  # the same Jaeger there: it lists the same services as the HTTP port
+                query = GrpcQuery(target, self.client.timeout_s)
+                listed = query.services()
+                if listed is not None and sorted(listed) == sorted(self._http_services()):
+                    self._query = query
+                else:
+                    query.close()
+        return self._query
+
+    def _http_services(self) -> list[str]:
+        try:
+            return self.client.services()
+        except JaegerError:
+            return []
+
+    def read(
+        self,
+        service: str,
+        step: int,
+        window: tuple[datetime, datetime],
+        depth: int,
+        note: Note,
+        expected: int | None,
+        *,
+        named: bool = False,
+    ) -> Search:
+        """The traces of step ``step`` of ``service`` in ``window`` (searches of ``depth`` traces); ``note`` gets
+        the progress lines (naming the service when ``named``); ``expected``: the samples the step's summary counts,
+        when known."""
+        query = self.query()
+        lo, hi = window
+        what = f"step {step}" + (f" of service {printable(service, 80)}" if named else "")
+        counted = f"; its summary counts {expected:,} samples" if expected is not None else ""
+        opening = []
+        if query is not None:
+            how = f"its traces only, by {sc.RL_STEP}={step} over Jaeger's gRPC query API ({query.target})"
+        else:
+            how = "every trace of its window over HTTP (neighbouring steps' too)"
+            if not self.said_http:  # once, with the first slow read
+                opening.append(
+                    f"Jaeger's gRPC query API does not answer beside {printable(self.client.base_url, 200)} (at "
+                    f"{grpc_target(self.client.base_url) or 'no port'}): a step's window is read whole over HTTP "
+                    f"(Jaeger 2.13's HTTP API cannot search by {sc.RL_STEP}), which is slower"
+                )
+        opening.append(f"{what}: reading {how}{counted}")
+        ticker = Ticker(note, what, opening)
+        finder = _searches(ticker, query, self.client)
+        found = self.client.find_all_traces(
+            service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth, finder=finder
+        )
+        ticker.done(found)
+        self.said_http = self.said_http or ticker.said
+        return found
+
+
+def _searches(ticker: Ticker, query: GrpcQuery | None, client: JaegerClient) -> Callable[..., list[dict[str, Any]]]:
+    """A finder for ``find_all_traces`` that ticks ``ticker``: per trace streamed over gRPC, per search over HTTP."""
+
+    def find(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+        if query is not None:
+            page = query.find_traces(*args, progress=ticker.tick, **kwargs)
+        else:
+            page = client.find_traces(*args, **kwargs)
+        ticker.base += len(trace_ids(page))
+        ticker.tick(0)
+        return page
+
+    return find
+
+
+def read_all(client: JaegerClient, note: Note, service: str, lo: datetime, hi: datetime, **search: Any) -> Search:
+    """``client.find_all_traces(service, lo, hi, **search)`` (not one step's: a run's, the whole store's), saying
+    how far it got every :data:`PROGRESS_EVERY_S` (between searches) and, when that took longer, what it read."""
+    what = f"service {printable(service, 80)}"
+    ticker = Ticker(note, what, [f"{what}: searching Jaeger {printable(client.base_url, 200)} (every trace)"])
+    found = client.find_all_traces(service, lo, hi, finder=_searches(ticker, None, client), **search)
+    ticker.done(found)
+    return found
+
+
+def expected_samples(summaries: list[SpanRecord], run: RunKey | None, step: int) -> int | None:
+    """The samples step ``step`` (training or validation) of run ``run`` counts in its stored summaries, or
+    ``None`` when it has none."""
+    mine = [r for r in summaries if run is None or run_key(r.resource) == run]
+    counts = [s.num_samples for (n, _), s in stored_summaries(mine).items() if n == step]
+    return sum(counts) if counts else None
