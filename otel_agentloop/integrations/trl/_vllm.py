@@ -3,8 +3,10 @@
 - :func:`wrap_llm`: the ``LLM`` name in ``trl.generation.vllm_generation``. TRL builds the engine with fixed
   arguments, so a user cannot turn vLLM's tracing on; an engine built while instrumented with no
   ``otlp_traces_endpoint`` gets the configured OTLP/gRPC endpoint (as ``integrations.vllm`` gives an
-  ``AsyncLLM``) and its request stats (``disable_log_stats=False``: vLLM's tracing reads them). In-process, vLLM
-  records ``llm_request`` with the process's global tracer provider (ours, when ``configure()`` set it first).
+  ``AsyncLLM``) and its request stats (``disable_log_stats=False``: vLLM's tracing reads them); with no
+  ``configure()`` yet, tracing is configured from the environment first (TRL builds the engine inside
+  ``GRPOTrainer.__init__``, before ``wrap_init`` would). In-process, vLLM records ``llm_request`` with the
+  process's global tracer provider (ours, when ``configure()`` set it first).
 - :class:`RequestFeed`: for one ``_generate_single_turn`` call, the engine's ``add_request`` (an instance
   attribute set for the call, removed after it) gives the k-th request vLLM adds on this thread the
   ``traceparent`` of the k-th prompt's turn. TRL colocated with ``tensor_parallel_size == 1`` adds one request
@@ -32,8 +34,11 @@ def wrap_llm(original: Callable[..., Any]) -> Callable[..., Any]:
     def LLM(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the name it replaces
         if switch.active and kwargs.get("otlp_traces_endpoint") is None:
             try:
+                from ...setup import configure, current_handle
                 from ..vllm import _endpoint
 
+                if current_handle() is None:  # opentelemetry-instrument: as wrap_init would, a moment later
+                    configure()
                 endpoint = _endpoint()
                 if endpoint is not None:
                     kwargs["otlp_traces_endpoint"] = endpoint
