@@ -20,7 +20,11 @@ cls = grpo_trainer.GRPOTrainer
 patched = {a: vars(cls).get(a) for a in ("__init__", "_generate", "_calculate_rewards", "log", "train")}
 assert all(getattr(f, "__wrapped__", None) is not None for f in patched.values()), patched
 assert grpo_trainer.profiling_context.__wrapped__ is not None
+vllm_generation = sys.modules["trl.generation.vllm_generation"]
+llm = vars(vllm_generation).get("LLM")  # vLLM installed (scripts/trl_vllm_env.sh): the LLM TRL builds, wrapped
+assert llm is None or llm.__wrapped__ is not None
 oal_trl.uninstrument()
+assert vars(vllm_generation).get("LLM") is getattr(llm, "__wrapped__", None)
 assert "train" not in vars(cls)  # inherited from transformers' Trainer: our class attribute removed
 assert not hasattr(vars(cls)["_generate"], "__wrapped__") and not hasattr(grpo_trainer.profiling_context, "__wrapped__")
 assert oal_trl.instrument() is True  # trl imported now: patched at once

@@ -8,7 +8,8 @@ a ``rl.sample`` (prompt index, generation number in its group); each batched gen
 ``execute_tool <name>`` span under its sample; each reward function a ``rl.reward <name>`` phase with the
 sample's value; ``rl.train.gen``, ``rl.train.loss`` and ``rl.train.optimizer_step`` around the trainer's
 phases. Each step is collected at its end; its ``agent_loop/*`` metrics join TRL's next logged dict (what
-reaches wandb/trackio and every callback's ``on_log``). See docs/frameworks.md.
+reaches wandb/trackio and every callback's ``on_log``). With colocated vLLM each request gets its sample's
+turn as parent (``_vllm``). See docs/frameworks.md.
 
 ``instrument()`` never imports TRL: ``trl.trainer.grpo_trainer`` is patched when it is imported.
 """
@@ -39,10 +40,12 @@ from ._trainer import (
     wrap_profiling_context,
     wrap_train,
 )
+from ._vllm import wrap_llm
 
 __all__ = ["SUPPORTED", "TrlInstrumentor", "instrument", "is_instrumented", "last_metrics", "uninstrument"]
 
 MODULE = "trl.trainer.grpo_trainer"
+VLLM_GENERATION = "trl.generation.vllm_generation"
 SUPPORTED = ("1.16.",)
 _INSTRUMENTS = ("trl >= 1.16, < 1.17",)
 _METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
@@ -111,6 +114,9 @@ def _apply(module: Any) -> None:
                 _patch(cls, attr, wrap(getattr(cls, attr)))
             _patch(cls, "__init__", wrap_init(cls.__dict__["__init__"], lambda: _callback[0]))
             _patch(module, "profiling_context", wrap_profiling_context(module.profiling_context))
+            generation = sys.modules.get(VLLM_GENERATION)  # imported by grpo_trainer; LLM only with vLLM
+            if generation is not None and "LLM" in vars(generation):
+                _patch(generation, "LLM", wrap_llm(generation.LLM))
         except Exception:
             internal_error("trl.patch")
             uninstrument_patches()

@@ -19,6 +19,7 @@ from ._phases import GenerationCall, RewardBlock, end_rewards, generation_rows, 
 from ._rows import Batch
 from ._state import TrainerState, peek, state_of, switch
 from ._steps import close_step, merge_metrics
+from ._vllm import open_feed
 
 F = Callable[..., Any]
 
@@ -114,7 +115,8 @@ def _record_lengths(st: TrainerState, result: Any) -> None:
 
 
 def wrap_generate_single_turn(original: F) -> F:
-    """``_generate_single_turn``: one batched generation call (``rl.generate.batch``) and its samples' turns."""
+    """``_generate_single_turn``: one batched generation call (``rl.generate.batch``) and its samples' turns;
+    with colocated vLLM, each request the turn of its row (``_vllm.RequestFeed``)."""
 
     def _generate_single_turn(self: Any, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
         st = peek(self) if switch.active else None
@@ -128,11 +130,15 @@ def wrap_generate_single_turn(original: F) -> F:
                 internal_error("trl.generate.open")
         if call is None:
             return original(self, prompt_ids, *args, **kwargs)
+        feed = open_feed(self, prompt_ids, call.scopes)  # colocated vLLM: each request gets its row's turn
         try:
             result = original(self, prompt_ids, *args, **kwargs)
         except BaseException as exc:
             call.end(exc, prompt_ids, None)
             raise
+        finally:
+            if feed is not None:
+                feed.close()
         call.end(None, prompt_ids, _completions(result))
         return result
 
