@@ -35,7 +35,10 @@ def report_step(
     # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
     verdicts = step_verdicts(loaded, step, args.validate, stored_summaries(loaded).get((step, args.validate)))
     report = build_report(records, step, args.validate, verdicts)
-    view = build_step_view(loaded, step, args.validate, verdicts) if (args.html or args.timeline_png) else None
+    view = None
+    if args.html or args.timeline_png:  # the report's causes where it read the same spans (no snapshots): built once
+        causes = report.causes() if len(records) == len(loaded) else None
+        view = build_step_view(loaded, step, args.validate, verdicts, causes)
     if not len(report.table) and not (view and view.samples):
         kind = " (validation)" if args.validate else ""
         say(f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True)

@@ -5,8 +5,10 @@ search for ``rl.step=3`` returns every trace of the window; its gRPC service
 (``jaeger.api_v3.QueryService/FindTraces`` on the query gRPC port, 16685 beside the HTTP 16686 by default) honours
 them. The request is a few protobuf fields, written by hand (``TraceQueryParameters`` of Jaeger's
 ``api_v3/query_service.proto``: service 1, operation 2, attributes 3 (a map), start_time_min 4, start_time_max 5,
-search_depth 8); the answer is a stream of OTLP ``TracesData``, turned here into the OTLP-JSON shape that
-:func:`~._decode.decode_resource_spans` reads (hex ids), so that both transports decode and check spans alike.
+search_depth 8); the answer is a stream of OTLP ``TracesData``, whose spans are read straight into records
+(:mod:`._decode_pb`, by the rules :func:`~._decode.decode_resource_spans` reads OTLP-JSON with) inside the
+OTLP-JSON shape that the searches and :func:`~._decode.decode_resource_spans` read (hex ids); a span those rules
+reject is handed on in its OTLP-JSON form (:func:`_resource_spans`'), so that both transports check spans alike.
 
 ``grpc`` and ``opentelemetry.proto`` come with ``opentelemetry-exporter-otlp``; both are imported on first use.
 """
@@ -20,6 +22,7 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ._decode import MAX_VALUE_DEPTH
+from ._decode_pb import resource_spans
 from ._jaeger import TRACES_PER_TIMEOUT, JaegerError, JaegerUnreachableError
 
 FIND_TRACES = "/jaeger.api_v3.QueryService/FindTraces"
@@ -128,7 +131,7 @@ class GrpcQuery:
         try:
             for message in self._find(request, timeout=timeout_s):
                 data = TracesData.FromString(message)
-                out += [_resource_spans(rs) for rs in data.resource_spans]
+                out += [resource_spans(rs, _span, _attributes) for rs in data.resource_spans]
                 traces += 1  # Jaeger sends a trace (or a chunk of one) per message
                 if progress is not None:
                     progress(traces)
@@ -234,6 +237,7 @@ def _span(s: Any) -> dict[str, Any]:
 
 
 def _resource_spans(rs: Any) -> dict[str, Any]:
+    """One ``ResourceSpans`` in OTLP-JSON (what :func:`~._decode_pb.resource_spans` reads the same as)."""
     return {
         "resource": {"attributes": _attributes(rs.resource.attributes)},
         "scopeSpans": [{"spans": [_span(s) for s in ss.spans]} for ss in rs.scope_spans],
