@@ -23,6 +23,7 @@ from typing import Any
 
 from ._decode import MAX_VALUE_DEPTH
 from ._decode_pb import resource_spans
+from ._gc import gc_paused
 from ._jaeger import TRACES_PER_TIMEOUT, JaegerError, JaegerUnreachableError
 
 FIND_TRACES = "/jaeger.api_v3.QueryService/FindTraces"
@@ -122,19 +123,12 @@ class GrpcQuery:
     ) -> list[dict[str, Any]]:
         """The ``resourceSpans`` of the traces of ``service`` in [start, end] whose spans match ``attributes``
         (and ``operation``), at most ``search_depth``; ``[]`` for none. Raises :class:`JaegerError`."""
-        from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
-
         request = find_request(service, start, end, attributes, operation, search_depth)
         timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
         out: list[dict[str, Any]] = []
-        traces = 0
         try:
-            for message in self._find(request, timeout=timeout_s):
-                data = TracesData.FromString(message)
-                out += [resource_spans(rs, _span, _attributes) for rs in data.resource_spans]
-                traces += 1  # Jaeger sends a trace (or a chunk of one) per message
-                if progress is not None:
-                    progress(traces)
+            with gc_paused():  # tens of thousands of records, no cycles
+                self._stream(request, timeout_s, progress, out)
         except self._grpc.RpcError as exc:
             code = exc.code()
             if code == self._grpc.StatusCode.NOT_FOUND:  # an empty search
@@ -147,6 +141,16 @@ class GrpcQuery:
         except ValueError as exc:  # a message that is not TracesData
             raise JaegerError(f"gRPC FindTraces at {self.target}: the answer is not OTLP: {exc}") from None
         return out
+
+    def _stream(self, request: bytes, timeout_s: float, progress: Progress | None, out: list[dict[str, Any]]) -> None:
+        """The answer's ``resourceSpans``, appended to ``out`` as they come."""
+        from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+        for traces, message in enumerate(self._find(request, timeout=timeout_s), 1):
+            data = TracesData.FromString(message)
+            out += [resource_spans(rs, _span, _attributes) for rs in data.resource_spans]
+            if progress is not None:  # Jaeger sends a trace (or a chunk of one) per message
+                progress(traces)
 
     def close(self) -> None:
         self._channel.close()
