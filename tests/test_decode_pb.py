@@ -11,9 +11,15 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._decode import MAX_VALUE_DEPTH, TOO_DEEP, DecodedSpan, Skipped, decode_resource_spans
+from otel_agentloop.analysis._reading._decode import (
+    MAX_VALUE_DEPTH,
+    TOO_DEEP,
+    DecodedSpan,
+    Skipped,
+    decode_resource_spans,
+)
 from otel_agentloop.analysis._reading._decode_pb import resource_spans
-from otel_agentloop.analysis._reading._jaeger_grpc import _attributes, _resource_spans, _span
+from otel_agentloop.analysis._reading._jaeger_grpc import _attributes, _span
 
 TRACE, SPAN, PARENT = bytes(range(1, 17)), bytes(range(1, 9)), bytes(range(9, 17))
 
@@ -51,8 +57,17 @@ def _every_kind() -> list[KeyValue]:
         _kv("raw", AnyValue(bytes_value=b"\x00\xff")),
         _kv("empty", AnyValue()),
         _kv("list", AnyValue(array_value={"values": [AnyValue(int_value=1), AnyValue(string_value="a")]})),
-        _kv("map", AnyValue(kvlist_value={"values": [_kv(sc.RL_PHASE, AnyValue(array_value={"values": [AnyValue(bool_value=True)]}))]})),
-        _kv(sc.RL_PHASE, AnyValue(array_value={"values": [AnyValue(string_value="gen"), AnyValue(bytes_value=b"\x01")]})),
+        _kv(
+            "map",
+            AnyValue(
+                kvlist_value={
+                    "values": [_kv(sc.RL_PHASE, AnyValue(array_value={"values": [AnyValue(bool_value=True)]}))]
+                }
+            ),
+        ),
+        _kv(
+            sc.RL_PHASE, AnyValue(array_value={"values": [AnyValue(string_value="gen"), AnyValue(bytes_value=b"\x01")]})
+        ),
         _kv(sc.GEN_AI_TOOL_NAME, AnyValue(kvlist_value={"values": [_kv("a", AnyValue(double_value=1.5))]})),
     ]
 
@@ -87,10 +102,18 @@ def _message(spans: list[Span]) -> ResourceSpans:
     return rs
 
 
+def _json(rs: ResourceSpans) -> dict[str, Any]:
+    """The OTLP-JSON form ``_jaeger_grpc`` made of a ``ResourceSpans`` before (and makes of a span it hands on)."""
+    return {
+        "resource": {"attributes": _attributes(rs.resource.attributes)},
+        "scopeSpans": [{"spans": [_span(s) for s in ss.spans]} for ss in rs.scope_spans],
+    }
+
+
 def _both(rs: ResourceSpans) -> tuple[list[Any], Skipped, list[Any], Skipped]:
     direct, via_json = Skipped(), Skipped()
     records = list(decode_resource_spans([resource_spans(rs, _span, _attributes)], direct))
-    expected = list(decode_resource_spans([_resource_spans(rs)], via_json))
+    expected = list(decode_resource_spans([_json(rs)], via_json))
     return records, direct, expected, via_json
 
 

@@ -8,7 +8,7 @@ them. The request is a few protobuf fields, written by hand (``TraceQueryParamet
 search_depth 8); the answer is a stream of OTLP ``TracesData``, whose spans are read straight into records
 (:mod:`._decode_pb`, by the rules :func:`~._decode.decode_resource_spans` reads OTLP-JSON with) inside the
 OTLP-JSON shape that the searches and :func:`~._decode.decode_resource_spans` read (hex ids); a span those rules
-reject is handed on in its OTLP-JSON form (:func:`_resource_spans`'), so that both transports check spans alike.
+reject is handed on in its OTLP-JSON form (:func:`_span`), so that both transports check spans alike.
 
 ``grpc`` and ``opentelemetry.proto`` come with ``opentelemetry-exporter-otlp``; both are imported on first use.
 """
@@ -237,12 +237,4 @@ def _span(s: Any) -> dict[str, Any]:
             for e in s.events
         ],
         "links": [{"traceId": _hex(link.trace_id), "spanId": _hex(link.span_id)} for link in s.links],
-    }
-
-
-def _resource_spans(rs: Any) -> dict[str, Any]:
-    """One ``ResourceSpans`` in OTLP-JSON (what :func:`~._decode_pb.resource_spans` reads the same as)."""
-    return {
-        "resource": {"attributes": _attributes(rs.resource.attributes)},
-        "scopeSpans": [{"spans": [_span(s) for s in ss.spans]} for ss in rs.scope_spans],
     }
