@@ -31,7 +31,7 @@ def report_step(
     source: str,
 ) -> int:
     """Rebuild the asked step (default: the last) from its spans, write the asked files, print it."""
-    with gc_paused():  # the report, the page and their rows: many objects, no cycles
+    with gc_paused():  # the report, the page and their rows: many objects, few cycles (collected after)
         return _report_step(args, loaded, records, available, source)
 
 
