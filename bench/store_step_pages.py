@@ -12,7 +12,8 @@ checkout and with the code of ``--old`` (a ``git worktree`` of main before the c
 times each; the outputs of old and new must be equal (the page's HTML, the Perfetto file, the JSON). Load
 averages are read around each run.
 
-    .venv/bin/python bench/store_step_pages.py --old /tmp/store-main [--store opensearch] [--big 8192]
+    .venv/bin/python bench/store_step_pages.py --old /tmp/store-main [--store opensearch] [--big 8192] \
+        [--case "step page" --case Perfetto]
 """
 
 from __future__ import annotations
@@ -141,6 +142,9 @@ def main() -> int:
     parser.add_argument("--big", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument("--json-out", type=Path)
+    parser.add_argument(
+        "--case", action="append", default=[], help="only the cases whose name holds this text (repeatable)"
+    )
     args = parser.parse_args()
     out = Path(tempfile.mkdtemp(prefix="oal-step-pages-"))
     result: dict[str, Any] = {"store": args.store, "small": args.small, "big": args.big, "cases": {}}
@@ -157,6 +161,8 @@ def main() -> int:
         result["stored_s"] = round(wait_stored(stack, cluster, spans), 1)
         print(f"{spans:,} spans written in {result['written_s']} s, stored {result['stored_s']} s later", flush=True)
         for number, (name, case) in enumerate(CASES.items()):
+            if args.case and not any(text in name for text in args.case):
+                continue
             times: dict[str, list[float]] = {"old": [], "new": []}
             loads: list[float] = []
             outputs: dict[str, bytes] = {}

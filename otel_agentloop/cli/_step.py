@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..analysis._reading._gc import gc_paused
 from ..analysis._reading._report import build_report, step_verdicts, stored_summaries
 from ..analysis._reading._runs import steps_text
 from ..analysis._reading._step_view import StepView, build_step_view
@@ -30,12 +31,26 @@ def report_step(
     source: str,
 ) -> int:
     """Rebuild the asked step (default: the last) from its spans, write the asked files, print it."""
+    with gc_paused():  # the report, the page and their rows: many objects, few cycles (collected after)
+        return _report_step(args, loaded, records, available, source)
+
+
+def _report_step(
+    args: argparse.Namespace,
+    loaded: list[SpanRecord],
+    records: list[SpanRecord],
+    available: list[tuple[int, bool]],
+    source: str,
+) -> int:
     validate_steps = [s for s, v in available if v == args.validate]
     step = args.step if args.step is not None else max(validate_steps or [s for s, _ in available])
     # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
     verdicts = step_verdicts(loaded, step, args.validate, stored_summaries(loaded).get((step, args.validate)))
     report = build_report(records, step, args.validate, verdicts)
-    view = build_step_view(loaded, step, args.validate, verdicts) if (args.html or args.timeline_png) else None
+    view = None
+    if args.html or args.timeline_png:  # the report's causes where it read the same spans (no snapshots): built once
+        causes = report.causes() if len(records) == len(loaded) else None
+        view = build_step_view(loaded, step, args.validate, verdicts, causes)
     if not len(report.table) and not (view and view.samples):
         kind = " (validation)" if args.validate else ""
         say(f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True)

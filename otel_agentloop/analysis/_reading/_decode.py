@@ -235,6 +235,18 @@ def _kind(raw: Any) -> int:
     return min(max(value - 1, 0), len(_KINDS) - 2)  # back to the SDK's SpanKind value (0..4)
 
 
+class DecodedSpan(dict[str, Any]):
+    """A span already read into its ``record`` (from protobuf: ``_decode_pb``), in a ``resourceSpans`` entry: its
+    ``traceId``, ``spanId`` (hex) and ``startTimeUnixNano`` as OTLP-JSON keys, for the searches' bookkeeping
+    (``_jaeger.find_all_traces``); :func:`decode_resource_spans` yields ``record`` as it is."""
+
+    __slots__ = ("record",)
+
+    def __init__(self, record: SpanRecord, **keys: Any) -> None:
+        super().__init__(keys)
+        self.record = record
+
+
 def decode_span(s: Any, resource: Mapping[str, Any]) -> SpanRecord:
     """One OTLP-JSON span; raises :class:`BadRecordError` saying what is wrong with it."""
     if not isinstance(s, Mapping):
@@ -302,6 +314,9 @@ def decode_resource_spans(
                 skipped.add(f"{where}{exc}")
                 continue
             for s in spans:
+                if type(s) is DecodedSpan:
+                    yield s.record
+                    continue
                 try:
                     record = decode_span(s, resource)
                 except BadRecordError as exc:

@@ -5,8 +5,10 @@ search for ``rl.step=3`` returns every trace of the window; its gRPC service
 (``jaeger.api_v3.QueryService/FindTraces`` on the query gRPC port, 16685 beside the HTTP 16686 by default) honours
 them. The request is a few protobuf fields, written by hand (``TraceQueryParameters`` of Jaeger's
 ``api_v3/query_service.proto``: service 1, operation 2, attributes 3 (a map), start_time_min 4, start_time_max 5,
-search_depth 8); the answer is a stream of OTLP ``TracesData``, turned here into the OTLP-JSON shape that
-:func:`~._decode.decode_resource_spans` reads (hex ids), so that both transports decode and check spans alike.
+search_depth 8); the answer is a stream of OTLP ``TracesData``, whose spans are read straight into records
+(:mod:`._decode_pb`, by the rules :func:`~._decode.decode_resource_spans` reads OTLP-JSON with) inside the
+OTLP-JSON shape that the searches and :func:`~._decode.decode_resource_spans` read (hex ids); a span those rules
+reject is handed on in its OTLP-JSON form (:func:`_span`), so that both transports check spans alike.
 
 ``grpc`` and ``opentelemetry.proto`` come with ``opentelemetry-exporter-otlp``; both are imported on first use.
 """
@@ -20,6 +22,8 @@ from datetime import datetime, timezone
 from typing import Any
 
 from ._decode import MAX_VALUE_DEPTH
+from ._decode_pb import resource_spans
+from ._gc import gc_paused
 from ._jaeger import TRACES_PER_TIMEOUT, JaegerError, JaegerUnreachableError
 
 FIND_TRACES = "/jaeger.api_v3.QueryService/FindTraces"
@@ -119,19 +123,12 @@ class GrpcQuery:
     ) -> list[dict[str, Any]]:
         """The ``resourceSpans`` of the traces of ``service`` in [start, end] whose spans match ``attributes``
         (and ``operation``), at most ``search_depth``; ``[]`` for none. Raises :class:`JaegerError`."""
-        from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
-
         request = find_request(service, start, end, attributes, operation, search_depth)
         timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
         out: list[dict[str, Any]] = []
-        traces = 0
         try:
-            for message in self._find(request, timeout=timeout_s):
-                data = TracesData.FromString(message)
-                out += [_resource_spans(rs) for rs in data.resource_spans]
-                traces += 1  # Jaeger sends a trace (or a chunk of one) per message
-                if progress is not None:
-                    progress(traces)
+            with gc_paused():  # tens of thousands of records, no cycles
+                self._stream(request, timeout_s, progress, out)
         except self._grpc.RpcError as exc:
             code = exc.code()
             if code == self._grpc.StatusCode.NOT_FOUND:  # an empty search
@@ -144,6 +141,16 @@ class GrpcQuery:
         except ValueError as exc:  # a message that is not TracesData
             raise JaegerError(f"gRPC FindTraces at {self.target}: the answer is not OTLP: {exc}") from None
         return out
+
+    def _stream(self, request: bytes, timeout_s: float, progress: Progress | None, out: list[dict[str, Any]]) -> None:
+        """The answer's ``resourceSpans``, appended to ``out`` as they come."""
+        from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
+
+        for traces, message in enumerate(self._find(request, timeout=timeout_s), 1):
+            data = TracesData.FromString(message)
+            out += [resource_spans(rs, _span, _attributes) for rs in data.resource_spans]
+            if progress is not None:  # Jaeger sends a trace (or a chunk of one) per message
+                progress(traces)
 
     def close(self) -> None:
         self._channel.close()
@@ -230,11 +237,4 @@ def _span(s: Any) -> dict[str, Any]:
             for e in s.events
         ],
         "links": [{"traceId": _hex(link.trace_id), "spanId": _hex(link.span_id)} for link in s.links],
-    }
-
-
-def _resource_spans(rs: Any) -> dict[str, Any]:
-    return {
-        "resource": {"attributes": _attributes(rs.resource.attributes)},
-        "scopeSpans": [{"spans": [_span(s) for s in ss.spans]} for ss in rs.scope_spans],
     }
