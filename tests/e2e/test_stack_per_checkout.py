@@ -16,6 +16,7 @@ import secrets
 import shutil
 import subprocess
 import sys
+import time
 import urllib.request
 from collections.abc import Iterator
 from dataclasses import dataclass
@@ -93,6 +94,16 @@ def _services(query_port: int) -> set[str]:
         return set(json.load(r).get("services") or [])
 
 
+def _arrives(service: str, query_port: int, within_s: float = 60.0) -> bool:
+    """Whether ``service`` shows up in that Jaeger within ``within_s`` (the Collector batches before it sends)."""
+    deadline = time.monotonic() + within_s
+    while service not in _services(query_port):
+        if time.monotonic() > deadline:
+            return False
+        time.sleep(0.5)
+    return True
+
+
 @pytest.fixture
 def two(tmp_path: Path) -> Iterator[tuple[Checkout, Checkout, str, str]]:
     if stack_mod.missing():
@@ -135,8 +146,8 @@ def test_two_checkouts_run_two_stacks_and_neither_disturbs_the_other(
         run = checkout.cli(name, job, *sim, "--time-scale", "0.01", "--val-every", "0", "--service-name", f"sim-{name}",
                            OTEL_EXPORTER_OTLP_ENDPOINT=exports["OTEL_EXPORTER_OTLP_ENDPOINT"])  # fmt: skip
         assert "failed: 0" in _ok(run) and not (job / "otel-agentloop-traces").exists()
-    assert f"sim-{name_a}" in _services(ports_a["query"]) and f"sim-{name_a}" not in _services(ports_b["query"])
-    assert f"sim-{name_b}" in _services(ports_b["query"]) and f"sim-{name_b}" not in _services(ports_a["query"])
+    assert _arrives(f"sim-{name_a}", ports_a["query"]) and _arrives(f"sim-{name_b}", ports_b["query"])
+    assert f"sim-{name_a}" not in _services(ports_b["query"]) and f"sim-{name_b}" not in _services(ports_a["query"])
     for checkout, name in ((a, name_a), (b, name_b)):
         report = checkout.cli(name, tmp_path, "report", "--jaeger", "--runs")
         assert report.returncode == 0, report.stderr

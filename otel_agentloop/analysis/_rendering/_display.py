@@ -73,7 +73,7 @@ def metrics_cells(metrics: Mapping[str, float]) -> list[tuple[str, ...]]:
     return rows
 
 
-NOT_REPORTED = "the engine reported no preemption count for the sample (verl's -1)"
+NOT_REPORTED = "no preemption count was recorded for the sample (verl's -1: not available)"
 
 
 def preempted_note(metrics: Mapping[str, float]) -> str | None:
