@@ -76,7 +76,7 @@ class PostFeed:
         if not self.live or not isinstance(url, str) or not url.endswith("/v1/completions"):
             return None
         self.live = False
-        if not isinstance(body, dict):
+        if not isinstance(body, dict) or not any(self.rows):
             return None
         prompts, n = body.get("prompt"), body.get("n", 1)
         if not isinstance(prompts, list) or type(n) is not int or n < 1 or len(prompts) * n != len(self.rows):
@@ -135,11 +135,12 @@ def open_post_feed(
 
 
 def parse_rows(value: Any) -> list[str] | None:
-    """The traceparents of :data:`ROWS_HEADER` (``None``: absent, too long, or any entry malformed)."""
+    """The traceparents of :data:`ROWS_HEADER`, ``""`` for a row without a turn (``None``: absent, too long, or
+    any entry malformed)."""
     if not isinstance(value, str) or not value:
         return None
     rows = value.split(",")
-    if len(rows) > MAX_ROWS or not all(_TRACEPARENT.fullmatch(r) for r in rows):
+    if len(rows) > MAX_ROWS or not all(not r or _TRACEPARENT.fullmatch(r) for r in rows):
         return None
     return rows
 
@@ -170,7 +171,7 @@ def wrap_create_completion(original: Callable[..., Any]) -> Callable[..., Any]:
 
 def row_headers(request: Any, parent: Any, index: Any) -> dict[str, str] | None:
     """The headers of the engine request ``request`` (child ``index`` of ``parent``) from the held rows, else
-    ``None``."""
+    ``None`` (the request keeps vLLM's)."""
     held = _rows.get(None)
     if held is None or not request.trace_headers:
         return None
@@ -182,7 +183,7 @@ def row_headers(request: Any, parent: Any, index: Any) -> dict[str, str] | None:
     if not prompt.isdigit():
         return None
     k = int(prompt) * n + index
-    return {"traceparent": rows[k]} if k < len(rows) else None
+    return {"traceparent": rows[k]} if k < len(rows) and rows[k] else None
 
 
 def wrap_add_request(original: Callable[..., Any]) -> Callable[..., Any]:
