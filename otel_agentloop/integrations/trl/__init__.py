@@ -51,7 +51,12 @@ MODULE = "trl.trainer.grpo_trainer"
 VLLM_GENERATION = "trl.generation.vllm_generation"
 # the vLLM server's pieces (``trl vllm-serve`` runs vLLM's OpenAI server): patched in that process when imported
 SERVER_PATCHES: tuple[tuple[str, str, str, Callable[[Any], Any]], ...] = (
-    ("vllm.entrypoints.openai.completion.serving", "OpenAIServingCompletion", "create_completion", wrap_create_completion),
+    (
+        "vllm.entrypoints.openai.completion.serving",
+        "OpenAIServingCompletion",
+        "create_completion",
+        wrap_create_completion,
+    ),
     ("vllm.v1.engine.output_processor", "OutputProcessor", "add_request", wrap_add_request),
 )
 SUPPORTED = ("1.16.",)

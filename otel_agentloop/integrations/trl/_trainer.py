@@ -132,7 +132,9 @@ def wrap_generate_single_turn(original: F) -> F:
                 internal_error("trl.generate.open")
         if call is None:
             return original(self, prompt_ids, *args, **kwargs)
-        feed = open_feed(self, prompt_ids, call.scopes) or open_post_feed(self, prompt_ids, call.scopes, call.batch_scope)
+        feed = open_feed(self, prompt_ids, call.scopes) or open_post_feed(
+            self, prompt_ids, call.scopes, call.batch_scope
+        )
         try:
             result = original(self, prompt_ids, *args, **kwargs)
         except BaseException as exc:

@@ -190,7 +190,9 @@ def wrap_add_request(original: Callable[..., Any]) -> Callable[..., Any]:
     """``OutputProcessor.add_request(request, prompt, parent_req, request_index, queue)``: the request's row's
     ``traceparent`` as its trace headers (see the module)."""
 
-    def add_request(self: Any, request: Any, prompt: Any, parent_req: Any = None, request_index: Any = 0, *args: Any, **kwargs: Any) -> Any:
+    def add_request(
+        self: Any, request: Any, prompt: Any, parent_req: Any = None, request_index: Any = 0, *args: Any, **kwargs: Any
+    ) -> Any:
         if _rows.get(None) is not None:
             try:
                 headers = row_headers(request, parent_req, request_index)
