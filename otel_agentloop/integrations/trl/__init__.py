@@ -9,7 +9,9 @@ a ``rl.sample`` (prompt index, generation number in its group); each batched gen
 sample's value; ``rl.train.gen``, ``rl.train.loss`` and ``rl.train.optimizer_step`` around the trainer's
 phases. Each step is collected at its end; its ``agent_loop/*`` metrics join TRL's next logged dict (what
 reaches wandb/trackio and every callback's ``on_log``). With colocated vLLM each request gets its sample's
-turn as parent (``_vllm``). See docs/frameworks.md.
+turn as parent (``_vllm``); with a vLLM server (``vllm_mode="server"``), each engine request of the server
+gets its sample's turn when the server runs under our ``trl`` entry point too (``_vllm_server``). See
+docs/frameworks.md.
 
 ``instrument()`` never imports TRL: ``trl.trainer.grpo_trainer`` is patched when it is imported.
 """
@@ -41,11 +43,22 @@ from ._trainer import (
     wrap_train,
 )
 from ._vllm import wrap_llm
+from ._vllm_server import wrap_add_request, wrap_create_completion
 
 __all__ = ["SUPPORTED", "TrlInstrumentor", "instrument", "is_instrumented", "last_metrics", "uninstrument"]
 
 MODULE = "trl.trainer.grpo_trainer"
 VLLM_GENERATION = "trl.generation.vllm_generation"
+# the vLLM server's pieces (``trl vllm-serve`` runs vLLM's OpenAI server): patched in that process when imported
+SERVER_PATCHES: tuple[tuple[str, str, str, Callable[[Any], Any]], ...] = (
+    (
+        "vllm.entrypoints.openai.completion.serving",
+        "OpenAIServingCompletion",
+        "create_completion",
+        wrap_create_completion,
+    ),
+    ("vllm.v1.engine.output_processor", "OutputProcessor", "add_request", wrap_add_request),
+)
 SUPPORTED = ("1.16.",)
 _INSTRUMENTS = ("trl >= 1.16, < 1.17",)
 _METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
@@ -60,6 +73,7 @@ _METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
 _MISSING = object()
 _lock = threading.RLock()
 _originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, what its __dict__ held, or _MISSING)
+_server_originals: list[tuple[Any, str, Any]] = []  # the vLLM server's, kept apart: TRL's may be absent there
 _hooked: list[bool] = []
 _callback: list[type] = []
 
@@ -86,11 +100,16 @@ def instrument() -> bool:
         module = sys.modules.get(MODULE)
         if module is not None:
             _apply(module)
-        elif not _hooked:
+        for name, *_ in SERVER_PATCHES:
+            if name in sys.modules:
+                _apply_server(sys.modules[name])
+        if not _hooked:
             import wrapt
 
             _hooked.append(True)
             wrapt.register_post_import_hook(_apply, MODULE)
+            for name, *_ in SERVER_PATCHES:
+                wrapt.register_post_import_hook(_apply_server, name)
         return True
 
 
@@ -99,6 +118,9 @@ def uninstrument() -> None:
     with _lock:
         switch.active = False
         uninstrument_patches()
+        while _server_originals:
+            owner, attr, original = _server_originals.pop()
+            setattr(owner, attr, original)
 
 
 def _apply(module: Any) -> None:
@@ -120,6 +142,20 @@ def _apply(module: Any) -> None:
         except Exception:
             internal_error("trl.patch")
             uninstrument_patches()
+
+
+def _apply_server(module: Any) -> None:
+    with _lock:
+        for name, cls_name, attr, wrap in SERVER_PATCHES:
+            if name != module.__name__ or not switch.active:
+                continue
+            try:
+                cls = getattr(module, cls_name)
+                if not any(owner is cls and a == attr for owner, a, _ in _server_originals):
+                    _server_originals.append((cls, attr, cls.__dict__[attr]))
+                    setattr(cls, attr, wrap(cls.__dict__[attr]))
+            except Exception:
+                internal_error("trl.patch.server")
 
 
 def _patch(owner: Any, attr: str, wrapper: Any) -> None:

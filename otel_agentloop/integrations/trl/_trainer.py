@@ -20,6 +20,7 @@ from ._rows import Batch
 from ._state import TrainerState, peek, state_of, switch
 from ._steps import close_step, merge_metrics
 from ._vllm import open_feed
+from ._vllm_server import open_post_feed
 
 F = Callable[..., Any]
 
@@ -116,7 +117,8 @@ def _record_lengths(st: TrainerState, result: Any) -> None:
 
 def wrap_generate_single_turn(original: F) -> F:
     """``_generate_single_turn``: one batched generation call (``rl.generate.batch``) and its samples' turns;
-    with colocated vLLM, each request the turn of its row (``_vllm.RequestFeed``)."""
+    with vLLM, each request the turn of its row (colocated: ``_vllm.RequestFeed``; server:
+    ``_vllm_server.PostFeed``)."""
 
     def _generate_single_turn(self: Any, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
         st = peek(self) if switch.active else None
@@ -130,7 +132,9 @@ def wrap_generate_single_turn(original: F) -> F:
                 internal_error("trl.generate.open")
         if call is None:
             return original(self, prompt_ids, *args, **kwargs)
-        feed = open_feed(self, prompt_ids, call.scopes)  # colocated vLLM: each request gets its row's turn
+        feed = open_feed(self, prompt_ids, call.scopes) or open_post_feed(
+            self, prompt_ids, call.scopes, call.batch_scope
+        )
         try:
             result = original(self, prompt_ids, *args, **kwargs)
         except BaseException as exc:
