@@ -102,6 +102,6 @@ test-trl:
 	    $(if $(strip $(ARGS)),rc=0;) fi; [ $$rc -eq 0 ] || exit $$rc; \
 	  TV_PY=$$(bash scripts/trl_vllm_env.sh | tail -n 1) && \
 	  PYTHONPATH=$(CURDIR) $$TV_PY -m pytest -p no:cacheprovider -o addopts="" -o timeout=1200 tests/trl/test_vllm.py \
-	    tests/trl/test_vllm_server.py tests/trl/test_patching.py -q $(ARGS); \
+	    tests/trl/test_vllm_server.py tests/trl/test_vllm_server_parts.py tests/trl/test_patching.py -q $(ARGS); \
 	  rc=$$?; if [ $$rc -eq 5 ]; then echo "make test-trl: pytest collected no vLLM test" >&2; \
 	    $(if $(strip $(ARGS)),rc=0;) fi; exit $$rc
