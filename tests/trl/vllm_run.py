@@ -7,6 +7,8 @@ One thing of TRL's is left out: its weight sync into the engine. vLLM on CPU pac
 oneDNN and drops the parameter (``vllm/model_executor/layers/utils.py: dispatch_cpu_unquantized_gemm``,
 ``remove_weight=True``), so ``VLLMGeneration.sync_weights`` fails there with "'Parameter' object has no
 attribute 'weight_loader'"; the engine keeps the initial weights (the same in both runs).
+
+``train`` takes the mode's own ``GRPOConfig`` arguments, so vllm_server_run.py runs the same trainer in server mode.
 """
 
 from __future__ import annotations
@@ -33,8 +35,12 @@ for _key, _value in {
 sys.path.insert(0, str(Path(__file__).resolve().parent))
 import grpo_run  # noqa: E402
 
+COLOCATE: dict[str, Any] = {"vllm_mode": "colocate", "vllm_max_model_length": 256}
 
-def train(model_dir: Path, out_dir: Path) -> dict[str, Any]:
+
+def train(model_dir: Path, out_dir: Path, vllm_args: dict[str, Any]) -> dict[str, Any]:
+    """Two GRPO steps of the tiny model generating with vLLM as ``vllm_args`` say: TRL's losses and every
+    completion's token ids."""
     from datasets import Dataset
     from transformers import AutoModelForCausalLM, AutoTokenizer, TrainerCallback
     from trl import GRPOConfig, GRPOTrainer
@@ -72,8 +78,7 @@ def train(model_dir: Path, out_dir: Path) -> dict[str, Any]:
         dataloader_num_workers=0,
         disable_tqdm=True,
         use_vllm=True,
-        vllm_mode="colocate",
-        vllm_max_model_length=256,
+        **vllm_args,
     )
     trainer = GRPOTrainer(
         model=model,
@@ -89,7 +94,7 @@ def train(model_dir: Path, out_dir: Path) -> dict[str, Any]:
 
 def main() -> None:
     out_file, model = Path(sys.argv[1]), Path(sys.argv[2])
-    out_file.write_text(json.dumps(train(model, out_file.parent / "trainer")))
+    out_file.write_text(json.dumps(train(model, out_file.parent / "trainer", COLOCATE)))
 
 
 if __name__ == "__main__":  # vLLM's engine starts processes: the entry point is guarded
