@@ -4,56 +4,20 @@ Jaeger v2.13's api_v3 HTTP gateway drops ``query.attributes`` (its parser builds
 grpc-gateway"); its gRPC service (``jaeger.api_v3.QueryService/FindTraces`` on the query gRPC port) honours
 them. The request is a few protobuf fields, written here by hand (``TraceQueryParameters`` of Jaeger's
 ``api_v3/query_service.proto``: service 1, operation 2, attributes 3 (map), start_time_min 4, start_time_max 5,
-search_depth 8); each answer is an OTLP ``TracesData``.
+search_depth 8: ``find_request``, the report's own, in ``analysis/_reading/_jaeger_grpc.py``); each answer is an
+OTLP ``TracesData``.
 """
 
 from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass
-from datetime import datetime, timezone
+from datetime import datetime
 
 import grpc
 from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
 
-FIND_TRACES = "/jaeger.api_v3.QueryService/FindTraces"
-
-
-def _varint(n: int) -> bytes:
-    out = bytearray()
-    while True:
-        low, n = n & 0x7F, n >> 7
-        out.append(low | (0x80 if n else 0))
-        if not n:
-            return bytes(out)
-
-
-def _bytes(field: int, payload: bytes) -> bytes:
-    return _varint(field << 3 | 2) + _varint(len(payload)) + payload
-
-
-def _timestamp(field: int, t: datetime) -> bytes:
-    t = t.astimezone(timezone.utc)
-    seconds = int(t.timestamp())
-    return _bytes(field, _varint(1 << 3) + _varint(seconds) + _varint(2 << 3) + _varint(t.microsecond * 1000))
-
-
-def find_request(
-    service: str,
-    start: datetime,
-    end: datetime,
-    attributes: Mapping[str, str] | None = None,
-    operation: str | None = None,
-    search_depth: int = 1000,
-) -> bytes:
-    """A serialized ``FindTracesRequest`` (its one field: ``query``, a ``TraceQueryParameters``)."""
-    query = _bytes(1, service.encode())
-    if operation:
-        query += _bytes(2, operation.encode())
-    for key, value in (attributes or {}).items():
-        query += _bytes(3, _bytes(1, key.encode()) + _bytes(2, value.encode()))
-    query += _timestamp(4, start) + _timestamp(5, end) + _varint(8 << 3) + _varint(search_depth)
-    return _bytes(1, query)
+from otel_agentloop.analysis._reading._jaeger_grpc import FIND_TRACES, find_request
 
 
 @dataclass(frozen=True)
