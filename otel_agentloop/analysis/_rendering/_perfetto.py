@@ -38,12 +38,10 @@ so the same spans give the same file. Verdicts come from :func:`otel_agentloop.m
 
 from __future__ import annotations
 
-import contextlib
-import gc
 import json
 import math
 import os
-from collections.abc import Generator, Iterable, Mapping
+from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
 from typing import Any
 
@@ -52,6 +50,7 @@ from ...metrics._records import SpanRecord
 from ...metrics._summary import HUNG, OK, SLOW
 from ...metrics._verdicts import StepVerdicts
 from .._reading._engine import engine_parts
+from .._reading._gc import gc_paused
 from .._reading._report import build_report, step_verdicts, stored_summaries
 from ._perfetto_counters import counter_tracks
 from ._perfetto_layout import Group, Item, layout
@@ -426,21 +425,8 @@ def write_perfetto(
 ) -> str:
     """Write :func:`step_trace` to ``path`` as compact JSON; returns the path. Raises ``OSError`` when the file
     cannot be written."""
-    with _gc_paused():
+    with gc_paused():  # it makes only acyclic dicts and lists
         text = json.dumps(step_trace(records, step, validate, source=source), separators=(",", ":"), allow_nan=False)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return os.fspath(path)
-
-
-@contextlib.contextmanager
-def _gc_paused() -> Generator[None, None, None]:
-    """No cyclic garbage collection while the trace is built: it makes only acyclic dicts and lists, and with a
-    step's spans in memory each full collection walks them all (at 8,192 samples it cost a third of the time)."""
-    enabled = gc.isenabled()
-    gc.disable()
-    try:
-        yield
-    finally:
-        if enabled:
-            gc.enable()
