@@ -23,7 +23,6 @@ import asyncio
 import json
 import os
 import platform
-import socket
 import statistics
 import subprocess
 import sys
@@ -43,29 +42,15 @@ from soak_worker import SPANS_PER_SAMPLE, one_sample  # noqa: E402
 import otel_agentloop as oal  # noqa: E402
 
 
-def paired_ports() -> dict[str, int]:
-    """Free ports, the query gRPC port right below the query HTTP port."""
-    ports = {name: stack_mod.free_port() for name in stack_mod.DEFAULT_PORTS}
-    for _ in range(200):
-        http = stack_mod.free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", http - 1))
-            except OSError:
-                continue
-        ports["query"], ports["query_grpc"] = http, http - 1
-        return ports
-    raise RuntimeError("no free pair of ports")
-
-
 def start_store(kind: str, out: Path) -> tuple[stack_mod.Stack, Any]:
     if kind == "badger":
-        stack = stack_mod.prepare(paired_ports(), log_dir=out / "logs", data_dir=out / "badger")
+        stack = stack_mod.prepare(stack_mod.free_ports_query_paired(), log_dir=out / "logs", data_dir=out / "badger")
         stack.start_process("jaeger")
         return stack, None
     cluster = stack_store.start_opensearch(out / "opensearch", nodes=3, heap="1g")
     try:
-        return stack_store.start_stack(cluster, out / "logs", names=("jaeger",), ports=paired_ports()), cluster
+        ports = stack_mod.free_ports_query_paired()
+        return stack_store.start_stack(cluster, out / "logs", names=("jaeger",), ports=ports), cluster
     except BaseException:
         cluster.stop()
         raise

@@ -329,6 +329,25 @@ def free_port() -> int:
     return port
 
 
+def free_ports_query_paired() -> dict[str, int]:
+    """Free ports for every port of the stack (:data:`DEFAULT_PORTS`), the query gRPC port right below the query
+    HTTP port, as Jaeger's defaults and ``make up`` pair them (``report --jaeger URL`` finds the gRPC port so)."""
+    ports = {name: free_port() for name in DEFAULT_PORTS}
+    for _ in range(200):
+        http = free_port()
+        if http - 1 in _HANDED_OUT:
+            continue
+        with socket.socket() as s:
+            try:
+                s.bind(("127.0.0.1", http - 1))
+            except OSError:
+                continue
+        _HANDED_OUT.add(http - 1)
+        ports["query"], ports["query_grpc"] = http, http - 1
+        return ports
+    raise RuntimeError("no free pair of ports for Jaeger's query HTTP and gRPC")
+
+
 def config_env(ports: dict[str, int], data_dir: Path | None = None, queue_dir: Path | None = None) -> dict[str, str]:
     """The variables the config files substitute (collector.yaml, agent.yaml, gateway.yaml, jaeger.yaml), for
     ``ports`` on 127.0.0.1, Jaeger's Badger store in ``data_dir`` and the Collectors' disk queues below

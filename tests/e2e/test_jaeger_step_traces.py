@@ -13,7 +13,6 @@ never read: the window is then read over HTTP.
 from __future__ import annotations
 
 import json
-import socket
 import subprocess
 import sys
 import uuid
@@ -36,24 +35,9 @@ SAMPLES = PROMPTS * ROLLOUTS
 """Samples per step."""
 
 
-def _paired_ports() -> dict[str, int]:
-    """Free ports for a Jaeger-only stack, its query gRPC port right below its query HTTP port."""
-    ports = {name: stack_mod.free_port() for name in stack_mod.DEFAULT_PORTS}
-    for _ in range(200):
-        http = stack_mod.free_port()
-        with socket.socket() as s:
-            try:
-                s.bind(("127.0.0.1", http - 1))
-            except OSError:
-                continue
-        ports["query"], ports["query_grpc"] = http, http - 1
-        return ports
-    raise AssertionError("no free pair of ports")
-
-
 @pytest.fixture(scope="module")
 def jaeger(tmp_path_factory: pytest.TempPathFactory) -> Iterator[Any]:
-    stack = stack_mod.prepare(_paired_ports(), log_dir=tmp_path_factory.mktemp("jaeger-logs"))
+    stack = stack_mod.prepare(stack_mod.free_ports_query_paired(), log_dir=tmp_path_factory.mktemp("jaeger-logs"))
     try:
         stack.start_process("jaeger")
     except stack_mod.StackError as exc:
