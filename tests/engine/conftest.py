@@ -24,6 +24,7 @@ import pytest
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics import SpanRecord
+from tests.vllm_cpu import VLLM_CPU_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import stack_lib as stack_mod
@@ -50,15 +51,7 @@ SERVER_CMD = [
         "2",
     ],
 ]
-ENGINE_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
+ENGINE_ENV = VLLM_CPU_ENV
 
 
 def engine_env(tmp: Path, **extra: str) -> dict[str, str]:

@@ -26,23 +26,14 @@ from typing import Any
 import pytest
 
 from tests.otlp_receiver import Receiver, start_grpc, wait_for
+from tests.vllm_cpu import TRL_VLLM_CPU_ENV
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here (scripts/trl_vllm_env.sh)"
 )
 ROWS_PER_STEP = 4  # per_device_train_batch_size (2 prompts x num_generations 2: one request, n=2)
 STEPS = 2
-CPU_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "TRL_EXPERIMENTAL_SILENCE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}
+CPU_ENV = TRL_VLLM_CPU_ENV
 
 
 def _free_port() -> int:

@@ -19,17 +19,10 @@ import sys
 from pathlib import Path
 from typing import Any
 
-for _key, _value in {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-    "TRL_EXPERIMENTAL_SILENCE": "1",
-    "TOKENIZERS_PARALLELISM": "false",
-}.items():
+sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
+from tests.vllm_cpu import TRL_VLLM_CPU_ENV
+
+for _key, _value in TRL_VLLM_CPU_ENV.items():
     os.environ.setdefault(_key, _value)
 
 sys.path.insert(0, str(Path(__file__).resolve().parent))

@@ -19,21 +19,15 @@ from pathlib import Path
 
 import pytest
 
+from tests.vllm_cpu import VLLM_CPU_ENV
+
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
 
 collect_ignore_glob = [] if importlib.util.find_spec("verifiers") is not None else ["*.py"]
 
 ENGINE_START_S = 600
-ENGINE_ENV = {
-    "VLLM_TARGET_DEVICE": "cpu",
-    "VLLM_CPU_KVCACHE_SPACE": "1",
-    "VLLM_CPU_OMP_THREADS_BIND": "nobind",
-    "HF_HUB_OFFLINE": "1",
-    "TRANSFORMERS_OFFLINE": "1",
-    "VLLM_NO_USAGE_STATS": "1",
-    "DO_NOT_TRACK": "1",
-}
+ENGINE_ENV = VLLM_CPU_ENV
 
 
 @pytest.fixture(scope="session")
