@@ -168,7 +168,9 @@ def side_by_side(
     for name, jaeger in (("badger", stack), (second.name, second.stack)):
         print(f"queries on {name} ...", flush=True)
         try:  # a failed query must not lose the run's counts
-            out[name] = soak_store.query_store(jaeger.jaeger_url, f"127.0.0.1:{jaeger.ports['query_grpc']}", plan)
+            index = second.cluster.url() if name == second.name and second.cluster is not None else None
+            grpc = f"127.0.0.1:{jaeger.ports['query_grpc']}"
+            out[name] = soak_store.query_store(jaeger.jaeger_url, grpc, plan, index)
         except Exception as exc:
             out[name] = {"error": f"{type(exc).__name__}: {exc}"}
     return out

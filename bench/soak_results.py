@@ -93,6 +93,9 @@ def queries(r: dict[str, Any]) -> list[str]:
         ("report_full", f"`report --step {big}` as a user runs it (whole store; the step's summary + one trace)"),
         ("report_since", f"the same with `--since` covering only step {big}"),
         ("report_spans_since", f"`report --step {big} --from-spans` with that `--since` (every sample span)"),
+        ("report_page", f"`report --step {big} --html` (the step page: every sample span; OpenSearch: `--opensearch`)"),
+        ("report_perfetto", f"`report --step {big} --perfetto` (the same spans)"),
+        ("report_compare", f"`report --compare {plan['step']} {big} --json`"),
     ):
         if any(f"{key}{end}" in store for store in (b, o) for end in ("_s", "_timed_out_s")):
             rows.append(f"| {what} | {_q(b, key)} | {_q(o, key)} |")

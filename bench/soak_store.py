@@ -19,6 +19,7 @@ import re
 import statistics
 import subprocess
 import sys
+import tempfile
 import time
 import urllib.request
 from collections.abc import Callable
@@ -142,7 +143,8 @@ def start_second(kind: str, out_dir: Path, heap: str = "1g") -> SecondStore:
         return SecondStore(kind, stack)
     cluster = stack_store.start_opensearch(out_dir / "store-opensearch", nodes=3, heap=heap)
     try:
-        jaeger = stack_store.start_stack(cluster, log_dir, names=("jaeger",))
+        ports = stack_mod.free_ports_query_paired()  # as `make up` pairs them: `report` finds the gRPC port
+        jaeger = stack_store.start_stack(cluster, log_dir, names=("jaeger",), ports=ports)
     except BaseException:
         cluster.stop()
         raise
@@ -153,7 +155,10 @@ def start_first(out_dir: Path, second: SecondStore | None) -> stack_mod.Stack:
     """Jaeger on Badger, the gateway and the agent (:func:`stack.start_cluster`'s topology, run data below
     ``out_dir``); with ``second``, the gateway is the dual one (:func:`dual_gateway_config`), sending to it too."""
     stack = stack_mod.prepare(
-        log_dir=out_dir / "logs", data_dir=out_dir / "jaeger-badger", queue_dir=out_dir / "queues"
+        stack_mod.free_ports_query_paired(),  # as `make up` pairs them: `report` finds Jaeger's gRPC port
+        log_dir=out_dir / "logs",
+        data_dir=out_dir / "jaeger-badger",
+        queue_dir=out_dir / "queues",
     )
     if second is not None:
         config = dual_gateway_config(out_dir / "gateway-dual.yaml")
@@ -232,8 +237,9 @@ def pick_probes(grpc_target: str, plan: QueryPlan, count: int) -> list[str]:
     return ids[:: max(1, len(ids) // count)][:count]
 
 
-def query_store(http_url: str, grpc_target: str, plan: QueryPlan) -> dict[str, Any]:
-    """The query times of one store's Jaeger (median of ``plan.reps``, each time listed) and what they found."""
+def query_store(http_url: str, grpc_target: str, plan: QueryPlan, index_url: str | None = None) -> dict[str, Any]:
+    """The query times of one store's Jaeger (median of ``plan.reps``, each time listed) and what they found;
+    ``index_url``: its OpenSearch, for ``report --opensearch``."""
     client = JaegerClient(http_url, timeout_s=300)
     search = GrpcSearch(grpc_target)
     out: dict[str, Any] = {}
@@ -265,43 +271,48 @@ def query_store(http_url: str, grpc_target: str, plan: QueryPlan) -> dict[str, A
             )
             out[f"{name}_s"], out[f"{name}_all_s"] = round(median, 4), times
             out[f"{name}_traces"] = len({s.trace_id for s in spans if s.name == "rl.sample" and s.error})
-        out.update(report_times(http_url, plan))
+        out.update(report_times(http_url, plan, index_url))
     finally:
         search.close()
     return out
 
 
-def report_times(http_url: str, plan: QueryPlan) -> dict[str, Any]:
-    """``otel-agentloop report --jaeger URL --service S --step BIG`` as a subprocess, three ways: as a user runs it
-    (``full``: the whole store's window; read from the step's stored summary and the slowest trace), the same with
-    ``--since`` covering only the big step's time (``since``), and ``--from-spans --since`` (``spans_since``: every
-    sample span of the step searched and fetched, what a page or Perfetto file needs). Median of ``plan.reps``
-    (one try for a slow one), each bounded by ``plan.report_timeout_s``. Wall seconds, exit code, stderr's last
-    lines, the first line printed."""
+def report_times(http_url: str, plan: QueryPlan, index_url: str | None = None) -> dict[str, Any]:
+    """``otel-agentloop report --jaeger URL --service S --step BIG`` as a subprocess, as a user runs it (the whole
+    store's window): ``full`` (read from the step's stored summary and the slowest trace), then what needs every
+    sample span of the big step: ``page`` (``--html``), ``perfetto`` (``--perfetto``) and ``compare``
+    (``--compare STEP BIG --json``); ``index_url``: the OpenSearch Jaeger stores in, given as ``--opensearch``
+    (a step's spans read straight from its indices). Median of ``plan.reps`` (one try for a slow one), each
+    bounded by ``plan.report_timeout_s``. Wall seconds, exit code, stderr's last lines, the first line printed."""
     cli = Path(sys.executable).parent / "otel-agentloop"
-    cmd = [str(cli), "report", "--jaeger", http_url, "--service", plan.service, "--step", str(plan.big_step)]
-    cmd += ["--timeout", "120"]
+    cmd = [str(cli), "report", "--jaeger", http_url, "--service", plan.service, "--timeout", "120"]
+    if index_url is not None:
+        cmd += ["--opensearch", index_url]
     out: dict[str, Any] = {}
-    for name, reps in (("full", plan.reps), ("since", plan.reps), ("spans_since", 1)):
-        times: list[float] = []
-        for _ in range(reps):
-            extra = ["--from-spans"] if name == "spans_since" else []
-            if name != "full":  # --since from 5 s before the big step began, as of this try's start
-                extra += ["--since", f"{int(time.time() - plan.big_step_start.timestamp()) + 5}s"]
-            out[f"report_{name}_command"] = " ".join([*cmd[1:], *extra])
-            t0 = time.perf_counter()
-            try:
-                proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=plan.report_timeout_s)
-            except subprocess.TimeoutExpired:
-                out[f"report_{name}_timed_out_s"] = plan.report_timeout_s
-                break
-            times.append(time.perf_counter() - t0)
-            out[f"report_{name}_rc"] = proc.returncode
-            out[f"report_{name}_stderr"] = proc.stderr.strip().splitlines()[-3:]
-            out[f"report_{name}_stdout_head"] = proc.stdout.splitlines()[:2]
-            if times[0] > ONE_TRY_S:
-                break
-        if times:
-            out[f"report_{name}_s"] = round(statistics.median(times), 2)
-            out[f"report_{name}_all_s"] = [round(t, 2) for t in times]
+    with tempfile.TemporaryDirectory(prefix="soak-report-") as tmp:
+        cases = {
+            "full": ["--step", str(plan.big_step)],
+            "page": ["--step", str(plan.big_step), "--html", f"{tmp}/step.html"],
+            "perfetto": ["--step", str(plan.big_step), "--perfetto", f"{tmp}/step.json"],
+            "compare": ["--compare", str(plan.step), str(plan.big_step), "--json"],
+        }
+        for name, extra in cases.items():
+            times: list[float] = []
+            for _ in range(plan.reps):
+                out[f"report_{name}_command"] = " ".join([*cmd[1:], *extra])
+                t0 = time.perf_counter()
+                try:
+                    proc = subprocess.run([*cmd, *extra], capture_output=True, text=True, timeout=plan.report_timeout_s)
+                except subprocess.TimeoutExpired:
+                    out[f"report_{name}_timed_out_s"] = plan.report_timeout_s
+                    break
+                times.append(time.perf_counter() - t0)
+                out[f"report_{name}_rc"] = proc.returncode
+                out[f"report_{name}_stderr"] = proc.stderr.strip().splitlines()[-4:]
+                out[f"report_{name}_stdout_head"] = proc.stdout.splitlines()[:2]
+                if times[0] > ONE_TRY_S:
+                    break
+            if times:
+                out[f"report_{name}_s"] = round(statistics.median(times), 2)
+                out[f"report_{name}_all_s"] = [round(t, 2) for t in times]
     return out

@@ -9,8 +9,9 @@ neighbours' traces, as a run's steps do. The store: Jaeger 2.13 on Badger, or on
 Then times ``report --jaeger`` as a user runs it (a subprocess; wall time) for: the small step's page
 (``--step 3 --html``), the big step's page and Perfetto file, and ``--compare 1 3 --json``; each with this
 checkout and with the code of ``--old`` (a ``git worktree`` of main before the change), alternating, ``--repeats``
-times each; the outputs of old and new must be equal (the page's HTML, the Perfetto file, the JSON). Load
-averages are read around each run.
+times each; the outputs of old and new must be equal (the page's HTML, the Perfetto file, the JSON). On
+OpenSearch this checkout reads with ``--opensearch URL`` (the step's spans straight from Jaeger's indices;
+``--through-jaeger``: not). Load averages are read around each run.
 
     .venv/bin/python bench/store_step_pages.py --old /tmp/store-main [--store opensearch] [--big 8192] \
         [--case "step page" --case Perfetto]
@@ -103,9 +104,11 @@ CASES = {
 }
 
 
-def run_report(tree: Path, url: str, service: str, args: list[str], out: Path) -> tuple[float, str, str, bytes]:
+def run_report(
+    tree: Path, url: str, service: str, args: list[str], out: Path, extra: list[str] | None = None
+) -> tuple[float, str, str, bytes]:
     out.mkdir(parents=True, exist_ok=True)
-    argv = [a.replace("{out}", str(out)) for a in args]
+    argv = [a.replace("{out}", str(out)) for a in args] + (extra or [])
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     env["PYTHONPATH"] = str(tree)
     cmd = [sys.executable, "-m", "otel_agentloop", "report", "--jaeger", url, "--service", service, *argv]
@@ -126,6 +129,11 @@ def main() -> int:
     parser.add_argument("--small", type=int, default=64)
     parser.add_argument("--big", type=int, default=8192)
     parser.add_argument("--repeats", type=int, default=3)
+    parser.add_argument(
+        "--through-jaeger",
+        action="store_true",
+        help="on OpenSearch, read the new tree's steps through Jaeger too (default: `report --opensearch URL`)",
+    )
     parser.add_argument("--json-out", type=Path)
     parser.add_argument(
         "--case", action="append", default=[], help="only the cases whose name holds this text (repeatable)"
@@ -145,6 +153,8 @@ def main() -> int:
         result["written_s"] = round(time.monotonic() - t0, 1)
         result["stored_s"] = round(wait_stored(stack, cluster, spans), 1)
         print(f"{spans:,} spans written in {result['written_s']} s, stored {result['stored_s']} s later", flush=True)
+        new_args = ["--opensearch", cluster.url()] if cluster is not None and not args.through_jaeger else []
+        result["new_args"] = new_args
         for number, (name, case) in enumerate(CASES.items()):
             if args.case and not any(text in name for text in args.case):
                 continue
@@ -157,8 +167,9 @@ def main() -> int:
                     (("old", args.old), ("new", ROOT)) if i % 2 == 0 else (("new", ROOT), ("old", args.old))
                 ):
                     loads.append(os.getloadavg()[0])
+                    extra = new_args if which == "new" else []
                     wall, stdout, stderr, files = run_report(
-                        tree, stack.jaeger_url, service, case, out / which / f"case{number}-{i}"
+                        tree, stack.jaeger_url, service, case, out / which / f"case{number}-{i}", extra
                     )  # this case's files only
                     times[which].append(round(wall, 2))
                     outputs.setdefault(which, stdout.encode() + files)

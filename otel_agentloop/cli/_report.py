@@ -40,6 +40,9 @@ def _report_or_fail(args: argparse.Namespace) -> int:
     if not (args.file or args.jaeger):
         say("report: give --file PATH or --jaeger URL", err=True)
         return 2
+    if args.file and args.opensearch:
+        say("report: --opensearch reads the store of a Jaeger (--jaeger URL), not a trace file", err=True)
+        return 2
     jaeger = _open_source(args)
     if args.runs or args.run:
         return run_command(args, jaeger)

@@ -4,6 +4,7 @@ from __future__ import annotations
 
 import argparse
 
+from ..analysis._reading._opensearch import DEFAULT_INDEX
 from ..analysis._reading._source import MAX_SINCE_MINUTES, since_minutes
 from ..config import _local_stack
 from ..config._environment import variable
@@ -37,6 +38,22 @@ def _add_source_arguments(rep: argparse.ArgumentParser) -> None:
         const=local,
         metavar="URL",
         help=f"Jaeger query URL; without one, the local stack's ({local}: `make up`, OTEL_AGENTLOOP_STACK's)",
+    )
+    local_index = _local_stack.opensearch_url(variable(_local_stack.VARIABLE))
+    rep.add_argument(
+        "--opensearch",
+        nargs="?",
+        const=local_index,
+        metavar="URL",
+        help="with --jaeger: read a step's traces straight from the OpenSearch (or Elasticsearch) Jaeger stores "
+        f"in, several times faster than through Jaeger; without a URL, the local stack's ({local_index}: "
+        "`make up STORE=opensearch`, which `report --jaeger` without a URL also tries)",
+    )
+    rep.add_argument(
+        "--opensearch-index",
+        default=DEFAULT_INDEX,
+        metavar="PATTERN",
+        help="Jaeger's span indices there (its index prefix + jaeger-span-*)",
     )
     rep.add_argument(
         "--service",

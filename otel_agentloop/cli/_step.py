@@ -5,6 +5,7 @@ the step's spans or its stored summary (:class:`~..analysis._reading._stored_ste
 from __future__ import annotations
 
 import argparse
+from dataclasses import dataclass
 
 from ..analysis._reading._gc import gc_paused
 from ..analysis._reading._report import build_report, step_verdicts, stored_summaries
@@ -20,6 +21,7 @@ from ..analysis._rendering._timeline_html import write_html
 from ..analysis._rendering._timeline_png import render_timeline_png
 from ..analysis._rendering._waterfall import render_png
 from ..metrics._records import SpanRecord
+from ..metrics._verdicts import SampleKey, StepVerdicts
 from ._errors import write
 
 
@@ -47,23 +49,36 @@ def _report_step(
     # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
     verdicts = step_verdicts(loaded, step, args.validate, stored_summaries(loaded).get((step, args.validate)))
     report = build_report(records, step, args.validate, verdicts)
-    view = None
-    if args.html or args.timeline_png:  # the report's causes where it read the same spans (no snapshots): built once
-        causes = report.causes() if len(records) == len(loaded) else None
+    view, causes = None, None
+    if args.html or args.timeline_png or args.perfetto:  # the report's causes where it read the same spans (no
+        causes = report.causes() if len(records) == len(loaded) else None  # snapshots): the report built once
+    if args.html or args.timeline_png:
         view = build_step_view(loaded, step, args.validate, verdicts, causes)
     if not len(report.table) and not (view and view.samples):
         kind = " (validation)" if args.validate else ""
         say(f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True)
         return 1
-    written = _write_files(args, view, loaded, step, source)
-    return print_step(args, from_report(report, args.top), written, source)
+    files = _Files(view, loaded, step, source, verdicts, causes)
+    return print_step(args, from_report(report, args.top), _write_files(args, files), source)
 
 
-def _write_files(
-    args: argparse.Namespace, view: StepView | None, loaded: list[SpanRecord], step: int, source: str
-) -> list[str]:
+@dataclass
+class _Files:
+    """What the files of one step are made from: its view (pages), its spans, and its verdicts and causes (the
+    report's, ``None`` where they must be made from ``loaded``)."""
+
+    view: StepView | None
+    loaded: list[SpanRecord]
+    step: int
+    source: str
+    verdicts: StepVerdicts
+    causes: dict[SampleKey, str] | None
+
+
+def _write_files(args: argparse.Namespace, files: _Files) -> list[str]:
     """``--html``, ``--perfetto`` and ``--timeline-png``: the files asked for; their lines for the output."""
     written = []
+    view, loaded, step, source = files.view, files.loaded, files.step, files.source
     if view is not None and args.html:
         jaeger_ui = args.jaeger_ui
         if jaeger_ui and jaeger_ui_base(jaeger_ui) is None:
@@ -74,7 +89,9 @@ def _write_files(
         trace = write(
             "--perfetto",
             args.perfetto,
-            lambda: write_perfetto(loaded, step, args.validate, args.perfetto, source=source),
+            lambda: write_perfetto(
+                loaded, step, args.validate, args.perfetto, source=source, verdicts=files.verdicts, causes=files.causes
+            ),
         )
         written.append(f"Perfetto trace written to {trace} (open it in ui.perfetto.dev or chrome://tracing)")
     if view is not None and args.timeline_png:

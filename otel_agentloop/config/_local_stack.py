@@ -86,6 +86,12 @@ def jaeger_url(name: str | None) -> str:
     return f"http://127.0.0.1:{ports(name)['query']}"
 
 
+def opensearch_url(name: str | None) -> str:
+    """Stack ``name``'s first OpenSearch node (``make up STORE=opensearch``; what ``report --opensearch`` reads
+    when given no URL, and ``report --jaeger`` of the local stack tries)."""
+    return f"http://127.0.0.1:{opensearch_port_base(name) + 1}"
+
+
 def otlp_grpc_endpoint(name: str | None) -> str:
     """Stack ``name``'s Collector, OTLP over gRPC (what ``scripts/stack.py env`` exports)."""
     return f"http://127.0.0.1:{ports(name)['grpc']}"

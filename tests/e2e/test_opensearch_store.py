@@ -25,6 +25,9 @@ import pytest
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis._reading._jaeger_grpc import GrpcQuery
+from otel_agentloop.analysis._reading._jaeger_step import StepReader
+from otel_agentloop.analysis._reading._opensearch import IndexQuery
 
 from .conftest import stack_mod, stack_procs, stack_store
 from .test_stack_lifecycle import SCRIPT, Cli
@@ -267,7 +270,7 @@ def _outage_queries(store: stack_mod.Stack, cwd: Path, service: str, dead: str) 
     failures: list[str] = []
     while True:
         out = _report(store, cwd, service, "--step", "1", "--json")
-        if out.returncode != 0 and "no sample spans for step 1" in out.stderr:  # not stored yet
+        if out.returncode != 0 and "no samples for step 1 " in out.stderr:  # not stored (or not searchable) yet
             assert time.monotonic() < deadline, out.stderr
             time.sleep(2)
             continue
@@ -350,6 +353,81 @@ def test_report_reads_the_cluster_store(store: stack_mod.Stack, written: dict[st
     runs = _report(store, cwd, service, "--runs")
     assert runs.returncode == 0, runs.stderr
     assert len(runs.stdout.splitlines()) >= 2
+
+
+def _key(record: Any) -> tuple[int, int]:
+    return record.trace_id, record.span_id
+
+
+def test_a_steps_spans_from_the_indices_equal_jaegers_answer(
+    cluster: stack_store.OpenSearchCluster, store: stack_mod.Stack, written: dict[str, Any]
+) -> None:
+    """``IndexQuery`` (``report --opensearch``) reads a step's traces straight from Jaeger's span indices: the same
+    records, span for span, as Jaeger's own api_v3 answer (gRPC) for the same search, failed samples' status and
+    exception events included; and a search of N traces keeps the newest N, as Jaeger's does."""
+    service = written["service"]
+    now = datetime.now(timezone.utc)
+    lo, hi = now - timedelta(hours=1), now + timedelta(minutes=5)
+    index = IndexQuery(cluster.url(), timeout_s=60)
+    grpc = GrpcQuery(f"127.0.0.1:{store.ports['query_grpc']}", timeout_s=60)
+    try:
+        every: list[Any] = []
+        for step in range(1, STEPS + 1):
+            attributes = {sc.RL_STEP: str(step)}
+            mine = list(decode_resource_spans(index.find_traces(service, lo, hi, attributes=attributes)))
+            theirs = list(decode_resource_spans(grpc.find_traces(service, lo, hi, attributes=attributes)))
+            assert sorted(mine, key=_key) == sorted(theirs, key=_key), f"step {step}"
+            samples = {r.attributes.get(sc.RL_SAMPLE_INDEX) for r in mine if r.name == "rl.sample"}
+            assert samples == set(range(SAMPLES)), f"step {step}"
+            every += mine
+        assert len(every) == sum(written["spans"].values()) + 2 * STEPS  # + each step's rl.step and summary spans
+        failed = [r for r in every if r.error and r.name == "rl.sample"]
+        assert len(failed) == STEPS * len(range(3, SAMPLES, 5))
+        assert all(r.events and r.events[0][0] == "exception" and r.status_message for r in failed)
+        assert all(r.resource.get("service.name") == service for r in every)
+        newest = {sc.RL_STEP: "4"}
+        mine_5 = index.find_traces(service, lo, hi, attributes=newest, search_depth=5)
+        theirs_5 = grpc.find_traces(service, lo, hi, attributes=newest, search_depth=5)
+        ids = [{r.trace_id for r in decode_resource_spans(page)} for page in (mine_5, theirs_5)]
+        assert len(ids[0]) == 5 and ids[0] == ids[1]
+    finally:
+        grpc.close()
+
+
+def test_report_opensearch_reads_steps_from_the_indices(
+    cluster: stack_store.OpenSearchCluster, store: stack_mod.Stack, written: dict[str, Any]
+) -> None:
+    """``report --opensearch URL``: the step page, the Perfetto file and ``--compare`` read from the indices
+    equal those read through Jaeger; steps are read there only when its indices hold Jaeger's services, and a
+    named one that does not answer is said, then Jaeger is read."""
+    service, cwd = written["service"], written["cwd"]
+    client = JaegerClient(store.jaeger_url, timeout_s=30)
+    assert StepReader(client, IndexQuery(cluster.url()), True).how == "index"
+    said: list[str] = []
+    gone = IndexQuery(f"http://127.0.0.1:{stack_mod.free_port()}")
+    dead = StepReader(client, gone, True, said.append)
+    line = f"--opensearch {gone.target}: it does not answer as OpenSearch; reading through Jaeger instead"
+    assert dead.how != "index" and said == [line]
+    other = StepReader(client, IndexQuery(cluster.url(), index="no-such-index-*"), True, said.append)
+    assert other.how != "index" and "its span indices lack services Jaeger lists" in said[1] and len(said) == 2
+    for case in (
+        ["--step", "3", "--html", "{}step.html"],
+        ["--step", "4", "--perfetto", "{}trace.json"],
+        ["--compare", "2", "5", "--json"],
+    ):
+        outputs = []
+        for tag, extra in (("jaeger-", []), ("index-", ["--opensearch", cluster.url()])):
+            args = [a.format(tag) for a in case]
+            done = _report(store, cwd, service, *args, *extra)
+            assert done.returncode == 0, done.stderr
+            assert "--opensearch" not in done.stderr, done.stderr
+            written_file = [cwd / a for a in args if a.startswith(tag)]
+            outputs.append((done.stdout.replace(tag, ""), [f.read_bytes() for f in written_file]))
+        assert outputs[0] == outputs[1], case
+    fallback = _report(store, cwd, service, "--step", "3", "--json", "--opensearch", gone.base_url)
+    assert fallback.returncode == 0, fallback.stderr
+    assert "it does not answer as OpenSearch; reading through Jaeger instead" in fallback.stderr
+    assert json.loads(fallback.stdout)["metrics"]["agent_loop/num_samples"] == SAMPLES
 
 
 def _free_base() -> int:

@@ -247,6 +247,17 @@ class DecodedSpan(dict[str, Any]):
         self.record = record
 
 
+class UnreadableSpan(dict[str, Any]):
+    """A span a reader could not read (``_decode_es``'s stored documents), in a ``resourceSpans`` entry with its
+    ``traceId`` (and ``spanId``) as far as known: :func:`decode_resource_spans` skips it and counts ``reason``."""
+
+    __slots__ = ("reason",)
+
+    def __init__(self, reason: str, **keys: Any) -> None:
+        super().__init__(keys)
+        self.reason = reason
+
+
 def decode_span(s: Any, resource: Mapping[str, Any]) -> SpanRecord:
     """One OTLP-JSON span; raises :class:`BadRecordError` saying what is wrong with it."""
     if not isinstance(s, Mapping):
@@ -316,6 +327,9 @@ def decode_resource_spans(
             for s in spans:
                 if type(s) is DecodedSpan:
                     yield s.record
+                    continue
+                if type(s) is UnreadableSpan:
+                    skipped.add(f"{where}{s.reason}")
                     continue
                 try:
                     record = decode_span(s, resource)

@@ -1,11 +1,13 @@
 """Reading one step's traces from Jaeger: only that step's, with progress on stderr.
 
-A step's spans carry ``rl.step``; its traces are found by that attribute through Jaeger's api_v3 over gRPC
-(:mod:`._jaeger_grpc`: Jaeger 2.13's HTTP API ignores attribute filters), within the step's window
+A step's spans carry ``rl.step``; its traces are found by that attribute, within the step's window
 (``JaegerSource.step_window``), so that neighbouring steps' traces in the same window are never fetched: a
-64-sample step beside an 8,192-sample one costs 64 traces, not 8,000. Where the gRPC port does not answer (a proxy
-in front of the HTTP port only, a Jaeger without it), the window is read over HTTP as before (every trace in it;
-the report then keeps the step's spans), with one line saying so.
+64-sample step beside an 8,192-sample one costs 64 traces, not 8,000. Where Jaeger stores in OpenSearch and that
+answers (``--opensearch``), straight from its span indices (:mod:`._opensearch`: Jaeger's own search there costs a
+search per trace); else through Jaeger's api_v3 over gRPC (:mod:`._jaeger_grpc`: Jaeger 2.13's HTTP API ignores
+attribute filters). Where neither answers (a proxy in front of the HTTP port only, a Jaeger without gRPC), the
+window is read over HTTP as before (every trace in it; the report then keeps the step's spans), with one line
+saying so.
 
 A step read that takes longer than :data:`PROGRESS_EVERY_S` says on stderr how it reads (and how many samples the
 step's summary counts), how far it got every :data:`PROGRESS_EVERY_S`, and what it read (traces, searches, seconds)
@@ -24,6 +26,7 @@ from ... import semconv as sc
 from ...metrics._records import SpanRecord
 from ._jaeger import JaegerClient, JaegerError, Search, trace_ids
 from ._jaeger_grpc import GrpcQuery, grpc_target
+from ._opensearch import IndexQuery
 from ._report import stored_summaries
 from ._runs import RunKey, run_key
 from ._text import printable
@@ -83,27 +86,70 @@ def _traces(n: int) -> str:
 
 @dataclass
 class StepReader:
-    """How one ``report`` reads steps from ``client``: over gRPC with the step's attribute when Jaeger's query
-    gRPC port (:func:`~._jaeger_grpc.grpc_target`) answers and lists the services the HTTP port lists (the same
-    Jaeger, not a neighbour's), probed once; else the step's window over HTTP."""
+    """How one ``report`` reads steps from ``client``, the quickest way that answers, probed once:
+
+    1. ``index``: the OpenSearch (or Elasticsearch) that this Jaeger stores in (:mod:`._opensearch`, ``--opensearch``;
+       the local stack's when ``report --jaeger`` reads the local stack), when its span indices hold every service
+       Jaeger lists (the same store, not a neighbour's);
+    2. Jaeger's query gRPC port (:func:`~._jaeger_grpc.grpc_target`), by the step's attribute, when it answers and
+       lists the services the HTTP port lists (the same Jaeger);
+    3. else the step's window over HTTP.
+
+    ``index_named``: the index was asked for by name (``--opensearch``), so a failed probe is said to ``note``,
+    once."""
 
     client: JaegerClient
+    index: IndexQuery | None = None
+    index_named: bool = False
+    note: Note = field(default=lambda _line: None, repr=False)
     _query: GrpcQuery | None = None
     _probed: bool = False
+    _use_index: bool = False
     said_http: bool = False
 
+    def _probe(self) -> None:
+        if self._probed:
+            return
+        self._probed = True
+        if self.index is not None:
+            listed = self.index.services()
+            jaeger = self._http_services()
+            if listed is not None and set(jaeger) <= set(listed):
+                self._use_index = True
+                return
+            if self.index_named:
+                lacking = "its span indices lack services Jaeger lists"
+                why = lacking if listed is not None else "it does not answer as OpenSearch"
+                self.note(f"--opensearch {printable(self.index.target, 200)}: {why}; reading through Jaeger instead")
+        target = grpc_target(self.client.base_url)
+        if target is not None:  # the same Jaeger there: it lists the same services as the HTTP port
+            query = GrpcQuery(target, self.client.timeout_s)
+            listed = query.services()
+            if listed is not None and sorted(listed) == sorted(self._http_services()):
+                self._query = query
+            else:
+                query.close()
+
     def query(self) -> GrpcQuery | None:
-        if not self._probed:
-            self._probed = True
-            target = grpc_target(self.client.base_url)
-            if target is not None:  # the same Jaeger there: it lists the same services as the HTTP port
-                query = GrpcQuery(target, self.client.timeout_s)
-                listed = query.services()
-                if listed is not None and sorted(listed) == sorted(self._http_services()):
-                    self._query = query
-                else:
-                    query.close()
+        """Jaeger's gRPC query API, when steps are read there."""
+        self._probe()
         return self._query
+
+    def store(self) -> IndexQuery | None:
+        """The store's indices, when Jaeger's searches are read there (any search: a step's, a run's summaries,
+        the whole store's)."""
+        self._probe()
+        return self.index if self._use_index else None
+
+    def targeted(self) -> bool:
+        """Whether a step read fetches that step's traces alone (the index or gRPC; not the window over HTTP)."""
+        return self.how != "http"
+
+    @property
+    def how(self) -> str:
+        """How steps are read: ``"index"`` (the store's indices), ``"grpc"`` or ``"http"`` (the window)."""
+        self._probe()
+        return "index" if self._use_index else "grpc" if self._query is not None else "http"
 
     def _http_services(self) -> list[str]:
         try:
@@ -125,13 +171,16 @@ class StepReader:
         """The traces of step ``step`` of ``service`` in ``window`` (searches of ``depth`` traces); ``note`` gets
         the progress lines (naming the service when ``named``); ``expected``: the samples the step's summary counts,
         when known."""
-        query = self.query()
+        self._probe()
         lo, hi = window
         what = f"step {step}" + (f" of service {printable(service, 80)}" if named else "")
         counted = f"; its summary counts {expected:,} samples" if expected is not None else ""
         opening = []
-        if query is not None:
-            how = f"its traces only, by {sc.RL_STEP}={step} over Jaeger's gRPC query API ({query.target})"
+        by_step = f"its traces only, by {sc.RL_STEP}={step}"
+        if self._use_index and self.index is not None:
+            how = f"{by_step}, straight from Jaeger's store ({printable(self.index.target, 200)})"
+        elif self._query is not None:
+            how = f"{by_step} over Jaeger's gRPC query API ({self._query.target})"
         else:
             how = "every trace of its window over HTTP (neighbouring steps' too)"
             if not self.said_http:  # once, with the first slow read
@@ -142,7 +191,7 @@ class StepReader:
                 )
         opening.append(f"{what}: reading {how}{counted}")
         ticker = Ticker(note, what, opening)
-        finder = _searches(ticker, query, self.client)
+        finder = _searches(ticker, self.index if self._use_index else self._query, self.client)
         found = self.client.find_all_traces(
             service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth, finder=finder
         )
@@ -151,8 +200,11 @@ class StepReader:
         return found
 
 
-def _searches(ticker: Ticker, query: GrpcQuery | None, client: JaegerClient) -> Callable[..., list[dict[str, Any]]]:
-    """A finder for ``find_all_traces`` that ticks ``ticker``: per trace streamed over gRPC, per search over HTTP."""
+def _searches(
+    ticker: Ticker, query: GrpcQuery | IndexQuery | None, client: JaegerClient
+) -> Callable[..., list[dict[str, Any]]]:
+    """A finder for ``find_all_traces`` that ticks ``ticker``: per trace streamed over gRPC, per batch of ids read
+    from the store's indices, per search over HTTP."""
 
     def find(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
         if query is not None:
@@ -166,12 +218,22 @@ def _searches(ticker: Ticker, query: GrpcQuery | None, client: JaegerClient) -> 
     return find
 
 
-def read_all(client: JaegerClient, note: Note, service: str, lo: datetime, hi: datetime, **search: Any) -> Search:
-    """``client.find_all_traces(service, lo, hi, **search)`` (not one step's: a run's, the whole store's), saying
-    how far it got every :data:`PROGRESS_EVERY_S` (between searches) and, when that took longer, what it read."""
+def read_all(
+    client: JaegerClient,
+    note: Note,
+    service: str,
+    lo: datetime,
+    hi: datetime,
+    store: IndexQuery | None = None,
+    **search: Any,
+) -> Search:
+    """``client.find_all_traces(service, lo, hi, **search)`` (not one step's: a run's, the whole store's), from
+    ``store`` (the store's indices) when given, saying how far it got every :data:`PROGRESS_EVERY_S` (between
+    searches) and, when that took longer, what it read."""
     what = f"service {printable(service, 80)}"
-    ticker = Ticker(note, what, [f"{what}: searching Jaeger {printable(client.base_url, 200)} (every trace)"])
-    found = client.find_all_traces(service, lo, hi, finder=_searches(ticker, None, client), **search)
+    where = f"Jaeger's store {printable(store.target, 200)}" if store else f"Jaeger {printable(client.base_url, 200)}"
+    ticker = Ticker(note, what, [f"{what}: searching {where} (every trace)"])
+    found = client.find_all_traces(service, lo, hi, finder=_searches(ticker, store, client), **search)
     ticker.done(found)
     return found
 

@@ -18,11 +18,13 @@ from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
 
 from ... import semconv as sc
+from ...config import _local_stack
 from ...config._environment import variable
 from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
 from ._jaeger_step import StepReader, expected_samples, read_all
+from ._opensearch import DEFAULT_INDEX, IndexQuery
 from ._runs import Run, RunKey, group_runs, run_key, steps_text
 from ._text import printable
 
@@ -121,11 +123,16 @@ class JaegerSource:
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
     progress: Callable[[str], None] = field(default=lambda _line: None, repr=False)
     """Where what a read does and how far it got go (stderr lines; ``open_jaeger`` sets its ``note``)."""
+    index: IndexQuery | None = None
+    """The OpenSearch that Jaeger stores in, when known (``--opensearch``, or the local stack's)."""
+    index_named: bool = False
+    """``index`` was named (``--opensearch``): a store that does not answer there is said."""
     steps: StepReader = field(init=False, repr=False)
-    """How a step's traces are read (``_jaeger_step``: by ``rl.step`` over gRPC, else the window over HTTP)."""
+    """How a step's traces are read (``_jaeger_step``: by ``rl.step`` from the store or over gRPC, else the
+    window over HTTP)."""
 
     def __post_init__(self) -> None:
-        self.steps = StepReader(self.client)
+        self.steps = StepReader(self.client, self.index, self.index_named, lambda line: self.progress(line))
 
     @property
     def label(self) -> str:
@@ -165,7 +172,7 @@ class JaegerSource:
             if operation in _ONE_PER_STEP and step is None:  # the search a step's window shares
                 found = self.one_per_step(service, operation, start, end)
             elif step is not None and operation is None:  # only the step's traces where Jaeger can say which
-                if self.steps.query() is not None:  # the step's traces alone: one search
+                if self.steps.targeted():  # the step's traces alone: one search
                     depth = max(depth, STEP_SEARCH_DEPTH)
                 expected, named = self._expected(service, step), len(self.services) > 1
                 found = self.steps.read(service, step, (lo, hi), depth, self.progress, expected, named=named)
@@ -176,6 +183,7 @@ class JaegerSource:
                     service,
                     lo,
                     hi,
+                    self.steps.store(),
                     attributes=attributes,
                     operation=operation,
                     search_depth=depth,
@@ -201,8 +209,14 @@ class JaegerSource:
         """``service``'s ``rl.engine.load`` spans (an engine's load, with or without ``rl.step``) that start in a
         step's window ``[lo, hi]`` widened back by :data:`ENGINE_LOAD_REACH` (a window that began before the step),
         less those already in ``have``: the engine's load under the step (``_engine_load``)."""
+        store = self.steps.store()
         found = self.client.find_all_traces(
-            service, lo - ENGINE_LOAD_REACH, hi, operation=sc.ENGINE_LOAD_SPAN, search_depth=self.search_depth
+            service,
+            lo - ENGINE_LOAD_REACH,
+            hi,
+            operation=sc.ENGINE_LOAD_SPAN,
+            search_depth=self.search_depth,
+            finder=store.find_traces if store is not None else None,
         )
         if found.full:
             warn(f"service {service}: {found.left_out(self.search_depth)}")
@@ -265,8 +279,10 @@ class JaegerSource:
         key = (service, operation)
         if key not in self._one_per_step_cache:
             depth = max(self.search_depth, STEP_SEARCH_DEPTH)
+            store = self.steps.store()  # the store's indices: Jaeger on OpenSearch fetches a trace per search
+            finder = store.find_traces if store is not None else None
             self._one_per_step_cache[key] = self.client.find_all_traces(
-                service, start, end, operation=operation, search_depth=depth
+                service, start, end, operation=operation, search_depth=depth, finder=finder
             )
         return self._one_per_step_cache[key]
 
@@ -290,7 +306,13 @@ def open_jaeger(args: argparse.Namespace, note: Callable[[str], None]) -> Jaeger
     named with ``--service``. Raises :class:`JaegerError`, or :class:`NothingFoundError` when no service has
     agent-loop spans."""
     client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-    source = JaegerSource(client, [], "", args.since_minutes, args.search_depth, progress=note)
+    url, named = getattr(args, "opensearch", None), True
+    if url is None and args.jaeger == _local_stack.jaeger_url(variable(_local_stack.VARIABLE)):
+        url, named = _local_stack.opensearch_url(variable(_local_stack.VARIABLE)), False  # if it runs on one
+    index = IndexQuery(url, getattr(args, "opensearch_index", DEFAULT_INDEX), args.timeout) if url else None
+    source = JaegerSource(
+        client, [], "", args.since_minutes, args.search_depth, progress=note, index=index, index_named=named
+    )
     if args.service:
         source.services, source.chosen_by = [args.service], "--service"
         return source

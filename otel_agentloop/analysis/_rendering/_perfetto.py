@@ -352,13 +352,25 @@ def _process_meta(tracks: _Tracks, pids: Mapping[str, int], first_tid: Mapping[i
     return meta
 
 
-def step_trace(records: Iterable[SpanRecord], step: int, validate: bool = False, *, source: str = "") -> dict[str, Any]:
+def step_trace(
+    records: Iterable[SpanRecord],
+    step: int,
+    validate: bool = False,
+    *,
+    source: str = "",
+    verdicts: StepVerdicts | None = None,
+    causes: Mapping[SampleKey, str] | None = None,
+) -> dict[str, Any]:
     """The Trace Event Format object of ``step`` (its validation pass with ``validate``) from ``records``
-    (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events."""
+    (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events.
+    ``verdicts`` and ``causes``: the step's, when the caller has them (``report`` built them from the same
+    spans); else made here, as ``report`` makes them."""
     records = list(records)
     spans = {k: r for k, r in _step_spans(records, step, validate).items() if r.start_ns > 0}
-    verdicts = step_verdicts(records, step, validate, stored_summaries(records).get((step, validate)))
-    causes = build_report(records, step, validate, verdicts).causes()
+    if verdicts is None:
+        verdicts = step_verdicts(records, step, validate, stored_summaries(records).get((step, validate)))
+    if causes is None:
+        causes = build_report(records, step, validate, verdicts).causes()
     t0 = min((r.start_ns for r in spans.values()), default=0)
     tracks = _tracks(spans)
     pids = {w: i + 1 for i, w in enumerate(tracks.workers)}
@@ -421,12 +433,20 @@ def _other_data(
 
 
 def write_perfetto(
-    records: Iterable[SpanRecord], step: int, validate: bool, path: str | os.PathLike[str], *, source: str = ""
+    records: Iterable[SpanRecord],
+    step: int,
+    validate: bool,
+    path: str | os.PathLike[str],
+    *,
+    source: str = "",
+    verdicts: StepVerdicts | None = None,
+    causes: Mapping[SampleKey, str] | None = None,
 ) -> str:
-    """Write :func:`step_trace` to ``path`` as compact JSON; returns the path. Raises ``OSError`` when the file
-    cannot be written."""
+    """Write :func:`step_trace` (``verdicts`` and ``causes`` as there) to ``path`` as compact JSON; returns the
+    path. Raises ``OSError`` when the file cannot be written."""
     with gc_paused():  # it makes only acyclic dicts and lists
-        text = json.dumps(step_trace(records, step, validate, source=source), separators=(",", ":"), allow_nan=False)
+        trace = step_trace(records, step, validate, source=source, verdicts=verdicts, causes=causes)
+        text = json.dumps(trace, separators=(",", ":"), allow_nan=False)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return os.fspath(path)
