@@ -15,7 +15,7 @@ from ..analysis._reading._stored_step import SUMMARY, StepAnswer, from_report
 from ..analysis._reading._text import printable
 from ..analysis._rendering._display import Output
 from ..analysis._rendering._html import jaeger_ui_base
-from ..analysis._rendering._perfetto import write_perfetto
+from ..analysis._rendering._perfetto import step_trace, write_perfetto
 from ..analysis._rendering._terminal import say, say_json
 from ..analysis._rendering._timeline_html import write_html
 from ..analysis._rendering._timeline_png import render_timeline_png
@@ -90,7 +90,8 @@ def _write_files(args: argparse.Namespace, files: _Files) -> list[str]:
             "--perfetto",
             args.perfetto,
             lambda: write_perfetto(
-                loaded, step, args.validate, args.perfetto, source=source, verdicts=files.verdicts, causes=files.causes
+                step_trace(loaded, step, args.validate, source=source, verdicts=files.verdicts, causes=files.causes),
+                args.perfetto,
             ),
         )
         written.append(f"Perfetto trace written to {trace} (open it in ui.perfetto.dev or chrome://tracing)")

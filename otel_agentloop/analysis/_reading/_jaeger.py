@@ -383,7 +383,8 @@ def _new_spans(resource_spans: list[Any], seen: set[tuple[str, str]]) -> list[An
             out.append(rs)  # malformed: the decoder counts it
             continue
         scopes = []
-        for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
+        given = rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []
+        for ss in given:
             if not isinstance(ss, dict) or not isinstance(ss.get("spans"), list):
                 scopes.append(ss)
                 continue
@@ -394,8 +395,17 @@ def _new_spans(resource_spans: list[Any], seen: set[tuple[str, str]]) -> list[An
                     fresh.append(span)
                     if key is not None:
                         seen.add(key)
-            if fresh:
+            if len(fresh) == len(ss["spans"]):
+                scopes.append(ss)  # nothing seen before: the entry as it came (most of a step's read)
+            elif fresh:
                 scopes.append({**ss, "spans": fresh})
-        if scopes:
+        if (
+            scopes
+            and "instrumentationLibrarySpans" not in rs
+            and len(scopes) == len(given)
+            and all(a is b for a, b in zip(scopes, given, strict=True))
+        ):
+            out.append(rs)
+        elif scopes:
             out.append({**{k: v for k, v in rs.items() if k != "instrumentationLibrarySpans"}, "scopeSpans": scopes})
     return out

@@ -43,9 +43,10 @@ def run_records(
     """The records of run ``run`` (chosen first: :func:`summary_run`), else of ``run_id`` (default the latest), each
     step from its latest attempt; ``note`` always gets the ``run ...`` line. Raises :class:`RunNotFoundError`."""
     records = list(records)
-    if run is not None and not any(r.key == run.key for r in group_runs(records)):
+    runs = group_runs(records)  # once: 41,000 records of a big step take a second to group
+    if run is not None and not any(r.key == run.key for r in runs):
         raise RunNotFoundError(f"run {printable(run.label, max_chars=MAX_ID_CHARS)} has no spans here")
-    selection = select_run(records, run_id, key=run.key if run is not None else None)
+    selection = select_run(records, run_id, key=run.key if run is not None else None, runs=runs)
     if selection is None:
         return []
     for line in selection.notes():

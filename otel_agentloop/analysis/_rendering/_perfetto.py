@@ -432,21 +432,11 @@ def _other_data(
     }
 
 
-def write_perfetto(
-    records: Iterable[SpanRecord],
-    step: int,
-    validate: bool,
-    path: str | os.PathLike[str],
-    *,
-    source: str = "",
-    verdicts: StepVerdicts | None = None,
-    causes: Mapping[SampleKey, str] | None = None,
-) -> str:
-    """Write :func:`step_trace` (``verdicts`` and ``causes`` as there) to ``path`` as compact JSON; returns the
-    path. Raises ``OSError`` when the file cannot be written."""
-    with gc_paused():  # it makes only acyclic dicts and lists
-        trace = step_trace(records, step, validate, source=source, verdicts=verdicts, causes=causes)
-        text = json.dumps(trace, separators=(",", ":"), allow_nan=False)
+def write_perfetto(trace: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
+    """Write ``trace`` (a :func:`step_trace` object) to ``path`` as compact JSON; returns the path. Raises
+    ``OSError`` when the file cannot be written."""
+    with gc_paused():  # only acyclic dicts and lists
+        text = json.dumps(trace, separators=(",", ":"), allow_nan=False, check_circular=False)
     with open(path, "w", encoding="utf-8") as f:
         f.write(text)
     return os.fspath(path)
