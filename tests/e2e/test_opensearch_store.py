@@ -270,7 +270,8 @@ def _outage_queries(store: stack_mod.Stack, cwd: Path, service: str, dead: str) 
     failures: list[str] = []
     while True:
         out = _report(store, cwd, service, "--step", "1", "--json")
-        if out.returncode != 0 and "no samples for step 1 " in out.stderr:  # not stored (or not searchable) yet
+        not_yet = ("no sample spans for step 1 found", "no samples for step 1 ")  # no trace of it; only some steps
+        if out.returncode != 0 and any(line in out.stderr for line in not_yet):  # not stored (or searchable) yet
             assert time.monotonic() < deadline, out.stderr
             time.sleep(2)
             continue
