@@ -18,7 +18,7 @@ from otel_agentloop.analysis._reading._decode import (
     Skipped,
     decode_resource_spans,
 )
-from otel_agentloop.analysis._reading._decode_pb import resource_spans
+from otel_agentloop.analysis._reading._decode_pb import Resources, resource_spans
 from otel_agentloop.analysis._reading._jaeger_grpc import _attributes, _span
 
 TRACE, SPAN, PARENT = bytes(range(1, 17)), bytes(range(1, 9)), bytes(range(9, 17))
@@ -164,3 +164,24 @@ def test_the_searches_read_a_decoded_spans_ids_and_start() -> None:
     span = entry["scopeSpans"][0]["spans"][0]
     assert isinstance(span, DecodedSpan)
     assert dict(span) == {"traceId": TRACE.hex(), "spanId": SPAN.hex(), "startTimeUnixNano": 1_000}
+
+
+def test_one_answers_spans_of_one_resource_share_its_dict() -> None:
+    """Jaeger sends a trace per message, each with its resource: the spans of one process share one resource
+    dict (as read alone), another resource gets its own, and the set of them is bounded."""
+    resources = Resources()
+    first, again = _message([_good()]), _message([_good(span_id=SPAN[::-1])])
+    other = _message([_good()])
+    other.resource.attributes.add(key="host.name").value.string_value = "b"
+    a, b, c = (
+        next(iter(decode_resource_spans([resource_spans(rs, _span, _attributes, resources)])))
+        for rs in (first, again, other)
+    )
+    assert a.resource is b.resource and a.resource == next(iter(decode_resource_spans([_json(first)]))).resource
+    assert c.resource is not a.resource and c.resource["host.name"] == "b"
+    many = Resources()
+    for i in range(Resources.MAX_RESOURCES + 10):
+        rs = _message([_good()])
+        rs.resource.attributes.add(key="n").value.int_value = i
+        assert many.read(rs.resource)["n"] == i
+    assert len(many._seen) <= Resources.MAX_RESOURCES

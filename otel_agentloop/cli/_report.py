@@ -14,7 +14,7 @@ from ..analysis._reading._runs import RunNotFoundError, one_run
 from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_error_line, open_jaeger, runs_text
 from ..analysis._reading._step_view import is_snapshot
 from ..analysis._reading._store import StoreError, is_store, read_steps
-from ..analysis._reading._stored_step import StepAnswer, from_summary
+from ..analysis._reading._stored_step import StepAnswer, from_summary, wants_spans
 from ..analysis._reading._summary_check import checked, skipped_line
 from ..analysis._reading._text import printable
 from ..analysis._rendering._terminal import say
@@ -44,8 +44,19 @@ def _report_or_fail(args: argparse.Namespace) -> int:
         say("report: --opensearch reads the store of a Jaeger (--jaeger URL), not a trace file", err=True)
         return 2
     jaeger = _open_source(args)
+    try:
+        return _report_from(args, jaeger)
+    finally:
+        if jaeger is not None:
+            jaeger.close()
+
+
+def _report_from(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
     if args.runs or args.run:
         return run_command(args, jaeger)
+    if jaeger is not None and wants_spans(args):  # Jaeger reads the step's traces while the run is chosen
+        for step in dict.fromkeys(args.compare or ([args.step] if args.step is not None else [])):
+            jaeger.start_step(step)
     source = printable(args.file if jaeger is None else jaeger.label, max_chars=None)
     read = _read(args, jaeger, source)
     if isinstance(read, StepAnswer):  # the step's summary holds all this command prints: its spans are not read

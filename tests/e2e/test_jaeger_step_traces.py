@@ -15,8 +15,10 @@ from __future__ import annotations
 import json
 import subprocess
 import sys
+import time
 import uuid
 from collections.abc import Iterator
+from datetime import datetime, timedelta, timezone
 from typing import Any
 
 import pytest
@@ -66,17 +68,24 @@ def job(jaeger: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
 
 
 class Fetched:
-    """Every search answer the report got: the steps of the sample spans in them, and the searches."""
+    """Every search answer the report got: the steps (and runs) of the sample spans in them, the searches, and
+    what happened in order (``events``: ``grpc sent``, ``grpc read``, ``grpc dropped`` (read to its end unread),
+    ``http``)."""
 
     def __init__(self) -> None:
         self.samples: dict[int, set[tuple[int, int]]] = {}
+        self.runs: dict[tuple[str, int], int] = {}
         self.searches = 0
+        self.events: list[str] = []
 
     def add(self, resource_spans: list[Any]) -> None:
         self.searches += 1
         for rec in decode_resource_spans(resource_spans):
             if rec.name == sc.SAMPLE_SPAN:
-                self.samples.setdefault(int(rec.attributes[sc.RL_STEP]), set()).add((rec.trace_id, rec.span_id))
+                step = int(rec.attributes[sc.RL_STEP])
+                self.samples.setdefault(step, set()).add((rec.trace_id, rec.span_id))
+                run = (str(rec.resource.get(sc.RL_RUN_ID)), step)
+                self.runs[run] = self.runs.get(run, 0) + 1
 
     def count(self) -> dict[int, int]:
         return {step: len(keys) for step, keys in sorted(self.samples.items())}
@@ -91,6 +100,7 @@ def _report(
     http = _jaeger.JaegerClient.find_traces
 
     def counted_http(self: Any, *a: Any, **k: Any) -> list[Any]:
+        fetched.events.append("http")
         page = http(self, *a, **k)
         if k.get("operation") is None:  # the step's searches (not the summaries', nor engine load's)
             fetched.add(page)
@@ -102,14 +112,30 @@ def _report(
     except ImportError:  # the code before gRPC searches: HTTP only
         pass
     else:
-        grpc_find = _jaeger_grpc.GrpcQuery.find_traces
+        # every answer read (collect: a search sent before, or find_traces' own; before that, find_traces)
+        name = "collect" if hasattr(_jaeger_grpc.GrpcQuery, "collect") else "find_traces"
+        grpc_read = getattr(_jaeger_grpc.GrpcQuery, name)
 
         def counted_grpc(self: Any, *a: Any, **k: Any) -> list[Any]:
-            page = grpc_find(self, *a, **k)
+            page = grpc_read(self, *a, **k)
+            fetched.events.append("grpc read")
             fetched.add(page)
             return page
 
-        monkeypatch.setattr(_jaeger_grpc.GrpcQuery, "find_traces", counted_grpc)
+        monkeypatch.setattr(_jaeger_grpc.GrpcQuery, name, counted_grpc)
+        if hasattr(_jaeger_grpc.GrpcQuery, "start"):
+            grpc_start, grpc_drain = _jaeger_grpc.GrpcQuery.start, _jaeger_grpc.Started.drain
+
+            def sent(self: Any, *a: Any, **k: Any) -> Any:
+                fetched.events.append("grpc sent")
+                return grpc_start(self, *a, **k)
+
+            def dropped(self: Any) -> None:
+                fetched.events.append("grpc dropped")
+                grpc_drain(self)
+
+            monkeypatch.setattr(_jaeger_grpc.GrpcQuery, "start", sent)
+            monkeypatch.setattr(_jaeger_grpc.Started, "drain", dropped)
     try:
         from otel_agentloop.analysis._reading import _jaeger_step
     except ImportError:  # the code before progress lines
@@ -135,6 +161,10 @@ def test_a_step_page_reads_only_that_steps_traces(jaeger, job, tmp_path, monkeyp
     # only step 2's sample traces came back, each once, in one search: none of its neighbours'
     assert fetched.count() == {2: SAMPLES}, (fetched.count(), err)
     assert fetched.searches == 1, err
+    # the step's search was sent first, and Jaeger read it while the run's summaries were searched (over HTTP)
+    assert fetched.events[0] == "grpc sent", fetched.events
+    assert "http" in fetched.events[: fetched.events.index("grpc read")], fetched.events
+    assert fetched.events.count("grpc sent") == 1 and "grpc dropped" not in fetched.events, fetched.events
     lines = [line for line in err.splitlines() if line.startswith("report: step 2")]
     assert lines[0] == (
         f"report: step 2: reading its traces only, by rl.step=2 over Jaeger's gRPC query API "
@@ -158,6 +188,84 @@ def test_a_step_page_reads_only_that_steps_traces(jaeger, job, tmp_path, monkeyp
     assert whole.read_bytes() == perfetto.read_bytes()
     assert fetched2.count() == {1: SAMPLES, 2: SAMPLES, 3: SAMPLES}, fetched2.count()
     assert "does not answer beside" in err2 and "a step's window is read whole over HTTP" in err2, err2
+
+
+def test_the_search_sent_first_holds_every_runs_step_and_the_report_keeps_its_run(
+    jaeger, tmp_path, monkeypatch, capsys
+) -> None:
+    """Two runs of one service, the second a few seconds after the first (their step windows apart: the slack is
+    cut to 1 s here), both with a step 1. The step's search is sent before the run is known, so its answer holds
+    both runs' step 1; the report keeps the latest run's, in one search, and prints exactly what the step's
+    window read over HTTP prints."""
+    from otel_agentloop.analysis._reading import _jaeger_grpc, _source
+
+    tag = uuid.uuid4().hex[:6]
+    service, first, second = f"tworuns-{tag}", f"first-{tag}", f"second-{tag}"
+    for run, steps in ((first, 2), (second, 1)):
+        out = subprocess.run(
+            [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "0", "--steps", str(steps),
+             "--prompts", str(PROMPTS), "--rollout-n", str(ROLLOUTS), "--time-scale", "0.03", "--val-every", "0",
+             "--quiet", "--endpoint", f"http://127.0.0.1:{jaeger.ports['jaeger_otlp_grpc']}", "--service-name",
+             service],
+            cwd=tmp_path, env=_env(run), capture_output=True, text=True, timeout=180,
+        )  # fmt: skip
+        assert out.returncode == 0, out.stderr
+        time.sleep(3)  # the next run starts more than the (cut) slack later
+    _wait(jaeger, service, 3 * SAMPLES, 3)
+
+    def read(*args: str) -> tuple[str, Fetched]:
+        monkeypatch.setattr(_source, "STEP_WINDOW_SLACK", timedelta(seconds=1))
+        code, out, err, fetched = _report(monkeypatch, capsys, jaeger, service, *args, "--from-spans", "--json")
+        assert code == 0, err
+        assert json.loads(out)["metrics"]["agent_loop/num_samples"] == SAMPLES, out
+        return out, fetched
+
+    out, latest = read("--step", "1")  # the second run's (the latest); the first run has a step 1 too
+    assert latest.runs == {(first, 1): SAMPLES, (second, 1): SAMPLES}, (latest.runs, latest.events)
+    assert latest.events[0] == "grpc sent" and latest.events.count("grpc read") == 1, latest.events
+
+    monkeypatch.setattr(_jaeger_grpc.GrpcQuery, "services", lambda self: None)  # the step's window over HTTP
+    window_out, window = read("--step", "1")
+    assert window_out == out
+    assert window.runs == {(second, 1): SAMPLES}, window.runs  # the first run's step 1 lies outside its window
+
+
+def test_a_search_no_read_took_is_read_to_its_end(jaeger, job) -> None:
+    """A step's search sent and never read (a report that failed before its step read) is read to its end when
+    the source closes (its call ends OK), never cut (CANCELLED): Jaeger 2.13 to 2.15 crash when a client stops
+    reading an answer while Jaeger sends it (measured here: 8,192 traces cut 1.5 s in). Jaeger answers after."""
+    import grpc
+
+    from otel_agentloop.analysis._reading._jaeger import JaegerClient
+    from otel_agentloop.analysis._reading._source import JaegerSource
+
+    source = JaegerSource(JaegerClient(jaeger.jaeger_url), [job], "--service", None, 500)
+    source.start_step(2)
+    sent = [started.search.call for started in source.steps._started.values()]
+    assert len(sent) == 1  # the module's Jaeger answers over gRPC
+    source.close()
+    assert sent[0].code() == grpc.StatusCode.OK
+    assert job in JaegerClient(jaeger.jaeger_url).services()  # still running
+
+
+def test_an_interrupted_step_read_reads_the_answer_to_its_end(jaeger, job) -> None:
+    """Ctrl-C while a step's answer streams in: the rest of the answer is read (the call ends OK) before the
+    interrupt goes on, so that closing the channel (the process ending) does not cut it under Jaeger."""
+    import grpc
+
+    from otel_agentloop.analysis._reading._jaeger_grpc import GrpcQuery, grpc_target
+    from otel_agentloop.analysis._reading._source import EPOCH
+
+    query = GrpcQuery(grpc_target(jaeger.jaeger_url) or "", 10.0)
+    started = query.start(job, EPOCH, datetime.now(timezone.utc), attributes={sc.RL_STEP: "2"}, search_depth=500)
+
+    def interrupt(_traces: int) -> None:
+        raise KeyboardInterrupt
+
+    with pytest.raises(KeyboardInterrupt):
+        query.collect(started, interrupt)
+    query.close()
+    assert started.call.code() == grpc.StatusCode.OK
 
 
 def test_compare_reads_each_steps_traces_only(jaeger, job, monkeypatch, capsys) -> None:

@@ -61,16 +61,18 @@ def _key_value(kv: Any, depth: int = 0) -> tuple[str, Any]:
     return key, decoded
 
 
+_SCALARS = frozenset(("string_value", "int_value", "double_value", "bool_value"))
+"""The ``AnyValue`` kinds read as they are (a label's list or a nested value goes through :func:`_key_value`)."""
+
+
 def attributes(kvs: Any) -> dict[str, Any]:
     """A ``repeated KeyValue`` as a dict (the last of a repeated key wins, as in ``_decode``)."""
     out: dict[str, Any] = {}
     for kv in kvs:
         v = kv.value
         kind = v.WhichOneof("value")
-        if kind == "string_value":
-            out[kv.key] = v.string_value
-        elif kind == "int_value":
-            out[kv.key] = v.int_value
+        if kind in _SCALARS:
+            out[kv.key] = getattr(v, kind)
         else:
             key, value = _key_value(kv)
             out[key] = value
@@ -124,11 +126,37 @@ def _span(s: Any, resource: dict[str, Any], fallback: Fallback) -> dict[str, Any
     )
 
 
-def resource_spans(rs: Any, span: Fallback, resource_json: Callable[[Any], list[dict[str, Any]]]) -> dict[str, Any]:
+class Resources:
+    """The resources read so far in one answer, by their bytes: Jaeger sends a trace per message, each with its
+    process's resource, and the spans of one process share one dict (read-only, as every record's resource is).
+    Bounded: past :data:`MAX_RESOURCES` distinct ones, it starts over."""
+
+    MAX_RESOURCES = 4096
+
+    def __init__(self) -> None:
+        self._seen: dict[bytes, dict[str, Any]] = {}
+
+    def read(self, resource: Any) -> dict[str, Any]:
+        key = resource.SerializeToString(deterministic=True)
+        found = self._seen.get(key)
+        if found is None:
+            if len(self._seen) >= self.MAX_RESOURCES:
+                self._seen.clear()
+            found = self._seen[key] = attributes(resource.attributes)
+        return found
+
+
+def resource_spans(
+    rs: Any,
+    span: Fallback,
+    resource_json: Callable[[Any], list[dict[str, Any]]],
+    resources: Resources | None = None,
+) -> dict[str, Any]:
     """One ``ResourceSpans`` message as an OTLP-JSON ``resourceSpans`` entry whose spans are
     :class:`~._decode.DecodedSpan`, each with its resource; ``span``: a span's OTLP-JSON form, for those this reader
-    hands on, and ``resource_json``: the resource's attributes' (then the entry's, for those spans)."""
-    resource = attributes(rs.resource.attributes)
+    hands on, and ``resource_json``: the resource's attributes' (then the entry's, for those spans); ``resources``:
+    the answer's resources so far (shared with the entries before)."""
+    resource = resources.read(rs.resource) if resources is not None else attributes(rs.resource.attributes)
     scopes = [[_span(s, resource, span) for s in ss.spans] for ss in rs.scope_spans]
     handed_on = any(type(s) is not DecodedSpan for spans in scopes for s in spans)
     return {

@@ -18,6 +18,8 @@ from ...metrics._accumulate import engine_number
 
 ENGINE_PARTS: tuple[str, ...] = ("queue", "prefill", "decode")
 """The engine's phases inside a turn, in time order."""
+_TIMING = (sc.RL_ENGINE_QUEUE_S, sc.RL_ENGINE_PREFILL_S, sc.RL_ENGINE_DECODE_S, sc.RL_ENGINE_TTFT_S)
+"""The attributes the parts are made from."""
 Part = tuple[str, int, int]
 """(engine phase, start, end): Unix nanoseconds inside the turn span."""
 
@@ -29,6 +31,8 @@ def engine_seconds(attrs: Mapping[str, Any], key: str) -> float | None:
 def engine_parts(start_ns: int, end_ns: int, attrs: Mapping[str, Any]) -> list[Part]:
     """The engine's queue, prefill and decode inside the turn ``[start_ns, end_ns]`` (see the module docstring);
     empty when the span carries none of them. Parts of zero length are left out."""
+    if not any(key in attrs for key in _TIMING):  # most spans: not a turn with the engine's timing
+        return []
     queue = engine_seconds(attrs, sc.RL_ENGINE_QUEUE_S)
     prefill = engine_seconds(attrs, sc.RL_ENGINE_PREFILL_S)
     decode = engine_seconds(attrs, sc.RL_ENGINE_DECODE_S)

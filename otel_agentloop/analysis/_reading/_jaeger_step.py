@@ -25,7 +25,7 @@ from typing import Any
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
 from ._jaeger import JaegerClient, JaegerError, Search, trace_ids
-from ._jaeger_grpc import GrpcQuery, grpc_target
+from ._jaeger_grpc import GrpcQuery, Started, grpc_target
 from ._opensearch import IndexQuery
 from ._report import stored_summaries
 from ._runs import RunKey, run_key
@@ -106,6 +106,8 @@ class StepReader:
     _probed: bool = False
     _use_index: bool = False
     said_http: bool = False
+    _started: dict[tuple[str, int], _StartedRead] = field(default_factory=dict, repr=False)
+    """The searches :meth:`start` sent, by service and step, until a read takes them."""
 
     def _probe(self) -> None:
         if self._probed:
@@ -151,6 +153,29 @@ class StepReader:
         self._probe()
         return "index" if self._use_index else "grpc" if self._query is not None else "http"
 
+    def start(self, service: str, step: int, window: tuple[datetime, datetime], depth: int) -> None:
+        """Send the search of step ``step``'s traces of ``service`` in ``window`` (searches of ``depth``) now, over
+        gRPC (nothing elsewhere): Jaeger finds and reads them (seconds for thousands of traces) while ``report``
+        reads the run's summaries. The next :meth:`read` of that step takes its answer; :meth:`close` reads it
+        to its end if none did."""
+        query = self.query()
+        if query is None or (service, step) in self._started:
+            return
+        lo, hi = window
+        started = query.start(service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth)
+        self._started[(service, step)] = _StartedRead(started, window, depth)
+
+    def close(self) -> None:
+        """Read every search sent by :meth:`start` and not read to its end (its answer dropped), then close the
+        gRPC channel. Never cut: Jaeger 2.13 to 2.15 crash when a client stops reading a search's answer (their
+        ``AggregateTraces`` calls on after the stream's end; fixed in 2.16)."""
+        for started in self._started.values():
+            started.search.drain()
+        self._started.clear()
+        if self._query is not None:
+            self._query.close()
+            self._query = None
+
     def _http_services(self) -> list[str]:
         try:
             return self.client.services()
@@ -168,8 +193,9 @@ class StepReader:
         *,
         named: bool = False,
     ) -> Search:
-        """The traces of step ``step`` of ``service`` in ``window`` (searches of ``depth`` traces); ``note`` gets
-        the progress lines (naming the service when ``named``); ``expected``: the samples the step's summary counts,
+        """The traces of step ``step`` of ``service`` in ``window`` (searches of ``depth`` traces), or the answer of
+        the search :meth:`start` sent for it when there is one (see :meth:`_started_answer`); ``note`` gets the
+        progress lines (naming the service when ``named``); ``expected``: the samples the step's summary counts,
         when known."""
         self._probe()
         lo, hi = window
@@ -192,22 +218,60 @@ class StepReader:
         opening.append(f"{what}: reading {how}{counted}")
         ticker = Ticker(note, what, opening)
         finder = _searches(ticker, self.index if self._use_index else self._query, self.client)
-        found = self.client.find_all_traces(
-            service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth, finder=finder
-        )
+        started = self._started.pop((service, step), None)
+        found = None
+        if started is not None and self._query is not None:  # sent by start(): its answer, if it is complete
+            found = self._started_answer(service, step, started, ticker)
+        if found is None:
+            found = self.client.find_all_traces(
+                service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth, finder=finder
+            )
         ticker.done(found)
         self.said_http = self.said_http or ticker.said
         return found
 
+    def _started_answer(self, service: str, step: int, started: _StartedRead, ticker: Ticker) -> Search | None:
+        """The answer of the search :meth:`start` sent for the step: every trace with its ``rl.step`` in the whole
+        window, other runs' included (``report`` keeps its run's spans); ``None`` when it is a full page (it may
+        have left some out: the step's own window is then searched, and split, as without it)."""
+        assert self._query is not None
+        page = self._query.collect(started.search, ticker.tick)
+        if len(trace_ids(page)) >= started.depth:
+            return None
+        lo, hi = started.window
+        return self.client.find_all_traces(
+            service,
+            lo,
+            hi,
+            attributes={sc.RL_STEP: str(step)},
+            search_depth=started.depth,
+            finder=_searches(ticker, None, self.client, answered=page),
+        )
+
+
+@dataclass
+class _StartedRead:
+    """A step's search sent by :meth:`StepReader.start`: its call, window and depth."""
+
+    search: Started
+    window: tuple[datetime, datetime]
+    depth: int
+
 
 def _searches(
-    ticker: Ticker, query: GrpcQuery | IndexQuery | None, client: JaegerClient
+    ticker: Ticker,
+    query: GrpcQuery | IndexQuery | None,
+    client: JaegerClient,
+    *,
+    answered: list[dict[str, Any]] | None = None,
 ) -> Callable[..., list[dict[str, Any]]]:
     """A finder for ``find_all_traces`` that ticks ``ticker``: per trace streamed over gRPC, per batch of ids read
-    from the store's indices, per search over HTTP."""
+    from the store's indices, per search over HTTP; ``answered``: the answer of its one search, already read."""
 
     def find(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
-        if query is not None:
+        if answered is not None:
+            page = answered
+        elif query is not None:
             page = query.find_traces(*args, progress=ticker.tick, **kwargs)
         else:
             page = client.find_traces(*args, **kwargs)

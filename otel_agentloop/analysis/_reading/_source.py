@@ -121,6 +121,7 @@ class JaegerSource:
         default_factory=dict, repr=False
     )
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
+    _step_spans_cache: dict[str, list[tuple[int, SpanRecord]] | None] = field(default_factory=dict, repr=False)
     progress: Callable[[str], None] = field(default=lambda _line: None, repr=False)
     """Where what a read does and how far it got go (stderr lines; ``open_jaeger`` sets its ``note``)."""
     index: IndexQuery | None = None
@@ -223,6 +224,20 @@ class JaegerSource:
         seen = {(r.trace_id, r.span_id) for r in have if r.name == sc.ENGINE_LOAD_SPAN}
         return [r for r in decode_resource_spans(found.resource_spans, skipped) if (r.trace_id, r.span_id) not in seen]
 
+    def start_step(self, step: int) -> None:
+        """Send the search of step ``step``'s traces (every chosen service's, over the whole window: every run's
+        step ``step``) now, where Jaeger's gRPC query API answers (:meth:`StepReader.start`): Jaeger reads them
+        while the run's summaries are read and the step's window is found; :meth:`search` for the step reads its
+        answer (the run's own spans are kept after: ``_jaeger_run.run_records``)."""
+        start, end = self.window()
+        depth = max(self.search_depth, STEP_SEARCH_DEPTH)
+        for service in self.services:
+            self.steps.start(service, step, (start, end), depth)
+
+    def close(self) -> None:
+        """Finish the searches :meth:`start_step` sent that no read took (their answers dropped)."""
+        self.steps.close()
+
     def step_window(self, service: str, step: int, start: datetime, end: datetime) -> tuple[datetime, datetime]:
         """The part of [start, end] where step ``step``'s traces start: from its ``rl.step`` spans (the trainer's
         step, trainer phases inside) and its ``rl.step.summary`` spans (their start is the step's first sample's
@@ -247,22 +262,45 @@ class JaegerSource:
         cache = (service, run)
         if cache in self._step_times_cache:
             return self._step_times_cache[cache]
-        times: dict[int, tuple[int, int]] = {}
-        for operation in _ONE_PER_STEP:
-            found = self.one_per_step(service, operation, start, end)
-            if found.full:
-                self._step_times_cache[cache] = None
-                return None
-            for rec in decode_resource_spans(found.resource_spans, Skipped()):
-                step = sc.step_key(rec.attributes)[0]
-                if rec.name != operation or step is None or rec.start_ns <= 0:
-                    continue
+        spans = self._step_spans(service, start, end)
+        times: dict[int, tuple[int, int]] | None = None
+        if spans is not None:
+            times = {}
+            for step, rec in spans:
                 if run is not None and run_key(rec.resource) != run:
                     continue
                 first, last = times.get(step, (rec.start_ns, rec.end_ns))
                 times[step] = (min(first, rec.start_ns), max(last, rec.end_ns, rec.start_ns))
         self._step_times_cache[cache] = times
         return times
+
+    def _step_runs(self, service: str, start: datetime, end: datetime) -> dict[int, set[RunKey]] | None:
+        """The runs whose ``rl.step`` or summary spans have each step; ``None`` when either search is incomplete."""
+        spans = self._step_spans(service, start, end)
+        if spans is None:
+            return None
+        runs: dict[int, set[RunKey]] = {}
+        for step, rec in spans:
+            runs.setdefault(step, set()).add(run_key(rec.resource))
+        return runs
+
+    def _step_spans(self, service: str, start: datetime, end: datetime) -> list[tuple[int, SpanRecord]] | None:
+        """``service``'s ``rl.step`` and summary spans in [start, end] with their step (read once:
+        :meth:`one_per_step`); ``None`` when either search is incomplete."""
+        if service in self._step_spans_cache:
+            return self._step_spans_cache[service]
+        spans: list[tuple[int, SpanRecord]] | None = []
+        for operation in _ONE_PER_STEP:
+            found = self.one_per_step(service, operation, start, end)
+            if found.full or spans is None:
+                spans = None
+                continue
+            for rec in decode_resource_spans(found.resource_spans, Skipped()):
+                step = sc.step_key(rec.attributes)[0]
+                if rec.name == operation and step is not None and rec.start_ns > 0:
+                    spans.append((step, rec))
+        self._step_spans_cache[service] = spans
+        return spans
 
     def _expected(self, service: str, step: int) -> int | None:
         """The samples step ``step`` counts in :attr:`run`'s summaries, when they were searched (for progress)."""

@@ -161,7 +161,7 @@ def _owners(spans: Mapping[SpanKey, SpanRecord]) -> dict[SpanKey, SampleKey | No
             rec = spans[key]
             chain.append(key)
             seen.add(key)
-            if _is_sample_root(rec) or _is_snapshot(rec):
+            if rec.name == sc.SAMPLE_SPAN or rec.attributes.get(sc.RL_SNAPSHOT) is True:  # a root or a snapshot
                 result = _sample_key(rec.attributes)
                 break
             parent = (rec.trace_id, rec.parent_id)
@@ -304,7 +304,8 @@ def _tracks(spans: Mapping[SpanKey, SpanRecord]) -> _Tracks:
     # A sample's process: its sample span's worker, else its snapshot's, else any of its spans'.
     sample_worker: dict[SampleKey, str] = {}
     for sample, recs in by_sample.items():
-        best = min(recs, key=lambda r: (not _is_sample_root(r), not _is_snapshot(r), r.start_ns, r.span_id))
+        firsts = [r for r in recs if r.name == sc.SAMPLE_SPAN or r.attributes.get(sc.RL_SNAPSHOT) is True]
+        best = min(firsts or recs, key=lambda r: (not _is_sample_root(r), not _is_snapshot(r), r.start_ns, r.span_id))
         sample_worker[sample] = _worker(best)
     first_sample: dict[str, SampleKey] = {}
     for sample in sorted(by_sample):
