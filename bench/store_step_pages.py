@@ -1,20 +1,23 @@
 """Step pages from the store, before and after reading a step's traces by ``rl.step`` (issue 38, item 7).
 
-Writes one run of three contiguous steps into a fresh store through the library (``oal.step``, each sample 5 spans
-by the decorators, ``collect()`` writing each step's ``rl.step.summary``): step 1 of ``--small`` samples, step 2
-of ``--big``, step 3 of ``--small``, so that each step's window (its summary's time +- 30 s) holds its
-neighbours' traces, as a run's steps do. The store: Jaeger 2.13 on Badger, or on a 3-node OpenSearch cluster
-(``--store opensearch``), its query gRPC port right below its HTTP port (as ``make up`` pairs them).
+Writes one run of contiguous steps into a fresh store through the library (``oal.step``, each sample 5 spans
+by the decorators, ``collect()`` writing each step's ``rl.step.summary``): ``--lead`` steps of ``--small``
+samples (default 1), then the big step of ``--big``, then one more of ``--small``, so that each step's window (its
+summary's time +- 30 s) holds its neighbours' traces, as a run's steps do; ``--lead 1000`` gives the run 1,000
+summaries to read before the big step, as the store soak's run has. The store: Jaeger 2.13 on Badger, or on a
+3-node OpenSearch cluster (``--store opensearch``), its query gRPC port right below its HTTP port (as ``make up``
+pairs them).
 
 Then times ``report --jaeger`` as a user runs it (a subprocess; wall time) for: the small step's page
-(``--step 3 --html``), the big step's page and Perfetto file, and ``--compare 1 3 --json``; each with this
+after the big one, the big step's page and Perfetto file, ``--compare`` of the first step with the one after the
+big one and with the big one (``--json``); each with this
 checkout and with the code of ``--old`` (a ``git worktree`` of main before the change), alternating, ``--repeats``
 times each; the outputs of old and new must be equal (the page's HTML, the Perfetto file, the JSON). On
 OpenSearch this checkout reads with ``--opensearch URL`` (the step's spans straight from Jaeger's indices;
 ``--through-jaeger``: not). Load averages are read around each run.
 
     .venv/bin/python bench/store_step_pages.py --old /tmp/store-main [--store opensearch] [--big 8192] \
-        [--case "step page" --case Perfetto]
+        [--lead 1000 --small 2] [--case "step page" --case Perfetto]
 """
 
 from __future__ import annotations
@@ -97,11 +100,13 @@ def wait_stored(stack: stack_mod.Stack, cluster: Any, spans: int, timeout: float
 
 
 CASES = {
-    "small step page (`--step 3 --html`)": ["--step", "3", "--html", "{out}/page.html"],
-    "big step page (`--step 2 --html`)": ["--step", "2", "--html", "{out}/page.html"],
-    "big step Perfetto (`--step 2 --perfetto`)": ["--step", "2", "--perfetto", "{out}/trace.json"],
-    "`--compare 1 3 --json`": ["--compare", "1", "3", "--json"],
+    "small step page (`--step AFTER --html`)": ["--step", "{after}", "--html", "{out}/page.html"],
+    "big step page (`--step BIG --html`)": ["--step", "{big}", "--html", "{out}/page.html"],
+    "big step Perfetto (`--step BIG --perfetto`)": ["--step", "{big}", "--perfetto", "{out}/trace.json"],
+    "`--compare 1 AFTER --json`": ["--compare", "1", "{after}", "--json"],
+    "`--compare 1 BIG --json`": ["--compare", "1", "{big}", "--json"],
 }
+"""Step BIG is the big one, AFTER the small step right after it (``--lead`` small steps before it)."""
 
 
 def run_report(
@@ -128,6 +133,12 @@ def main() -> int:
     parser.add_argument("--store", choices=("badger", "opensearch"), default="badger")
     parser.add_argument("--small", type=int, default=64)
     parser.add_argument("--big", type=int, default=8192)
+    parser.add_argument(
+        "--lead",
+        type=int,
+        default=1,
+        help="small steps before the big one (1000: a run's 1,000 summaries to read first, as in the store soak)",
+    )
     parser.add_argument("--repeats", type=int, default=3)
     parser.add_argument(
         "--through-jaeger",
@@ -147,9 +158,10 @@ def main() -> int:
     try:
         service = f"step-pages-{uuid.uuid4().hex[:6]}"
         t0 = time.monotonic()
-        spans = write_run(stack, service, [args.small, args.big, args.small])
+        spans = write_run(stack, service, [args.small] * args.lead + [args.big, args.small])
         result["spans"] = spans
-        result["expected_spans"] = (2 * args.small + args.big) * SPANS_PER_SAMPLE
+        result["expected_spans"] = ((args.lead + 1) * args.small + args.big) * SPANS_PER_SAMPLE
+        steps = {"{big}": str(args.lead + 1), "{after}": str(args.lead + 2)}
         result["written_s"] = round(time.monotonic() - t0, 1)
         result["stored_s"] = round(wait_stored(stack, cluster, spans), 1)
         print(f"{spans:,} spans written in {result['written_s']} s, stored {result['stored_s']} s later", flush=True)
@@ -168,8 +180,9 @@ def main() -> int:
                 ):
                     loads.append(os.getloadavg()[0])
                     extra = new_args if which == "new" else []
+                    argv = [steps.get(a, a) for a in case]
                     wall, stdout, stderr, files = run_report(
-                        tree, stack.jaeger_url, service, case, out / which / f"case{number}-{i}", extra
+                        tree, stack.jaeger_url, service, argv, out / which / f"case{number}-{i}", extra
                     )  # this case's files only
                     times[which].append(round(wall, 2))
                     outputs.setdefault(which, stdout.encode() + files)
