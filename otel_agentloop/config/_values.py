@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .. import semconv as sc
+from ._fork import renew_in_child
 
 logger = logging.getLogger("otel_agentloop")
 _OTLP = "OTEL_EXPORTER_OTLP_"
@@ -277,5 +278,4 @@ def _new_warned_lock() -> None:  # a forked child: the lock may be held by a thr
     _warned_lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_warned_lock)
+renew_in_child(_new_warned_lock)  # registered first of all: any later hook may warn

@@ -3,12 +3,12 @@ adopted (a resumed run)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
 
 from .. import semconv as sc
+from ..config._fork import renew_in_child
 from ..config._settings import Settings
 from ..core._guard import logger
 from ._handle import current_handle
@@ -25,8 +25,7 @@ def _new_run_lock() -> None:  # a forked child keeps the run (the same launch), 
     _run_lock = threading.Lock()
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_run_lock)
+renew_in_child(_new_run_lock)
 
 
 def new_run_id() -> str:

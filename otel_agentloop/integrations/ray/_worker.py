@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from ... import semconv as sc
+from ...config._fork import renew_in_child
 from ...core._guard import internal_error, logger
 from ...core._state import state
 from ...setup import Handle, configure, current_handle
@@ -26,7 +27,7 @@ def _reset_after_fork() -> None:
     _setup_lock = threading.Lock()
 
 
-os.register_at_fork(after_in_child=_reset_after_fork)
+renew_in_child(_reset_after_fork)
 
 
 def setup_worker() -> Handle:
