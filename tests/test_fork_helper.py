@@ -78,9 +78,8 @@ def test_hooks_run_in_registration_order_and_a_failing_one_stops_none() -> None:
 
 
 _HELD_SCRIPT = textwrap.dedent("""
-    import faulthandler, logging, os, sys, threading, time, weakref
+    import faulthandler, importlib, logging, os, pkgutil, sys, threading, time, weakref
     import otel_agentloop as oal
-    import otel_agentloop.integrations.ray  # its module locks register too
     from otel_agentloop.config import _fork, _values
     from otel_agentloop.setup._run_id import process_run_id
 
@@ -101,7 +100,16 @@ _HELD_SCRIPT = textwrap.dedent("""
             names.update(getattr(cls, "__slots__", ()))
         return sorted(n for n in names if isinstance(getattr(owner, n, None), LOCKS))
 
-    renewed = [(owner, name) for owner in owners() for name in lock_names(owner)]
+    for info in pkgutil.walk_packages(oal.__path__, "otel_agentloop."):  # every module that imports here
+        if not info.name.startswith(("otel_agentloop.cli", "otel_agentloop.demo", "otel_agentloop.__main__")):
+            try:
+                importlib.import_module(info.name)
+            except ImportError:  # an optional framework that is not installed
+                pass
+    modules = [m for name, m in sorted(sys.modules.items()) if name.startswith("otel_agentloop")]
+    owners_ = {id(o): o for o in (*owners(), *modules)}.values()  # every module's locks, registered or not
+    renewed = [(owner, name) for owner in owners_ for name in lock_names(owner)]
+    renewed = [(o, n) for o, n in renewed if getattr(o, n) not in _fork._held]
     kinds = sorted({getattr(o, "__name__", type(o).__name__) for o, _ in renewed})
     stop, forked, ready = threading.Event(), threading.Event(), threading.Event()
 
@@ -117,13 +125,19 @@ _HELD_SCRIPT = textwrap.dedent("""
                     gen()
                 i += 1
 
-    def holder():  # every lock the helper renews, and the one it holds across the fork, held by this thread
-        taken = []
-        for owner, name in renewed:
-            lock = getattr(owner, name)
-            while not lock.acquire(timeout=0.01):
-                pass
-            taken.append(lock)
+    def holder():  # every lock of ours (modules' and registered objects'), and those held across the fork
+        locks = [getattr(owner, name) for owner, name in renewed]
+        while True:  # all at once or none: a thread at work may hold one while it waits for another
+            taken = []
+            for lock in locks:
+                if not lock.acquire(timeout=0.01):
+                    break
+                taken.append(lock)
+            if len(taken) == len(locks):
+                break
+            for lock in reversed(taken):
+                lock.release()
+            time.sleep(0.001)
         for lock in _fork._held:
             lock.acquire()
         ready.set()
@@ -141,9 +155,9 @@ _HELD_SCRIPT = textwrap.dedent("""
     pid = os.fork()
     if pid == 0:
         faulthandler.dump_traceback_later(10, exit=True)
-        locks = [(f"{type(o).__name__}.{n}", getattr(o, n)) for o, n in renewed]
+        locks = [(f"{getattr(o, '__name__', type(o).__name__)}.{n}", getattr(o, n)) for o, n in renewed]
         locks += [("held", lock) for lock in _fork._held]
-        stuck = [name for name, lock in locks if not lock.acquire(timeout=2)]
+        stuck = [name for name, lock in locks if not lock.acquire(timeout=0.5)]
         for name, lock in locks:
             if name not in stuck:
                 lock.release()
@@ -166,7 +180,9 @@ _HELD_SCRIPT = textwrap.dedent("""
 
 
 _OWNERS = (
+    "otel_agentloop.config._environment",
     "otel_agentloop.config._values",
+    "otel_agentloop.integrations.verl._patching",
     "otel_agentloop.setup._run_id",
     "otel_agentloop.integrations.ray._worker",
     "otel_agentloop.integrations.ray._instrumentor",
@@ -179,13 +195,15 @@ _OWNERS = (
     "ExportProcessor",
     "StepSummaryWriter",
 )
-"""Whose locks the helper renews in a configured process (the module's or the object's class name)."""
+"""Some of whose locks were held at the fork (the module's or the object's class name): each module's own, and
+every registered object's."""
 
 
 def test_a_child_forked_while_every_lock_is_held_logs_traces_and_exports(tmp_path) -> None:
-    """A thread holds every lock the fork helper renews (module and object locks, found through its registry)
-    and the lock it holds across the fork, while another traces: the child finds each lock free, logs, reads
-    the run id, traces a sample, collects its metrics, has its watchdog thread, and exports its own spans."""
+    """A thread holds every lock of the package (each importable module's own, cli and demo aside, and those of
+    every object registered with the fork helper) and the lock the helper holds across the fork, while another
+    traces: the child finds each lock free, logs, reads the run id, traces a sample, collects its metrics, has
+    its watchdog thread, and exports its own spans. A module lock that is not renewed is found stuck here."""
     path = str(tmp_path / "fork.jsonl")
     out = _run(_HELD_SCRIPT, path)
     assert out.returncode == 0, out.stdout + out.stderr[-3000:]

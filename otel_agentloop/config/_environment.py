@@ -26,6 +26,7 @@ from collections.abc import Callable, Iterable
 from importlib import metadata
 
 from . import _local_stack
+from ._fork import renew_lock
 from ._settings import PROTOCOLS, SPECS
 from ._values import (
     AdjustedError,
@@ -366,6 +367,7 @@ def known_agentloop_names() -> set[str]:
 
 
 _lock = threading.Lock()
+renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 
 
 def sanitize_environment() -> None:

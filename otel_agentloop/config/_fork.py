@@ -2,9 +2,11 @@
 
 A forked child has one thread, the one that called ``fork``; every lock another thread held at that moment
 stays held in the child for good, and none of our threads runs there. So each lock and thread this library owns
-is renewed in the child through this module, in one of three ways:
+is renewed in the child through this module, in one of four ways:
 
-- :func:`renew_in_child` (module state, kept for the process's life): a module's own locks, at import;
+- :func:`renew_lock` (a module's own lock, for the process's life): ``renew_lock(globals(), "_lock")``, at
+  import, right below the lock (read through the module where used, never imported by value);
+- :func:`renew_in_child` (module state, for the process's life): any other renewal, at import;
 - :func:`after_fork_in_child` (an object's state, while the object lives): a processor's, exporter's or
   monitor's locks, buffers and worker thread, when it is made;
 - :func:`hold_across_fork` (a lock that must not be taken from under its holder): acquired in the parent just
@@ -31,10 +33,10 @@ import logging
 import os
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, MutableMapping
 from typing import Protocol
 
-__all__ = ["after_fork_in_child", "hold_across_fork", "renew_in_child"]
+__all__ = ["after_fork_in_child", "hold_across_fork", "renew_in_child", "renew_lock"]
 
 
 class Lockable(Protocol):
@@ -51,12 +53,24 @@ _held: list[Lockable] = []
 _holding: list[Lockable] = []  # what the parent acquired for the fork in progress
 _lock = threading.Lock()
 _MAX_DEAD = 256  # hooks kept before the ones of objects that are gone are forgotten
+_RLOCK = type(threading.RLock())
 
 
 def renew_in_child(hook: _Hook) -> None:
     """Call ``hook()`` in every forked child of this process, for the process's life (a module's state)."""
     with _lock:
         _hooks.append(hook)
+
+
+def renew_lock(namespace: MutableMapping[str, object], name: str) -> None:
+    """In every forked child, ``namespace[name]`` (a module's ``threading.Lock`` or ``RLock``) is a new lock of
+    the same kind (a module's own lock: ``renew_lock(globals(), "_lock")``)."""
+    reentrant = isinstance(namespace[name], _RLOCK)
+
+    def renew() -> None:
+        namespace[name] = threading.RLock() if reentrant else threading.Lock()
+
+    renew_in_child(renew)
 
 
 def after_fork_in_child(owner: object, method: str) -> None:
@@ -78,9 +92,8 @@ def hold_across_fork(lock: Lockable) -> None:
 
 
 def _before() -> None:
-    with _lock:
-        held = list(_held)
-    for lock in held:  # outside our lock: a holder may register here while the fork waits for it
+    held = list(_held)  # one C-level copy, without our lock: a thread may hold it (registering) for good
+    for lock in held:
         lock.acquire()
     _holding[:] = held
 

@@ -15,7 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .. import semconv as sc
-from ._fork import renew_in_child
+from ._fork import renew_lock
 
 logger = logging.getLogger("otel_agentloop")
 _OTLP = "OTEL_EXPORTER_OTLP_"
@@ -273,9 +273,4 @@ def forget_warnings() -> None:
         _warned.clear()
 
 
-def _new_warned_lock() -> None:  # a forked child: the lock may be held by a thread the child does not have
-    global _warned_lock
-    _warned_lock = threading.Lock()
-
-
-renew_in_child(_new_warned_lock)  # registered first of all: any later hook may warn
+renew_lock(globals(), "_warned_lock")  # registered first of all: any later hook may warn
