@@ -24,7 +24,9 @@ The contract, in order:
 3. After the fork, in the parent: the held locks are released (last acquired first).
 
 Hooks run on the child's one thread and must not wait for another thread: they make new locks, empty buffers
-and start new threads. Standard library only (the lowest layer that needs it: ``config._values`` registers).
+and start new threads. A thread a hook starts runs while the later hooks still run: its first work must not
+need them (the library's threads first wait for work or for their interval). Standard library only: the
+lowest layer that needs it is ``config`` (``config._values`` registers first, at import).
 """
 
 from __future__ import annotations
@@ -92,7 +94,7 @@ def hold_across_fork(lock: Lockable) -> None:
 
 
 def _before() -> None:
-    held = list(_held)  # one C-level copy, without our lock: a thread may hold it (registering) for good
+    held = list(_held)  # one C-level copy, without our lock: the fork never waits for a thread registering
     for lock in held:
         lock.acquire()
     _holding[:] = held
