@@ -85,6 +85,8 @@ _HELD_SCRIPT = textwrap.dedent("""
 
     LOCKS = (type(threading.Lock()), type(threading.RLock()), threading.Condition)
     handle = oal.configure("fork-held", file=sys.argv[1], set_global=False, schedule_delay_s=0.05)
+    from otel_agentloop.integrations.verl._rows import OpenSampleRows
+    open_rows = OpenSampleRows()  # verl's open samples' totals: a processor of an integration
 
     def owners():
         \"\"\"Every registered hook's owner: an object, or a function's module.\"\"\"
@@ -194,6 +196,7 @@ _OWNERS = (
     "RecordPipeline",
     "ExportProcessor",
     "StepSummaryWriter",
+    "OpenSampleRows",
 )
 """Some of whose locks were held at the fork (the module's or the object's class name): each module's own, and
 every registered object's."""
