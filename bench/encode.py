@@ -33,9 +33,8 @@ from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from otel_agentloop.core._door import materialise, to_record
-from otel_agentloop.core._finalize import finalize
 from otel_agentloop.core._record import FastSpan
-from otel_agentloop.core._recorder import Recorder
+from otel_agentloop.core._recorder import Recorder, finalize
 from otel_agentloop.export import _otlp_json, _otlp_proto
 
 BATCH = 512

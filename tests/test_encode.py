@@ -27,9 +27,8 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, Sta
 
 from otel_agentloop.analysis import Skipped, read_jsonl
 from otel_agentloop.core._door import materialise, to_record
-from otel_agentloop.core._finalize import finalize
 from otel_agentloop.core._record import FastSpan
-from otel_agentloop.core._recorder import Recorder
+from otel_agentloop.core._recorder import Recorder, finalize
 from otel_agentloop.export import _otlp_json, _otlp_proto
 
 from .fast_path_parity import parse_json_line

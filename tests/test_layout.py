@@ -264,3 +264,15 @@ def test_only_config_otlp_reads_the_otlp_exporter_variables() -> None:
         for read in _otlp_reads(path)
     ]
     assert found == []
+
+
+def test_the_package_registers_with_the_os_at_fork_once() -> None:
+    """One ``os.register_at_fork`` call in the package, in ``config/_fork`` (the fork helper): every other module
+    registers with that helper, which keeps their order (``tests/test_fork_helper.py``)."""
+    calls = []
+    for path in sorted((ROOT / "otel_agentloop").rglob("*.py")):
+        for node in ast.walk(ast.parse(path.read_text(), str(path))):
+            func = node.func if isinstance(node, ast.Call) else None
+            if isinstance(func, ast.Attribute) and func.attr == "register_at_fork":
+                calls.append(path.relative_to(ROOT).as_posix())
+    assert calls == ["otel_agentloop/config/_fork.py"]

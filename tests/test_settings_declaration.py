@@ -14,15 +14,10 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop.config import _kinds as kind
-from otel_agentloop.config._environment import (
-    SDK_VARIABLES,
-    WORKER_VARIABLES,
-    _duration,
-    handed_over,
-    variable,
-)
+from otel_agentloop.config._environment import SDK_VARIABLES, WORKER_VARIABLES, handed_over, variable
 from otel_agentloop.config._options import OBJECT_OPTIONS, Options
 from otel_agentloop.config._otlp import otlp_variable
+from otel_agentloop.config._sdk_variables import _duration
 from otel_agentloop.config._settings import SPECS, Settings, resolve
 from otel_agentloop.config._values import AdjustedError
 from otel_agentloop.config._watchdog import PREFIX, WATCHDOG_FIELDS, WatchdogSettings

@@ -15,6 +15,7 @@ from typing import Any
 from urllib.parse import unquote, urlsplit
 
 from .. import semconv as sc
+from ._fork import renew_lock
 
 logger = logging.getLogger("otel_agentloop")
 _OTLP = "OTEL_EXPORTER_OTLP_"
@@ -272,10 +273,4 @@ def forget_warnings() -> None:
         _warned.clear()
 
 
-def _new_warned_lock() -> None:  # a forked child: the lock may be held by a thread the child does not have
-    global _warned_lock
-    _warned_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_warned_lock)
+renew_lock(globals(), "_warned_lock")  # registered first of all: any later hook may warn

@@ -34,9 +34,9 @@ from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind
 
 from ._errors import IDENTITY_KEYS
-from ._finalize import finalize
 from ._guard import internal_error
 from ._record import UNSET, FastSpan, Queued
+from ._recorder import finalize
 from ._values import frozen_attributes, timestamp_ns
 
 _NO_PROCESSOR = SpanProcessor()

@@ -1,13 +1,15 @@
-"""Recording the user's exceptions on a span, and keeping a span's identity under attribute count limits."""
+"""Recording the user's exceptions on a span (ours, and the SDK's ``record_exception`` event for a record),
+and keeping a span's identity under attribute count limits."""
 
 from __future__ import annotations
 
 import asyncio
 import traceback
 from collections.abc import Mapping
+from typing import Any
 
 from opentelemetry.trace import Span, Status, StatusCode
-from opentelemetry.util.types import AttributeValue
+from opentelemetry.util.types import Attributes, AttributeValue
 
 from .. import semconv as sc
 from ._guard import internal_error, safe_str
@@ -93,3 +95,25 @@ def mark_error(span: Span, exc: BaseException) -> None:
         span.add_event("exception", event)
     except Exception:
         internal_error("mark_error")
+
+
+def exception_event(exception: BaseException, attributes: Attributes, escaped: bool) -> dict[str, Any]:
+    """The attributes of the SDK's ``Span.record_exception`` event for ``exception``, as a record's
+    ``record_exception`` (``core._record``) writes it: the module-qualified type, the message (its guarded text
+    when ``str()`` raises), the whole stack trace, ``escaped``; then ``attributes``. Raises only what a broken
+    ``attributes`` mapping raises."""
+    cls = type(exception)
+    module, qualname = cls.__module__, cls.__qualname__
+    try:
+        stack = "".join(traceback.format_exception(exception))
+    except Exception:
+        stack = ""
+    event: dict[str, Any] = {
+        "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
+        "exception.message": safe_str(exception, 1 << 20),
+        "exception.stacktrace": stack,
+        "exception.escaped": str(escaped),
+    }
+    if attributes:
+        event.update(attributes)
+    return event

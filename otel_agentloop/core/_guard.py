@@ -2,11 +2,7 @@
 
 from __future__ import annotations
 
-import os
-import threading
-import weakref
-from collections.abc import Callable
-
+from ..config._fork import after_fork_in_child as after_fork_in_child  # fork safety, for every layer
 from ..config._values import forget_warnings as forget_warnings  # the one warn-once registry, for every layer
 from ..config._values import logger as logger
 from ..config._values import warn_once as warn_once
@@ -33,38 +29,3 @@ def safe_str(value: object, limit: int = 1024) -> str:
         except BaseException:
             text = "<unprintable>"
     return text if len(text) <= limit else text[:limit] + "…"
-
-
-# -- fork safety --------------------------------------------------------------------------------------
-_fork_hooks: list[weakref.WeakMethod[Callable[[], object]]] = []
-_fork_hooks_lock = threading.Lock()
-
-
-def after_fork_in_child(owner: object, method: str) -> None:
-    """Call ``owner.<method>()`` in a forked child (before anything else of ours runs there), while ``owner``
-    lives. Every lock and thread this library owns registers here: a child inherits locks held by threads
-    that do not exist in it."""
-    with _fork_hooks_lock:
-        if len(_fork_hooks) >= 256:  # forget owners that are gone
-            _fork_hooks[:] = [ref for ref in _fork_hooks if ref() is not None]
-        _fork_hooks.append(weakref.WeakMethod(getattr(owner, method)))
-
-
-def _run_fork_hooks() -> None:
-    global _fork_hooks_lock
-    _fork_hooks_lock = threading.Lock()
-    alive = []
-    for ref in _fork_hooks:
-        hook = ref()
-        if hook is None:
-            continue
-        alive.append(ref)
-        try:
-            hook()
-        except Exception:
-            internal_error("after_fork")
-    _fork_hooks[:] = alive
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_run_fork_hooks)

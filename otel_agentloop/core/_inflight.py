@@ -21,7 +21,6 @@ from __future__ import annotations
 import os
 import threading
 import time
-import weakref
 from collections import deque
 from collections.abc import Callable, Mapping
 from typing import Any, NamedTuple
@@ -29,7 +28,7 @@ from typing import Any, NamedTuple
 from opentelemetry import trace
 
 from ..semconv import SAMPLE_SPAN
-from ._guard import internal_error
+from ._guard import after_fork_in_child, internal_error
 from ._record import span_ids
 from ._scope import OpenSpan, TrackedSample, span_of
 
@@ -110,17 +109,14 @@ class InflightRegistry:
         self.window = window
         self.pid = os.getpid()
         self._init_state()
-        ref = weakref.ref(self)
+        after_fork_in_child(self, "_after_fork")
 
-        def after_fork() -> None:
-            registry = ref()
-            if registry is not None:
-                for sample in list(registry._samples.values()):
-                    sample.tracked = False  # the parent's: phases started in the child are not tracked
-                registry._init_state()
-                registry.pid = os.getpid()
-
-        os.register_at_fork(after_in_child=after_fork)
+    def _after_fork(self) -> None:
+        """A forked child tracks none of its parent's samples (phases started in the child are not tracked)."""
+        for sample in list(self._samples.values()):
+            sample.tracked = False
+        self._init_state()
+        self.pid = os.getpid()
 
     def _init_state(self) -> None:
         self._lock = threading.Lock()

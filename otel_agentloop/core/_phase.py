@@ -20,7 +20,7 @@ from opentelemetry.trace import Link, Span, Tracer
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
-from ._context import _SAMPLE
+from ._current import _SAMPLE
 from ._guard import internal_error
 from ._instrument import instrument
 from ._lifecycle import finish, open_span, track_phase

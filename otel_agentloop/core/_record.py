@@ -13,8 +13,9 @@ the provider's limits and the SDK's rules (:mod:`~otel_agentloop.core._values`):
 counted, values converted (nested strings cut), the oldest attribute evicted over ``max_span_attributes``, the
 newest ``max_events`` events and ``max_links`` links kept (the others counted), event and link attributes
 limited, timestamps made ints. An open span's memory is bounded by the limits whatever the user writes; a bad
-value never costs the span. Off the hot path (``export._pipeline.finalize``): the attributes it started with
-(shared, never written) are bounded, and a plain ``str`` attribute over the length limit is cut (same result).
+value never costs the span. Off the hot path (``core._recorder.finalize``, when the pipeline admits it): the
+attributes it started with (shared, never written) are bounded, and a plain ``str`` attribute over the length
+limit is cut (same result).
 
 Read surface (for the pipeline, the encoders and every consumer of ended spans): ``name``, ``trace_id``,
 ``span_id``, ``parent_id`` (0: a root), ``parent_remote``, ``flags`` (W3C trace flags: bit 0 = sampled),
@@ -29,7 +30,6 @@ time_ns, dropped_attributes)``), ``links`` (a tuple of ``trace.Link``), ``droppe
 from __future__ import annotations
 
 import logging
-import traceback
 from collections import deque
 from collections.abc import Mapping
 from itertools import islice
@@ -41,7 +41,7 @@ from opentelemetry.context import Context
 from opentelemetry.trace import Link, SpanContext, SpanKind, Status, StatusCode, TraceFlags, TraceState
 from opentelemetry.util import types
 
-from ._errors import IDENTITY_KEYS
+from ._errors import IDENTITY_KEYS, exception_event
 from ._guard import internal_error, safe_str, warn_once
 from ._scope import OpenSpan
 from ._values import bound_attributes, clean_value, frozen_attributes, safe_repr, timestamp_ns
@@ -163,7 +163,7 @@ class FastSpan(OpenSpan, trace.Span):
             self._set_other(key, value)
             return
         # the common case inline: a key set again, or room left (a plain str over the length limit is cut off the
-        # hot path, by ``export._pipeline.finalize``: the same result, the reference the user's anyway)
+        # hot path, by ``core._recorder.finalize``: the same result, the reference the user's anyway)
         attrs = self.attributes
         if self.owned:
             if key in attrs:
@@ -314,24 +314,10 @@ class FastSpan(OpenSpan, trace.Span):
         timestamp: int | None = None,
         escaped: bool = False,
     ) -> None:
-        """As the SDK's ``Span.record_exception``: an ``exception`` event. Never raises (an exception whose
-        ``str()`` raises is recorded by its guarded text)."""
+        """As the SDK's ``Span.record_exception``: an ``exception`` event (``_errors.exception_event``). Never
+        raises."""
         try:
-            cls = type(exception)
-            module, qualname = cls.__module__, cls.__qualname__
-            try:
-                stack = "".join(traceback.format_exception(exception))
-            except Exception:
-                stack = ""
-            event: dict[str, Any] = {
-                "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
-                "exception.message": safe_str(exception, 1 << 20),
-                "exception.stacktrace": stack,
-                "exception.escaped": str(escaped),
-            }
-            if attributes:
-                event.update(attributes)
-            self.add_event("exception", event, timestamp)
+            self.add_event("exception", exception_event(exception, attributes, escaped), timestamp)
         except Exception:
             internal_error("span.record_exception")
 

@@ -18,7 +18,7 @@ from opentelemetry.trace import Span
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
-from ._context import _SAMPLE, current_step
+from ._current import _SAMPLE, current_step
 from ._guard import internal_error
 from ._instrument import instrument
 from ._lifecycle import open_span

@@ -19,10 +19,8 @@ provider's shutdown.
 
 from __future__ import annotations
 
-import os
 import threading
 import time
-import weakref
 from collections.abc import Mapping, Sequence
 from typing import TYPE_CHECKING, Any
 
@@ -36,7 +34,7 @@ from ..config._values import parse_thresholds as parse_thresholds
 from ..config._watchdog import WATCHDOG_FIELDS as WATCHDOG_FIELDS
 from ..config._watchdog import WatchdogSettings as WatchdogSettings
 from ..core import _tracer
-from ..core._guard import internal_error, logger
+from ..core._guard import after_fork_in_child, internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase
 from ..core._scope import TrackedSample
 from ..export._processor import failed_wait
@@ -119,15 +117,13 @@ class LiveMonitor(StepHooks):
         self.checks = 0
         self._closed = False
         self._init_thread()
-        ref = weakref.ref(self)
+        after_fork_in_child(self, "_after_fork")
 
-        def after_fork() -> None:
-            monitor = ref()
-            if monitor is not None and not monitor._closed:
-                monitor._tripped, monitor._verdicts = {}, {}
-                monitor._init_thread()
-
-        os.register_at_fork(after_in_child=after_fork)
+    def _after_fork(self) -> None:
+        """A forked child starts with no reports of its parent's and its own thread (none once closed)."""
+        if not self._closed:
+            self._tripped, self._verdicts = {}, {}
+            self._init_thread()
 
     # -- thread -----------------------------------------------------------------------------------
     def _init_thread(self) -> None:

@@ -5,8 +5,9 @@ tool calls overlap and count once (what verl's timer around ``asyncio.gather`` m
 add up. Each (sample, phase) keeps its disjoint blocks sorted; the common cases (a span after the last
 block, or overlapping only it) are O(1), the rest a short scan. Totals are integer nanoseconds.
 
-Columns are ``array.array`` so :meth:`StepRows.to_table` hands them to numpy without copying element by
-element; :meth:`StepRows.add` is one flat method because Python calls dominate the cost of ``on_end``.
+Columns are ``array.array`` so the collect (``_rows_table``: :meth:`StepRows.to_table`) hands them to numpy
+without copying element by element; :meth:`StepRows.add` is one flat method because Python calls dominate the
+cost of ``on_end``. No numpy here.
 """
 
 from __future__ import annotations
@@ -16,22 +17,17 @@ from collections.abc import Iterable, Mapping
 from typing import TYPE_CHECKING, Any
 
 from .. import semconv as sc
-from ._engine import ENGINE_ATTRIBUTE_OF, ENGINE_FLOATS, ENGINE_MARKERS, EngineTurns, array_value
-from ._numpy import LazyNumpy
-from ._table import MAX_TOOLS, OTHER_TOOLS, PhaseTable, bound_tools
+from ._engine import ENGINE_ATTRIBUTE_OF, ENGINE_FLOATS, ENGINE_MARKERS, array_value
+from ._rows_table import I64_MAX as _I64_MAX
+from ._rows_table import UNSET as _UNSET
+from ._rows_table import TableOfRows
+from ._table import MAX_TOOLS, OTHER_TOOLS
 
 if TYPE_CHECKING:
-    import numpy as np
-    import numpy.typing as npt
-
-    _EngineColumns = tuple[array[Any], ...]
-    """The engine's facts of a step's turns: row, then each column of ``_engine.ENGINE_FLOATS``."""
-else:
-    np = LazyNumpy(globals(), "np")  # imported on first use, numpy.ma with it (fork safety: see ._numpy)
+    from ._rows_table import EngineColumns
 PHASE_INDEX: Mapping[object, int] = {name: i for i, name in enumerate(sc.PHASES)}
-_UNSET = -(1 << 62)
 _MASK64 = (1 << 64) - 1
-_I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1  # an attribute outside int64 is ignored, never stored
+_I64_MIN = -(1 << 63)  # an attribute outside int64 is ignored, never stored
 _NPRE = sc.RL_NUM_PREEMPTED
 _PLEN = sc.RL_PROMPT_LENGTH
 _RLEN = sc.RL_RESPONSE_LENGTH
@@ -100,9 +96,10 @@ def add_interval(blocks: list[int], start: int, end: int) -> int:
     return (new_end - new_start) - covered
 
 
-class StepRows:
-    """Accumulated facts of one step: one row per sample, created on the sample's first span. Not locked:
-    the caller serialises access."""
+class StepRows(TableOfRows):
+    """Accumulated facts of one step: one row per sample, created on the sample's first span; the table they
+    make at a collect is its base's (:meth:`~._rows_table.TableOfRows.to_table`). Not locked: the caller
+    serialises access."""
 
     __slots__ = (
         "blocks",
@@ -161,7 +158,7 @@ class StepRows:
         # generation turns carrying the engine's facts: (row, *ENGINE_FLOATS), floats NaN where not carried;
         # at most MAX_ENGINE_TURNS; the policy versions of the turns that carry them, by turn number
         floats: tuple[array[float], ...] = tuple(array("d") for _ in ENGINE_FLOATS)
-        self.engine: _EngineColumns = (array("q"), *floats)
+        self.engine: EngineColumns = (array("q"), *floats)
         self.engine_pairs = tuple(zip(floats[:-1], ENGINE_ATTRIBUTE_OF, strict=True))
         self.versions: dict[int, tuple[int, ...]] = {}
         self.dropped = 0
@@ -327,113 +324,3 @@ class StepRows:
                 for column, source in zip(out.engine[1:], values, strict=True):
                     column.append(source[t])
         return out
-
-    def _top_tools(self) -> np.ndarray:
-        """Each row's tool whose calls took the most nanoseconds (``""`` when none; ties to the first name)."""
-        top = np.full(len(self.index), "", dtype=np.object_)
-        spent: dict[int, int] = {}
-        for tool, (rows, durations) in self.tools.items():
-            per_row: dict[int, int] = {}
-            for row, duration in zip(rows, durations, strict=True):
-                per_row[row] = per_row.get(row, 0) + duration
-            for row, total in per_row.items():
-                if total > spent.get(row, -1):
-                    spent[row] = total
-                    top[row] = tool
-        return top
-
-    def _engine_turns(self, keep: np.ndarray | None) -> EngineTurns:
-        """The engine turns of the rows in ``keep`` (all when ``None``), keyed by sample."""
-        rows_a, *values = self.engine
-        if not len(rows_a):
-            return EngineTurns()
-        rows = np.frombuffer(rows_a, dtype=np.int64)
-        mask = np.ones(rows.size, np.bool_) if keep is None else keep[rows]
-        index = np.frombuffer(self.index, dtype=np.int64)
-        rollout = np.frombuffer(self.rollout, dtype=np.int64)
-        columns = zip(ENGINE_FLOATS, values, strict=True)
-        cols = {name: np.frombuffer(v, dtype=np.float64)[mask].copy() for name, v in columns}
-        versions = np.empty(rows.size, np.object_)
-        versions[:] = [()] * rows.size
-        for t, turn in self.versions.items():
-            versions[t] = turn
-        return EngineTurns(index[rows[mask]], rollout[rows[mask]], **cols, policy_versions=versions[mask])
-
-    def _walls(self) -> tuple[np.ndarray, np.ndarray]:
-        """Each row's wall start and end: its ``rl.sample`` span's, else the earliest start and latest end of
-        its phase spans (0 when none)."""
-        if not len(self.index):
-            return np.zeros(0, np.int64), np.zeros(0, np.int64)
-        root_start = np.frombuffer(self.root_start, dtype=np.int64)
-        root_end = np.frombuffer(self.root_end, dtype=np.int64)
-        span_start = np.frombuffer(self.span_start, dtype=np.int64)
-        rooted = root_end > 0
-        start = np.where(rooted, root_start, np.where(span_start == _I64_MAX, 0, span_start))
-        end = np.where(rooted, root_end, np.frombuffer(self.span_end, dtype=np.int64))
-        return start, end
-
-    def _tool_seconds(self, keep: npt.NDArray[np.bool_] | None) -> dict[str, npt.NDArray[np.float64]]:
-        """Each tool's call durations in seconds, without the calls of rows ``keep`` leaves out."""
-        tools: dict[str, npt.NDArray[np.float64]] = {}
-        for tool, (call_rows, durations) in self.tools.items():
-            seconds = np.frombuffer(durations, dtype=np.int64) / 1e9 if len(durations) else np.empty(0)
-            if keep is not None and len(call_rows):
-                seconds = seconds[keep[np.frombuffer(call_rows, dtype=np.int64)]]
-            if seconds.size:
-                tools[tool] = seconds
-        return tools
-
-    def to_table(
-        self,
-        exclude: Mapping[tuple[int, int], object] | None = None,
-        late: Iterable[tuple[int, int]] = (),
-        step_key: tuple[int | None, bool] | None = None,
-    ) -> PhaseTable:
-        """The accumulated rows as a table, without the samples in ``exclude`` (those still running) and their
-        tool calls; rows whose sample is in ``late`` are flagged ``late``; ``step_key`` is recorded on it."""
-        keep: np.ndarray | None = None
-        if exclude:
-            rows = [self.rows[key] for key in exclude if key in self.rows]
-            if rows:
-                keep = np.ones(len(self.index), dtype=np.bool_)
-                keep[rows] = False
-        late_col = np.zeros(len(self.index), dtype=np.bool_)
-        for key in late:
-            r = self.rows.get(key)
-            if r is not None:
-                late_col[r] = True
-
-        def col(a: array[int], dtype: type) -> np.ndarray:
-            out = np.frombuffer(a, dtype=dtype).copy() if len(a) else np.empty(0, dtype)
-            return out if keep is None else out[keep]
-
-        def col_object(a: np.ndarray) -> np.ndarray:
-            return a if keep is None else a[keep]
-
-        wall_start, wall_end = self._walls()
-        if keep is not None:
-            wall_start, wall_end = wall_start[keep], wall_end[keep]
-        final = col(self.npre_final, np.int64)
-        summed = col(self.npre_sum, np.int64) - col(self.npre_first_missing, np.int8)
-        summed[col(self.npre_first, np.int64) < 0] = -1  # no generation span: unknown, like verl
-        return PhaseTable(
-            sample_index=col(self.index, np.int64),
-            rollout_n=col(self.rollout, np.int64),
-            generate_sequences=col(self.total[0], np.int64) / 1e9,
-            tool_calls=col(self.total[1], np.int64) / 1e9,
-            compute_score=col(self.total[2], np.int64) / 1e9,
-            num_preempted=np.where(final != _UNSET, final, summed),
-            prompt_length=col(self.prompt_len, np.int64),
-            response_length=col(self.response_len, np.int64),
-            error=col(self.error, np.int8).astype(np.bool_),
-            trace_id_hi=col(self.tid_hi, np.uint64),
-            trace_id_lo=col(self.tid_lo, np.uint64),
-            late=late_col if keep is None else late_col[keep],
-            start_ns=wall_start,
-            end_ns=wall_end,
-            ordered=self.in_order,
-            top_tool=col_object(self._top_tools()),
-            tools=bound_tools(self._tool_seconds(keep)),
-            step_key=step_key,
-            engine=self._engine_turns(keep),
-        )

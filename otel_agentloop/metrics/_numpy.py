@@ -18,11 +18,12 @@ the module's import lock, held by a thread the child does not have, and block fo
 from __future__ import annotations
 
 import importlib
-import os
 import sys
 import threading
 from collections.abc import MutableMapping
 from types import ModuleType
+
+from ..config._fork import hold_across_fork
 
 _lock = threading.RLock()  # reentrant: a fork from inside the import itself must not wait for it
 
@@ -55,5 +56,4 @@ class LazyNumpy:
         return getattr(module, attr)
 
 
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(before=_lock.acquire, after_in_parent=_lock.release, after_in_child=_lock.release)
+hold_across_fork(_lock)

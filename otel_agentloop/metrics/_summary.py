@@ -7,10 +7,7 @@ the metrics dict cannot disagree. The live side writes one per collected step as
 (JSON in :data:`semconv.RL_STEP_SUMMARY`, see :meth:`StepSummary.to_json`); ``report`` rebuilds the same record
 from stored sample spans when a summary was not written (older traces, a step never collected).
 
-Each sample has one verdict (:func:`verdict`), the same in the live view, ``collect()``, ``report``, the pages and
-the PNGs: ``hung`` (the watchdog reported it and it was still running when its step was collected), else
-``failed`` (its sample span ended with an error), else ``slow`` (the watchdog reported it and it finished before
-the collect), else ``ok``.
+Each sample's verdict is the one rule's (:func:`~._verdicts.verdict`, re-exported here with its values).
 """
 
 from __future__ import annotations
@@ -28,6 +25,12 @@ from ._stored import causes_of, count, finite, is_int, mapping, overdue, sample_
 from ._table import MAX_TOOLS as MAX_TOOLS  # defined with the table, which bounds tool calls as it merges them
 from ._table import OTHER_TOOLS as OTHER_TOOLS
 from ._table import PERCENTILES, OverdueSample, PhaseTable, StepMetrics, bound_tools
+from ._verdicts import FAILED as FAILED  # the one verdict rule (its own module), read with the summary
+from ._verdicts import HUNG as HUNG
+from ._verdicts import OK as OK
+from ._verdicts import SLOW as SLOW
+from ._verdicts import VERDICTS as VERDICTS
+from ._verdicts import verdict as verdict
 
 if TYPE_CHECKING:
     import numpy as np
@@ -35,12 +38,6 @@ if TYPE_CHECKING:
 else:
     np = LazyNumpy(globals(), "np")
 
-OK: str = "ok"
-FAILED: str = "failed"
-SLOW: str = "slow"
-HUNG: str = "hung"
-VERDICTS: tuple[str, ...] = (OK, FAILED, SLOW, HUNG)
-"""Every verdict, mildest first."""
 SCHEMA_VERSION = 3
 """Version 3 adds ``top`` and ``failed`` (what ``report --step`` prints, without the step's sample spans);
 version 2 added ``engine``, ``causes`` and the slowest sample's cause; versions 1 and 2 still read."""
@@ -49,16 +46,6 @@ TOP_STORED = 16
 """The slowest samples a summary lists (``top``): ``report --top`` up to this many reads no sample spans."""
 FAILED_STORED = 1024
 """The failed samples a summary lists by key (``failed``, lowest keys first); its ``counts`` has them all."""
-
-
-def verdict(*, error: bool, reported: bool, finished: bool) -> str:
-    """The one verdict of a sample (see the module docstring). ``reported``: the watchdog reported it during its
-    step; ``finished``: its sample span ended before the step was collected."""
-    if reported and not finished:
-        return HUNG
-    if error:
-        return FAILED
-    return SLOW if reported else OK
 
 
 @dataclass(frozen=True, slots=True)

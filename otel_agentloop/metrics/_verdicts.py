@@ -1,6 +1,10 @@
-"""The watchdog's step verdicts as data: what ``collect()`` adds to verl's dict, and what ``report`` reads back.
+"""Each sample's one verdict (:func:`verdict`), and the watchdog's step verdicts as data: what ``collect()`` adds
+to verl's dict, and what ``report`` reads back.
 
-Each sample's verdict is :func:`~._summary.verdict` (the one rule). Here: the per-process record of the samples
+Each sample has one verdict, the same in the live view, ``collect()``, ``report``, the pages and the PNGs:
+``hung`` (the watchdog reported it and it was still running when its step was collected), else ``failed`` (its
+sample span ended with an error), else ``slow`` (the watchdog reported it and it finished before the collect),
+else ``ok``. The step summary (``_summary``) stores them. Here too: the per-process record of the samples
 the watchdog reported in a step (:class:`Verdict`, made when the step is collected), the keys it adds to the
 metrics (:func:`apply_verdicts`, also over several Ray workers), and the same facts for a stored step
 (:class:`StepVerdicts`), so the live side and ``report`` decide hung/slow/failed the same way.
@@ -12,10 +16,26 @@ from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
 
 from .. import semconv as sc
-from ._summary import FAILED, HUNG, OK, SLOW, VERDICTS, verdict
 from ._table import OverdueSample, StepMetrics
 
 SampleKey = tuple[int, int]
+
+OK: str = "ok"
+FAILED: str = "failed"
+SLOW: str = "slow"
+HUNG: str = "hung"
+VERDICTS: tuple[str, ...] = (OK, FAILED, SLOW, HUNG)
+"""Every verdict, mildest first."""
+
+
+def verdict(*, error: bool, reported: bool, finished: bool) -> str:
+    """The one verdict of a sample (see the module docstring). ``reported``: the watchdog reported it during its
+    step; ``finished``: its sample span ended before the step was collected."""
+    if reported and not finished:
+        return HUNG
+    if error:
+        return FAILED
+    return SLOW if reported else OK
 
 
 @dataclass(frozen=True)

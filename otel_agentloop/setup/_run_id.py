@@ -3,12 +3,12 @@ adopted (a resumed run)."""
 
 from __future__ import annotations
 
-import os
 import secrets
 import threading
 import time
 
 from .. import semconv as sc
+from ..config._fork import renew_lock
 from ..config._settings import Settings
 from ..core._guard import logger
 from ._handle import current_handle
@@ -17,16 +17,8 @@ __all__ = ["_run_identity", "adopt_run_id", "new_run_id", "process_run_id"]
 
 
 _run_lock = threading.Lock()
+renew_lock(globals(), "_run_lock")  # a forked child keeps the run (the same launch), never a lock held at fork
 _generated_run: list[str] = []  # this process's generated (run id, attempt), once: a reconfigure keeps them
-
-
-def _new_run_lock() -> None:  # a forked child keeps the run (the same launch), never a lock held at fork
-    global _run_lock
-    _run_lock = threading.Lock()
-
-
-if hasattr(os, "register_at_fork"):
-    os.register_at_fork(after_in_child=_new_run_lock)
 
 
 def new_run_id() -> str:

@@ -4,12 +4,12 @@ settings and the setup hook (:class:`RayInstrumentor`, what ``opentelemetry-inst
 from __future__ import annotations
 
 import functools
-import os
 import sys
 import threading
 from collections.abc import Collection, Mapping
 from typing import Any
 
+from ...config._fork import renew_lock
 from ...core._guard import internal_error
 from .._instrumentor import Instrumentor
 from ._common import SETUP_HOOK, ray_module
@@ -29,14 +29,7 @@ class _InitPatch:
 
 _init = _InitPatch()
 _init_lock = threading.RLock()
-
-
-def _reset_after_fork() -> None:
-    global _init_lock
-    _init_lock = threading.RLock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
+renew_lock(globals(), "_init_lock")
 
 
 def is_instrumented() -> bool:

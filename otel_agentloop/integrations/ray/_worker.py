@@ -12,6 +12,7 @@ import threading
 from typing import Any
 
 from ... import semconv as sc
+from ...config._fork import renew_lock
 from ...core._guard import internal_error, logger
 from ...core._state import state
 from ...setup import Handle, configure, current_handle
@@ -19,14 +20,7 @@ from ._common import worker_handle
 from ._handover import check_file_on_remote_node, job_run_identity, take_driver_settings
 
 _setup_lock = threading.Lock()
-
-
-def _reset_after_fork() -> None:
-    global _setup_lock
-    _setup_lock = threading.Lock()
-
-
-os.register_at_fork(after_in_child=_reset_after_fork)
+renew_lock(globals(), "_setup_lock")
 
 
 def setup_worker() -> Handle:

@@ -26,6 +26,7 @@ import threading
 from collections.abc import Callable, Collection
 from typing import Any
 
+from ...config._fork import renew_lock
 from ...core._guard import internal_error, logger
 from .._instrumentor import Instrumentor
 from ._state import switch
@@ -72,6 +73,7 @@ _METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
 )
 _MISSING = object()
 _lock = threading.RLock()
+renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 _originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, what its __dict__ held, or _MISSING)
 _server_originals: list[tuple[Any, str, Any]] = []  # the vLLM server's, kept apart: TRL's may be absent there
 _hooked: list[bool] = []

@@ -6,6 +6,7 @@ import threading
 import weakref
 from typing import Any
 
+from ...config._fork import renew_lock
 from ...core._context import step
 from ...core._scope import OpenSpan
 from ...core._trainer import trainer_phase
@@ -68,6 +69,7 @@ class TrainerState:
 
 _states: weakref.WeakKeyDictionary[Any, TrainerState] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
+renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 
 
 def state_of(trainer: Any) -> TrainerState:

@@ -15,6 +15,7 @@ import threading
 from collections.abc import Callable
 from typing import Any
 
+from ...config._fork import renew_lock
 from ...core._guard import internal_error
 
 Impl = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
@@ -32,6 +33,7 @@ class _State:
 
 state = _State()
 lock = threading.RLock()
+renew_lock(globals(), "lock")  # a forked child: never a lock held at fork
 _originals: list[tuple[Any, str, Any]] = []
 _applied: set[str] = set()
 _hooked: set[str] = set()

@@ -22,6 +22,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ... import semconv as sc
+from ...config._fork import renew_lock
 from ...core._context import SampleHandle, current_sample, current_step, sample, step
 from ...core._guard import internal_error
 from ...core._lifecycle import finish
@@ -35,6 +36,7 @@ _REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
 _MAX_SESSIONS = 65536
 
 _lock = threading.Lock()
+renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 _sessions: dict[str, tuple[otel_context.Context, SampleHandle]] = {}
 _counts: dict[int, int] = {}
 _counts_step: list[int | None] = [None]

