@@ -19,8 +19,9 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, read_jsonl
-from otel_agentloop.core._door import RecordExporter, RecordProcessor, to_record
+from otel_agentloop.core._door import RecordProcessor, to_record
 from otel_agentloop.core._record import FastSpan
+from otel_agentloop.export._exporter import RecordExporter
 from otel_agentloop.metrics import PhaseMetricsProcessor
 
 
