@@ -80,7 +80,8 @@ class Receiver:
     """Collects decoded spans and request headers; ``fail`` makes it answer UNAVAILABLE / 503.
 
     HTTP only: ``answers`` are (status, headers) answered, in order, before any request is accepted;
-    ``connections`` counts TCP connections; ``times`` holds each POST's arrival (``time.monotonic()``)."""
+    ``connections`` counts TCP connections; ``times`` holds each POST's arrival (``time.monotonic()``) and
+    ``paths`` its path; a POST to another path than ``path`` is answered 404."""
 
     def __init__(self) -> None:
         self.records: list[SpanRecord] = []
@@ -90,6 +91,8 @@ class Receiver:
         self.answers: list[tuple[int, dict[str, str]]] = []
         self.connections = 0
         self.times: list[float] = []
+        self.paths: list[str] = []
+        self.path = "/v1/traces"
 
     def add(self, request, headers) -> None:
         with self.lock:
@@ -142,6 +145,7 @@ def start_http(
             body = self.rfile.read(int(self.headers.get("Content-Length", 0)))
             with receiver.lock:
                 receiver.times.append(time.monotonic())
+                receiver.paths.append(self.path)
                 canned = receiver.answers.pop(0) if receiver.answers else None
             if canned is not None:
                 self._answer(*canned)
@@ -151,7 +155,7 @@ def start_http(
                 body = gzip.decompress(body)
             elif encoding == "deflate":
                 body = zlib.decompress(body)
-            if receiver.fail or self.path != "/v1/traces":
+            if receiver.fail or self.path != receiver.path:
                 self._answer(503 if receiver.fail else 404)
                 return
             request = trace_service_pb2.ExportTraceServiceRequest()

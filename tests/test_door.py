@@ -19,8 +19,9 @@ from opentelemetry.trace import SpanContext, SpanKind, TraceFlags
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, read_jsonl
-from otel_agentloop.core._door import RecordExporter, RecordProcessor, to_record
+from otel_agentloop.core._door import RecordProcessor, to_record
 from otel_agentloop.core._record import FastSpan
+from otel_agentloop.export._exporter import RecordExporter
 from otel_agentloop.metrics import PhaseMetricsProcessor
 
 
@@ -244,3 +245,32 @@ def test_sdk_spans_wake_the_pipeline_at_a_batch_records_at_the_larger_one() -> N
         assert ends.count("record") == 300
     finally:
         provider.shutdown()
+
+
+def test_our_exporter_behind_the_sdks_processor_leaves_out_a_span_it_cannot_adapt(
+    tmp_path: Path, caplog: pytest.LogCaptureFixture
+) -> None:
+    """One loop adapts a batch (``core._door.records_of``), the export thread's and an SDK processor's: our
+    exporter handed SDK spans leaves out one it cannot adapt, logged once, and exports the others (the whole
+    batch raised before)."""
+    from otel_agentloop.export._file import OTLPJsonFileExporter
+    from otel_agentloop.export._otlp_json import encode_spans
+
+    memory = InMemorySpanExporter()
+    provider = TracerProvider(resource=Resource({"service.name": "mine"}))
+    provider.add_span_processor(SimpleSpanProcessor(memory))
+    for name in ("first", "second"):
+        provider.get_tracer("mine").start_span(name).end()
+    first, second = memory.get_finished_spans()
+    broken = _Unreadable("broken", context=SpanContext(1, 2, False, TraceFlags(TraceFlags.SAMPLED)))
+    path = tmp_path / "user.jsonl"
+    exporter = OTLPJsonFileExporter(path)
+    with caplog.at_level(logging.WARNING, logger="otel_agentloop"):
+        assert exporter.export([first, broken, second, broken]) is SpanExportResult.SUCCESS
+    exporter.shutdown()
+    assert path.read_text() == encode_spans([to_record(first), to_record(second)]) + "\n"
+    errors = [r.getMessage() for r in caplog.records if "internal error" in r.getMessage()]
+    assert errors == [
+        "otel_agentloop: internal error in OTLPJsonFileExporter.export: adapting a span (suppressed; training "
+        "continues)"
+    ]

@@ -19,8 +19,9 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from otel_agentloop.export._grpc import OTLPGrpcExporter, grpc_target
-from otel_agentloop.export._http_proto import OTLPProtoHttpExporter, http_target
+from otel_agentloop.config._otlp import OtlpTarget, resolve_otlp
+from otel_agentloop.export._grpc import OTLPGrpcExporter
+from otel_agentloop.export._http_proto import OTLPProtoHttpExporter
 
 from .otlp_receiver import Receiver, start_grpc, start_http
 from .test_encode import _records
@@ -73,6 +74,12 @@ class _Scripted(trace_service_pb2_grpc.TraceServiceServicer):
         return answer
 
 
+def _target(endpoint: str | None, headers: dict[str, object] | None = None, **given: Any) -> OtlpTarget:
+    """The traces' target an exporter is built from: the environment's, with ``endpoint`` and ``headers`` as
+    arguments (as ``configure()`` resolves it) and an exporter's own ``given`` arguments."""
+    return resolve_otlp("TRACES", endpoint, headers).given(**given)
+
+
 def _serve(servicer: Any) -> tuple[grpc.Server, str]:
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(servicer, server)
@@ -82,11 +89,11 @@ def _serve(servicer: Any) -> tuple[grpc.Server, str]:
 
 
 # -- gRPC -----------------------------------------------------------------------------------------------------
-@pytest.mark.parametrize("compression", [grpc.Compression.NoCompression, grpc.Compression.Gzip])
-def test_grpc_sends_records_and_sdk_spans_with_headers(compression: grpc.Compression) -> None:
+@pytest.mark.parametrize("compression", ["none", "gzip"])
+def test_grpc_sends_records_and_sdk_spans_with_headers(compression: str) -> None:
     receiver = Receiver()
     server, endpoint = start_grpc(receiver)
-    exporter = OTLPGrpcExporter(grpc_target(endpoint, {"X-Team": "rl"}), 5, compression=compression)
+    exporter = OTLPGrpcExporter(_target(endpoint, {"X-Team": "rl"}, timeout_s=5, compression=compression))
     batch = _batch()
     try:
         assert exporter.export(batch) is SpanExportResult.SUCCESS
@@ -103,30 +110,30 @@ def test_grpc_sends_records_and_sdk_spans_with_headers(compression: grpc.Compres
 
 
 def test_grpc_target_reads_the_environment_as_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert grpc_target(None, None).target == "localhost:4317" and grpc_target(None, None).tls is None
+    assert _target(None).grpc_address == "localhost:4317" and _target(None).grpc_tls_files is None
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "https://collector:4317")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "Api-Key=s3cret,x-team=rl")
-    target = grpc_target(None, None)
-    assert target.target == "collector:4317" and target.tls == (None, None, None)
-    assert target.headers == (("api-key", "s3cret"), ("x-team", "rl"))
+    target = _target(None)
+    assert target.grpc_address == "collector:4317" and target.grpc_tls_files == (None, None, None)
+    assert target.grpc_metadata == (("api-key", "s3cret"), ("x-team", "rl"))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "collector:4317")  # no scheme: TLS by default
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_CERTIFICATE", "/ca.pem")
-    assert grpc_target(None, None).tls == ("/ca.pem", None, None)
+    assert _target(None).grpc_tls_files == ("/ca.pem", None, None)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", "/traces-ca.pem")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CLIENT_KEY", "/k.pem")
-    assert grpc_target(None, None).tls == ("/traces-ca.pem", "/k.pem", None)  # the _TRACES_ set, as the SDK
+    assert _target(None).grpc_tls_files == ("/traces-ca.pem", "/k.pem", None)  # the _TRACES_ set, as the SDK
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_INSECURE", "true")
-    assert grpc_target(None, None).tls is None
-    given = grpc_target("http://127.0.0.1:1", {"a": "b", "X-Team": "given"}).headers  # the argument updates them
+    assert _target(None).grpc_tls_files is None
+    given = _target("http://127.0.0.1:1", {"a": "b", "X-Team": "given"}).grpc_metadata  # the argument updates them
     assert given == (("api-key", "s3cret"), ("x-team", "given"), ("a", "b"))
     monkeypatch.setenv("OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES", "unavailable, internal")
-    assert grpc_target(None, None).retryable == ("UNAVAILABLE", "INTERNAL")
+    assert OTLPGrpcExporter(_target(None)).retryable == ("UNAVAILABLE", "INTERNAL")
 
 
 def test_grpc_retries_a_retryable_status_after_the_receivers_retry_info() -> None:
     servicer = _Scripted([(grpc.StatusCode.UNAVAILABLE, None), (grpc.StatusCode.RESOURCE_EXHAUSTED, 0.05)])
     server, endpoint = _serve(servicer)
-    exporter = OTLPGrpcExporter(grpc_target(endpoint, None), 10)
+    exporter = OTLPGrpcExporter(_target(endpoint, timeout_s=10))
     try:
         assert exporter.export(_batch()) is SpanExportResult.SUCCESS
     finally:
@@ -141,7 +148,7 @@ def test_grpc_retries_a_retryable_status_after_the_receivers_retry_info() -> Non
 def test_grpc_does_not_retry_a_permanent_error_nor_wait_past_its_timeout(caplog: pytest.LogCaptureFixture) -> None:
     servicer = _Scripted([(grpc.StatusCode.INVALID_ARGUMENT, None)])
     server, endpoint = _serve(servicer)
-    exporter = OTLPGrpcExporter(grpc_target(endpoint, None), 10)
+    exporter = OTLPGrpcExporter(_target(endpoint, timeout_s=10))
     try:
         with caplog.at_level(logging.WARNING, "otel_agentloop"):
             assert exporter.export(_batch()) is SpanExportResult.FAILURE
@@ -149,7 +156,7 @@ def test_grpc_does_not_retry_a_permanent_error_nor_wait_past_its_timeout(caplog:
         assert "INVALID_ARGUMENT" in caplog.text
         # a retryable status whose next try would start past the timeout fails at once
         servicer.script = [(grpc.StatusCode.UNAVAILABLE, 5.0)] * 2
-        short = OTLPGrpcExporter(grpc_target(endpoint, None), 1)
+        short = OTLPGrpcExporter(_target(endpoint, timeout_s=1))
         t0 = time.monotonic()
         assert short.export(_batch()) is SpanExportResult.FAILURE
         assert time.monotonic() - t0 < 1
@@ -162,7 +169,7 @@ def test_grpc_does_not_retry_a_permanent_error_nor_wait_past_its_timeout(caplog:
 def test_grpc_partial_success_is_warned(caplog: pytest.LogCaptureFixture) -> None:
     servicer = _Scripted([], partial=(2, "spans too old"))
     server, endpoint = _serve(servicer)
-    exporter = OTLPGrpcExporter(grpc_target(endpoint, None), 5)
+    exporter = OTLPGrpcExporter(_target(endpoint, timeout_s=5))
     try:
         with caplog.at_level(logging.WARNING, "otel_agentloop"):
             assert exporter.export(_batch()) is SpanExportResult.SUCCESS
@@ -175,7 +182,7 @@ def test_grpc_partial_success_is_warned(caplog: pytest.LogCaptureFixture) -> Non
 def test_grpc_shutdown_ends_a_back_off_wait() -> None:
     servicer = _Scripted([(grpc.StatusCode.UNAVAILABLE, 20.0)] * 3)
     server, endpoint = _serve(servicer)
-    exporter = OTLPGrpcExporter(grpc_target(endpoint, None), 30)
+    exporter = OTLPGrpcExporter(_target(endpoint, timeout_s=30))
     result: list[SpanExportResult] = []
     worker = threading.Thread(target=lambda: result.append(exporter.export(_batch())))
     try:
@@ -206,11 +213,11 @@ def test_grpc_tls_from_the_certificate_variable(tmp_path, monkeypatch: pytest.Mo
     port = server.add_secure_port("127.0.0.1:0", credentials)
     server.start()
     try:
-        untrusted = OTLPGrpcExporter(grpc_target(f"https://127.0.0.1:{port}", None), 2)
+        untrusted = OTLPGrpcExporter(_target(f"https://127.0.0.1:{port}", timeout_s=2))
         assert untrusted.export(_batch()) is SpanExportResult.FAILURE  # self-signed: not trusted by default
         untrusted.shutdown()
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_CERTIFICATE", cert)
-        trusted = OTLPGrpcExporter(grpc_target(f"127.0.0.1:{port}", None), 5)  # no scheme: TLS
+        trusted = OTLPGrpcExporter(_target(f"127.0.0.1:{port}", timeout_s=5))  # no scheme: TLS
         assert trusted.export(_batch()) is SpanExportResult.SUCCESS
         trusted.shutdown()
     finally:
@@ -220,13 +227,14 @@ def test_grpc_tls_from_the_certificate_variable(tmp_path, monkeypatch: pytest.Mo
 
 # -- http/protobuf ---------------------------------------------------------------------------------------------
 def test_http_target_reads_the_environment_as_the_sdk(monkeypatch: pytest.MonkeyPatch) -> None:
-    assert http_target(None, None) == ("http://localhost:4318/v1/traces", {})
-    assert http_target("http://c:4318", None)[0] == "http://c:4318/v1/traces"
+    assert (_target(None).url, _target(None).http_headers) == ("http://localhost:4318/v1/traces", {})
+    assert _target("http://c:4318").url == "http://c:4318/v1/traces"
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", "http://c:4318/")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_HEADERS", "X-A=1,b=2")
-    assert http_target(None, {"B": "3"}) == ("http://c:4318/v1/traces", {"x-a": "1", "b": "3"})
+    target = _target(None, {"B": "3"})
+    assert (target.url, target.http_headers) == ("http://c:4318/v1/traces", {"x-a": "1", "b": "3"})
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_ENDPOINT", "http://c:4318/custom")
-    assert http_target(None, None)[0] == "http://c:4318/custom"  # used as it is, as the SDK does
+    assert _target(None).url == "http://c:4318/custom"  # used as it is, as the SDK does
 
 
 @pytest.mark.parametrize("compression", [None, "gzip", "deflate"])
@@ -235,8 +243,7 @@ def test_http_protobuf_sends_records_compressed_as_configured(compression, monke
         monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", compression)
     receiver = Receiver()
     server, endpoint = start_http(receiver)
-    url, headers = http_target(endpoint, {"x-team": "rl"})
-    exporter = OTLPProtoHttpExporter(url, headers, 5)
+    exporter = OTLPProtoHttpExporter(_target(endpoint, {"x-team": "rl"}, timeout_s=5))
     batch = _batch()
     try:
         assert exporter.export(batch) is SpanExportResult.SUCCESS
@@ -256,7 +263,7 @@ def test_http_protobuf_retries_503_and_warns_a_partial_success(caplog: pytest.Lo
     partial.partial_success.error_message = "quota"
     server, endpoint = start_http(receiver)
     receiver.answers = [(503, {"Retry-After": "0"}), (429, {})]
-    exporter = OTLPProtoHttpExporter(http_target(endpoint, None)[0], None, 10)
+    exporter = OTLPProtoHttpExporter(_target(endpoint, timeout_s=10))
     try:
         assert exporter.export(_batch()) is SpanExportResult.SUCCESS  # third try
         assert len(receiver.times) == 3 and len(receiver.records) == len(_batch())

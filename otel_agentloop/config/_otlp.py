@@ -4,21 +4,31 @@ The one place the library reads the ``OTEL_EXPORTER_OTLP_*`` variables that conf
 declares and checks the traces' endpoint, protocol, headers and timeout; ``_environment`` checks every one).
 Each value is the ``configure()`` argument, else the signal's variable (``OTEL_EXPORTER_OTLP_TRACES_X``,
 ``..._METRICS_X``), else the generic one (``OTEL_EXPORTER_OTLP_X``), as the OTel specification says; headers
-are the variables' updated with the argument's (:attr:`OtlpTarget.all_headers`, on every protocol). Every
-exporter reads its target: the trace exporters (``export._grpc``, ``export._http_json``, ``export._http_proto``),
-the metric exporter (``metrics._otel``), the engine's hand-over (``integrations.vllm``) and the workers'
-(``setup``'s ``worker_env``). :func:`otlp_settings` makes both signals' targets of one ``configure()``.
+are the variables' updated with the argument's (:attr:`OtlpTarget.all_headers`, on every protocol).
+
+The rules that turn a target into a connection are written here once, as the target's properties: the URL per
+signal (:attr:`~OtlpTarget.url`; gRPC: :attr:`~OtlpTarget.grpc_address`), the headers each transport can carry
+(:attr:`~OtlpTarget.http_headers`, :attr:`~OtlpTarget.grpc_metadata`), TLS (:attr:`~OtlpTarget.http_verify`,
+:attr:`~OtlpTarget.http_cert`, :attr:`~OtlpTarget.grpc_tls_files`), the compression
+(:meth:`~OtlpTarget.compression_for`, :attr:`~OtlpTarget.grpc_compression`) and one call's deadline
+(:meth:`~OtlpTarget.timeout_for`). Every exporter is built from its target alone: the trace exporters
+(``export._grpc``, ``export._http_json``, ``export._http_proto``), the metric exporter (``metrics._otel``); the
+engine's hand-over (``integrations.vllm``) and the workers' (``setup``'s ``worker_env``) read it too.
+:func:`otlp_settings` makes both signals' targets of one ``configure()``.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import math
 from collections.abc import Callable, Mapping
-from typing import Literal
+from typing import Any, Literal
+from urllib.parse import ParseResult, urlparse
 
+from . import _headers
 from ._environment import variable
 from ._settings import Settings
-from ._values import parse_headers
+from ._values import parse_headers, warn_once
 
 Signal = Literal["TRACES", "METRICS"]
 TlsFiles = tuple[str | None, str | None, str | None]
@@ -27,11 +37,19 @@ TlsFiles = tuple[str | None, str | None, str | None]
 _OTLP = "OTEL_EXPORTER_OTLP_"
 _TLS_KEYS = ("CERTIFICATE", "CLIENT_KEY", "CLIENT_CERTIFICATE")
 _DEFAULT_HTTP = "http://localhost:4318"
+_DEFAULT_GRPC = "http://localhost:4317"
+COMPRESSIONS = ("gzip", "deflate", "none")
+DEFAULT_COMPRESSION = {"http/json": "gzip"}
+"""A protocol's compression when neither the argument nor the variables say: gzip for http/json (JSON shrinks
+~10x), none for every other (as the SDK's exporters)."""
+DEFAULT_TIMEOUT_S = 10.0
+"""One export call's deadline when none is set (the SDK's)."""
 
 
 @dataclasses.dataclass(frozen=True)
 class OtlpTarget:
-    """One signal's OTLP export settings, resolved (see :func:`resolve_otlp`); what every exporter reads."""
+    """One signal's OTLP export settings, resolved (see :func:`resolve_otlp`), and the rules that turn them into
+    a connection (see the module docstring): what every exporter is built from."""
 
     signal: Signal
     endpoint: str | None = None
@@ -45,9 +63,9 @@ class OtlpTarget:
     """Headers given as arguments (``configure(headers=)``, or an exporter's own); ``None``: none given. Sent
     over the environment's: :attr:`all_headers`."""
     timeout_s: float | None = None
-    """One export call's deadline (``None``: the exporter's default)."""
+    """One export call's deadline (``None``: :data:`DEFAULT_TIMEOUT_S`); checked by :meth:`timeout_for`."""
     compression: str | None = None
-    """As the variables say, lowercased (``gzip``, ``deflate``, ``none``); ``None``: unset."""
+    """As the variables (or an argument) say, lowercased (``gzip``, ``deflate``, ``none``); ``None``: unset."""
     insecure: bool | None = None
     """``..._INSECURE`` (``True`` only for ``true``); ``None``: unset."""
     tls: TlsFiles = (None, None, None)
@@ -56,13 +74,32 @@ class OtlpTarget:
     """TLS files as the SDK's gRPC exporter reads them: the signal's three when its ``CERTIFICATE`` is set, else
     the generic three."""
 
-    @property
-    def all_headers(self) -> dict[str, object]:
-        """What every exporter sends (the SDK 1.45's OTLP/HTTP rule, applied to every protocol): :attr:`headers`
-        updated item by item with :attr:`given_headers` (names lowercased; the argument wins a name both give).
-        Unchecked: each exporter skips, with a warning, an item its transport cannot carry."""
-        return merge_headers(self.headers, self.given_headers)
+    def given(
+        self,
+        endpoint: str | None = None,
+        headers: Mapping[str, object] | None = None,
+        *,
+        timeout_s: float | None = None,
+        compression: str | None = None,
+        tls: TlsFiles = (None, None, None),
+    ) -> OtlpTarget:
+        """This target with an exporter's own arguments (each ``None``: this target's): an ``endpoint`` is an
+        argument's (:attr:`url` appends the signal's path when it lacks it); ``headers`` replace
+        :attr:`given_headers`; each TLS file given replaces the HTTP one (:attr:`tls`)."""
+        changes: dict[str, Any] = {}
+        if endpoint is not None:
+            changes.update(endpoint=endpoint, source="argument")
+        if headers is not None:
+            changes["given_headers"] = headers
+        if timeout_s is not None:
+            changes["timeout_s"] = timeout_s
+        if compression is not None:
+            changes["compression"] = compression.lower() if isinstance(compression, str) else compression
+        if any(tls):
+            changes["tls"] = tuple(mine or theirs for mine, theirs in zip(tls, self.tls, strict=True))
+        return dataclasses.replace(self, **changes) if changes else self
 
+    # -- where ----------------------------------------------------------------------------------------------------
     @property
     def given_endpoint(self) -> str | None:
         """The endpoint when it was given as an argument (exporters read the variables' as the SDK does)."""
@@ -71,14 +108,116 @@ class OtlpTarget:
     @property
     def url(self) -> str:
         """The HTTP URL, as the SDK's OTLP/HTTP exporter makes it: an argument gets the signal's path
-        (``/v1/traces``) appended when it lacks it; the signal's variable is used as it is; the generic one (or
-        ``http://localhost:4318``) gets the path appended."""
+        (``/v1/traces``, ``/v1/metrics``) appended when it lacks it; the signal's variable is used as it is; the
+        generic one (or ``http://localhost:4318``) gets the path appended."""
         path = "/v1/" + self.signal.lower()
         if self.source == "argument" and self.endpoint is not None:
             return self.endpoint if self.endpoint.rstrip("/").endswith(path) else self.endpoint.rstrip("/") + path
         if self.source == _OTLP + self.signal + "_ENDPOINT" and self.endpoint is not None:
             return self.endpoint
         return (self.endpoint or _DEFAULT_HTTP).rstrip("/") + path
+
+    def _grpc_url(self) -> ParseResult:
+        try:
+            return urlparse(self.endpoint or _DEFAULT_GRPC)
+        except ValueError:  # "http://[::1": gRPC is handed the text as it is, and fails to connect (counted)
+            return urlparse("")
+
+    @property
+    def grpc_address(self) -> str:
+        """Where a gRPC channel connects (``host:port``), as the SDK's gRPC exporter reads the endpoint (the
+        text as it is when it has no scheme; ``http://localhost:4317`` when none is set)."""
+        return self._grpc_url().netloc or self.endpoint or _DEFAULT_GRPC
+
+    @property
+    def grpc_insecure(self) -> bool:
+        """A plain gRPC connection: ``http://`` is plain and ``https://`` TLS; without a scheme, TLS unless
+        :attr:`insecure` says ``true`` (as the SDK's gRPC exporter)."""
+        scheme = self._grpc_url().scheme
+        if scheme in ("https", "http") or self.insecure is None:
+            return scheme == "http"
+        return self.insecure
+
+    # -- what is sent ---------------------------------------------------------------------------------------------
+    @property
+    def all_headers(self) -> dict[str, object]:
+        """What every exporter sends (the SDK 1.45's OTLP/HTTP rule, applied to every protocol): :attr:`headers`
+        updated item by item with :attr:`given_headers` (names lowercased; the argument wins a name both give).
+        Unchecked: :attr:`http_headers` and :attr:`grpc_metadata` are what each transport can carry."""
+        return merge_headers(self.headers, self.given_headers)
+
+    @property
+    def http_headers(self) -> dict[str, str]:
+        """:attr:`all_headers` an HTTP request can carry; each item it cannot is skipped with a warning naming it
+        (``config._headers``)."""
+        return _headers.http_headers(self.all_headers)
+
+    @property
+    def grpc_metadata(self) -> _headers.GrpcMetadata:
+        """:attr:`all_headers` as gRPC metadata; each item gRPC cannot carry is skipped with a warning naming it
+        (``config._headers``)."""
+        return _headers.grpc_metadata(self.all_headers)
+
+    def compression_for(self, protocol: str) -> str:
+        """``gzip``, ``deflate`` or ``none``: :attr:`compression`, else ``protocol``'s default
+        (:data:`DEFAULT_COMPRESSION`); a name that is none of them is warned once and the default used."""
+        default = DEFAULT_COMPRESSION.get(protocol, "none")
+        chosen = self.compression or default
+        if chosen not in COMPRESSIONS:
+            warn_once(
+                f"{protocol}-compression",
+                "otel_agentloop: OTLP compression %r is not one of %s; using %s",
+                chosen,
+                ", ".join(COMPRESSIONS),
+                default,
+            )
+            return default
+        return chosen
+
+    @property
+    def grpc_compression(self) -> Any:  # Any: grpc is untyped (its Compression too)
+        """:meth:`compression_for` gRPC as a ``grpc.Compression``, passed explicitly (the SDK's gRPC exporters
+        raise on ``deflate`` and ``none`` read from the variables)."""
+        from grpc import Compression  # type: ignore[import-untyped]
+
+        names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate}
+        return names.get(self.compression_for("grpc"), Compression.NoCompression)
+
+    def timeout_for(self, protocol: str) -> float:
+        """One export call's deadline in seconds: :attr:`timeout_s`, else :data:`DEFAULT_TIMEOUT_S`; a value
+        that is not a positive finite number of seconds is warned once (naming ``protocol``) and the default
+        used."""
+        value: object = self.timeout_s
+        if value is None:
+            return DEFAULT_TIMEOUT_S
+        if isinstance(value, bool) or not isinstance(value, (int, float)) or not 0 < value < math.inf:
+            warn_once(
+                f"{protocol}-timeout",
+                "otel_agentloop: OTLP %s timeout %r is not a positive finite number of seconds; using %g",
+                protocol,
+                value,
+                DEFAULT_TIMEOUT_S,
+            )
+            return DEFAULT_TIMEOUT_S
+        return float(value)
+
+    # -- TLS ------------------------------------------------------------------------------------------------------
+    @property
+    def http_verify(self) -> bool | str:
+        """What verifies an HTTPS server: the CA file of :attr:`tls`, else the system's (``True``)."""
+        return self.tls[0] or True
+
+    @property
+    def http_cert(self) -> str | tuple[str, str] | None:
+        """The client certificate an HTTP exporter presents: (certificate, key) when both are set, else the
+        certificate file alone (it holds its key), else none."""
+        _, key, certificate = self.tls
+        return (certificate, key) if certificate and key else certificate
+
+    @property
+    def grpc_tls_files(self) -> TlsFiles | None:
+        """The TLS files of a gRPC connection (:attr:`grpc_tls`); ``None`` for a plain one (:attr:`grpc_insecure`)."""
+        return None if self.grpc_insecure else self.grpc_tls
 
 
 @dataclasses.dataclass(frozen=True)

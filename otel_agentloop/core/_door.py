@@ -1,26 +1,29 @@
 """The one door between the two span types: the library's record and the OpenTelemetry SDK's span.
 
 The library's processors (:class:`RecordProcessor`: the metrics, the keeper, the export processors) and its
-exporters (:class:`RecordExporter`: the OTLP and file exporters, with their encoders) receive one type, the
-record (:class:`~otel_agentloop.core._record.FastSpan`). Everything that crosses between the two types crosses
-here:
+exporters (``export._exporter.RecordExporter``: the OTLP and file exporters, with their encoders) receive one
+type, the record (:class:`~otel_agentloop.core._record.FastSpan`). Everything that crosses between the two types
+crosses here:
 
 - SDK span → record (:func:`to_record`): a span an SDK tracer made (``fast_path=False``, a user's tracer on the
   library's provider, the library's side tracers, a user's own ``TracerProvider``)
   becomes a record with the span's values, kind, resource and scope; the SDK span is kept on it
   (``materialised``), so a processor or exporter that is not the library's receives the original, as given.
   A :class:`RecordProcessor` added to an SDK provider the library did not build adapts each span itself, here.
-- record → SDK span (:func:`materialise`): for a processor (:class:`Foreign`) or exporter (:func:`sender`) that
-  is not the library's; a user's processor's ``on_start`` edits are folded back into the record (:func:`_fold`).
+- A batch of ended spans → records (:func:`records_of`, the one loop that adapts a batch): on an export thread
+  (``export._processor``), and when one of the library's exporters is handed SDK spans (``export._exporter``).
+- record → SDK span (:func:`materialise`): for a processor (:class:`Foreign`) or exporter
+  (``export._exporter.SpanExporterOfRecords``) that is not the library's; a user's processor's ``on_start``
+  edits are folded back into the record (:func:`_fold`).
 
 Capabilities are declared by type, never sniffed: a processor is the library's when it is a
-:class:`RecordProcessor`, an exporter when it is a :class:`RecordExporter`; the ``isinstance`` checks are here.
+:class:`RecordProcessor`, an exporter when it is an ``export._exporter.RecordExporter``.
 """
 
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Callable, Mapping, Sequence
+from collections.abc import Mapping, Sequence
 from typing import Any, cast
 
 from opentelemetry.attributes import BoundedAttributes
@@ -28,7 +31,6 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcessor
 from opentelemetry.sdk.trace import Span as SdkSpan
-from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, SpanKind
@@ -73,52 +75,6 @@ class RecordProcessor(SpanProcessor):
             internal_error(f"{type(self).__name__}.on_end")
             return
         self.record_end(record)
-
-
-class RecordExporter(SpanExporter):
-    """An exporter of the library: :meth:`export_records` takes records, and repairs or leaves out (counted in
-    :attr:`spans_unencodable`) what it cannot encode; the export processor reports those as dropped. As a
-    ``SpanExporter`` it takes SDK spans too (:meth:`export`: adapted here; a record among them as it is)."""
-
-    spans_unencodable: int = 0
-
-    def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
-        raise NotImplementedError
-
-    def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
-        return self.export_records([_as_record(span) for span in spans])
-
-
-def _as_record(span: object) -> FastSpan:
-    """A record as it is; an SDK span adapted (:func:`to_record`)."""
-    return span if type(span) is FastSpan else to_record(cast(ReadableSpan, span))
-
-
-Send = Callable[[Sequence[FastSpan]], tuple[SpanExportResult, int]]
-"""An export of records: the exporter's result and how many records it could not encode (dropped)."""
-
-
-def sender(
-    exporter: SpanExporter, repaired: Callable[[Sequence[ReadableSpan]], tuple[Sequence[ReadableSpan], int]]
-) -> Send:
-    """How the export processor hands a batch of records to ``exporter``: as they are to a
-    :class:`RecordExporter`; materialised (the SDK spans they came from, or built from them), with text repaired
-    by ``repaired``, to any other. Never raises beyond the exporter's own ``export``."""
-    if isinstance(exporter, RecordExporter):
-        ours = exporter
-
-        def send_records(batch: Sequence[FastSpan]) -> tuple[SpanExportResult, int]:
-            before = ours.spans_unencodable
-            result = ours.export_records(batch) if batch else SpanExportResult.SUCCESS
-            return result, max(ours.spans_unencodable - before, 0)
-
-        return send_records
-
-    def send_spans(batch: Sequence[FastSpan]) -> tuple[SpanExportResult, int]:
-        spans, lost = repaired([materialise(record) for record in batch])
-        return (exporter.export(spans) if spans else SpanExportResult.SUCCESS), lost
-
-    return send_spans
 
 
 # -- SDK span -> record ------------------------------------------------------------------------------------------
@@ -279,9 +235,10 @@ def sampled(item: FastSpan | ReadableSpan) -> bool:
 
 
 def records_of(batch: Sequence[FastSpan | ReadableSpan], where: str) -> tuple[list[FastSpan], int]:
-    """A batch of ended spans (records as they are, SDK spans a :class:`RecordProcessor` on an SDK provider
-    queued unadapted) as records, adapted here off the thread that ended them (:func:`to_record`); and how many
-    could not be adapted: those are left out, logged once per ``where`` (``internal_error``). Never raises."""
+    """A batch of ended spans (records as they are; SDK spans an export processor on an SDK provider queued
+    unadapted, or an SDK processor handed to one of the library's exporters) as records, adapted here off the
+    thread that ended them (:func:`to_record`); and how many could not be adapted: those are left out, logged
+    once per ``where`` (``internal_error``). Never raises."""
     records: list[FastSpan] = []
     failed = 0
     for span in batch:

@@ -8,11 +8,10 @@ from collections.abc import Sequence
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ..core._door import RecordExporter
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
+from ._exporter import RecordSpanExporter
 from ._otlp_json import encode_request
-from ._processor import suppressed
 
 
 def open_append(path: str) -> int:
@@ -49,7 +48,7 @@ def say_unwritable(path: str, exc: OSError, *, folder: bool) -> None:
     )
 
 
-class OTLPJsonFileExporter(RecordExporter):
+class OTLPJsonFileExporter(RecordSpanExporter):
     """Appends one ``{"resourceSpans": [...]}`` line per export to ``path``.
 
     The layout is the one the Collector's file exporter writes; the Jaeger UI loads such a file, and
@@ -83,7 +82,7 @@ class OTLPJsonFileExporter(RecordExporter):
                 self.spans_unencodable += skipped
                 if skipped == len(spans):
                     return SpanExportResult.SUCCESS  # nothing left to write
-            with suppressed(), self._lock:  # no span for the write, whatever file I/O instrumentation is on
+            with self._lock:
                 if self._fd is None:
                     self._fd = open_append(self.path)
                 write_all(self._fd, data)

@@ -1,12 +1,13 @@
 """OTLP over gRPC, encoded by our own encoder (:mod:`._otlp_proto`): the bytes go out through a plain
 ``unary_unary`` call to ``TraceService/Export``, no protobuf objects are built.
 
-It honours what the SDK's gRPC span exporter honours, read by :func:`grpc_target` as the SDK reads it: the
-endpoint (``https://`` is TLS, ``http://`` is plain; without a scheme, TLS unless
-``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE`` says ``true``), the headers (as gRPC metadata, names lowercased,
-an item gRPC cannot carry skipped with a warning: :mod:`otel_agentloop.config._headers`), the timeout, the
-compression (passed in), the TLS files (``OTEL_EXPORTER_OTLP[_TRACES]_CERTIFICATE``, ``_CLIENT_KEY``,
-``_CLIENT_CERTIFICATE``) and the retryable status codes (``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``).
+It honours what the SDK's gRPC span exporter honours, each read off its resolved target
+(``config._otlp.OtlpTarget``, where the rules are written): the endpoint (``grpc_address``; ``https://`` is
+TLS, ``http://`` is plain; without a scheme, TLS unless ``OTEL_EXPORTER_OTLP[_TRACES]_INSECURE`` says
+``true``), the headers (``grpc_metadata``: names lowercased, an item gRPC cannot carry skipped with a warning),
+the timeout, the compression, the TLS files (``grpc_tls_files``: ``OTEL_EXPORTER_OTLP[_TRACES]_CERTIFICATE``,
+``_CLIENT_KEY``, ``_CLIENT_CERTIFICATE``); and the retryable status codes
+(``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``, :func:`retryable_codes`).
 """
 
 from __future__ import annotations
@@ -14,23 +15,19 @@ from __future__ import annotations
 import random
 import threading
 import time
-from collections.abc import Iterable, Mapping, Sequence
-from dataclasses import dataclass
+from collections.abc import Iterable, Sequence
 from typing import Any
-from urllib.parse import urlparse
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
-from ..config._headers import GrpcMetadata, grpc_metadata
-from ..config._otlp import OtlpTarget, resolve_otlp
+from ..config._otlp import OtlpTarget
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_proto import encode_request, warn_rejected
 from ._sending import SendingExporter
 
 EXPORT_METHOD = "/opentelemetry.proto.collector.trace.v1.TraceService/Export"
-DEFAULT_ENDPOINT = "http://localhost:4317"
 RETRYABLE = (
     "CANCELLED",
     "DEADLINE_EXCEEDED",
@@ -45,45 +42,11 @@ names others."""
 MAX_TRIES = 6
 
 
-@dataclass(frozen=True)
-class GrpcTarget:
-    """Where and how to connect (see :func:`grpc_target`). ``tls``: (root certificates, client key, client
-    certificate chain) file paths, each possibly ``None``; ``None`` for a plain connection."""
-
-    target: str
-    tls: tuple[str | None, str | None, str | None] | None
-    headers: GrpcMetadata
-    retryable: tuple[str, ...]
-
-
-def grpc_target(endpoint: str | None, headers: Mapping[str, object] | None) -> GrpcTarget:
-    """The environment read as the SDK's gRPC span exporter reads it (see the module docstring): an ``endpoint``
-    argument wins over the variables; ``headers`` update the variables' (``OtlpTarget.all_headers``)."""
-    return target_of(resolve_otlp("TRACES", endpoint, headers))
-
-
-def target_of(otlp: OtlpTarget) -> GrpcTarget:
-    """Where and how to connect to the resolved ``otlp`` (``config._otlp``), as the SDK's gRPC span exporter
-    does (see the module docstring)."""
-    endpoint = otlp.endpoint or DEFAULT_ENDPOINT
-    try:
-        parsed = urlparse(endpoint)
-    except ValueError:  # "http://[::1": gRPC is handed the text as it is, and fails to connect (counted)
-        parsed = urlparse("")
-    if parsed.scheme in ("https", "http"):
-        insecure = parsed.scheme == "http"
-    elif otlp.insecure is not None:
-        insecure = otlp.insecure
-    else:
-        insecure = parsed.scheme == "http"
+def retryable_codes() -> tuple[str, ...]:
+    """The status codes retried: those ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES`` names (upper
+    case), else :data:`RETRYABLE`."""
     codes = variable("OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES")
-    retryable = tuple(c.strip().upper() for c in codes.split(",") if c.strip()) if codes else RETRYABLE
-    return GrpcTarget(
-        target=parsed.netloc or endpoint,
-        tls=None if insecure else otlp.grpc_tls,
-        headers=grpc_metadata(otlp.all_headers),
-        retryable=retryable,
-    )
+    return tuple(c.strip().upper() for c in codes.split(",") if c.strip()) if codes else RETRYABLE
 
 
 def _read(path: str | None) -> bytes | None:
@@ -98,27 +61,28 @@ def _read(path: str | None) -> bytes | None:
 
 
 class OTLPGrpcExporter(SendingExporter):
-    """Export spans to ``target`` with one gRPC ``Export`` call per batch (see the module docstring).
+    """Export spans to the resolved ``target`` with one gRPC ``Export`` call per batch (see the module docstring).
 
-    Contract: :meth:`export` never raises and starts no try and no wait past ``timeout_s`` from its start. A
-    retryable status is retried after the receiver's ``RetryInfo`` delay when it gives one, else after an
-    exponential back-off (1 s, 2 s, 4 s..., jittered), at most ``MAX_TRIES`` tries; the first UNAVAILABLE
+    Contract: :meth:`export_records` never raises and starts no try and no wait past ``timeout_s`` from its
+    start. A retryable status is retried after the receiver's ``RetryInfo`` delay when it gives one, else after
+    an exponential back-off (1 s, 2 s, 4 s..., jittered), at most ``MAX_TRIES`` tries; the first UNAVAILABLE
     opens a fresh channel. Any other status, or a wait past the deadline, reports FAILURE (counted by the
     export processor). The first failed try is warned at once, once (:meth:`SendingExporter._failed`). A
-    receiver's partial success is warned once. :meth:`shutdown` closes the
-    channel (an export in flight ends) and aborts a back-off wait. The channel is opened on the first export;
+    receiver's partial success is warned once. :meth:`shutdown` closes the channel (an export in flight
+    ends) and aborts a back-off wait. The channel is opened on the first export;
     a forked child opens its own. Spans that cannot be encoded are left out and counted in
     ``spans_unencodable``.
     """
 
     protocol = "grpc"
 
-    def __init__(self, target: GrpcTarget, timeout_s: float = 10.0, compression: Any = None) -> None:
-        self.target = target
-        self.timeout_s = float(timeout_s)
-        self.compression = compression
-        self.spans_unencodable = 0
-        self._shutdown = False
+    def __init__(self, target: OtlpTarget) -> None:
+        super().__init__(target)
+        self.address = target.grpc_address
+        self.tls = target.grpc_tls_files
+        self.metadata = target.grpc_metadata
+        self.compression = target.grpc_compression
+        self.retryable = retryable_codes()
         self._init_state()
         after_fork_in_child(self, "_init_state")
 
@@ -138,15 +102,15 @@ class OTLPGrpcExporter(SendingExporter):
         with self._lock:
             if self._call is not None:
                 return self._call
-            tls = self.target.tls
+            tls = self.tls
             if tls is None:
-                channel = grpc.insecure_channel(self.target.target, compression=self.compression)
+                channel = grpc.insecure_channel(self.address, compression=self.compression)
             else:
                 root, key, chain = (_read(path) for path in tls)
                 credentials = grpc.ssl_channel_credentials(
                     root_certificates=root, private_key=key, certificate_chain=chain
                 )
-                channel = grpc.secure_channel(self.target.target, credentials, compression=self.compression)
+                channel = grpc.secure_channel(self.address, credentials, compression=self.compression)
             self._channel = channel
             self._call = channel.unary_unary(
                 EXPORT_METHOD,
@@ -178,7 +142,7 @@ class OTLPGrpcExporter(SendingExporter):
                 return SpanExportResult.FAILURE
             call = self._connect()
             try:
-                answer = call(body, metadata=self.target.headers, timeout=max(deadline - time.monotonic(), 0.001))
+                answer = call(body, metadata=self.metadata, timeout=max(deadline - time.monotonic(), 0.001))
             except grpc.RpcError as error:
                 code = error.code()
                 name = getattr(code, "name", str(code))
@@ -189,7 +153,7 @@ class OTLPGrpcExporter(SendingExporter):
                     self._reconnect()  # as the SDK does: a fresh channel reconnects at once
                 self._failed(f"{name}: {error.details()}")  # warned once, at the first failed try
                 if (
-                    name not in self.target.retryable
+                    name not in self.retryable
                     or attempt + 1 == MAX_TRIES
                     or self._shutdown
                     or time.monotonic() + wait >= deadline
@@ -200,13 +164,13 @@ class OTLPGrpcExporter(SendingExporter):
                 continue
             self._succeeded()
             if answer.HasField("partial_success"):
-                warn_rejected(answer.SerializeToString(), self.target.target)
+                warn_rejected(answer.SerializeToString(), self.address)
             return SpanExportResult.SUCCESS
         return SpanExportResult.FAILURE
 
     @property
     def destination(self) -> str:
-        return self.target.target
+        return self.address
 
     def shutdown(self) -> None:
         """Stop: close the channel (an export in flight ends) and abort a back-off wait; never blocks."""

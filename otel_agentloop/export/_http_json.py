@@ -1,7 +1,8 @@
 """OTLP/HTTP with a JSON body (``http/json``), using the cheap string encoder instead of protobuf.
 
-Settings the exporter reads itself, as the OTel OTLP/HTTP exporter does (the ``_TRACES_`` variable first, then
-the generic one; an argument wins over both):
+Settings read off its resolved target (``config._otlp.OtlpTarget``, where the rules are written), as the OTel
+OTLP/HTTP exporter reads them (the ``_TRACES_`` variable first, then the generic one; an argument wins over
+both):
 
 - ``OTEL_EXPORTER_OTLP[_TRACES]_CERTIFICATE``: CA bundle that verifies the server (else the system's);
   ``_CLIENT_CERTIFICATE`` and ``_CLIENT_KEY``: the client's certificate and key for mutual TLS.
@@ -16,7 +17,7 @@ origin, or turn the POST into a GET that "succeeds" without delivering anything)
 ``MAX_ANSWER_BYTES`` of an answer are read, undecoded, within the export's deadline (a longer answer closes
 its connection); ``Retry-After`` is bounded (see :func:`retry_after_s`); a header that HTTP cannot carry (a
 control character such as CR/LF in its value, a name that is not a token, a value outside Latin-1) is
-skipped with a warning naming it (:func:`otel_agentloop.config._headers.http_headers`).
+skipped with a warning naming it (``OtlpTarget.http_headers``).
 """
 
 from __future__ import annotations
@@ -34,15 +35,13 @@ from typing import Any
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ..config._headers import http_headers
-from ..config._otlp import OtlpTarget, merge_headers, resolve_otlp
+from ..config._otlp import OtlpTarget, resolve_otlp
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._sending import SendingExporter
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
-COMPRESSIONS = ("gzip", "deflate", "none")
 MAX_ANSWER_BYTES = 64 << 10
 """At most this much of an answer is read (OTLP answers are a few bytes; the rest is never downloaded)."""
 MAX_RETRY_AFTER_S = 3600.0
@@ -50,7 +49,6 @@ MAX_RETRY_AFTER_S = 3600.0
 MIN_RETRY_WAIT_S = 0.1
 """A ``Retry-After`` shorter than this (``0``) waits this long: a server saying "now" again and again is not
 hammered."""
-DEFAULT_TIMEOUT_S = 10.0
 
 
 def retry_after_s(value: str | None, now: float | None = None) -> float | None:
@@ -74,74 +72,57 @@ def retry_after_s(value: str | None, now: float | None = None) -> float | None:
 
 
 class OTLPJsonHttpExporter(SendingExporter):
-    """POST ``{"resourceSpans": ...}`` to ``endpoint`` (``.../v1/traces``) over one reused HTTP session.
+    """POST ``{"resourceSpans": ...}`` to the target's URL (``.../v1/traces``) over one reused HTTP session.
 
-    Contract: :meth:`export` never raises, and starts no try and no wait past ``timeout_s`` from its start
+    Contract: :meth:`export_records` never raises, and starts no try and no wait past ``timeout_s`` from its start
     (each try's connect and each read get the time left; a server that trickles bytes can stretch the last
     try, which is why the export processor never waits on the network). A retryable answer (429/502/503/504)
     is retried after its ``Retry-After`` when it gives one, else after a jittered back-off (0.25 s doubling
     to 2 s); a dropped pooled connection is retried at once, other connection errors after the back-off.
     When the next try would start past the deadline, or on any other answer, the export reports FAILURE
     (counted by the export processor); the first failed try is warned at once, once
-    (:meth:`SendingExporter._failed`). :meth:`shutdown` aborts a back-off wait. The network calls run with
-    instrumentation suppressed. A forked child opens its own connections. A 3xx answer is a failure (not
-    followed, not retried). Spans that cannot be encoded are left out and counted in ``spans_unencodable``.
+    (:meth:`SendingExporter._failed`). :meth:`shutdown` aborts a back-off wait. A forked child opens its own
+    connections. A 3xx answer is a failure (not followed, not retried). Spans that cannot be encoded are left
+    out and counted in ``spans_unencodable``.
     """
 
     protocol = "http/json"
     """The protocol's name, in warnings (a subclass sends another body: ``export._http_proto``)."""
     content_type = "application/json"
-    default_compression = "gzip"
-    """When neither the argument nor ``OTEL_EXPORTER_OTLP[_TRACES]_COMPRESSION`` says (JSON shrinks ~10x)."""
 
     def __init__(
         self,
-        endpoint: str,
+        endpoint: str | OtlpTarget,
         headers: Mapping[str, object] | None = None,
-        timeout_s: float = 10.0,
+        timeout_s: float | None = None,
         *,
         compression: str | None = None,
         certificate_file: str | None = None,
         client_key_file: str | None = None,
         client_certificate_file: str | None = None,
-        otlp: OtlpTarget | None = None,
     ) -> None:
-        """``otlp``: the resolved settings (``config._otlp``) that arguments left ``None`` come from (default: the
-        environment's); ``headers`` are sent over ``otlp``'s (``OtlpTarget.all_headers``)."""
-        otlp = otlp if otlp is not None else resolve_otlp("TRACES")
-        self.endpoint = endpoint if endpoint.rstrip("/").endswith("/v1/traces") else endpoint.rstrip("/") + "/v1/traces"
-        chosen = (compression or otlp.compression or self.default_compression).lower()
-        if chosen not in COMPRESSIONS:
-            warn_once(
-                f"{self.protocol}-compression",
-                "otel_agentloop: OTLP compression %r is not one of %s; using %s",
-                chosen,
-                ", ".join(COMPRESSIONS),
-                self.default_compression,
+        """``endpoint``: a resolved target (``config._otlp.OtlpTarget``, what ``configure()`` passes), or a URL
+        (``/v1/traces`` appended when it lacks it) over the environment's target. The other arguments, when
+        given, replace the target's (``headers``: sent over the environment's, ``OtlpTarget.all_headers``;
+        ``timeout_s`` default 10 s)."""
+        base, url = (endpoint, None) if isinstance(endpoint, OtlpTarget) else (resolve_otlp("TRACES"), endpoint)
+        super().__init__(
+            base.given(
+                url,
+                headers,
+                timeout_s=timeout_s,
+                compression=compression,
+                tls=(certificate_file, client_key_file, client_certificate_file),
             )
-            chosen = self.default_compression
-        self.compression = chosen
-        self.headers = {"Content-Type": self.content_type, **http_headers(merge_headers(otlp.headers, headers))}
-        if chosen != "none":
-            self.headers["Content-Encoding"] = chosen
-        if isinstance(timeout_s, bool) or not isinstance(timeout_s, (int, float)) or not 0 < timeout_s < math.inf:
-            warn_once(
-                f"{self.protocol}-timeout",
-                "otel_agentloop: OTLP %s timeout %r is not a positive finite number of seconds; using %g",
-                self.protocol,
-                timeout_s,
-                DEFAULT_TIMEOUT_S,
-            )
-            timeout_s = DEFAULT_TIMEOUT_S
-        self.timeout_s = float(timeout_s)
-        self.spans_unencodable = 0
-        self.verify: bool | str = certificate_file or otlp.tls[0] or True
-        client_cert = client_certificate_file or otlp.tls[2]
-        client_key = client_key_file or otlp.tls[1]
-        self.cert: str | tuple[str, str] | None = (
-            (client_cert, client_key) if client_cert and client_key else client_cert
         )
-        self._shutdown = False
+        target = self.target
+        self.endpoint = target.url
+        self.compression = target.compression_for(self.protocol)
+        self.headers = {"Content-Type": self.content_type, **target.http_headers}
+        if self.compression != "none":
+            self.headers["Content-Encoding"] = self.compression
+        self.verify = target.http_verify
+        self.cert = target.http_cert
         self._stop = threading.Event()
         self._session: Any = None
         self._lock = threading.Lock()

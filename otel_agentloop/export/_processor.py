@@ -16,10 +16,13 @@ repair it themselves and count a span they cannot encode at all in ``spans_unenc
 (the SDK's OTLP protobuf ones, the console) gets repaired copies of the spans that need it (U+FFFD, see
 ``_clean``). Spans that cannot be encoded either way, or adapted into records, are counted as dropped.
 
-It receives records (``core._door.RecordProcessor``) and hands them to a ``RecordExporter`` as they are, to any
-other exporter as SDK spans (``core._door.sender``). On an SDK provider (a user's own, the library's side tracers)
-``on_end`` queues the SDK span as it is: the worker adapts its batch into records (``core._door.records_of``),
-so the thread that ended the span pays one append, as with the SDK's own batch processor.
+It receives records (``core._door.RecordProcessor``) and is the one batch worker for any exporter, as the SDK's
+batch processor: it calls one method of one type, ``export_records`` of a ``RecordExporter`` (``_exporter``:
+the library's exporters take the records as they are, any other gets SDK spans through
+``SpanExporterOfRecords``), with instrumentation suppressed once, here. On an SDK provider (a user's own, the
+library's side tracers) ``on_end`` queues the SDK span as it is: the worker adapts its batch into records
+(``core._door.records_of``), so the thread that ended the span pays one append, as with the SDK's own batch
+processor.
 """
 
 from __future__ import annotations
@@ -37,10 +40,10 @@ from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
-from ..core._door import RecordProcessor, records_of, sender
+from ..core._door import RecordProcessor, records_of
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
-from ._clean import repaired
+from ._exporter import record_exporter
 
 logger = logging.getLogger("otel_agentloop")
 
@@ -108,7 +111,7 @@ class ExportProcessor(RecordProcessor):
         self.exporter = exporter
         self._failed_last = False  # the last export failed (kept in a forked child: the endpoint is the same)
         self._give_up_at: float | None = None  # see failed_deadline (kept in a forked child too)
-        self._send = sender(exporter, repaired)
+        self._record_exporter = record_exporter(exporter)
         self.name = name
         self._init_state()
         after_fork_in_child(self, "_after_fork")
@@ -243,14 +246,17 @@ class ExportProcessor(RecordProcessor):
         self._in_flight = 0
 
     def _export(self, batch: Sequence[FastSpan]) -> tuple[bool, int]:
-        """Export ``batch``: whether it succeeded, and how many of its spans were dropped as not encodable."""
+        """Export ``batch`` (``RecordExporter.export_records``, with instrumentation suppressed: the one place an
+        export suppresses it): whether it succeeded, and how many of its spans were dropped as not encodable."""
+        exporter = self._record_exporter
+        before = exporter.spans_unencodable
         try:
             with suppressed():
-                result, lost = self._send(batch)
-            return result is SpanExportResult.SUCCESS, lost
+                result = exporter.export_records(batch) if batch else SpanExportResult.SUCCESS
         except Exception:
             internal_error(f"{type(self.exporter).__name__}.export")
             return False, 0
+        return result is SpanExportResult.SUCCESS, max(exporter.spans_unencodable - before, 0)
 
     # -- control ----------------------------------------------------------------------------------
     @property

@@ -35,13 +35,12 @@ from typing import Any
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from .. import semconv as sc
-from ..core._door import RecordExporter
 from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
+from ._exporter import RecordSpanExporter
 from ._file import OTLPJsonFileExporter, open_append, say_unwritable, write_all
 from ._otlp_json import encode_request
-from ._processor import suppressed
 
 LAYOUT_VERSION = 1
 INDEX = "index.jsonl"
@@ -125,7 +124,7 @@ def _text(value: object) -> str | None:
     return None if value is None else clean_text(str(value))
 
 
-class RolledDirectoryExporter(RecordExporter):
+class RolledDirectoryExporter(RecordSpanExporter):
     """Writes the rolled directory at ``path`` (see the module docstring).
 
     Like :class:`OTLPJsonFileExporter`: a failed write returns FAILURE for the batch (counted by the export
@@ -273,7 +272,7 @@ class RolledDirectoryExporter(RecordExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         try:
-            with suppressed(), self._lock:  # no span for the writes, whatever file I/O instrumentation is on
+            with self._lock:
                 now = time.time_ns()
                 for key, group in self._route(spans, now).items():
                     data, skipped = encode_request(group, "\n")

@@ -1,5 +1,7 @@
-"""What the library's network exporters (gRPC, http/json, http/protobuf) share: an ``export()`` that never
-raises, and the endpoint's health (:attr:`SendingExporter.failing`), warned once at the first failed try."""
+"""What the library's network exporters (gRPC, http/json, http/protobuf) share: built from one resolved
+target (``config._otlp.OtlpTarget``: the URL, headers, TLS, compression and timeout rules are its own), an
+``export_records()`` that never raises, and the endpoint's health (:attr:`SendingExporter.failing`), warned once
+at the first failed try."""
 
 from __future__ import annotations
 
@@ -7,19 +9,19 @@ from collections.abc import Sequence
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ..core._door import RecordExporter
+from ..config._otlp import OtlpTarget
 from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
-from ._processor import suppressed
+from ._exporter import RecordSpanExporter
 
 
-class SendingExporter(RecordExporter):
-    """A span exporter that sends batches over the network. :meth:`export` runs the subclass's ``_export``
-    with instrumentation suppressed (its own network calls make no spans) and never raises: an internal error
-    is logged once and the batch reported FAILURE (counted by the export processor); after ``shutdown`` an
-    export fails at once, and an error from a connection that shutdown closed is not reported."""
+class SendingExporter(RecordSpanExporter):
+    """A span exporter that sends batches to ``target`` over the network. :meth:`export_records` runs the
+    subclass's ``_export`` and never raises: an internal error is logged once and the batch reported FAILURE
+    (counted by the export processor); after ``shutdown`` an export fails at once, and an error from a
+    connection that shutdown closed is not reported. Instrumentation is suppressed by the processor that calls
+    it (``ExportProcessor``, the SDK's), not here: its own network calls make no spans."""
 
-    _shutdown = False
     protocol = "otlp"
     """The protocol's name, in warnings."""
     failing = False
@@ -28,6 +30,12 @@ class SendingExporter(RecordExporter):
     bound (``ExportProcessor.failed_wait_s``)."""
     failure = ""
     """Why the last failed try failed (for the one line said at shutdown)."""
+
+    def __init__(self, target: OtlpTarget) -> None:
+        self.target = target
+        self.timeout_s = target.timeout_for(self.protocol)
+        self.spans_unencodable = 0
+        self._shutdown = False
 
     @property
     def destination(self) -> str:
@@ -56,13 +64,12 @@ class SendingExporter(RecordExporter):
     def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         if self._shutdown:
             return SpanExportResult.FAILURE
-        with suppressed():
-            try:
-                return self._export(spans)
-            except Exception:
-                if not self._shutdown:  # shutdown closed the connection under an export in flight: not a bug
-                    internal_error(f"{type(self).__name__}.export")
-                return SpanExportResult.FAILURE
+        try:
+            return self._export(spans)
+        except Exception:
+            if not self._shutdown:  # shutdown closed the connection under an export in flight: not a bug
+                internal_error(f"{type(self).__name__}.export")
+            return SpanExportResult.FAILURE
 
     def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         raise NotImplementedError

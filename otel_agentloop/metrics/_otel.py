@@ -9,9 +9,9 @@ Gauges: ``rl.samples.in_flight`` by ``rl.phase`` and ``rl.samples.in_flight.olde
 
 Recording happens on the background thread (:mod:`~otel_agentloop.health._watchdog`), never in the span's ``on_end``.
 Export: ``OTEL_METRICS_EXPORTER`` (``otlp``, ``console``, ``none``; default ``otlp`` when an OTLP endpoint is
-configured, else ``none``), the SDK's OTLP metric exporter reading ``OTEL_EXPORTER_OTLP_METRICS_*`` /
-``OTEL_EXPORTER_OTLP_*`` (its headers checked as the traces' are: ``config._headers``), every
-``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60000, at least 100, at most 3600000:
+configured, else ``none``), the SDK's OTLP metric exporter built from the metrics' resolved target
+(``OTEL_EXPORTER_OTLP_METRICS_*`` / ``OTEL_EXPORTER_OTLP_*``; its headers checked as the traces' are:
+``config._otlp``), every ``OTEL_METRIC_EXPORT_INTERVAL`` ms (default 60000, at least 100, at most 3600000:
 ``Settings.metric_export_interval_s``; it travels to workers with the other settings).
 """
 
@@ -30,7 +30,6 @@ from opentelemetry.util.types import AttributeValue
 from .. import semconv as sc
 from .._version import __version__
 from ..config._environment import variable
-from ..config._headers import grpc_metadata, http_headers
 from ..config._otlp import OtlpTarget
 from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry
@@ -87,39 +86,30 @@ def exporter_choice(endpoint: str | None) -> str:
     return "none"
 
 
-def grpc_compression(compression: str | None) -> Any:  # Any: grpc is untyped (its Compression too)
-    """The ``grpc.Compression`` for a resolved target's ``compression`` (``config._otlp``; anything but ``gzip``
-    and ``deflate`` is none): passed explicitly, as the SDK's gRPC exporters raise on ``deflate`` and ``none``."""
-    from grpc import Compression  # type: ignore[import-untyped]
-
-    names = {"gzip": Compression.Gzip, "deflate": Compression.Deflate}
-    return names.get(compression or "none", Compression.NoCompression)
-
-
 def _otlp_metric_exporter(otlp: OtlpTarget) -> MetricExporter:
-    """The SDK's OTLP metric exporter for the resolved ``otlp`` (its endpoint only when given as an argument:
-    else the SDK reads the variables as it does), sending ``otlp.all_headers`` (the environment's updated with
-    the argument), only those its transport can carry
-    (``config._headers``: each item it cannot carry is skipped with a warning, as for the traces; the SDK would
-    fail every export)."""
-    endpoint, headers = otlp.given_endpoint, otlp.all_headers
+    """The SDK's OTLP metric exporter, built from the resolved ``otlp`` and its rules (``config._otlp``): the
+    endpoint when given as an argument (over HTTP the signal's URL, over gRPC its scheme deciding TLS; else the
+    SDK reads the variables as ``otlp`` read them), the headers its transport can carry (``otlp.http_headers``,
+    ``otlp.grpc_metadata``: each item it cannot carry is skipped with a warning, as for the traces; the SDK
+    would fail every export) and the compression (over gRPC: the SDK raises on some names it reads itself)."""
+    endpoint = otlp.given_endpoint
     if otlp.protocol == "grpc":
         from opentelemetry.exporter.otlp.proto.grpc.metric_exporter import OTLPMetricExporter as Grpc
 
-        insecure = True if endpoint is not None and endpoint.startswith("http://") else None
+        insecure = otlp.grpc_insecure if endpoint is not None else None
         # Any: a -bin key's value is bytes (gRPC takes them; the SDK's annotation says str)
-        metadata: Any = grpc_metadata(headers) or _NoHeaders()
-        return Grpc(
-            endpoint=endpoint, insecure=insecure, compression=grpc_compression(otlp.compression), headers=metadata
-        )
+        metadata: Any = otlp.grpc_metadata or _NoHeaders()
+        return Grpc(endpoint=endpoint, insecure=insecure, compression=otlp.grpc_compression, headers=metadata)
     from opentelemetry.exporter.otlp.proto.http.metric_exporter import OTLPMetricExporter as Http
 
-    if endpoint is not None and not endpoint.rstrip("/").endswith("/v1/metrics"):
-        endpoint = endpoint.rstrip("/") + "/v1/metrics"
-    sent = http_headers(headers)  # the SDK adds the environment's too (unchecked): the session drops those skipped
-    skipped = frozenset(k for k in headers if isinstance(k, str)) - frozenset(sent)
+    sent = otlp.http_headers  # the SDK adds the environment's too (unchecked): the session drops those skipped
+    skipped = frozenset(k for k in otlp.all_headers if isinstance(k, str)) - frozenset(sent)
     # http/json has no SDK metric exporter: protobuf over the same port
-    return Http(endpoint=endpoint, headers=sent, session=_session_without(skipped) if skipped else None)
+    return Http(
+        endpoint=otlp.url if endpoint is not None else None,
+        headers=sent,
+        session=_session_without(skipped) if skipped else None,
+    )
 
 
 class _NoHeaders(tuple[tuple[str, str], ...]):

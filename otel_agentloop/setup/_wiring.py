@@ -22,11 +22,15 @@ from ..config._watchdog import WatchdogSettings
 from ..core import _tracer
 from ..core._guard import logger
 from ..core._recorder import Recorder
+from ..export._grpc import OTLPGrpcExporter
+from ..export._http_json import OTLPJsonHttpExporter
+from ..export._http_proto import OTLPProtoHttpExporter
 from ..export._keep import SampleKeeper
 from ..export._pipeline import PipelineProvider, RecordPipeline
 from ..export._processor import ExportProcessor
 from ..export._rolled import file_exporter_for
 from ..export._sampling import BudgetSampler, RecordingSampler
+from ..export._sending import SendingExporter
 from ..health import _watchdog
 from ..metrics import _otel as _otel_metrics
 from ..metrics._processor import PhaseMetricsProcessor
@@ -124,24 +128,18 @@ def _export_targets(
     return s, targets
 
 
+OTLP_EXPORTERS: dict[str, type[SendingExporter]] = {
+    "grpc": OTLPGrpcExporter,
+    "http/protobuf": OTLPProtoHttpExporter,
+    "http/json": OTLPJsonHttpExporter,
+}
+"""The OTLP trace exporter of each protocol: each built from the resolved target alone (``config._otlp``: its URL,
+headers, TLS, compression and timeout rules)."""
+
+
 def _otlp_exporter(traces: OtlpTarget) -> SpanExporter:
-    """The OTLP exporter for ``traces.protocol``, reading the resolved ``traces`` (``config._otlp``): each sends
-    ``traces.all_headers`` (the environment's updated with the argument), skipping with a warning an item its
-    transport cannot carry (``config._headers``)."""
-    timeout_s = traces.timeout_s or 10.0
-    if traces.protocol == "grpc":
-        from ..export._grpc import OTLPGrpcExporter, target_of
-
-        compression = _otel_metrics.grpc_compression(traces.compression)
-        return OTLPGrpcExporter(target_of(traces), timeout_s, compression=compression)
-    if traces.protocol == "http/json":
-        from ..export._http_json import OTLPJsonHttpExporter
-
-        return OTLPJsonHttpExporter(traces.url, traces.given_headers, timeout_s, otlp=traces)
-    from ..export import _http_proto
-
-    url, all_headers = _http_proto.target_of(traces)
-    return _http_proto.OTLPProtoHttpExporter(url, all_headers, timeout_s, otlp=traces)
+    """The OTLP exporter for ``traces.protocol`` (:data:`OTLP_EXPORTERS`), built from ``traces``."""
+    return OTLP_EXPORTERS.get(traces.protocol, OTLPProtoHttpExporter)(traces)
 
 
 def _export_processors(s: Settings, targets: Sequence[tuple[str, SpanExporter]]) -> list[ExportProcessor]:
