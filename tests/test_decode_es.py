@@ -5,7 +5,6 @@ exercise (typed and mistyped tags, elevated fields, HTTP status, references)."""
 
 from __future__ import annotations
 
-import argparse
 import subprocess
 import sys
 from typing import Any
@@ -13,6 +12,7 @@ from typing import Any
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._decode import Skipped
 from otel_agentloop.analysis._reading._decode_es import Resources, span
+from otel_agentloop.analysis._reading._options import JaegerOptions
 from otel_agentloop.analysis._reading._source import open_jaeger
 from otel_agentloop.config import _local_stack
 
@@ -124,17 +124,12 @@ def test_an_unreadable_document_is_skipped_with_its_reason() -> None:
     assert "stored Jaeger span" in skipped.first and "not hex" in skipped.first
 
 
-def _args(**kw: Any) -> argparse.Namespace:
-    base = {"timeout": 5.0, "since_minutes": None, "search_depth": 500, "service": "svc", "opensearch": None}
-    return argparse.Namespace(**{**base, "opensearch_index": "*jaeger-span-*", **kw})
-
-
 def test_the_local_stacks_opensearch_is_tried_for_the_local_jaeger_only(monkeypatch: Any) -> None:
     monkeypatch.delenv("OTEL_AGENTLOOP_STACK", raising=False)
-    local = open_jaeger(_args(jaeger=_local_stack.jaeger_url(None)), print)
+    local = open_jaeger(JaegerOptions(_local_stack.jaeger_url(None), service="svc", timeout_s=5.0), print)
     assert local.index is not None and local.index.base_url == "http://127.0.0.1:9201" and not local.index_named
-    assert open_jaeger(_args(jaeger="http://127.0.0.1:1/"), print).index is None
-    named = open_jaeger(_args(jaeger="http://127.0.0.1:1/", opensearch="http://u:p@127.0.0.1:2"), print)
+    assert open_jaeger(JaegerOptions("http://127.0.0.1:1/", service="svc"), print).index is None
+    named = open_jaeger(JaegerOptions("http://127.0.0.1:1/", service="svc", opensearch="http://u:p@127.0.0.1:2"), print)
     assert named.index is not None and named.index_named and named.index.base_url == "http://127.0.0.1:2"
 
 

@@ -1,15 +1,21 @@
 """The CLI's argparse pieces: a parser with one-line errors, help that shows defaults, and the argument types
-that check a value where it enters (numbers in range, writable output paths, a trace path)."""
+that check a value where it enters (numbers in range, durations, writable output paths, a trace path)."""
 
 from __future__ import annotations
 
 import argparse
 import math
 import os
+import re
 from collections.abc import Callable
 from typing import NoReturn
 
 from ..export._rolled import INDEX, is_one_file
+
+MAX_SINCE_MINUTES = 5e6
+"""The longest ``report --since`` (about 9.5 years)."""
+_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0, "w": 10080.0}
+_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhdw]?)\s*")
 
 
 class Parser(argparse.ArgumentParser):
@@ -44,6 +50,17 @@ def number(low: float, high: float, *, above: bool = False) -> Callable[[str], f
         return value
 
     return parse
+
+
+def since_minutes(text: str) -> float:
+    """An argparse type: a duration back from now, ``90s``, ``30m``, ``2h``, ``7d``, ``1w`` or minutes (``90``)."""
+    match = _DURATION.fullmatch(text)
+    minutes = float(match.group(1)) * _UNITS[match.group(2) or "m"] if match else -1.0
+    if not 0 < minutes <= MAX_SINCE_MINUTES:
+        raise argparse.ArgumentTypeError(
+            f"{text!r} is not a duration (e.g. 90s, 30m, 2h, 7d, 1w, or minutes; > 0 and <= {MAX_SINCE_MINUTES:g} min)"
+        )
+    return minutes
 
 
 def output_file(text: str) -> str:

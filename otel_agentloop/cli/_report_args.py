@@ -1,14 +1,17 @@
-"""``otel-agentloop report``'s flags: the source (a file or Jaeger), the step, the outputs, and the run flags."""
+"""``otel-agentloop report``'s flags: the source (a file or Jaeger), the step, the outputs, and the run flags; and
+the one place they become :class:`~._options.ReportOptions` (:func:`options_of`)."""
 
 from __future__ import annotations
 
 import argparse
 
 from ..analysis._reading._opensearch import DEFAULT_INDEX
-from ..analysis._reading._source import MAX_SINCE_MINUTES, since_minutes
+from ..analysis._reading._options import DEFAULT_SEARCH_DEPTH, DEFAULT_TIMEOUT_S, JaegerOptions, StepOptions
+from ..analysis._rendering._terminal import say
 from ..config import _local_stack
 from ..config._environment import variable
-from ._args import Parser, ShowDefaults, count, number, output_file
+from ._args import MAX_SINCE_MINUTES, Parser, ShowDefaults, count, number, output_file, since_minutes
+from ._options import Mode, Outputs, ReportOptions, RunOptions
 from ._report import report
 from ._run_args import add_run_arguments
 
@@ -24,7 +27,43 @@ def add_report_parser(sub: argparse._SubParsersAction[Parser]) -> None:
     _add_step_arguments(rep)
     _add_output_arguments(rep)
     add_run_arguments(rep)
-    rep.set_defaults(func=report)
+    rep.set_defaults(func=_command)
+
+
+def _command(args: argparse.Namespace) -> int:
+    """The ``report`` command: 2 with a line for flags that do not go together, else :func:`report`'s status."""
+    if not (args.file or args.jaeger):
+        say("report: give --file PATH or --jaeger URL", err=True)
+        return 2
+    if args.file and args.opensearch:
+        say("report: --opensearch reads the store of a Jaeger (--jaeger URL), not a trace file", err=True)
+        return 2
+    return report(options_of(args))
+
+
+def _mode(args: argparse.Namespace) -> Mode:
+    """The view the flags ask for: ``--runs``, else ``--run``, else ``--compare``, else one step."""
+    return "runs" if args.runs else "run" if args.run else "compare" if args.compare else "step"
+
+
+def options_of(args: argparse.Namespace) -> ReportOptions:
+    """``report``'s flags (a source given: ``--file`` or ``--jaeger``) as the options every view reads."""
+    source: str | JaegerOptions = args.file or JaegerOptions(
+        args.jaeger,
+        service=args.service,
+        since_minutes=args.since_minutes,
+        search_depth=args.search_depth,
+        timeout_s=args.timeout,
+        opensearch=args.opensearch,
+        opensearch_index=args.opensearch_index,
+    )
+    out = Outputs(args.json, args.html, args.png, args.timeline_png, args.perfetto, args.jaeger_ui)
+    spans = bool(args.from_spans or args.compare or args.html or args.perfetto or args.timeline_png)
+    step = StepOptions(
+        args.step, args.validate, args.run_id, args.sample, args.rollout, args.top, all_failed=args.json, spans=spans
+    )
+    compare = (args.compare[0], args.compare[1]) if args.compare else None
+    return ReportOptions(_mode(args), source, step, compare, out, RunOptions(args.steps, args.step_pages))
 
 
 def _add_source_arguments(rep: argparse.ArgumentParser) -> None:
@@ -76,13 +115,13 @@ def _add_source_arguments(rep: argparse.ArgumentParser) -> None:
     rep.add_argument(
         "--search-depth",
         type=count(1),
-        default=500,
+        default=DEFAULT_SEARCH_DEPTH,
         help="traces per Jaeger search (below its limit); a full page is split in time and searched again",
     )
     rep.add_argument(
         "--timeout",
         type=number(0, 3600, above=True),
-        default=10.0,
+        default=DEFAULT_TIMEOUT_S,
         help="seconds per Jaeger call (a search for N > 1000 traces: N/1000 times that)",
     )
 

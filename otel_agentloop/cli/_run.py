@@ -11,7 +11,6 @@ sample spans the source holds."""
 
 from __future__ import annotations
 
-import argparse
 import json
 import os
 from collections.abc import Sequence
@@ -31,6 +30,7 @@ from ..analysis._rendering._runs_text import format_table, run_steps_rows, runs_
 from ..analysis._rendering._terminal import counted, say, say_json
 from ..analysis._rendering._timeline_html import write_step_pages
 from ..metrics._records import SpanRecord
+from ._options import ReportOptions, View
 
 DEFAULT_STEP_PAGES = 100
 """Timeline pages written by default (when the sample spans were read anyway)."""
@@ -48,12 +48,22 @@ def _page_steps(steps: RunSteps, limit: int) -> list[StepKey]:
     return sorted(sorted(keys, key=lambda k: -steps.summaries[k].wall_s)[:limit])
 
 
-# -- the command -----------------------------------------------------------------------------------
-def run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
-    """``report --runs`` / ``report --run`` from ``--file`` or ``jaeger``: prints, writes the page; returns the
-    exit status."""
+# -- the views -------------------------------------------------------------------------------------
+def runs_view(o: ReportOptions, jaeger: JaegerSource | None) -> int:
+    """``report --runs`` from ``--file`` or ``jaeger``: prints the runs; returns the exit status."""
+    return _guarded(_runs, o, jaeger)
+
+
+def run_view(o: ReportOptions, jaeger: JaegerSource | None) -> int:
+    """``report --run`` from ``--file`` or ``jaeger``: prints the run's steps, writes the page; returns the exit
+    status."""
+    return _guarded(_run, o, jaeger)
+
+
+def _guarded(view: View, o: ReportOptions, jaeger: JaegerSource | None) -> int:
+    """``view``'s status; a failure it can name printed as one line on stderr, exit 1."""
     try:
-        return _run_command(args, jaeger)
+        return view(o, jaeger)
     except StoreError as exc:
         say(f"report: {printable(str(exc), max_chars=1000)}", err=True)
         return 1
@@ -61,7 +71,7 @@ def run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
         say(f"report: {printable(exc.filename or '')}: {printable(exc.strerror or type(exc).__name__)}", err=True)
         return 1
     except JaegerError as exc:
-        say(f"report: {jaeger_error_line(exc, args.jaeger)}", err=True)
+        say(f"report: {jaeger_error_line(exc, o.jaeger_url)}", err=True)
         return 1
     except (RunNotFoundError, NothingFoundError) as exc:
         say(f"report: {printable(str(exc), max_chars=1000)}", err=True)
@@ -79,21 +89,28 @@ def _nothing(
     return f"{what} found in {printable(source, 200)}; {runs_text(records)}"
 
 
-def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
-    source = args.file if jaeger is None else jaeger.label
-    if args.runs:
-        return _runs(args, jaeger, source)
-    if args.html and not os.path.isdir(os.path.dirname(args.html) or "."):
-        say(f"report: cannot write --html {printable(args.html)}: no such folder", err=True)
+def _source(o: ReportOptions, jaeger: JaegerSource | None) -> str:
+    return (o.file or "") if jaeger is None else jaeger.label
+
+
+def _read_from(o: ReportOptions, jaeger: JaegerSource | None) -> str | JaegerSource:
+    """What :func:`load` reads: ``jaeger``, else the trace file's or folder's path."""
+    return (o.file or "") if jaeger is None else jaeger
+
+
+def _run(o: ReportOptions, jaeger: JaegerSource | None) -> int:
+    source, html = _source(o, jaeger), o.out.html
+    if html and not os.path.isdir(os.path.dirname(html) or "."):
+        say(f"report: cannot write --html {printable(html)}: no such folder", err=True)
         return 1
-    loaded, steps = _steps(args, jaeger)
+    loaded, steps = _steps(o, jaeger)
     if steps is None or not (steps.summaries or steps.unsummarized):
         raise NothingFoundError(_nothing("no steps", source, jaeger, loaded.records, loaded))
     loaded.add_attempts([steps.run])
     notes = loaded.notes + steps.notes
     for line in notes:
         _warn(line)
-    if args.json:
+    if o.out.as_json:
         body = {
             "run": steps.run.label,
             "attempts": steps.run.attempts,
@@ -102,8 +119,8 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
             "unsummarized": [list(k) for k in steps.unsummarized],
         }
         say_json(body)
-    if not args.html:
-        if not args.json:
+    if not html:
+        if not o.out.as_json:
             say(format_table(_with_bare_steps(run_steps_rows(steps), steps)))
         return 0
     if not steps.summaries:
@@ -111,13 +128,14 @@ def _run_command(args: argparse.Namespace, jaeger: JaegerSource | None) -> int:
             f"run {printable(steps.run.label, 200)}: no step has a stored summary or finished sample spans to "
             f"rebuild one (steps {steps_text(steps.unsummarized)}); report --step N reads a step's spans"
         )
-    return _write_run_page(args, jaeger, steps, loaded, notes)
+    return _write_run_page(o, jaeger, steps, loaded, notes)
 
 
-def _runs(args: argparse.Namespace, jaeger: JaegerSource | None, source: str) -> int:
+def _runs(o: ReportOptions, jaeger: JaegerSource | None) -> int:
     """``report --runs``: from a trace folder, the runs, attempts and steps of its index (a step without a stored
     summary included, its samples not counted); else the runs the records name."""
-    loaded = load(args, jaeger, _warn)
+    source = _source(o, jaeger)
+    loaded = load(_read_from(o, jaeger), _warn)
     if loaded.index is not None:
         runs = index_runs(loaded)
     else:
@@ -142,19 +160,21 @@ def _runs(args: argparse.Namespace, jaeger: JaegerSource | None, source: str) ->
     return 0
 
 
-def _steps(args: argparse.Namespace, jaeger: JaegerSource | None) -> tuple[Loaded, RunSteps | None]:
+def _steps(o: ReportOptions, jaeger: JaegerSource | None) -> tuple[Loaded, RunSteps | None]:
     """The run's steps: from a trace folder, its index's (:func:`store_run_steps`); else from the summaries, or
     every span when the run wrote none."""
-    if jaeger is None and is_store(args.file):
-        return store_run_steps(args.file, args.run_id, args.steps, _warn)
-    loaded = load(args, jaeger, _warn)
+    run_id, steps = o.step.run_id, o.run.steps
+    source = _read_from(o, jaeger)
+    if isinstance(source, str) and is_store(source):
+        return store_run_steps(source, run_id, steps, _warn)
+    loaded = load(source, _warn)
     try:
-        return loaded, run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
+        return loaded, run_steps(loaded.records, run_id, steps, loaded.spans_read)
     except RunNotFoundError:
         if loaded.spans_read:
             raise
-        loaded = load(args, jaeger, _warn, full=True)  # a run that wrote no summaries: read its spans
-        return loaded, run_steps(loaded.records, args.run_id, args.steps, loaded.spans_read)
+        loaded = load(source, _warn, full=True)  # a run that wrote no summaries: read its spans
+        return loaded, run_steps(loaded.records, run_id, steps, loaded.spans_read)
 
 
 def _with_bare_steps(rows: list[list[str]], steps: RunSteps) -> list[list[str]]:
@@ -169,55 +189,54 @@ def _with_bare_steps(rows: list[list[str]], steps: RunSteps) -> list[list[str]]:
 
 
 def _write_run_page(
-    args: argparse.Namespace, jaeger: JaegerSource | None, steps: RunSteps, loaded: Loaded, notes: list[str]
+    o: ReportOptions, jaeger: JaegerSource | None, steps: RunSteps, loaded: Loaded, notes: list[str]
 ) -> int:
     """The run page and its steps' timeline pages: by default as many as :data:`DEFAULT_STEP_PAGES`, from a file
     read whole or from Jaeger (each chosen step's spans fetched); none from a large file read for its summaries."""
-    source = args.file if jaeger is None else jaeger.label
+    source, html = _source(o, jaeger), o.out.html or ""
     default = DEFAULT_STEP_PAGES if (loaded.spans_read or loaded.pages_cheap or jaeger is not None) else 0
-    page_count = args.step_pages if args.step_pages is not None else default
+    page_count = o.run.step_pages if o.run.step_pages is not None else default
     chosen = _page_steps(steps, page_count)
-    pages = _write_step_pages(args, jaeger, steps, chosen, loaded.spans_read, source) if chosen else {}
+    pages = _write_step_pages(o, jaeger, steps, chosen, loaded.spans_read, source) if chosen else {}
     if len(pages) < len(steps.summaries):
         notes.append(
             f"timeline pages for {len(pages)} of {len(steps.summaries)} steps (--step-pages {page_count}); "
             "for another step: report --step N --html FILE"
         )
-    jaeger_ui = jaeger_ui_base(args.jaeger_ui)
-    write_run_page(steps, args.html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
-    say(
-        f"run page written to {args.html} ({counted(len(steps.summaries), 'step')}, "
-        f"{counted(len(pages), 'timeline page')})"
-    )
+    jaeger_ui = jaeger_ui_base(o.out.jaeger_ui)
+    write_run_page(steps, html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
+    say(f"run page written to {html} ({counted(len(steps.summaries), 'step')}, {counted(len(pages), 'timeline page')})")
     return 0
 
 
 def _write_step_pages(
-    args: argparse.Namespace,
+    o: ReportOptions,
     jaeger: JaegerSource | None,
     steps: RunSteps,
     chosen: Sequence[StepKey],
     spans_read: bool,
     source: str,
 ) -> dict[StepKey, str]:
-    """Write the chosen steps' timeline pages beside ``args.html``; returns their paths relative to it."""
+    """Write the chosen steps' timeline pages beside the run page (``--html``); returns their paths relative to
+    it."""
     spans = steps.spans
     if not spans_read:  # only summaries were read: fetch the chosen steps' spans now
-        spans = _fetch_step_spans(args, jaeger, steps.run, chosen)
+        spans = _fetch_step_spans(o.file or "", jaeger, steps.run, chosen)
     wanted = {key: spans[key] for key in chosen if spans.get(key)}
-    return write_step_pages(wanted, args.html, source=source, jaeger_ui=args.jaeger_ui)
+    return write_step_pages(wanted, o.out.html or "", source=source, jaeger_ui=o.out.jaeger_ui)
 
 
 def _fetch_step_spans(
-    args: argparse.Namespace, jaeger: JaegerSource | None, run: Run, chosen: Sequence[StepKey]
+    path: str, jaeger: JaegerSource | None, run: Run, chosen: Sequence[StepKey]
 ) -> dict[StepKey, list[SpanRecord]]:
+    """The chosen steps' spans of ``run``: from Jaeger (each step searched), else from the file at ``path``."""
     wanted = set(chosen)
     out: dict[StepKey, list[SpanRecord]] = {}
-    if jaeger is None and is_store(args.file):
-        read = read_steps(args.file, None, wanted, False, Skipped(), _warn, run_key_=run.key)
+    if jaeger is None and is_store(path):
+        read = read_steps(path, None, wanted, False, Skipped(), _warn, run_key_=run.key)
         records: list[SpanRecord] = read.records
     elif jaeger is None:
-        records = list(read_jsonl(args.file, Skipped()))
+        records = list(read_jsonl(path, Skipped()))
     else:
         records = [r for step in sorted({k[0] for k in wanted}) for r in jaeger.search(_warn, None, step)]
     selection = select_run(records, key=run.key)

@@ -4,7 +4,6 @@ summaries (:func:`run_steps`: stored, else rebuilt from the step's spans through
 
 from __future__ import annotations
 
-import argparse
 import os
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field, replace
@@ -53,22 +52,13 @@ class Loaded:
                 run.attempt_start_ns[attempt] = min(run.attempt_start_ns.get(attempt, ns), ns)
 
 
-def load(args: argparse.Namespace, jaeger: JaegerSource | None, warn: Note, *, full: bool = False) -> Loaded:
-    """The run view's records from ``--file`` or ``jaeger``: every span of a file up to
-    :data:`FULL_READ_BYTES` (or with ``full``); else only the step summaries when the source holds any. ``warn``
-    gets a line for what was skipped and for Jaeger's search notes."""
-    if jaeger is None and is_store(args.file):
-        return _load_store(args.file, warn, full=full)
-    if jaeger is None:
-        skipped = Skipped()
-        size = os.path.getsize(args.file)
-        if not full and size > FULL_READ_BYTES:
-            records = _checked(read_summary_lines(args.file, skipped), args.file, warn)
-            if records:
-                note = f"read the step summaries of {args.file} ({size / 2**20:.0f} MiB), not its sample spans"
-                return _with_skipped(Loaded(records, False, [note]), skipped, args.file, warn)
-        records = _checked(read_jsonl(args.file, skipped), args.file, warn)
-        return _with_skipped(Loaded(records, True), skipped, args.file, warn)
+def load(source: str | JaegerSource, warn: Note, *, full: bool = False) -> Loaded:
+    """The run view's records from ``source`` (a trace file or folder's path, or Jaeger): every span of a file up
+    to :data:`FULL_READ_BYTES` (or with ``full``); else only the step summaries when the source holds any.
+    ``warn`` gets a line for what was skipped and for Jaeger's search notes."""
+    if isinstance(source, str):
+        return _load_file(source, warn, full=full)
+    jaeger = source
     if not full:
         records = _checked(jaeger.search(warn, sc.STEP_SUMMARY_SPAN), jaeger.label, warn)
         if records:
@@ -76,6 +66,21 @@ def load(args: argparse.Namespace, jaeger: JaegerSource | None, warn: Note, *, f
     records = _checked(jaeger.search(warn), jaeger.label, warn)
     note = "" if full else f"Jaeger holds no {sc.STEP_SUMMARY_SPAN} spans for these services: every trace was fetched"
     return Loaded(records, True, [note] if note else [])
+
+
+def _load_file(path: str, warn: Note, *, full: bool) -> Loaded:
+    """A trace folder (:func:`_load_store`), or a file: whole up to :data:`FULL_READ_BYTES`, else its summaries."""
+    if is_store(path):
+        return _load_store(path, warn, full=full)
+    skipped = Skipped()
+    size = os.path.getsize(path)
+    if not full and size > FULL_READ_BYTES:
+        records = _checked(read_summary_lines(path, skipped), path, warn)
+        if records:
+            note = f"read the step summaries of {path} ({size / 2**20:.0f} MiB), not its sample spans"
+            return _with_skipped(Loaded(records, False, [note]), skipped, path, warn)
+    records = _checked(read_jsonl(path, skipped), path, warn)
+    return _with_skipped(Loaded(records, True), skipped, path, warn)
 
 
 def _checked(records: Iterable[SpanRecord], source: str, warn: Note) -> list[SpanRecord]:

@@ -11,8 +11,6 @@ A "nothing found" line names what was searched and what exists (services, runs, 
 
 from __future__ import annotations
 
-import argparse
-import re
 from collections.abc import Callable, Iterable, Sequence
 from dataclasses import dataclass, field
 from datetime import datetime, timedelta, timezone
@@ -24,7 +22,8 @@ from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
 from ._jaeger_step import StepReader, expected_samples, read_all
-from ._opensearch import DEFAULT_INDEX, IndexQuery
+from ._opensearch import IndexQuery
+from ._options import JaegerOptions
 from ._runs import Run, RunKey, group_runs, run_key, steps_text
 from ._text import printable
 
@@ -54,24 +53,10 @@ MAX_LISTED = 8
 """The most services or runs one line lists (then ``and N more``)."""
 OUR_PREFIX = sc.SPAN_NAME_PREFIX
 """A service is ours when one of its operations (span names) starts with this (``rl.sample``, ``rl.step.summary``)."""
-_UNITS = {"s": 1 / 60, "m": 1.0, "h": 60.0, "d": 1440.0, "w": 10080.0}
-_DURATION = re.compile(r"\s*([0-9]+(?:\.[0-9]*)?|\.[0-9]+)\s*([smhdw]?)\s*")
-MAX_SINCE_MINUTES = 5e6
 
 
 class NothingFoundError(LookupError):
     """The source holds nothing ``report`` can read; the message says what was searched and what exists."""
-
-
-def since_minutes(text: str) -> float:
-    """An argparse type: a duration back from now, ``90s``, ``30m``, ``2h``, ``7d``, ``1w`` or minutes (``90``)."""
-    match = _DURATION.fullmatch(text)
-    minutes = float(match.group(1)) * _UNITS[match.group(2) or "m"] if match else -1.0
-    if not 0 < minutes <= MAX_SINCE_MINUTES:
-        raise argparse.ArgumentTypeError(
-            f"{text!r} is not a duration (e.g. 90s, 30m, 2h, 7d, 1w, or minutes; > 0 and <= {MAX_SINCE_MINUTES:g} min)"
-        )
-    return minutes
 
 
 def listed(names: Sequence[str], limit: int = MAX_LISTED) -> str:
@@ -339,20 +324,20 @@ class JaegerSource:
         )
 
 
-def open_jaeger(args: argparse.Namespace, note: Callable[[str], None]) -> JaegerSource:
-    """The Jaeger source of ``args``; ``note`` gets one line saying which services are read when they were not
-    named with ``--service``. Raises :class:`JaegerError`, or :class:`NothingFoundError` when no service has
-    agent-loop spans."""
-    client = JaegerClient(args.jaeger, timeout_s=args.timeout)
-    url, named = getattr(args, "opensearch", None), True
-    if url is None and args.jaeger == _local_stack.jaeger_url(variable(_local_stack.VARIABLE)):
+def open_jaeger(options: JaegerOptions, note: Callable[[str], None]) -> JaegerSource:
+    """The Jaeger source ``options`` name; ``note`` gets one line saying which services are read when
+    :attr:`~JaegerOptions.service` does not name one. Raises :class:`JaegerError`, or :class:`NothingFoundError`
+    when no service has agent-loop spans."""
+    client = JaegerClient(options.url, timeout_s=options.timeout_s)
+    url, named = options.opensearch, True
+    if url is None and options.url == _local_stack.jaeger_url(variable(_local_stack.VARIABLE)):
         url, named = _local_stack.opensearch_url(variable(_local_stack.VARIABLE)), False  # if it runs on one
-    index = IndexQuery(url, getattr(args, "opensearch_index", DEFAULT_INDEX), args.timeout) if url else None
+    index = IndexQuery(url, options.opensearch_index, options.timeout_s) if url else None
     source = JaegerSource(
-        client, [], "", args.since_minutes, args.search_depth, progress=note, index=index, index_named=named
+        client, [], "", options.since_minutes, options.search_depth, progress=note, index=index, index_named=named
     )
-    if args.service:
-        source.services, source.chosen_by = [args.service], "--service"
+    if options.service:
+        source.services, source.chosen_by = [options.service], "--service"
         return source
     env = variable("OTEL_SERVICE_NAME") or ""
     if env:

@@ -13,7 +13,6 @@ Perfetto file, ``--compare``): the caller then reads the step's spans (:func:`fr
 
 from __future__ import annotations
 
-import argparse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field
 
@@ -25,6 +24,7 @@ from ...metrics._verdicts import StepVerdicts
 from ._decode import Skipped, decode_resource_spans
 from ._jaeger import JaegerError
 from ._jaeger_run import run_records
+from ._options import StepOptions
 from ._report import (
     SampleKey,
     StepReport,
@@ -123,16 +123,11 @@ def _trace_of(summary: StepSummary, key: SampleKey) -> str | None:
     return None
 
 
-def wants_spans(args: argparse.Namespace) -> bool:
-    """Whether the command needs every sample's spans whatever the summary holds."""
-    return bool(args.from_spans or args.compare or args.html or args.perfetto or args.timeline_png)
-
-
-def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[[str], None]) -> StepAnswer | None:
-    """The answer from the step's stored summary in ``jaeger`` and one trace fetched by id, or ``None`` when the
-    spans must be read (see the module). ``note`` gets the run lines of ``one_run`` only when it answers.
-    Raises :class:`JaegerError` from the searches."""
-    if wants_spans(args):
+def from_summary(asked: StepOptions, jaeger: JaegerSource, note: Callable[[str], None]) -> StepAnswer | None:
+    """The answer to ``asked`` from the step's stored summary in ``jaeger`` and one trace fetched by id, or
+    ``None`` when the spans must be read (see the module). ``note`` gets the run lines of ``one_run`` only when it
+    answers. Raises :class:`JaegerError` from the searches."""
+    if asked.spans:
         return None
     lines: list[str] = []
     bad = Skipped()
@@ -140,17 +135,17 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
     if bad.count:
         lines.append(skipped_line(bad, jaeger.label))
     try:
-        run = run_records(records, args.run_id, lines.append)  # the run line always printed
+        run = run_records(records, asked.run_id, lines.append)  # the run line always printed
     except RunNotFoundError:
         return None  # the span search says what runs there are
     summaries = stored_summaries(run)
-    steps = [s for s, v in summaries if v == args.validate]
-    step = args.step if args.step is not None else max(steps, default=None)
-    summary = summaries.get((step, args.validate)) if step is not None else None
-    if summary is None or not summary.top_complete(args.top) or (args.json and not summary.failed_complete):
+    steps = [s for s, v in summaries if v == asked.validate]
+    step = asked.number if asked.number is not None else max(steps, default=None)
+    summary = summaries.get((step, asked.validate)) if step is not None else None
+    if summary is None or not summary.top_complete(asked.top) or (asked.all_failed and not summary.failed_complete):
         return None
     slowest = (summary.slowest.index, summary.slowest.rollout) if summary.slowest is not None else None
-    key = (args.sample, args.rollout) if args.sample is not None else slowest
+    key = (asked.sample, asked.rollout) if asked.sample is not None else slowest
     samples: dict[SampleKey, list[SpanRecord]] = {}
     if key is not None:
         trace_id = _trace_of(summary, key)
@@ -173,7 +168,7 @@ def from_summary(args: argparse.Namespace, jaeger: JaegerSource, note: Callable[
         summary.step,
         summary.validate,
         summary.metrics,
-        summary_rows(summary, args.top),
+        summary_rows(summary, asked.top),
         list(verdicts.hung.values()),
         summary_verdicts(summary, verdicts),
         slowest,
