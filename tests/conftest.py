@@ -70,3 +70,16 @@ def traced() -> Iterator[Traced]:
 def span_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """The keys derived from spans (drops the process's ``agent_loop/telemetry/`` counters)."""
     return {k: v for k, v in metrics.items() if not k.startswith("agent_loop/telemetry/")}
+
+
+# -- markers: `make test-fast` runs -m "not e2e and not slow" (pyproject.toml registers both) ---------------------
+E2E_FIXTURES = frozenset({"browser", "chromium", "cluster", "ray_cluster", "on_ray", "stack"})
+"""A test that uses one of these starts a real component (a browser, a local Ray cluster, the Jaeger/Collector
+stack): it is ``e2e`` wherever it lives. Modules that run the CLI or a simulated job in subprocesses, or start
+Ray inside a test, say so with ``pytestmark``; tests/e2e is e2e as a whole (its conftest)."""
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)

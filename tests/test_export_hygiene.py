@@ -174,7 +174,9 @@ def test_http_json_gives_up_when_retry_after_passes_the_deadline(http_receiver) 
     assert exporter.export(_sdk_spans()) is SpanExportResult.FAILURE
     elapsed = time.monotonic() - t0
     exporter.shutdown()
-    assert len(receiver.times) == 1 and elapsed < 2.0  # failed at once: waiting 30 s could not succeed in 2
+    # failed at once: no second try, and far less than the 30 s a wait for the Retry-After would take (a bound
+    # with room for a loaded machine)
+    assert len(receiver.times) == 1 and elapsed < 10, (receiver.times, elapsed)
 
 
 def test_http_json_shutdown_aborts_a_retry_wait(http_receiver) -> None:

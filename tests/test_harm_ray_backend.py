@@ -22,6 +22,8 @@ import otel_agentloop as oal
 from .otlp_receiver import Receiver, start_http
 from .ray_local import local_ray
 
+pytestmark = pytest.mark.e2e  # a local Ray cluster
+
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

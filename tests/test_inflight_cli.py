@@ -17,6 +17,8 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_traces
 from otel_agentloop.analysis._reading._report import build_report
 
+pytestmark = pytest.mark.e2e  # simulated runs in subprocesses, one on Ray
+
 ARGS = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]
 
 

@@ -30,6 +30,8 @@ from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
 from tests import test_timeline_page as step_page
 from tests.test_timeline_page import _open, _rows, _severe_console
 
+pytestmark = pytest.mark.e2e  # simulated runs in subprocesses, one on Ray, and a browser
+
 chromium = step_page.browser  # the step page test's Chromium fixture (installs it or skips), here as "chromium"
 
 HUNG_KEY, SLOW_KEY = (0, 0), (1, 0)  # demo/_main.misbehaviour
