@@ -186,10 +186,12 @@ def test_compare_names_the_slowed_tool_in_terminal_and_json(slow_search) -> None
     for side, step in (("a", 2), ("b", 5)):  # the live side's summary when it wrote one, else rebuilt
         assert data[side]["summary"] == ("stored" if step in stored else "rebuilt from spans")
     search = next(r for r in data["rows"] if (r["kind"], r["name"]) == ("tool", "search"))
-    assert search["b"]["p50"] > 5 * search["a"]["p50"]  # 10x slower per call
+    # 10x slower per call: each slowed call sleeps at least 0.2 s (10 x the least 0.02 s); and the tool's move dwarfs
+    # the others' (ratios, side by side in one run: load moves every tool's p50 alike)
+    assert search["b"]["p50"] >= 0.2, search
     others = [r for r in data["rows"] if r["kind"] == "tool" and r["name"] != "search"]
     assert {r["name"] for r in others} == {"calculator", "python"}
-    assert all(abs(r["delta"]["p50"]) < 0.02 for r in others)
+    assert all(abs(r["delta"]["p50"]) < search["delta"]["p50"] / 5 for r in others), (search, others)
     assert [m["delta"] for m in data["moved"]] == sorted((m["delta"] for m in data["moved"]), key=lambda d: -abs(d))
     assert data["moved"][0]["tool_deltas"]["search"] > 0.2
     assert len(data["moved"]) == 5 and data["only_in_a"] == data["only_in_b"] == 0

@@ -218,7 +218,7 @@ def test_shutdown_timeout_is_honoured_and_stuck_spans_are_counted() -> None:
         handle.shutdown(0.5)
         took = time.perf_counter() - t0
         stats = handle.stats
-        assert took < 3, took
+        assert took < 10, took  # 0.5 s, with room for a loaded machine; far below the 30 s the export is stuck
         assert stats["queued"] == 20
         assert stats["dropped"] + stats["exported"] + stats["failed"] == stats["queued"], stats
     finally:
