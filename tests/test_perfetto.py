@@ -157,7 +157,7 @@ def test_misbehave_step_has_one_event_per_span_and_one_track_per_sample(misbehav
 
 def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified_them(misbehave) -> None:
     _, sim, t = misbehave
-    (hung_trace,), (slow_trace,) = sim[2]["hung_trace_ids"], sim[2]["slow_trace_ids"]
+    (hung_trace,), slow_traces = sim[2]["hung_trace_ids"], sim[2]["slow_trace_ids"]
     samples = {
         e["args"]["sample"]: e
         for e in t.events
@@ -165,8 +165,13 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
     }
     assert len(samples) == 6
     verdicts = {s: e["args"]["verdict"] for s, e in samples.items()}
-    assert verdicts == {"0/0": HUNG, "1/0": SLOW, "0/1": OK, "1/1": OK, "2/0": OK, "2/1": OK}
-    assert samples["0/0"]["args"]["trace_id"] == hung_trace and samples["1/0"]["args"]["trace_id"] == slow_trace
+    # 0/0 hung and 1/0 slow by design, the others ok; under load another sample's tool call can truly pass the
+    # threshold too: it is then slow here as the live view classified it
+    slow = sorted(s for s, v in verdicts.items() if v == SLOW)
+    assert verdicts["0/0"] == HUNG and "1/0" in slow and len(slow) == len(slow_traces), (verdicts, slow_traces)
+    assert all(v == OK for s, v in verdicts.items() if s != "0/0" and s not in slow), verdicts
+    assert samples["0/0"]["args"]["trace_id"] == hung_trace
+    assert {samples[s]["args"]["trace_id"] for s in slow} == set(slow_traces)
     assert samples["0/0"]["name"] == "rl.sample [HUNG]" and samples["1/0"]["name"] == "rl.sample [SLOW]"
     tracks = _sample_tracks(t)
     assert t.thread_names[tracks["0/0"][0]] == "sample 0/0 [hung]"
@@ -177,11 +182,11 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
         assert instant.event["name"] == f"watchdog: {word} in tool_calls (sandbox)"
         assert instant.event["args"]["verdict"] == word and instant.event["args"]["trace_id"] in (
             hung_trace,
-            slow_trace,
+            *slow_traces,
         )
         assert instant.parent is not None and instant.parent.event["name"] == "execute_tool sandbox"
-    assert t.other["hung"] == ["0/0"] and t.other["slow"] == ["1/0"]
-    assert t.other["verdicts"] == {HUNG: 1, OK: 4, SLOW: 1}
+    assert t.other["hung"] == ["0/0"] and sorted(t.other["slow"]) == slow
+    assert t.other["verdicts"] == {HUNG: 1, OK: 5 - len(slow), SLOW: len(slow)}
 
 
 @pytest.mark.parametrize("validate", [False, True])
@@ -207,6 +212,7 @@ def test_one_trace_per_step_and_the_validation_pass(tmp_path, validate: bool) ->
     _check_nesting(t)
 
 
+@pytest.mark.e2e  # a local Ray cluster, the demo in a subprocess
 def test_on_ray_workers_each_worker_is_a_process_holding_its_samples(tmp_path) -> None:
     """The demo on 2 Ray actor workers (a local Ray cluster): a process per worker, each sample's track in the
     process of the worker that ran it, the driver's trainer spans in a process of their own, first."""
@@ -229,7 +235,9 @@ def test_on_ray_workers_each_worker_is_a_process_holding_its_samples(tmp_path) -
             sample = f"{r.attributes[sc.RL_SAMPLE_INDEX]}/{r.attributes[sc.RL_ROLLOUT_N]}"
             (pid, _), *_ = _sample_tracks(t)[sample]
             assert names[pid] == f"worker {r.attributes[sc.RL_WORKER]}"
-    assert t.other["hung"] == ["0/0"] and t.other["slow"] == ["1/0"] and len(_span_events(t)) == len(records)
+    # 1/0 slow by design; on loaded workers another sample's tool call can truly pass the threshold too
+    assert t.other["hung"] == ["0/0"] and "1/0" in t.other["slow"] and "0/0" not in t.other["slow"]
+    assert len(_span_events(t)) == len(records)
     _check_nesting(t)
 
 
