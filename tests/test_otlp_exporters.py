@@ -187,7 +187,8 @@ def test_grpc_shutdown_ends_a_back_off_wait() -> None:
         t0 = time.monotonic()
         exporter.shutdown()
         worker.join(5)
-        assert time.monotonic() - t0 < 2 and result == [SpanExportResult.FAILURE]
+        # ended at once: far below the 20 s back-off it was waiting out (a bound with room for a loaded machine)
+        assert time.monotonic() - t0 < 10 and result == [SpanExportResult.FAILURE]
         assert len(servicer.times) == 1
     finally:
         server.stop(0)
