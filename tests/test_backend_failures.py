@@ -9,6 +9,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 import otel_agentloop as oal
 
 from .otlp_receiver import Receiver, start_grpc, wait_for
@@ -81,6 +83,7 @@ class _Hang(BaseHTTPRequestHandler):
         return None
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_hanging_endpoint_never_holds_flush_shutdown_or_exit() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hang)
     threading.Thread(target=server.serve_forever, daemon=True).start()

@@ -164,6 +164,7 @@ def slow_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
     return cwd, _drive(cwd, "--slow", "search", "--factor", "10", "--from-step", "3")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_names_the_slowed_tool_in_terminal_and_json(slow_search) -> None:
     cwd, _ = slow_search
     out = _report(cwd, "--compare", "2", "5")
@@ -197,6 +198,7 @@ def test_compare_names_the_slowed_tool_in_terminal_and_json(slow_search) -> None
     assert len(data["moved"]) == 5 and data["only_in_a"] == data["only_in_b"] == 0
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_before_the_slowdown_names_nothing_of_search(slow_search) -> None:
     """Step 1 against step 2 (same latencies): whatever differs, it is not ``search``."""
     cwd, _ = slow_search
@@ -205,6 +207,7 @@ def test_compare_before_the_slowdown_names_nothing_of_search(slow_search) -> Non
     assert abs(data["step_time"]["delta"]) < 0.3
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_numbers_equal_report_step_and_collect(slow_search) -> None:
     cwd, collected = slow_search
     data = json.loads(_report(cwd, "--compare", "2", "5", "--json").stdout)
@@ -228,6 +231,7 @@ def test_compare_numbers_equal_report_step_and_collect(slow_search) -> None:
         )
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_names_generation_when_generation_slowed(tmp_path) -> None:
     _drive(tmp_path, "--slow", "generate", "--factor", "4", "--from-step", "3")
     data = json.loads(_report(tmp_path, "--compare", "2", "5", "--json").stdout)
@@ -249,6 +253,7 @@ def _summary_span(records: list[SpanRecord], step: int) -> SpanRecord:
     )
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_from_stored_summaries_alone_names_the_tool_and_says_what_needs_spans(slow_search) -> None:
     cwd, _ = slow_search
     spans = list(read_jsonl(str(cwd / "run.jsonl")))
@@ -277,6 +282,7 @@ def test_compare_from_stored_summaries_alone_names_the_tool_and_says_what_needs_
     assert rows[("phase", GEN)].a == found.a.summary.phases[GEN]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     cwd, _ = slow_search
     out = _report(cwd, "--compare", "2", "9")
@@ -291,6 +297,7 @@ def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     assert out.stderr.strip().endswith("c.html: No such file or directory")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_path) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -340,6 +347,7 @@ def test_user_strings_on_the_page_are_text(tmp_path) -> None:
     assert page.count("</script>") == 2
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_validation_passes_of_the_demo(tmp_path) -> None:
     """``--validate`` compares the two steps' validation passes (the simulated main job's, every 2 steps), with the
     numbers of ``report --step N --validate``; the training passes are not mixed in."""

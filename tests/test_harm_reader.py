@@ -274,6 +274,7 @@ def test_each_malformed_line_is_skipped_and_counted_in_process(tmp_path: Path, s
     assert rc == 0 and "samples: 3" in out, err
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     "shape", ["start is NaN", "start beyond int64", "name is a number", "intValue beyond int64", "the span is a list"]
 )
@@ -287,6 +288,7 @@ def test_report_skips_a_malformed_span_with_one_line_not_a_traceback(tmp_path: P
     assert "samples: 3" in proc.stdout
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("shape", ["invalid UTF-8", "an int of 5000 digits", "nested 100000 deep", "a JSON list"])
 def test_report_skips_a_malformed_line_with_one_line_not_a_traceback(tmp_path: Path, shape: str) -> None:
     _good_file(tmp_path / "t.jsonl", bad_line=LINE_SHAPES[shape])
@@ -330,6 +332,7 @@ def test_a_parent_chain_1500_deep_is_drawn_whole(tmp_path: Path) -> None:
     assert (tmp_path / "w.png").read_bytes()[:4] == b"\x89PNG"  # the first MAX_PNG_ROWS spans
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_span_that_is_its_own_parent_and_a_cycle_are_each_drawn_once(tmp_path: Path) -> None:
     a = sample_attrs(0)
     extra = [

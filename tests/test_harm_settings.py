@@ -100,6 +100,7 @@ def _run_probe(env_vars: dict[str, str], tmp_path) -> dict:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("value", GARBAGE)
 def test_every_variable_set_to_garbage_still_imports_configures_and_traces(value, tmp_path) -> None:
     """All variables at once (each warning names its own variable, so one process per value stays
@@ -115,6 +116,7 @@ def test_every_variable_set_to_garbage_still_imports_configures_and_traces(value
     assert not unnamed, (unnamed, log[-3000:])
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("value", ["abc", "-5", "1e9"])
 def test_import_survives_a_bad_span_attribute_count_limit(value, tmp_path) -> None:
     """The SDK parses OTEL_SPAN_ATTRIBUTE_COUNT_LIMIT when it is imported."""
@@ -352,6 +354,7 @@ _JOB = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_an_endpoint_without_a_scheme_gets_a_hint_and_plaintext_on_loopback(tmp_path) -> None:
     receiver = Receiver()
     server, endpoint = start_grpc(receiver)

@@ -18,6 +18,8 @@ import pytest
 
 from .test_harm_reader import assert_one_line_error, run_cli
 
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 DRIP_S = 60.0
 """How long the dripping server would go on (far past any bound the test allows)."""
 _HEAD = b"HTTP/1.1 200 OK\r\nContent-Type: application/json\r\nContent-Length: 100000\r\n\r\n"

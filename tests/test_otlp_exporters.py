@@ -194,6 +194,7 @@ def test_grpc_shutdown_ends_a_back_off_wait() -> None:
         server.stop(0)
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the test certificates")
 def test_grpc_tls_from_the_certificate_variable(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
     cert, key = _self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")

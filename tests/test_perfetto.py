@@ -116,6 +116,7 @@ def misbehave(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     return cwd, json.loads(sim.stdout), parse((cwd / "step3.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.e2e  # a subprocess
 def test_misbehave_step_has_one_event_per_span_and_one_track_per_sample(misbehave) -> None:
     cwd, _, t = misbehave
     records = list(read_jsonl(str(cwd / "run.jsonl")))
@@ -155,6 +156,7 @@ def test_misbehave_step_has_one_event_per_span_and_one_track_per_sample(misbehav
     _check_nesting(t)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified_them(misbehave) -> None:
     _, sim, t = misbehave
     (hung_trace,), slow_traces = sim[2]["hung_trace_ids"], sim[2]["slow_trace_ids"]
@@ -189,6 +191,7 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
     assert t.other["verdicts"] == {HUNG: 1, OK: 5 - len(slow), SLOW: len(slow)}
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("validate", [False, True])
 def test_one_trace_per_step_and_the_validation_pass(tmp_path, validate: bool) -> None:
     """``--trace-per step`` (samples under the step's span in one trace) and ``--validate`` (the validation
@@ -337,6 +340,7 @@ def library_step(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[SpanRec
     return records, parse((cwd / "step4.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.e2e  # a subprocess
 def test_parallel_tool_calls_go_to_lanes_named_after_their_sample(library_step) -> None:
     _, t = library_step
     tracks = _sample_tracks(t)
@@ -361,6 +365,7 @@ def test_parallel_tool_calls_go_to_lanes_named_after_their_sample(library_step) 
     assert _check_nesting(t) == 12  # two calls per sample on lanes
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_users_own_span_nests_under_its_tool_call(library_step) -> None:
     records, t = library_step
     user = [r for r in records if r.name == "http GET /search"]
@@ -376,6 +381,7 @@ def test_a_users_own_span_nests_under_its_tool_call(library_step) -> None:
     assert set(events) == step_ids and all(len(v) == 1 for v in events.values())
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_sample_that_never_ended_is_drawn_by_its_snapshot_and_flagged_hung(library_step) -> None:
     records, t = library_step
     assert not [r for r in records if r.name == sc.SAMPLE_SPAN and r.attributes[sc.RL_SAMPLE_INDEX] == 9]
@@ -389,6 +395,7 @@ def test_a_sample_that_never_ended_is_drawn_by_its_snapshot_and_flagged_hung(lib
     assert t.other["hung"] == ["9/0"] and t.other["slow"] == []
 
 
+@pytest.mark.e2e  # a subprocess
 def test_trainer_spans_get_their_own_track_above_the_samples(library_step) -> None:
     _, t = library_step
     assert len(t.process_names) == 1
@@ -483,6 +490,7 @@ def test_a_stored_step_summary_decides_hung_and_slow() -> None:
     }
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_same_spans_in_any_order_give_the_same_file(library_step, tmp_path) -> None:
     records, _ = library_step
     shuffled = list(records)
