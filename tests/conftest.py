@@ -75,8 +75,9 @@ def span_metrics(metrics: dict[str, float]) -> dict[str, float]:
 # -- markers: `make test-fast` runs -m "not e2e and not slow" (pyproject.toml registers both) ---------------------
 E2E_FIXTURES = frozenset({"browser", "chromium", "cluster", "ray_cluster", "on_ray", "stack"})
 """A test that uses one of these starts a real component (a browser, a local Ray cluster, the Jaeger/Collector
-stack): it is ``e2e`` wherever it lives. Modules that run the CLI or a simulated job in subprocesses, or start
-Ray inside a test, say so with ``pytestmark``; tests/e2e is e2e as a whole (its conftest)."""
+stack): it is ``e2e`` wherever it lives. A test that runs the CLI, a simulated job or Python in a subprocess, or
+starts Ray itself, says so (``@pytest.mark.e2e``, or ``pytestmark`` for a whole module); tests/e2e is e2e as a
+whole (its conftest). ``slow``: over about 10 s on 2 cores."""
 
 
 def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:

@@ -319,6 +319,7 @@ def _chain_file(path: Path, depth: int, *, extra: Sequence[dict[str, Any]] = ())
     path.write_text(otlp_line([*spans, *extra]) + "\n")
 
 
+@pytest.mark.slow  # 1500 rows drawn to text, HTML and PNG: about 40 s at load 7
 def test_a_parent_chain_1500_deep_is_drawn_whole(tmp_path: Path) -> None:
     """In this process (deeper in the stack than a fresh CLI, under the same recursion limit), bounded by the
     suite's timeout rather than a subprocess's: a loaded machine can take minutes to draw 1500 rows."""
