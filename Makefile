@@ -27,7 +27,7 @@ test: install stack-build browser
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
 ## test-fast: the inner loop: every test but the e2e ones (the stack, a Ray cluster, a browser, a subprocess) and
-## the slow ones (pyproject.toml's markers); no stack build, no browser. `make test` stays the full suite (README, CI).
+## the slow ones (markers: tests/conftest.py); no stack build, no browser. `make test` stays the full suite (CI's).
 .PHONY: test-fast
 test-fast: install
 	@$(PY) -m pytest -m "not e2e and not slow" $(ARGS); rc=$$?; \
