@@ -347,28 +347,51 @@ def _covered(intervals: list[tuple[int, int]]) -> int:
     return covered
 
 
-def check_slowest(spans: list[dict[str, Any]], what: str) -> int:
-    """Within one run (canonical spans, real times): each step summary's slowest sample is the one whose phase
-    spans cover the most time (verl's argmax of generate + tool + score), and its metrics name that sample. The
-    load-proof check of which sample was slowest, which two runs compare masked. A step whose samples did not
-    all reach these spans (a budget, a sampler) is left to the metric tests. Returns how many steps it checked."""
+def phase_totals(spans: list[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Per sample, ``(step, validate, index, rollout)``: the time its phase spans cover (each phase's overlaps
+    once, phases added: verl's generate + tool + score), read from canonical spans with real times; a phase span's
+    sample is its ``rl.sample`` ancestor."""
+    by_id = {s["span_id"]: s for s in spans}
+
+    def sample_of(span: dict[str, Any]) -> dict[str, Any]:
+        seen = 0
+        while span["name"] != sc.SAMPLE_SPAN and span["parent_id"] in by_id and seen < len(spans):
+            span, seen = by_id[span["parent_id"]], seen + 1
+        return {key: value for key, (_, value) in span["attributes"]}
+
     phases: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
     for s in spans:
-        attrs = {key: value for key, (_, value) in s["attributes"]}
-        if attrs.get(sc.RL_PHASE) in _TIMED_PHASES and sc.RL_SAMPLE_INDEX in attrs:
+        phase = {key: value for key, (_, value) in s["attributes"]}.get(sc.RL_PHASE)
+        attrs = sample_of(s) if phase in _TIMED_PHASES else {}
+        if sc.RL_SAMPLE_INDEX in attrs:
             key = (attrs.get(sc.RL_STEP), attrs.get(sc.RL_VALIDATE, False))
-            key += (attrs[sc.RL_SAMPLE_INDEX], attrs.get(sc.RL_ROLLOUT_N, -1), attrs[sc.RL_PHASE])
+            key += (attrs[sc.RL_SAMPLE_INDEX], attrs.get(sc.RL_ROLLOUT_N, -1), phase)
             phases.setdefault(key, []).append((s["start"], s["end"]))
+    totals: dict[tuple[Any, ...], int] = {}
+    for key, intervals in phases.items():
+        totals[key[:4]] = totals.get(key[:4], 0) + _covered(intervals)
+    return totals
+
+
+def slowest_by_spans(spans: list[dict[str, Any]], step: Any, validate: Any = False) -> tuple[Any, Any]:
+    """The step's sample whose phase spans took longest, ``(index, rollout)``."""
+    totals = {key[2:]: total for key, total in phase_totals(spans).items() if key[:2] == (step, validate)}
+    return max(totals, key=totals.__getitem__)
+
+
+def check_slowest(spans: list[dict[str, Any]], what: str) -> int:
+    """Within one run (canonical spans, real times): each step summary's slowest sample is the one whose phase
+    spans cover the most time (:func:`phase_totals`), and its metrics name that sample. The load-proof check of
+    which sample was slowest, which two runs compare masked. A step whose samples did not all reach these spans
+    (a budget, a sampler) is left to the metric tests. Returns how many steps it checked."""
+    all_totals = phase_totals(spans)
     checked = 0
     for s in spans:
-        text = dict((key, value) for key, (_, value) in s["attributes"]).get(SUMMARY_SPAN)
+        text = {key: value for key, (_, value) in s["attributes"]}.get(SUMMARY_SPAN)
         if s["name"] != SUMMARY_SPAN or not isinstance(text, str):
             continue
         data = json.loads(text)
-        totals: dict[tuple[Any, Any], int] = {}
-        for (step, validate, index, rollout, _), intervals in phases.items():
-            if (step, validate) == (data.get("step"), data.get("validate")):
-                totals[(index, rollout)] = totals.get((index, rollout), 0) + _covered(intervals)
+        totals = {k[2:]: t for k, t in all_totals.items() if k[:2] == (data.get("step"), data.get("validate"))}
         slowest = data.get("slowest")
         if not slowest or len(totals) != data.get("n"):
             continue
