@@ -26,6 +26,13 @@ test: install stack-build browser
 	@$(PY) -m pytest $(ARGS); rc=$$?; \
 	  if [ $$rc -eq 5 ]; then echo "make test: pytest collected no tests" >&2; fi; exit $$rc
 
+## test-fast: the inner loop: every test but the e2e ones (the stack, a Ray cluster, a browser, a subprocess) and
+## the slow ones (markers: tests/conftest.py); no stack build, no browser. `make test` stays the full suite (CI's).
+.PHONY: test-fast
+test-fast: install
+	@$(PY) -m pytest -m "not e2e and not slow" $(ARGS); rc=$$?; \
+	  if [ $$rc -eq 5 ]; then echo "make test-fast: pytest collected no tests" >&2; fi; exit $$rc
+
 ## browser: Debian's chromium + chromium-driver for the browser tests, when missing: apt-get install, as root or
 ## through password-less sudo. Without them the browser tests skip with the reason (and fail under CI=true).
 .PHONY: browser

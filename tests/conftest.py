@@ -70,3 +70,28 @@ def traced() -> Iterator[Traced]:
 def span_metrics(metrics: dict[str, float]) -> dict[str, float]:
     """The keys derived from spans (drops the process's ``agent_loop/telemetry/`` counters)."""
     return {k: v for k, v in metrics.items() if not k.startswith("agent_loop/telemetry/")}
+
+
+# -- markers: `make test-fast` runs -m "not e2e and not slow" ------------------------------------------------------
+E2E_FIXTURES = frozenset({"browser", "chromium", "cluster", "ray_cluster", "on_ray", "stack"})
+"""A test that uses one of these starts a real component (a browser, a local Ray cluster, the Jaeger/Collector
+stack): it is ``e2e`` wherever it lives. A test that runs the CLI, a simulated job or Python in a subprocess, or
+starts Ray itself, says so (``@pytest.mark.e2e``, or ``pytestmark`` for a whole module); tests/e2e is e2e as a
+whole (its conftest). ``slow``: over about 10 s on 2 cores."""
+
+
+def pytest_configure(config: pytest.Config) -> None:
+    """The markers, registered here rather than in pyproject.toml: the framework venvs' keys hash that file, and
+    a marker's wording is no reason to rebuild them (--strict-markers is on)."""
+    config.addinivalue_line(
+        "markers",
+        "e2e: runs real processes: the Jaeger/Collector stack, OpenSearch, a Ray cluster, a browser, or the CLI, a "
+        "simulated job or Python in a subprocess (all of tests/e2e)",
+    )
+    config.addinivalue_line("markers", "slow: takes over about 10 s on 2 cores")
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    for item in items:
+        if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
+            item.add_marker(pytest.mark.e2e)

@@ -291,21 +291,24 @@ def is_timing_metric(key: str) -> bool:
 
 
 WHICH_SLOWEST = f"{SUMMARY_SPAN}/slowest"
-"""In ``masked``: which sample was the step's slowest is masked too (samples that take about the same time)."""
-_SLOWEST_INDEX = "agent_loop/slowest/sample_index"
+"""Kept for callers: which sample was the step's slowest is a measurement, so two runs compare it masked always;
+:func:`check_slowest` checks it within each run against that run's own spans."""
+_SLOWEST = "agent_loop/slowest/"
 
 
-def mask_metrics(metrics: Mapping[str, Any], which_slowest: bool = False) -> dict[str, Any]:
-    """``metrics`` with every measured duration replaced by ``"<time>"`` (keys, counts, identities kept; with
-    ``which_slowest``, the slowest sample's index too)."""
+def mask_metrics(metrics: Mapping[str, Any], which_slowest: bool = True) -> dict[str, Any]:
+    """``metrics`` with every measured duration replaced by ``"<time>"`` (keys, counts, identities kept) and,
+    with ``which_slowest``, what depends on which sample was the slowest (its index, rollout, counts, lengths)
+    by ``"<which>"``: under load another sample can truly be the slowest in one of two runs."""
     out = {key: ("<time>" if is_timing_metric(key) else value) for key, value in sorted(metrics.items())}
-    if which_slowest and _SLOWEST_INDEX in out:
-        out[_SLOWEST_INDEX] = "<which>"
+    if which_slowest:
+        out.update({key: "<which>" for key, value in out.items() if key.startswith(_SLOWEST) and value != "<time>"})
     return out
 
 
-def _mask_summary(text: str, which_slowest: bool = False) -> Any:
-    """The ``rl.step.summary`` JSON with its durations and times masked (counts, identity and keys kept)."""
+def _mask_summary(text: str, which_slowest: bool = True) -> Any:
+    """The ``rl.step.summary`` JSON with its durations and times masked (counts, identity and keys kept; which
+    sample was the slowest masked too, see :func:`mask_metrics`)."""
     data = json.loads(text)
     data["metrics"] = mask_metrics(data.get("metrics", {}), which_slowest)
     for key in ("phases", "tools"):
@@ -313,8 +316,8 @@ def _mask_summary(text: str, which_slowest: bool = False) -> Any:
     data["t"] = len(data.get("t", []))
     slowest = data.get("slowest")
     if slowest:
-        which = "<which>" if which_slowest else slowest[0]
-        data["slowest"] = [which, slowest[1], "<trace>", "<time>", "<time>", "<time>", *slowest[6:]]
+        which = ["<which>"] * 2 + ["<which>"] * len(slowest[6:]) if which_slowest else [*slowest[:2], *slowest[6:]]
+        data["slowest"] = [*which[:2], "<trace>", "<time>", "<time>", "<time>", *which[2:]]
     top = data.get("top", [])
     # the slowest samples in duration order, which differs between runs: their identities and verdicts as a set
     # (every sample while the step has fewer than the list holds; else only how many)
@@ -330,9 +333,74 @@ def _map_attrs(attrs: list[tuple[str, Any]], masked: frozenset[str]) -> list[Any
         if key in masked:
             value = "<masked>"
         elif key == SUMMARY_SPAN and kind in ("str", "string_value"):
-            value = _mask_summary(value, WHICH_SLOWEST in masked)
+            value = _mask_summary(value)
         out.append((key, (kind, value)))
     return out
+
+
+def _covered(intervals: list[tuple[int, int]]) -> int:
+    """The time the intervals cover, overlaps once (how a phase's time adds up)."""
+    covered = reach = 0
+    for start, end in sorted(intervals):
+        covered += max(0, end - max(start, reach))
+        reach = max(reach, end)
+    return covered
+
+
+def phase_totals(spans: list[dict[str, Any]]) -> dict[tuple[Any, ...], int]:
+    """Per sample, ``(step, validate, index, rollout)``: the time its phase spans cover (each phase's overlaps
+    once, phases added: verl's generate + tool + score), read from canonical spans with real times; a phase span's
+    sample is its ``rl.sample`` ancestor."""
+    by_id = {s["span_id"]: s for s in spans}
+
+    def sample_of(span: dict[str, Any]) -> dict[str, Any]:
+        seen = 0
+        while span["name"] != sc.SAMPLE_SPAN and span["parent_id"] in by_id and seen < len(spans):
+            span, seen = by_id[span["parent_id"]], seen + 1
+        return {key: value for key, (_, value) in span["attributes"]}
+
+    phases: dict[tuple[Any, ...], list[tuple[int, int]]] = {}
+    for s in spans:
+        phase = {key: value for key, (_, value) in s["attributes"]}.get(sc.RL_PHASE)
+        attrs = sample_of(s) if phase in _TIMED_PHASES else {}
+        if sc.RL_SAMPLE_INDEX in attrs:
+            key = (attrs.get(sc.RL_STEP), attrs.get(sc.RL_VALIDATE, False))
+            key += (attrs[sc.RL_SAMPLE_INDEX], attrs.get(sc.RL_ROLLOUT_N, -1), phase)
+            phases.setdefault(key, []).append((s["start"], s["end"]))
+    totals: dict[tuple[Any, ...], int] = {}
+    for key, intervals in phases.items():
+        totals[key[:4]] = totals.get(key[:4], 0) + _covered(intervals)
+    return totals
+
+
+def slowest_by_spans(spans: list[dict[str, Any]], step: Any, validate: Any = False) -> tuple[Any, Any]:
+    """The step's sample whose phase spans took longest, ``(index, rollout)``."""
+    totals = {key[2:]: total for key, total in phase_totals(spans).items() if key[:2] == (step, validate)}
+    return max(totals, key=totals.__getitem__)
+
+
+def check_slowest(spans: list[dict[str, Any]], what: str) -> int:
+    """Within one run (canonical spans, real times): each step summary's slowest sample is the one whose phase
+    spans cover the most time (:func:`phase_totals`), and its metrics name that sample. The load-proof check of
+    which sample was slowest, which two runs compare masked. A step whose samples did not all reach these spans
+    (a budget, a sampler) is left to the metric tests. Returns how many steps it checked."""
+    all_totals = phase_totals(spans)
+    checked = 0
+    for s in spans:
+        text = {key: value for key, (_, value) in s["attributes"]}.get(SUMMARY_SPAN)
+        if s["name"] != SUMMARY_SPAN or not isinstance(text, str):
+            continue
+        data = json.loads(text)
+        totals = {k[2:]: t for k, t in all_totals.items() if k[:2] == (data.get("step"), data.get("validate"))}
+        slowest = data.get("slowest")
+        if not slowest or len(totals) != data.get("n"):
+            continue
+        longest = max(totals.values())
+        assert totals.get((slowest[0], slowest[1])) == longest, f"{what}: slowest {slowest[:2]}, spans: {totals}"
+        index = data.get("metrics", {}).get(f"{_SLOWEST}sample_index", slowest[0])
+        assert index == slowest[0], f"{what}: metrics name sample {index} the slowest, the summary {slowest[0]}"
+        checked += 1
+    return checked
 
 
 def _tree_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
@@ -490,6 +558,8 @@ def compare_runs(
         assert_same(file_spans, grpc_spans, f"{mode}: file vs grpc")
     violations = nesting_violations(runs["fast"].canonical("exporter"))
     assert not violations, "fast: " + "; ".join(violations)
+    for mode, run in runs.items():  # which sample was slowest: compared masked above, checked in each run here
+        check_slowest(run.canonical("exporter"), mode)
     return out
 
 

@@ -9,6 +9,8 @@ import threading
 import time
 from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
+import pytest
+
 import otel_agentloop as oal
 
 from .otlp_receiver import Receiver, start_grpc, wait_for
@@ -81,6 +83,7 @@ class _Hang(BaseHTTPRequestHandler):
         return None
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_hanging_endpoint_never_holds_flush_shutdown_or_exit() -> None:
     server = ThreadingHTTPServer(("127.0.0.1", 0), _Hang)
     threading.Thread(target=server.serve_forever, daemon=True).start()
@@ -101,7 +104,8 @@ def test_a_hanging_endpoint_never_holds_flush_shutdown_or_exit() -> None:
         t0 = time.perf_counter()
         handle.shutdown(1.0)
         shutdown_s = time.perf_counter() - t0
-        assert flush_s < 1.5 and shutdown_s < 2.5, (flush_s, shutdown_s)
+        # bounded by their own timeouts (0.5 s, 1 s), with room for a loaded machine: far below the 30 s export
+        assert flush_s < 10 and shutdown_s < 10, (flush_s, shutdown_s)
 
         # a process that exits without calling shutdown: the SDK's exit hook must not wait 30 s
         code = textwrap.dedent(f"""

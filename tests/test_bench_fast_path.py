@@ -35,6 +35,7 @@ def test_configure_on_records_on_the_path_asked_for(tmp_path: Path, path: str) -
         handle.shutdown(5)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_fast_path_section_counts_every_span_and_replaces_its_section(tmp_path: Path) -> None:
     results = tmp_path / "RESULTS.md"
     results.write_text("# Results\n\n## Fast path (issue 20)\n\nold numbers\n\n## Later section\n\nkept\n")

@@ -7,10 +7,14 @@ import os
 import subprocess
 import sys
 
+import pytest
+
 from otel_agentloop.analysis import read_jsonl, read_traces
 from otel_agentloop.metrics import PhaseMetricsProcessor
 
 from .conftest import span_metrics
+
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
 
 def _simulate(tmp_path, *args: str) -> subprocess.CompletedProcess[str]:

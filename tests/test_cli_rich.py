@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 pytest.importorskip("rich")  # the cli extra; `make install` installs it
 
 SGR = re.compile(r"\x1b\[[0-9;]*m")  # colour / style codes

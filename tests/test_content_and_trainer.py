@@ -5,6 +5,7 @@ from __future__ import annotations
 import asyncio
 import os
 import re
+import time
 
 import pytest
 
@@ -60,7 +61,9 @@ def test_trainer_phases_nest_under_the_step_and_fill_timing_raw(traced) -> None:
             await asyncio.sleep(0.02)
 
     with oal.step(4):
+        t0 = time.perf_counter()
         asyncio.run(rollout())
+        around = time.perf_counter() - t0
         assert update() == "updated"
         with pytest.raises(KeyError), oal.trainer_phase("adv", timing_raw):
             raise KeyError("advantage")
@@ -70,9 +73,10 @@ def test_trainer_phases_nest_under_the_step_and_fill_timing_raw(traced) -> None:
         assert spans[name].parent.span_id == step_span.context.span_id
         assert spans[name].attributes[sc.RL_STEP] == 4
     assert spans["rl.train.adv"].status.status_code.name == "ERROR"
-    assert timing_raw["gen"] == pytest.approx(
-        (spans["rl.train.gen"].end_time - spans["rl.train.gen"].start_time) / 1e9, abs=0.005
-    )
+    # the block's seconds, in timing_raw and as the span's duration: each at least the block's sleep and at most a
+    # timer around it (bounds that hold under any load)
+    gen_span = spans["rl.train.gen"]
+    assert 0.02 <= timing_raw["gen"] <= around and 0.02 <= (gen_span.end_time - gen_span.start_time) / 1e9 <= around
     assert set(timing_raw) == {"gen", "update_actor", "adv"}
 
 

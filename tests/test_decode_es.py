@@ -9,6 +9,8 @@ import subprocess
 import sys
 from typing import Any
 
+import pytest
+
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._decode import Skipped
 from otel_agentloop.analysis._reading._decode_es import Resources, span
@@ -133,6 +135,7 @@ def test_the_local_stacks_opensearch_is_tried_for_the_local_jaeger_only(monkeypa
     assert named.index is not None and named.index_named and named.index.base_url == "http://127.0.0.1:2"
 
 
+@pytest.mark.e2e  # a subprocess
 def test_opensearch_with_a_file_is_refused(tmp_path: Any) -> None:
     (tmp_path / "t.jsonl").write_text("")
     cmd = [sys.executable, "-m", "otel_agentloop", "report", "--file", str(tmp_path / "t.jsonl"), "--opensearch"]

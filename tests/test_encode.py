@@ -287,6 +287,7 @@ def test_json_counts_what_a_record_dropped() -> None:
     assert parse_json_line(_json([span])) == sdk_encode_spans([materialise(span)])
 
 
+@pytest.mark.e2e  # a subprocess
 def test_json_with_every_field_is_read_back_by_the_reader_and_report(tmp_path: Path) -> None:
     """``read_jsonl`` and ``report --file`` (a subprocess) read files carrying the new fields."""
     spans = [*_records(), *_sdk_batch()]

@@ -209,6 +209,7 @@ def test_engine_state_metrics_are_exact_live_and_in_report(tmp_path, monkeypatch
     assert stored.metrics[f"{P}/{sc.ENGINE_PREEMPTIONS}"] == 2.0
 
 
+@pytest.mark.e2e  # a subprocess
 def test_causes_read_from_the_engine_state(tmp_path, monkeypatch) -> None:
     """Each slow sample's cause names the engine's state behind it, the same in ``report --json`` (from the trace
     folder) as in the step summary ``collect()`` wrote."""
@@ -399,6 +400,7 @@ def test_step_page_data_and_perfetto_counter_tracks(loaded) -> None:
     assert not [e for e in trace_.events if e["ph"] == "X" and e["name"] == sc.ENGINE_LOAD_SPAN]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_run_page_has_peak_kv_and_preemptions_per_step(loaded, tmp_path) -> None:
     path, _ = loaded
     out = subprocess.run(
@@ -422,6 +424,7 @@ def test_run_page_has_peak_kv_and_preemptions_per_step(loaded, tmp_path) -> None
     assert '"engines":[{"engine":"host:1:0"' in page.replace(" ", "")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_panel(loaded, browser, tmp_path) -> None:  # noqa: F811
     """The step page draws one load row per engine under the samples, on their time axis (its plot spans the samples'
     track exactly), with its peak KV usage and preemptions; the run page shows the engine panel and column."""

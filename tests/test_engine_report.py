@@ -304,6 +304,7 @@ def engine_file(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return path
 
 
+@pytest.mark.e2e  # a subprocess
 def test_report_shows_the_engine_table_the_cause_and_the_engine_inside_the_turn(engine_file, tmp_path) -> None:
     out = _cli(tmp_path, "report", "--file", str(engine_file), "--step", "1")
     assert out.returncode == 0, out.stderr
@@ -323,6 +324,7 @@ def test_report_shows_the_engine_table_the_cause_and_the_engine_inside_the_turn(
     assert data["slowest"][0]["cause"] == "waited 0.12 s in the engine queue"
 
 
+@pytest.mark.e2e  # a subprocess
 def test_report_of_spans_without_engine_attributes_is_unchanged(engine_file, tmp_path) -> None:
     out = _cli(tmp_path, "report", "--file", str(engine_file), "--step", "2")
     assert out.returncode == 0, out.stderr
@@ -336,6 +338,7 @@ def test_report_of_spans_without_engine_attributes_is_unchanged(engine_file, tmp
     assert not [e for e in json.loads(perfetto.read_text())["traceEvents"] if e.get("cat") == "engine"]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_and_run_page_carry_the_cause(engine_file, tmp_path) -> None:
     out = _cli(tmp_path, "report", "--file", str(engine_file), "--compare", "1", "2")
     assert out.returncode == 0, out.stderr
@@ -356,6 +359,7 @@ def test_compare_and_run_page_carry_the_cause(engine_file, tmp_path) -> None:
     assert causes[:2] == ["waited 0.12 s in the engine queue", None]  # step 2: no engine timing, no cause
 
 
+@pytest.mark.e2e  # a subprocess
 def test_perfetto_nests_the_engine_inside_each_turn(engine_file, tmp_path) -> None:
     path = tmp_path / "step.json"
     out = _cli(tmp_path, "report", "--file", str(engine_file), "--step", "1", "--perfetto", str(path))
@@ -378,6 +382,7 @@ def test_perfetto_nests_the_engine_inside_each_turn(engine_file, tmp_path) -> No
     assert [(r.args["sample"], r.args["cause"]) for r in roots] == [("7/0", "waited 0.12 s in the engine queue")]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_browser_draws_the_engine_inside_the_turn_bars(engine_file, browser, tmp_path) -> None:  # noqa: F811
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait

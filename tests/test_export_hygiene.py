@@ -45,6 +45,7 @@ def _child(protocol: str, endpoint: str, mode: str) -> dict[str, int]:
     return json.loads(out.stdout.strip().splitlines()[-1])
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
 def test_exports_under_real_client_instrumentation_make_no_spans(protocol: str) -> None:
     receiver = Receiver()
@@ -174,7 +175,9 @@ def test_http_json_gives_up_when_retry_after_passes_the_deadline(http_receiver) 
     assert exporter.export(_sdk_spans()) is SpanExportResult.FAILURE
     elapsed = time.monotonic() - t0
     exporter.shutdown()
-    assert len(receiver.times) == 1 and elapsed < 2.0  # failed at once: waiting 30 s could not succeed in 2
+    # failed at once: no second try, and far less than the 30 s a wait for the Retry-After would take (a bound
+    # with room for a loaded machine)
+    assert len(receiver.times) == 1 and elapsed < 10, (receiver.times, elapsed)
 
 
 def test_http_json_shutdown_aborts_a_retry_wait(http_receiver) -> None:
@@ -237,6 +240,7 @@ def _self_signed(directory: Path, name: str, cn: str, san: str | None = None) ->
     return str(cert), str(key)
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the test certificates")
 def test_http_json_tls_and_client_certificates_from_env(tmp_path, monkeypatch) -> None:
     server_cert, server_key = _self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
@@ -328,6 +332,7 @@ print(ok)
 """
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_http_json_forked_child_opens_its_own_connection(http_receiver) -> None:
     receiver, endpoint = http_receiver

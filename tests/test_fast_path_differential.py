@@ -228,6 +228,7 @@ def _check(program: Program, protocol: str, tmp_path: Path) -> None:
     assert mask_metrics(runs["fast"].result, True) == mask_metrics(runs["sdk"].result, True)
 
 
+@pytest.mark.slow  # EXAMPLES programs, each run on both paths: 7-12 s per protocol at load 7
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
 @settings(
     max_examples=EXAMPLES,

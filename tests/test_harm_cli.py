@@ -117,6 +117,7 @@ def test_no_control_character_from_trace_data_reaches_the_terminal(
     assert "hung samples" in out and "ERROR" in out
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("rich", [True, False], ids=["rich", "plain"])
 def test_hostile_names_are_escaped_visibly_in_a_subprocess(tmp_path: Path, rich: bool) -> None:
     name, tool, error_type, phase = "".join(HOSTILE[:4]), "".join(HOSTILE[4:7]), "".join(HOSTILE[7:]), HOSTILE[0]
@@ -135,6 +136,7 @@ def test_hostile_names_are_escaped_visibly_in_a_subprocess(tmp_path: Path, rich:
     assert "hung samples" in plain and "(\\x1b]0;pwned\\x07, trace" in plain  # the hung sample's phase
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_2mb_error_type_is_printed_cut(tmp_path: Path) -> None:
     _phase_file(tmp_path / "t.jsonl", "gen", "search", "E" * 2_000_000, "tool_calls")
     proc = run_cli(REPORT, tmp_path)
@@ -149,6 +151,7 @@ def _good(tmp_path: Path) -> None:
     (tmp_path / "t.jsonl").write_text(otlp_line(sample_spans(0)) + "\n")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_missing_file_or_a_directory_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(run_cli(["report", "--file", "nope.jsonl"], tmp_path), "cannot read nope.jsonl", "No such")
     (tmp_path / "d").mkdir()
@@ -156,6 +159,7 @@ def test_a_missing_file_or_a_directory_is_one_line(tmp_path: Path) -> None:
     assert_one_line_error(run_cli(["report", "--file", "d"], tmp_path), "cannot read d", "no index.jsonl")
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("flag", ["--html", "--png", "--timeline-png"])
 def test_an_unwritable_output_path_is_one_line(tmp_path: Path, flag: str) -> None:
     _good(tmp_path)
@@ -207,6 +211,7 @@ def _closed_port() -> int:
         return int(s.getsockname()[1])
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     ("mode", "needle"),
     [
@@ -224,22 +229,26 @@ def test_a_broken_jaeger_is_one_line(tmp_path: Path, mode: str, needle: str) -> 
     assert_one_line_error(proc, "cannot query Jaeger", needle)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_an_unreachable_jaeger_is_one_line(tmp_path: Path) -> None:
     proc = run_cli(["report", "--jaeger", f"http://127.0.0.1:{_closed_port()}", "--timeout", "5"], tmp_path)
     assert_one_line_error(proc, "cannot query Jaeger", "refused")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_jaeger_without_traces_is_one_line(tmp_path: Path) -> None:
     with _jaeger("404") as url:  # api_v3 answers an empty search with 404
         proc = run_cli(["report", "--jaeger", url], tmp_path)
     assert_one_line_error(proc, "no sample spans found")
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("url", ["file:///etc/passwd", "not a url"])
 def test_a_jaeger_url_that_is_not_http_is_one_line(tmp_path: Path, url: str) -> None:
     assert_one_line_error(run_cli(["report", "--jaeger", url], tmp_path), "cannot query Jaeger", "not an http(s) URL")
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     ("args", "needle"),
     [
@@ -264,6 +273,7 @@ def test_out_of_range_arguments_are_one_line_with_the_valid_range(tmp_path: Path
 
 
 # -- PNGs draw trace text literally ----------------------------------------------------------------------------------
+@pytest.mark.e2e  # a subprocess
 def test_png_survives_mathtext_in_span_names(tmp_path: Path) -> None:
     _phase_file(tmp_path / "t.jsonl", r"$\foo$", r"$\frac{", "$", "tool_calls")
     proc = run_cli([*REPORT, "--png", "w.png", "--timeline-png", "t.png"], tmp_path)

@@ -77,6 +77,7 @@ def hostile_runs(tmp_path_factory: pytest.TempPathFactory) -> Path:
     return cwd
 
 
+@pytest.mark.e2e  # a subprocess
 def test_runs_listing_prints_no_control_character_and_cuts_long_ids(hostile_runs: Path) -> None:
     out = _report(hostile_runs, "--runs")
     assert out.returncode == 0, out.stderr
@@ -89,6 +90,7 @@ def test_runs_listing_prints_no_control_character_and_cuts_long_ids(hostile_runs
     assert "r" * 100 + "…" in out.stdout  # ... and says so
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     "args",
     [
@@ -113,6 +115,7 @@ def test_every_report_line_is_sanitised(hostile_runs: Path, args: Sequence[str])
         assert out.returncode == 1 and "no run 'no such \\x1b[31m run'" in out.stderr
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_run_without_an_id_and_a_run_named_like_it_are_two_runs(tmp_path: Path) -> None:
     old = sample_spans(0, dur_ms=300)  # an old file's run: service svc, no rl.run.id
     (tmp_path / "runs.jsonl").write_text(otlp_line(old) + "\n")
@@ -128,6 +131,7 @@ def test_a_run_without_an_id_and_a_run_named_like_it_are_two_runs(tmp_path: Path
     assert latest["run"] == "(no run id) service svc" and [s["n"] for s in latest["steps"]] == [1]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_run_id_with_a_byte_that_is_not_utf8_finds_its_run(tmp_path: Path) -> None:
     """``OTEL_AGENTLOOP_RUN_ID=$'run-\\xff'``: stored as ``run-\\ufffd``; ``--run-id $'run-\\xff'`` reads it."""
     raw = os.fsdecode(b"run-\xff")  # what Python makes of the byte in the environment and in argv
@@ -166,6 +170,7 @@ def _odd_file(path: Path) -> None:
     path.write_text(otlp_line(spans) + "\n")
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     "args",
     [

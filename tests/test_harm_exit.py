@@ -108,6 +108,7 @@ def _unsent_lines(stderr: str) -> list[re.Match[str]]:
     return [m for line in stderr.splitlines() if (m := re.match(pattern, line))]
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("mode", ["exit", "fork", "flush"])
 @pytest.mark.parametrize("protocol", PROTOCOLS)
 def test_a_dead_endpoint_costs_exit_a_short_bound_said_in_one_line(protocol: str, mode: str) -> None:

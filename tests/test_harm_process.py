@@ -94,6 +94,7 @@ _FORK_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_fork_while_threads_trace_never_hangs_the_child(tmp_path) -> None:
     """8 forks while 2 threads make spans and a third polls stats; each child traces, collects, flushes and
@@ -135,6 +136,7 @@ _FORK_KEYS_SCRIPT = textwrap.dedent("""
 """)
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_collects_the_same_metric_keys_as_its_parent(tmp_path) -> None:
     """The child starts with no accumulated spans, but keeps what the handle hooked into the metrics (the
@@ -168,6 +170,7 @@ def test_shutdown_turns_tracing_off_and_restores_the_previous_setup() -> None:
     assert state.defaults.trace_per == "sample"
 
 
+@pytest.mark.e2e  # a subprocess
 def test_shutdown_of_a_global_provider_turns_tracing_off_in_a_fresh_process() -> None:
     code = textwrap.dedent("""
         import logging, io, time
@@ -218,7 +221,7 @@ def test_shutdown_timeout_is_honoured_and_stuck_spans_are_counted() -> None:
         handle.shutdown(0.5)
         took = time.perf_counter() - t0
         stats = handle.stats
-        assert took < 3, took
+        assert took < 10, took  # 0.5 s, with room for a loaded machine; far below the 30 s the export is stuck
         assert stats["queued"] == 20
         assert stats["dropped"] + stats["exported"] + stats["failed"] == stats["queued"], stats
     finally:

@@ -5,7 +5,8 @@ that accepts and never answers (hung), or to a real OTLP/HTTP receiver that answ
 makes 20 sample + 20 generation spans. Figures (median call latency, spans queued / exported / dropped /
 failed / pending in the worker) are printed for the closing note. The README promises that a dead, hung or slow
 backend adds about 4 ms to a call (instead of the 5 s flush timeout): the median sync call and the median async
-call are each bounded by ``MEDIAN_CALL_S`` (0.25 s), and every span is accounted for.
+call are each bounded by ``MEDIAN_CALL_S`` (1 s: far below the slow backend's 2 s answer and the 5 s flush timeout
+a waiting call would take, with room for Ray calls on a loaded 2-core machine), and every span is accounted for.
 """
 
 from __future__ import annotations
@@ -22,11 +23,13 @@ import otel_agentloop as oal
 from .otlp_receiver import Receiver, start_http
 from .ray_local import local_ray
 
+pytestmark = pytest.mark.e2e  # a local Ray cluster
+
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 CALLS = 12
-MEDIAN_CALL_S = 0.25
+MEDIAN_CALL_S = 1.0
 """Bound on the median actor call (41 spans made and queued, plus Ray's round trip). The README's figure is
 ~4 ms added per call; measured here on the shared 2-core machine at load average 16, a whole call's median was
 7-9 ms with a dead, hung or slow backend (19 ms with a live one). 0.25 s leaves ~25x room for a loaded

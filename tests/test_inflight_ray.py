@@ -19,6 +19,8 @@ from .otlp_receiver import Receiver, start_grpc, wait_for
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
 
+pytestmark = pytest.mark.e2e  # a local Ray cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 HANG_S = 0.5
 

@@ -39,6 +39,7 @@ def test_each_public_namespace_exports_what_it_lists(name: str) -> None:
         assert getattr(module, attr) is not None, f"otel_agentloop.{name}.{attr}"
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_library_never_imports_the_demo_or_the_cli() -> None:
     code = (
         "import sys, otel_agentloop, " + ", ".join(f"otel_agentloop.{n}" for n in NAMESPACES) + ", "
@@ -49,6 +50,7 @@ def test_the_library_never_imports_the_demo_or_the_cli() -> None:
     assert out.stdout.strip() == "[]"
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_import_contract_holds() -> None:
     """Layers point one way and no sibling modules or packages import each other in a cycle (import-linter,
     configured in pyproject.toml; `make lint` runs the same check)."""

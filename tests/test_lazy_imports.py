@@ -5,6 +5,10 @@ from __future__ import annotations
 import subprocess
 import sys
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 _PROBE = """
 import sys
 import otel_agentloop as oal

@@ -19,6 +19,8 @@ from otel_agentloop.analysis import read_jsonl
 from .multinode import ROOT, clean_env, two_nodes
 from .otlp_receiver import Receiver, start_grpc, wait_for
 
+pytestmark = pytest.mark.e2e  # a two-node Ray cluster
+
 pytest.importorskip("ray")
 
 DRIVER = os.path.join(ROOT, "tests", "multinode_driver.py")

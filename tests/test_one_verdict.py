@@ -30,6 +30,8 @@ from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
 from tests import test_timeline_page as step_page
 from tests.test_timeline_page import _open, _rows, _severe_console
 
+pytestmark = pytest.mark.e2e  # simulated runs in subprocesses, one on Ray, and a browser
+
 chromium = step_page.browser  # the step page test's Chromium fixture (installs it or skips), here as "chromium"
 
 HUNG_KEY, SLOW_KEY = (0, 0), (1, 0)  # demo/_main.misbehaviour
@@ -81,8 +83,10 @@ def _key(item: dict[str, Any]) -> tuple[int, int]:
     return (item["sample_index"], item["rollout_n"])
 
 
-def _check_live_and_collect(stderr: str, results: list[Any]) -> tuple[str, str, dict[str, float]]:
-    """The live output and collect()'s metrics agree on the verdicts; returns (hung, slow) trace ids, metrics."""
+def _check_live_and_collect(stderr: str, results: list[Any]) -> tuple[str, dict[str, str], dict[str, float]]:
+    """The live output and collect()'s metrics agree on the verdicts; returns the hung trace id, the slow samples'
+    trace ids (``"i/n"`` -> trace id), metrics. Sample 1/0 is slow by design; under load another sample's tool call
+    can truly pass the threshold too, and is then slow in every view alike (so counts are compared, not fixed)."""
     lines = _live_lines(stderr)
     assert any(step == 3 and inflight for step, _, _, inflight in lines), stderr[-2000:]
     for step, done, total, inflight in lines:  # every redraw adds up
@@ -92,12 +96,12 @@ def _check_live_and_collect(stderr: str, results: list[Any]) -> tuple[str, str, 
     assert f"step 3: {TOTAL - 1}/{TOTAL} samples finished" in stderr
     assert f"step 2: {TOTAL}/{TOTAL} samples finished" in stderr
     step3 = results[2]
-    (hung_tid,), (slow_tid,) = step3["hung_trace_ids"], step3["slow_trace_ids"]
+    (hung_tid,), slow_tids = step3["hung_trace_ids"], step3["slow_trace_ids"]
     counts = step3["verdicts"]
-    assert counts[HUNG] == 1 and counts[SLOW] == 1 and counts[FAILED] == step3["failed_samples"]
-    assert sum(counts.values()) == TOTAL
+    assert counts[HUNG] == 1 and counts[SLOW] == len(slow_tids) >= 1 and counts[FAILED] == step3["failed_samples"]
+    assert sum(counts.values()) == TOTAL and hung_tid not in slow_tids
     metrics = step3["metrics"]
-    assert metrics["agent_loop/watchdog/hung"] == 1.0 and metrics["agent_loop/watchdog/slow"] == 1.0
+    assert metrics["agent_loop/watchdog/hung"] == 1.0 and metrics["agent_loop/watchdog/slow"] == counts[SLOW]
     assert metrics["agent_loop/num_samples"] == TOTAL - 1  # the hung sample is not in the collected step
     slowest = (metrics["agent_loop/slowest/sample_index"], metrics["agent_loop/slowest/rollout_n"])
     assert slowest != HUNG_KEY
@@ -105,21 +109,28 @@ def _check_live_and_collect(stderr: str, results: list[Any]) -> tuple[str, str, 
     where = " over 2 workers" if "Ray workers" in stderr else ""
     title = (
         f"== step 3: agent_loop metrics{where} ({TOTAL - 1} samples: {counts[OK]} ok, {counts[FAILED]} failed, "
-        f"1 slow; 1 hung, left out)"
+        f"{counts[SLOW]} slow; 1 hung, left out)"
     )
     assert title in stderr, stderr[-2000:]
     assert f"watchdog: hung: sample 0/0 in tool_calls sandbox, trace {hung_tid}" in stderr
-    assert f"watchdog: slow: sample 1/0 in tool_calls sandbox, trace {slow_tid}" in stderr
+    said = dict(re.findall(r"watchdog: slow: sample (\d+/\d+) in [^,]*, trace ([0-9a-f]{32})", stderr))
+    assert set(said.values()) == set(slow_tids) and "1/0" in said, (said, slow_tids)
     assert results[0]["verdicts"][HUNG] == 0 and results[1]["verdicts"][SLOW] == 0
-    return hung_tid, slow_tid, metrics
+    return hung_tid, said, metrics
 
 
-def _check_report(cwd: Path, hung_tid: str, slow_tid: str, live: dict[str, Any], collected: dict[str, float]) -> None:
-    """report's JSON and text give the hung sample the live verdict, and collect()'s metrics."""
+def _check_report(
+    cwd: Path, hung_tid: str, slow: dict[str, str], live: dict[str, Any], collected: dict[str, float]
+) -> None:
+    """report's JSON and text give the hung sample the live verdict, the slow ones theirs, and collect()'s
+    metrics."""
     data = json.loads(_cli(cwd, "report", "--file", "run.jsonl", "--step", "3", "--json", "--top", "50").stdout)
     verdicts = data["verdicts"]
     assert [(_key(h), h["trace_id"]) for h in verdicts["hung"]] == [(HUNG_KEY, hung_tid)]
-    assert [(_key(s), s["trace_id"]) for s in verdicts["slow"]] == [(SLOW_KEY, slow_tid)]
+    slow_keys = {tuple(int(x) for x in key.split("/")) for key in slow}
+    assert sorted((_key(s), s["trace_id"]) for s in verdicts["slow"]) == sorted(
+        (tuple(int(x) for x in key.split("/")), tid) for key, tid in slow.items()
+    )
     assert verdicts["counts"] == live and verdicts["from"] == "summary"  # the live side's rl.step.summary
     rows = {_key(r): r for r in data["slowest"]}
     assert HUNG_KEY not in rows and rows[SLOW_KEY]["verdict"] == SLOW  # a hung sample is never the slowest
@@ -132,7 +143,7 @@ def _check_report(cwd: Path, hung_tid: str, slow_tid: str, live: dict[str, Any],
     # without the summary spans (older traces), the snapshot rule gives the same verdicts and metrics
     records = [r for r in read_jsonl(str(cwd / "run.jsonl")) if r.name != sc.STEP_SUMMARY_SPAN]
     guessed = step_verdicts(records, 3)
-    assert guessed.source == "snapshots" and set(guessed.hung) == {HUNG_KEY} and set(guessed.slow) == {SLOW_KEY}
+    assert guessed.source == "snapshots" and set(guessed.hung) == {HUNG_KEY} and set(guessed.slow) == slow_keys
     report = build_report([r for r in records if not r.attributes.get(sc.RL_SNAPSHOT)], 3, False, guessed)
     assert report.verdict_counts() == live
     assert dict(report.metrics) == pytest.approx(rebuilt, rel=1e-12, abs=1e-12)
@@ -158,7 +169,7 @@ def _check_png_model(cwd: Path, counts: dict[str, int], png: Path) -> None:
     states = {s.key: s.state for s in view.samples}
     assert states[HUNG_KEY] == HUNG and states[SLOW_KEY] == SLOW
     assert view.counts == counts
-    assert timeline_title(view).endswith(f"{TOTAL} samples, {counts[FAILED]} failed, 1 hung, 1 slow")
+    assert timeline_title(view).endswith(f"{TOTAL} samples, {counts[FAILED]} failed, 1 hung, {counts[SLOW]} slow")
     assert row_label(view, 0) == "0/0 HUNG"  # the top row: the tail first
     assert view.slowest != HUNG_KEY
     assert png.read_bytes().startswith(b"\x89PNG\r\n\x1a\n")
@@ -166,8 +177,8 @@ def _check_png_model(cwd: Path, counts: dict[str, int], png: Path) -> None:
 
 def test_in_process_every_view_gives_the_hung_sample_one_verdict(in_process, tmp_path) -> None:
     cwd, stderr, results = in_process
-    hung_tid, slow_tid, collected = _check_live_and_collect(stderr, results)
-    _check_report(cwd, hung_tid, slow_tid, results[2]["verdicts"], collected)
+    hung_tid, slow, collected = _check_live_and_collect(stderr, results)
+    _check_report(cwd, hung_tid, slow, results[2]["verdicts"], collected)
     png = tmp_path / "t.png"
     _cli(cwd, "report", "--file", "run.jsonl", "--step", "3", "--timeline-png", str(png))
     _check_png_model(cwd, results[2]["verdicts"], png)
@@ -175,11 +186,11 @@ def test_in_process_every_view_gives_the_hung_sample_one_verdict(in_process, tmp
 
 def test_on_ray_workers_every_view_gives_the_hung_sample_one_verdict(on_ray, tmp_path) -> None:
     cwd, stderr, results = on_ray
-    hung_tid, slow_tid, collected = _check_live_and_collect(stderr, results)
+    hung_tid, slow, collected = _check_live_and_collect(stderr, results)
     # Ray workers report finished samples one by one: no "0/16 done" beside samples that already finished
     lines = [(done, inflight) for step, done, _, inflight in _live_lines(stderr) if step == 3]
     assert any(done > 0 and inflight > 0 for done, inflight in lines), lines
-    _check_report(cwd, hung_tid, slow_tid, results[2]["verdicts"], collected)
+    _check_report(cwd, hung_tid, slow, results[2]["verdicts"], collected)
     png = tmp_path / "t.png"
     _cli(cwd, "report", "--file", "run.jsonl", "--step", "3", "--timeline-png", str(png))
     _check_png_model(cwd, results[2]["verdicts"], png)
@@ -205,7 +216,7 @@ def test_the_page_opens_on_the_tail_with_the_hung_sample_marked(in_process, chro
     assert rows[0].find_element(By.CSS_SELECTOR, ".tag.hung").text == "HUNG"
     counts = results[2]["verdicts"]
     summary = browser.find_element(By.ID, "summary").text
-    assert f"{counts[FAILED]} failed · 1 hung · 1 slow" in summary
+    assert f"{counts[FAILED]} failed · 1 hung · {counts[SLOW]} slow" in summary
     # the first screen (no scrolling) holds the hung sample, the slowest and the last-ending ones
     visible = browser.execute_script(
         "const box = document.getElementById('scroller').getBoundingClientRect();"
@@ -247,7 +258,10 @@ def test_a_stored_step_summary_decides_over_the_snapshots(in_process, tmp_path) 
     records = list(read_jsonl(str(trace)))
     rebuilt = summary_of(records, 3)
     assert [(s.sample_index, s.rollout_n) for s in rebuilt.hung] == [HUNG_KEY]  # the snapshot rule
-    swapped = dataclasses.replace(rebuilt, hung=rebuilt.slow, slow=rebuilt.hung)
+    # 1/0 and 0/0 swapped (another sample that load made truly slow is left out of the lists)
+    designed = tuple(s for s in rebuilt.slow if (s.sample_index, s.rollout_n) == SLOW_KEY)
+    assert len(designed) == 1, rebuilt.slow
+    swapped = dataclasses.replace(rebuilt, hung=designed, slow=rebuilt.hung)
     resource = next(r.resource for r in records if r.name == sc.SAMPLE_SPAN)
     run = {  # the demo's run and attempt: report reads one run, and this summary is a later one of that run's step
         "OTEL_AGENTLOOP_RUN_ID": str(resource[sc.RL_RUN_ID]),

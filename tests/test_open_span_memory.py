@@ -30,6 +30,7 @@ def _attributes(span: trace.Span, start: int, n: int) -> None:
         span.set_attribute(f"user.key.{i}", i)
 
 
+@pytest.mark.slow  # a million writes: 14-28 s each at load 7
 @pytest.mark.parametrize("write", [_events, _attributes], ids=["events", "attributes"])
 def test_a_million_writes_on_one_open_span_stay_within_the_limits_memory(write: Callable[..., None]) -> None:
     growth: list[int] = []

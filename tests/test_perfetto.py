@@ -116,6 +116,7 @@ def misbehave(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, list[dict
     return cwd, json.loads(sim.stdout), parse((cwd / "step3.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.e2e  # a subprocess
 def test_misbehave_step_has_one_event_per_span_and_one_track_per_sample(misbehave) -> None:
     cwd, _, t = misbehave
     records = list(read_jsonl(str(cwd / "run.jsonl")))
@@ -155,9 +156,10 @@ def test_misbehave_step_has_one_event_per_span_and_one_track_per_sample(misbehav
     _check_nesting(t)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified_them(misbehave) -> None:
     _, sim, t = misbehave
-    (hung_trace,), (slow_trace,) = sim[2]["hung_trace_ids"], sim[2]["slow_trace_ids"]
+    (hung_trace,), slow_traces = sim[2]["hung_trace_ids"], sim[2]["slow_trace_ids"]
     samples = {
         e["args"]["sample"]: e
         for e in t.events
@@ -165,8 +167,13 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
     }
     assert len(samples) == 6
     verdicts = {s: e["args"]["verdict"] for s, e in samples.items()}
-    assert verdicts == {"0/0": HUNG, "1/0": SLOW, "0/1": OK, "1/1": OK, "2/0": OK, "2/1": OK}
-    assert samples["0/0"]["args"]["trace_id"] == hung_trace and samples["1/0"]["args"]["trace_id"] == slow_trace
+    # 0/0 hung and 1/0 slow by design, the others ok; under load another sample's tool call can truly pass the
+    # threshold too: it is then slow here as the live view classified it
+    slow = sorted(s for s, v in verdicts.items() if v == SLOW)
+    assert verdicts["0/0"] == HUNG and "1/0" in slow and len(slow) == len(slow_traces), (verdicts, slow_traces)
+    assert all(v == OK for s, v in verdicts.items() if s != "0/0" and s not in slow), verdicts
+    assert samples["0/0"]["args"]["trace_id"] == hung_trace
+    assert {samples[s]["args"]["trace_id"] for s in slow} == set(slow_traces)
     assert samples["0/0"]["name"] == "rl.sample [HUNG]" and samples["1/0"]["name"] == "rl.sample [SLOW]"
     tracks = _sample_tracks(t)
     assert t.thread_names[tracks["0/0"][0]] == "sample 0/0 [hung]"
@@ -177,13 +184,14 @@ def test_misbehave_hung_and_slow_samples_are_flagged_as_the_live_view_classified
         assert instant.event["name"] == f"watchdog: {word} in tool_calls (sandbox)"
         assert instant.event["args"]["verdict"] == word and instant.event["args"]["trace_id"] in (
             hung_trace,
-            slow_trace,
+            *slow_traces,
         )
         assert instant.parent is not None and instant.parent.event["name"] == "execute_tool sandbox"
-    assert t.other["hung"] == ["0/0"] and t.other["slow"] == ["1/0"]
-    assert t.other["verdicts"] == {HUNG: 1, OK: 4, SLOW: 1}
+    assert t.other["hung"] == ["0/0"] and sorted(t.other["slow"]) == slow
+    assert t.other["verdicts"] == {HUNG: 1, OK: 5 - len(slow), SLOW: len(slow)}
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("validate", [False, True])
 def test_one_trace_per_step_and_the_validation_pass(tmp_path, validate: bool) -> None:
     """``--trace-per step`` (samples under the step's span in one trace) and ``--validate`` (the validation
@@ -207,6 +215,7 @@ def test_one_trace_per_step_and_the_validation_pass(tmp_path, validate: bool) ->
     _check_nesting(t)
 
 
+@pytest.mark.e2e  # a local Ray cluster, the demo in a subprocess
 def test_on_ray_workers_each_worker_is_a_process_holding_its_samples(tmp_path) -> None:
     """The demo on 2 Ray actor workers (a local Ray cluster): a process per worker, each sample's track in the
     process of the worker that ran it, the driver's trainer spans in a process of their own, first."""
@@ -229,7 +238,9 @@ def test_on_ray_workers_each_worker_is_a_process_holding_its_samples(tmp_path) -
             sample = f"{r.attributes[sc.RL_SAMPLE_INDEX]}/{r.attributes[sc.RL_ROLLOUT_N]}"
             (pid, _), *_ = _sample_tracks(t)[sample]
             assert names[pid] == f"worker {r.attributes[sc.RL_WORKER]}"
-    assert t.other["hung"] == ["0/0"] and t.other["slow"] == ["1/0"] and len(_span_events(t)) == len(records)
+    # 1/0 slow by design; on loaded workers another sample's tool call can truly pass the threshold too
+    assert t.other["hung"] == ["0/0"] and "1/0" in t.other["slow"] and "0/0" not in t.other["slow"]
+    assert len(_span_events(t)) == len(records)
     _check_nesting(t)
 
 
@@ -329,6 +340,7 @@ def library_step(tmp_path_factory: pytest.TempPathFactory) -> tuple[list[SpanRec
     return records, parse((cwd / "step4.json").read_text(encoding="utf-8"))
 
 
+@pytest.mark.e2e  # a subprocess
 def test_parallel_tool_calls_go_to_lanes_named_after_their_sample(library_step) -> None:
     _, t = library_step
     tracks = _sample_tracks(t)
@@ -353,6 +365,7 @@ def test_parallel_tool_calls_go_to_lanes_named_after_their_sample(library_step) 
     assert _check_nesting(t) == 12  # two calls per sample on lanes
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_users_own_span_nests_under_its_tool_call(library_step) -> None:
     records, t = library_step
     user = [r for r in records if r.name == "http GET /search"]
@@ -368,6 +381,7 @@ def test_a_users_own_span_nests_under_its_tool_call(library_step) -> None:
     assert set(events) == step_ids and all(len(v) == 1 for v in events.values())
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_sample_that_never_ended_is_drawn_by_its_snapshot_and_flagged_hung(library_step) -> None:
     records, t = library_step
     assert not [r for r in records if r.name == sc.SAMPLE_SPAN and r.attributes[sc.RL_SAMPLE_INDEX] == 9]
@@ -381,6 +395,7 @@ def test_a_sample_that_never_ended_is_drawn_by_its_snapshot_and_flagged_hung(lib
     assert t.other["hung"] == ["9/0"] and t.other["slow"] == []
 
 
+@pytest.mark.e2e  # a subprocess
 def test_trainer_spans_get_their_own_track_above_the_samples(library_step) -> None:
     _, t = library_step
     assert len(t.process_names) == 1
@@ -475,6 +490,7 @@ def test_a_stored_step_summary_decides_hung_and_slow() -> None:
     }
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_same_spans_in_any_order_give_the_same_file(library_step, tmp_path) -> None:
     records, _ = library_step
     shuffled = list(records)

@@ -9,6 +9,8 @@ import subprocess
 import sys
 from pathlib import Path
 
+import pytest
+
 from otel_agentloop.analysis._rendering._display import NOT_REPORTED, metrics_table
 
 DRIVER = """
@@ -50,6 +52,7 @@ def _report(tmp_path: Path, which: str) -> tuple[str, str]:
     return made.stdout.strip(), out.stdout
 
 
+@pytest.mark.e2e  # a subprocess
 def test_every_sample_unreported_shows_na_and_says_why(tmp_path: Path) -> None:
     values, out = _report(tmp_path, "none")
     assert values == "-1.0 -1.0"  # verl's values, unchanged
@@ -60,6 +63,7 @@ def test_every_sample_unreported_shows_na_and_says_why(tmp_path: Path) -> None:
     assert "num_preempted -1" not in out
 
 
+@pytest.mark.e2e  # a subprocess
 def test_some_samples_unreported_keep_verls_values_and_get_a_line(tmp_path: Path) -> None:
     values, out = _report(tmp_path, "some")
     assert values == "-1.0 1.0"

@@ -22,6 +22,8 @@ from .ray_actors import Item, SampleFailedError, synthetic_samples
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
 
+pytestmark = pytest.mark.e2e  # a local Ray cluster
+
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
 
 

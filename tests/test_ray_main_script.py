@@ -15,6 +15,8 @@ from otel_agentloop import semconv as sc
 
 from .otlp_receiver import Receiver, start_grpc, wait_for
 
+pytestmark = pytest.mark.e2e  # a Ray driver script in a subprocess
+
 pytest.importorskip("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -29,6 +29,8 @@ from .test_harm_reader import run_cli
 from .test_runs import _cli
 from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 RUN = "finds"
 
 

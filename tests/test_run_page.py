@@ -18,6 +18,8 @@ import pytest
 from .test_runs import _cli
 from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the fixture
 
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 JAEGER_UI = "http://127.0.0.1:16686"
 
 

@@ -16,6 +16,8 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._decode import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries
 
+pytestmark = pytest.mark.e2e  # a Ray main job in a subprocess
+
 pytest.importorskip("ray")
 
 ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))

@@ -97,6 +97,7 @@ def _decode_every_line(path: Path) -> int:
     return count
 
 
+@pytest.mark.e2e  # a subprocess
 def test_layout_and_index_after_a_run_and_its_resume(resumed) -> None:
     cwd, _, _ = resumed
     folder = cwd / TRACES
@@ -140,6 +141,7 @@ def test_layout_and_index_after_a_run_and_its_resume(resumed) -> None:
     ]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_step_reads_from_the_latest_attempt_and_the_default_is_the_latest_step(resumed) -> None:
     cwd, second, _ = resumed
     for args in (("--step", "3"), ()):
@@ -154,6 +156,7 @@ def test_a_step_reads_from_the_latest_attempt_and_the_default_is_the_latest_step
     assert json.loads(out)["metrics"]["agent_loop/num_samples"] == 6  # 3 prompts x 2 rollouts
 
 
+@pytest.mark.e2e  # a subprocess
 def test_compare_reads_two_steps(resumed) -> None:
     cwd, second, _ = resumed
     rc, out, err = _report(cwd, "--compare", "1", "3", "--json")
@@ -169,6 +172,7 @@ def _blocked(path: Path) -> None:
     path.mkdir()
 
 
+@pytest.mark.e2e  # a subprocess
 def test_one_step_reads_only_its_file_and_another_steps_problem_is_one_line(resumed, tmp_path) -> None:
     cwd, second, _ = resumed
     shutil.copytree(cwd / TRACES, tmp_path / TRACES)
@@ -185,6 +189,7 @@ def test_one_step_reads_only_its_file_and_another_steps_problem_is_one_line(resu
     assert line.startswith("report: cannot read ") and "step-00000002.jsonl" in line, line
 
 
+@pytest.mark.e2e  # a subprocess
 def test_run_and_runs_read_only_the_index_and_the_summaries(resumed, tmp_path) -> None:
     cwd, second, _ = resumed
     shutil.copytree(cwd / TRACES, tmp_path / TRACES)
@@ -209,6 +214,7 @@ def test_run_and_runs_read_only_the_index_and_the_summaries(resumed, tmp_path) -
         assert steps[key]["n"] == metrics["agent_loop/num_samples"]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_corrupt_index_line_and_a_missing_segment_are_one_note_each(resumed, tmp_path) -> None:
     cwd, second, _ = resumed
     shutil.copytree(cwd / TRACES, tmp_path / TRACES)
@@ -236,6 +242,7 @@ def test_a_corrupt_index_line_and_a_missing_segment_are_one_note_each(resumed, t
     assert rc == 0 and "skipped 1 malformed record" in err and "step-00000001.jsonl line " in err, err
 
 
+@pytest.mark.e2e  # a subprocess
 def test_an_old_single_file_reads_as_before(tmp_path) -> None:
     out = _cli(
         tmp_path,
@@ -264,6 +271,7 @@ async def _generate(i: int, *, flush: bool = False) -> int:
     return i
 
 
+@pytest.mark.e2e  # a subprocess
 def test_unstepped_children_land_in_their_step_or_are_read_back_through_the_time_window(tmp_path) -> None:
     folder = tmp_path / TRACES
     handle = oal.configure("unstepped", file=str(folder), schedule_delay_s=30, watchdog=False)
@@ -365,6 +373,7 @@ def test_a_write_failure_fails_the_batch_counted_never_raised(tmp_path) -> None:
     assert not list(folder.glob("run-*/*.jsonl"))  # no data without its index line
 
 
+@pytest.mark.e2e  # a subprocess
 def test_an_unknown_run_id_names_the_runs_of_the_index(resumed) -> None:
     cwd, _, _ = resumed
     rc, out, err = _report(cwd, "--run-id", "nope")
@@ -375,6 +384,7 @@ def test_an_unknown_run_id_names_the_runs_of_the_index(resumed) -> None:
     assert rc == 0 and json.loads(out)["step"] == 1, err
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_default_step_is_the_latest_with_samples(tmp_path) -> None:
     """A last step whose file holds trainer spans only (a final phase after the last rollout): ``report`` without
     ``--step`` reads the latest step with samples, as it does on one file."""

@@ -91,6 +91,7 @@ def two_runs(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[int, 
     return cwd, alpha, beta
 
 
+@pytest.mark.e2e  # a subprocess
 def test_each_run_reports_its_own_numbers_and_the_latest_is_the_default(two_runs) -> None:
     cwd, alpha, beta = two_runs
     for step in (1, 3):
@@ -111,6 +112,7 @@ def test_each_run_reports_its_own_numbers_and_the_latest_is_the_default(two_runs
     )
 
 
+@pytest.mark.e2e  # a subprocess
 def test_unknown_run_id_is_an_error_naming_the_runs(two_runs) -> None:
     cwd, _, _ = two_runs
     out = _cli(cwd, "report", "--file", "run.jsonl", "--run-id", "gamma")
@@ -118,6 +120,7 @@ def test_unknown_run_id_is_an_error_naming_the_runs(two_runs) -> None:
     assert "no run 'gamma'" in out.stderr and "alpha" in out.stderr and "beta" in out.stderr
 
 
+@pytest.mark.e2e  # a subprocess
 def test_run_page_into_a_missing_folder_is_a_one_line_error(two_runs) -> None:
     cwd, _, _ = two_runs
     out = _cli(cwd, "report", "--file", "run.jsonl", "--run", "--html", "no-such-folder/run.html")
@@ -127,6 +130,7 @@ def test_run_page_into_a_missing_folder_is_a_one_line_error(two_runs) -> None:
     assert not (cwd / "no-such-folder").exists()
 
 
+@pytest.mark.e2e  # a subprocess
 def test_runs_lists_each_run(two_runs) -> None:
     cwd, _, _ = two_runs
     out = _cli(cwd, "report", "--file", "run.jsonl", "--runs")
@@ -141,6 +145,7 @@ def test_runs_lists_each_run(two_runs) -> None:
     assert rows["beta"].startswith("*")  # the latest: what every mode reads by default
 
 
+@pytest.mark.e2e  # a subprocess
 def test_run_view_reads_one_run(two_runs) -> None:
     cwd, alpha, _ = two_runs
     got, _ = _report(cwd, "--run", "--run-id", "alpha")
@@ -153,6 +158,7 @@ def test_run_view_reads_one_run(two_runs) -> None:
     assert [s["step"] for s in ranged["steps"]] == [2, 3]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_a_resumed_run_reads_each_step_from_its_latest_attempt(tmp_path: Path) -> None:
     first = _simulate(tmp_path, "resumed", steps=4, seed=3, scale=0.03, attempt=1)
     second = _simulate(tmp_path, "resumed", steps=2, seed=4, scale=0.03, attempt=2)  # re-runs steps 1 and 2
@@ -173,6 +179,7 @@ def _otlp_line(resource: dict[str, str], spans: list[dict[str, Any]]) -> str:
     return json.dumps({"resourceSpans": [{"resource": {"attributes": attrs}, "scopeSpans": [{"spans": spans}]}]})
 
 
+@pytest.mark.e2e  # a subprocess
 def test_records_without_a_run_id_are_one_run_per_service(tmp_path: Path) -> None:
     """An older file (no rl.run.id): one run per service name, labelled so."""
 
@@ -248,6 +255,7 @@ DRIVER = textwrap.dedent(
 )
 
 
+@pytest.mark.e2e  # a subprocess
 def test_run_view_reads_the_stored_summaries(tmp_path: Path) -> None:
     (tmp_path / "driver.py").write_text(DRIVER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}

@@ -20,6 +20,8 @@ from otel_agentloop.analysis._reading import _run_load
 from .test_run_scale_file import RUN, TRACES, _generate, _report, _simulate
 from .test_runs import _same
 
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 STEPS = [(1, False), (2, False), (2, True), (3, False)]
 
 

@@ -35,6 +35,7 @@ def test_every_option_is_a_setting_or_an_object() -> None:
     assert set(Options.__annotations__) >= OBJECT_OPTIONS
 
 
+@pytest.mark.e2e  # a subprocess
 def test_mypy_checks_configure_callers_against_the_options(tmp_path) -> None:
     """``configure(service_name, **options: Unpack[Options])``: a type checker still sees every keyword."""
     caller = tmp_path / "caller.py"

@@ -52,6 +52,7 @@ def _start(tmp_path: Path, *argv: str, env: dict[str, str] | None = None, code: 
     return json.loads(out.stdout.strip().splitlines()[-1]), out.stderr
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     "flag",
     [
@@ -67,6 +68,7 @@ def test_the_hook_flag_wraps_ray_init_once_ray_is_imported(tmp_path, flag):
     assert got["wrapped"] and got["instrumented"] and got["name"] == "init", got
 
 
+@pytest.mark.e2e  # a subprocess
 def test_without_the_flag_nothing_of_ours_is_imported_at_startup_nor_with_ray(tmp_path):
     code = """
 import json, site, sys
@@ -80,6 +82,7 @@ print(json.dumps({"ours": sorted(m for m in sys.modules if m.startswith("otel_ag
     assert got["ours"] == [] and "_RayFinder" not in got["finders"], got
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize(
     "env",
     [
@@ -96,6 +99,7 @@ def test_opt_out_leaves_ray_init_alone(tmp_path, env):
 STARTUP = "OTEL_AGENTLOOP_STARTUP_HOOK"
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("value", ["disable", "none", "off", "0", "false", "no", " Disabled ", "NONE"])
 def test_every_off_word_leaves_ray_init_alone_without_a_word(tmp_path, value):
     """What a careful user writes to turn it off turns it off, at interpreter start; nothing is said (and the
@@ -105,6 +109,7 @@ def test_every_off_word_leaves_ray_init_alone_without_a_word(tmp_path, value):
     assert "otel_agentloop" not in stderr, stderr
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("value", ["true", "on", "1", "yes", "enable", "enabled", " "])
 def test_on_words_and_an_empty_value_leave_it_on_without_a_word(tmp_path, value):
     got, stderr = _start(tmp_path, FLAG, env={STARTUP: value})
@@ -112,6 +117,7 @@ def test_on_words_and_an_empty_value_leave_it_on_without_a_word(tmp_path, value)
     assert "otel_agentloop" not in stderr, stderr
 
 
+@pytest.mark.e2e  # a subprocess
 @pytest.mark.parametrize("value", ["maybe", "nope"])
 def test_an_unrecognised_value_turns_it_off_with_one_line_naming_the_variable_and_what_it_does(tmp_path, value):
     """Off (the variable exists to turn the hook off: a value set is never overruled), with one line on stderr at
@@ -139,6 +145,7 @@ def test_the_startup_words_are_the_declarations():
     assert getattr(caught.value, "value", None) == "false"
 
 
+@pytest.mark.e2e  # a subprocess
 def test_ray_already_imported_is_wrapped_at_once(tmp_path):
     code = """
 import json, site, sys
@@ -172,6 +179,7 @@ def _installed_pth() -> Path | None:
     return next((Path(d) / PTH.name for d in site.getsitepackages() if (Path(d) / PTH.name).exists()), Path())
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_install_of_this_checkout_puts_the_pth_in_site_packages_and_startup_runs_it():
     """``make install`` (``pip install -e .``): the file is at the root of site-packages, and a plain start of
     this interpreter, with no help, imports the tiny module only when the flag is on its command line."""
@@ -191,6 +199,7 @@ def test_the_install_of_this_checkout_puts_the_pth_in_site_packages_and_startup_
     assert start(FLAG) == ["otel_agentloop_startup", "otel_agentloop_switch"]
 
 
+@pytest.mark.e2e  # a subprocess
 def test_with_opentelemetry_instrument_too_ray_init_is_wrapped_once():
     """Both switches on one command line (the flag, and the prefix): one wrap, around Ray's own ``ray.init``."""
     if not _installed_pth():

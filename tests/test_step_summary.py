@@ -259,6 +259,7 @@ def _run(path: str, env_extra: dict[str, str]) -> tuple[str, str]:
     return run_id, attempt
 
 
+@pytest.mark.e2e  # a subprocess
 def test_two_runs_appending_to_one_file_each_carry_their_own_run_id_on_every_span(tmp_path) -> None:
     path = str(tmp_path / "shared.jsonl")
     first = _run(path, {})

@@ -116,6 +116,7 @@ def one_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple
     return cwd, collected
 
 
+@pytest.mark.e2e  # a subprocess
 def test_garbage_summaries_in_one_file_change_no_step(one_file) -> None:
     cwd, collected = one_file
     path = cwd / "run.jsonl"
@@ -124,6 +125,7 @@ def test_garbage_summaries_in_one_file_change_no_step(one_file) -> None:
     _check(cwd, "run.jsonl", collected)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_garbage_summaries_in_a_trace_folder_change_no_step(tmp_path: Path) -> None:
     collected = _simulate(tmp_path, seed=6, attempt=1)
     path = tmp_path / TRACES / "summaries.jsonl"

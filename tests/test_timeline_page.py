@@ -241,6 +241,7 @@ def test_hung_job_spans_are_real_and_the_view_classifies_them(hung_job) -> None:
     assert ends == sorted(ends, reverse=True)
 
 
+@pytest.mark.e2e  # a subprocess
 def test_report_ignores_snapshots_and_names_hung_samples(hung_job) -> None:
     cwd, hung_key, slow_key = hung_job
     out = _cli(cwd, "report", "--file", "hung.jsonl", "--json", "--top", "50")
@@ -282,6 +283,7 @@ def _rows(driver) -> list:
     return driver.find_elements(By.CSS_SELECTOR, "#rows .row")
 
 
+@pytest.mark.e2e  # a subprocess
 def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, browser, tmp_path) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
     from selenium.webdriver.common.by import By
@@ -360,6 +362,7 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
     assert _png_size(shot)[0] >= 1000
 
 
+@pytest.mark.e2e  # a subprocess
 def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
@@ -444,6 +447,7 @@ def test_user_strings_are_text_never_markup(browser, tmp_path) -> None:
     assert _severe_console(browser) == []
 
 
+@pytest.mark.e2e  # a subprocess
 def test_page_is_self_contained_and_jaeger_base_is_checked(simulated, tmp_path) -> None:
     page = tmp_path / "p.html"
     out = _cli(simulated, "report", "--file", "run.jsonl", "--html", str(page), "--jaeger-ui", "ftp://x")
@@ -458,6 +462,7 @@ def test_page_is_self_contained_and_jaeger_base_is_checked(simulated, tmp_path) 
     assert jaeger_ui_base("javascript:alert(1)") is None and jaeger_ui_base("") is None
 
 
+@pytest.mark.e2e  # a subprocess
 def test_timeline_png_and_the_waterfall_png_stay_apart(simulated) -> None:
     out = _cli(simulated, "report", "--file", "run.jsonl", "--png", "w.png", "--timeline-png", "t.png")
     assert out.returncode == 0, out.stderr

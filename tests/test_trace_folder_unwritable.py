@@ -12,6 +12,10 @@ import sys
 import textwrap
 from pathlib import Path
 
+import pytest
+
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 DRIVER = textwrap.dedent(
     """
     import asyncio, sys

@@ -7,6 +7,8 @@ import os
 import subprocess
 from pathlib import Path
 
+import pytest
+
 import otel_agentloop as oal
 from otel_agentloop.config._settings import DEFAULT_FILE
 
@@ -35,6 +37,7 @@ def test_a_test_configured_with_no_endpoint_writes_its_trace_file_into_its_tmp_p
     assert tree_guard.changed(before, tree_guard.snapshot()) == []
 
 
+@pytest.mark.e2e  # a subprocess
 def test_the_snapshot_sees_new_appended_and_removed_untracked_files_but_not_tracked_ones(tmp_path: Path) -> None:
     repo = tmp_path / "repo"
     repo.mkdir()

@@ -18,6 +18,8 @@ from pathlib import Path
 
 import pytest
 
+pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
+
 ROOT = Path(__file__).resolve().parents[1]
 ORIGIN = "import importlib.util as u; s = u.find_spec('otel_agentloop'); print(s and s.origin)"
 

@@ -16,6 +16,15 @@ import stack_lib as stack_mod
 import stack_procs  # noqa: F401 - for the tests: from .conftest import stack_procs
 import stack_store  # noqa: F401 - for the tests: from .conftest import stack_store
 
+HERE = Path(__file__).resolve().parent
+
+
+def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item]) -> None:
+    """Every test here is ``e2e`` (left out of ``make test-fast``); the hook sees the whole session's items."""
+    for item in items:
+        if HERE in item.path.resolve().parents:
+            item.add_marker(pytest.mark.e2e)
+
 
 @pytest.fixture(scope="session")
 def stack(tmp_path_factory: pytest.TempPathFactory) -> Iterator[stack_mod.Stack]:
