@@ -120,9 +120,42 @@ def current_key(name: str) -> str:
 
     layout = re.search(r"^VENV_LAYOUT=(\S+)", (ROOT / "scripts" / "venv_lib.sh").read_text(), re.M)
     assert layout is not None
-    files = [f"scripts/{name}_env.sh", "pyproject.toml", "constraints.txt", *REAL[name]]
-    data = f"layout {layout.group(1)}\n".encode() + b"".join((ROOT / f).read_bytes() for f in files)
+    data = f"layout {layout.group(1)}\n".encode() + (ROOT / f"scripts/{name}_env.sh").read_bytes()
+    data += project_pins((ROOT / "pyproject.toml").read_text()).encode()
+    data += b"".join((ROOT / f).read_bytes() for f in ["constraints.txt", *REAL[name]])
     return hashlib.sha256(data).hexdigest()[:12]
+
+
+def project_pins(pyproject: str) -> str:
+    """``pyproject.toml`` less its ``[tool.*]`` tables, as the key reads it (what puts nothing in a venv)."""
+    kept, skip = [], False
+    for line in pyproject.splitlines(keepends=True):
+        if re.match(r"\[\[?tool\.", line):
+            skip = True
+            continue
+        if line.startswith("["):
+            skip = False
+        if not skip:
+            kept.append(line)
+    return "".join(kept)
+
+
+def test_a_tool_table_leaves_the_key_as_it_is(tmp_path: Path) -> None:
+    """Linters', pytest's and import contracts' settings ([tool.*] in pyproject.toml) put nothing in a venv: a
+    checkout that changes them gets the same venv (no rebuild); one that changes the dependencies gets another."""
+    cache = tmp_path / "cache"
+    a = clone(tmp_path / "a")
+    _, err = env_script(a, "tests/venvs/tiny_env.sh", cache)
+    first = venv_of(err)
+    pyproject = a / "pyproject.toml"
+    pyproject.write_text(pyproject.read_text() + '\n[tool.some-linter]\nrule = "new"\n')
+    _, err = env_script(a, "tests/venvs/tiny_env.sh", cache)
+    assert venv_of(err) == first and "cached at" in err, err
+    text = pyproject.read_text()
+    assert "dependencies = [" in text
+    pyproject.write_text(text.replace("dependencies = [", 'dependencies = [\n    "six",', 1))
+    _, err = env_script(a, "tests/venvs/tiny_env.sh", cache)
+    assert venv_of(err) != first and "building" in err, err
 
 
 @pytest.mark.parametrize("name", sorted(REAL))
