@@ -29,8 +29,7 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._tracer import SCOPE
 from otel_agentloop.metrics._summary import TOP_STORED
-
-from .otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, start_http, wait_for
+from tests._support.otlp_receiver import Receiver, _hex_ids_to_base64, start_grpc, start_http, wait_for
 
 FAST_PATH_ENV = "OTEL_AGENTLOOP_FAST_PATH"
 MODES = ("fast", "sdk")

@@ -23,7 +23,7 @@ import tempfile
 from collections.abc import Iterator
 from dataclasses import dataclass
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = os.path.dirname(os.path.dirname(os.path.dirname(os.path.abspath(__file__))))  # the checkout
 HEAD, NODE2 = "head", "node2"
 """The custom resources of the head and the worker node: ``.options(resources={NODE2: 0.01})`` pins a task."""
 

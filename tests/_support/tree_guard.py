@@ -13,7 +13,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parents[1]
+from tests._support import REPO_ROOT
+
+ROOT = REPO_ROOT
 SKIPPED_DIRS = frozenset(
     {
         ".git",

@@ -26,10 +26,10 @@ from otel_agentloop.analysis._reading._comparison import compare, compare_steps
 from otel_agentloop.analysis._reading._report import summary_of
 from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._table import PhaseTable
+from tests._support import REPO_ROOT
+from tests._support.browser import open_page, png_size, severe_console
 
-from .test_timeline_page import _open, _png_size, _severe_console, browser  # noqa: F401 - the browser fixture
-
-DRIVER = Path(__file__).resolve().with_name("slow_tool_driver.py")
+DRIVER = REPO_ROOT / "tests" / "_support" / "slow_tool_driver.py"
 GEN, TOOL, SCORE = sc.GENERATE, sc.TOOL_CALLS, sc.COMPUTE_SCORE
 
 
@@ -301,7 +301,7 @@ def test_compare_of_a_missing_step_says_which(slow_search) -> None:
 
 
 @pytest.mark.e2e  # a subprocess
-def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_path) -> None:  # noqa: F811
+def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_path) -> None:
     from selenium.webdriver.common.by import By
 
     cwd, _ = slow_search
@@ -313,7 +313,7 @@ def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_pa
     html = page.read_text()
     assert not re.search(r"<(link|img|iframe)\b|\bsrc=|https?://(?!127\.0\.0\.1)", html)  # self-contained
 
-    _open(browser, page)
+    open_page(browser, page)
     cause = browser.find_element(By.ID, "cause")
     assert cause.get_attribute("class") == "clear"
     assert cause.text == f"Cause: {data['cause']['text']}" and "tool search (tool_calls)" in cause.text
@@ -331,9 +331,9 @@ def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_pa
     link = first[6].find_element(By.TAG_NAME, "a")
     assert link.get_attribute("href") == f"http://127.0.0.1:16686/trace/{data['moved'][0]['trace_id_b']}"
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
     shot = tmp_path / "compare.png"
-    assert browser.save_screenshot(str(shot)) and _png_size(shot)[0] >= 1000
+    assert browser.save_screenshot(str(shot)) and png_size(shot)[0] >= 1000
 
 
 def test_user_strings_on_the_page_are_text(tmp_path) -> None:

@@ -33,9 +33,8 @@ from otel_agentloop.analysis._rendering._perfetto import step_trace
 from otel_agentloop.analysis._rendering._timeline_html import page_data
 from otel_agentloop.metrics._causes import StepEngine, cause
 from otel_agentloop.metrics._table import EngineSample
-
-from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the browser fixture
-from .trace_event_format import parse
+from tests._support.browser import open_page, severe_console
+from tests._support.trace_event_format import parse
 
 P = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}"
 
@@ -425,7 +424,7 @@ def test_run_page_has_peak_kv_and_preemptions_per_step(loaded, tmp_path) -> None
 
 
 @pytest.mark.e2e  # a subprocess
-def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_panel(loaded, browser, tmp_path) -> None:  # noqa: F811
+def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_panel(loaded, browser, tmp_path) -> None:
     """The step page draws one load row per engine under the samples, on their time axis (its plot spans the samples'
     track exactly), with its peak KV usage and preemptions; the run page shows the engine panel and column."""
     from selenium.webdriver.common.by import By
@@ -440,7 +439,7 @@ def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_pan
         timeout=120,
     )
     assert out.returncode == 0, out.stderr
-    _open(browser, tmp_path / "run.steps" / "step-1.html")
+    open_page(browser, tmp_path / "run.steps" / "step-1.html")
     rows = browser.find_elements(By.CSS_SELECTOR, "#engines .eng-row")
     assert [r.get_attribute("data-engine") for r in rows] == ["host:1:0", "host:2:0"]
     assert "KV 97 % · 2 preempted" in rows[0].text and "KV 20 % · 1 preempted" in rows[1].text
@@ -457,9 +456,9 @@ def test_browser_draws_the_engines_under_the_samples_and_the_run_page_engine_pan
     )
     assert geometry[:2] == pytest.approx(geometry[2:4], abs=1) and geometry[4] is True, geometry
     assert geometry[5:] == [[[3, 1], [2, 1]], True], geometry  # points, and points with preemptions, per engine
-    assert not _severe_console(browser)
-    _open(browser, tmp_path / "run.html")
+    assert not severe_console(browser)
+    open_page(browser, tmp_path / "run.html")
     assert browser.find_element(By.ID, "engine-panel").is_displayed()
     cells = [c.text for c in browser.find_elements(By.CSS_SELECTOR, "#steps td.engine")]
     assert cells == ["KV 97 % · 2 preempted", "KV 50 % · 0 preempted"], cells
-    assert not _severe_console(browser)
+    assert not severe_console(browser)

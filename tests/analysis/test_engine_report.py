@@ -31,9 +31,8 @@ from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, compute_me
 from otel_agentloop.metrics._causes import StepEngine, cause
 from otel_agentloop.metrics._summary import StepSummary
 from otel_agentloop.metrics._table import EngineSample
-
-from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the browser fixture
-from .trace_event_format import parse
+from tests._support.browser import open_page, severe_console
+from tests._support.trace_event_format import parse
 
 P = f"{sc.METRIC_PREFIX}/{sc.ENGINE_METRIC}"
 
@@ -383,14 +382,14 @@ def test_perfetto_nests_the_engine_inside_each_turn(engine_file, tmp_path) -> No
 
 
 @pytest.mark.e2e  # a subprocess
-def test_browser_draws_the_engine_inside_the_turn_bars(engine_file, browser, tmp_path) -> None:  # noqa: F811
+def test_browser_draws_the_engine_inside_the_turn_bars(engine_file, browser, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
     page = tmp_path / "step.html"
     out = _cli(tmp_path, "report", "--file", str(engine_file), "--step", "1", "--html", str(page))
     assert out.returncode == 0, out.stderr
-    _open(browser, page)
+    open_page(browser, page)
     summary = browser.find_element(By.ID, "summary").text
     assert (
         "slowest: sample 7 / rollout 0 (0.2" in summary
@@ -416,13 +415,13 @@ def test_browser_draws_the_engine_inside_the_turn_bars(engine_file, browser, tmp
     # both turns: the second (1 ms) holds its queue and what fits of its prefill
     assert [p[0] for p in parts][:4] == ["queue", "prefill", "decode", "queue"], parts
     assert all(p[2] and p[3] for p in parts), parts
-    assert not _severe_console(browser)
+    assert not severe_console(browser)
     # a step without engine attributes draws as before: no engine part, no engine legend
     plain_page = tmp_path / "plain.html"
     assert (
         _cli(tmp_path, "report", "--file", str(engine_file), "--step", "2", "--html", str(plain_page)).returncode == 0
     )
-    _open(browser, plain_page)
+    open_page(browser, plain_page)
     assert not browser.find_elements(By.CSS_SELECTOR, ".eng")
     assert "engine" not in browser.find_element(By.ID, "legend").text
 

@@ -27,12 +27,10 @@ from otel_agentloop.analysis._reading._report import build_report, step_verdicts
 from otel_agentloop.analysis._reading._step_view import build_step_view
 from otel_agentloop.analysis._rendering._timeline_png import row_label, timeline_title
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
-from tests import test_timeline_page as step_page
-from tests.test_timeline_page import _open, _rows, _severe_console
+from tests._support.browser import open_page, severe_console, step_rows
 
 pytestmark = pytest.mark.e2e  # simulated runs in subprocesses, one on Ray, and a browser
 
-chromium = step_page.browser  # the step page test's Chromium fixture (installs it or skips), here as "chromium"
 
 HUNG_KEY, SLOW_KEY = (0, 0), (1, 0)  # demo/_main.misbehaviour
 SIM = ["simulate", "--steps", "3", "--misbehave", "--prompts", "4", "--rollout-n", "4", "--time-scale", "0.2"]
@@ -197,17 +195,16 @@ def test_on_ray_workers_every_view_gives_the_hung_sample_one_verdict(on_ray, tmp
 
 
 # -- the page, in real Chromium (the step page test's browser fixture: installs Chromium or skips) --------------
-def test_the_page_opens_on_the_tail_with_the_hung_sample_marked(in_process, chromium, tmp_path) -> None:
+def test_the_page_opens_on_the_tail_with_the_hung_sample_marked(in_process, browser, tmp_path) -> None:
     from selenium.webdriver.common.by import By
 
-    browser = chromium
     cwd, _, results = in_process
     page = tmp_path / "step3.html"
     out = _cli(cwd, "report", "--file", "run.jsonl", "--step", "3", "--json", "--html", str(page))
     slowest = json.loads(out.stdout)["metrics"]
     slowest_key = f"{slowest['agent_loop/slowest/sample_index']:.0f}/{slowest['agent_loop/slowest/rollout_n']:.0f}"
-    _open(browser, page)
-    rows = _rows(browser)
+    open_page(browser, page)
+    rows = step_rows(browser)
     assert len(rows) == TOTAL
     states = {r.get_attribute("data-sample"): r.get_attribute("data-state") for r in rows}
     assert states["0/0"] == HUNG and states["1/0"] == SLOW
@@ -231,7 +228,7 @@ def test_the_page_opens_on_the_tail_with_the_hung_sample_marked(in_process, chro
     detail = browser.find_element(By.ID, "detail")
     assert "HUNG in tool: still running when the step was collected" in detail.text
     assert "after the collect" in detail.text  # it was cancelled later: still hung for this step
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
 
 
 # -- a stored summary decides --------------------------------------------------------------------------

@@ -32,8 +32,7 @@ from otel_agentloop.demo._agent import SimConfig, generate
 from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW, StepSummary
 from otel_agentloop.metrics._table import OverdueSample
-
-from .trace_event_format import Slice, Trace, TraceFormatError, parse
+from tests._support.trace_event_format import Slice, Trace, TraceFormatError, parse
 
 SIM = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]
 

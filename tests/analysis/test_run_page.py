@@ -15,8 +15,8 @@ from pathlib import Path
 
 import pytest
 
-from .test_runs import _cli
-from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the fixture
+from tests._support.browser import open_page, severe_console
+from tests.analysis.test_runs import _cli
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
@@ -40,7 +40,7 @@ def run_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, 
     return cwd, summary
 
 
-def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> None:  # noqa: F811
+def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -50,7 +50,7 @@ def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> 
     val = [s for s in summary["steps"] if s["validate"]]
     assert [s["step"] for s in train] == [1, 2, 3, 4, 5, 6] and len(val) == 3
     assert all(s["n"] + s["counts"]["hung"] == 24 for s in summary["steps"])  # a hung sample is not finished
-    _open(browser, cwd / "run.html")
+    open_page(browser, cwd / "run.html")
     WebDriverWait(browser, 10).until(lambda d: d.execute_script("return document.body.dataset.ready") == "true")
     rows = browser.find_elements(By.CSS_SELECTOR, "#steps tr.step-row")
     assert [r.get_attribute("data-step") for r in rows] == ["1", "2", "3", "4", "5", "6"]
@@ -62,7 +62,7 @@ def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> 
         href = row.find_element(By.CSS_SELECTOR, "a.jaeger-link").get_attribute("href")
         assert href == f"{JAEGER_UI}/trace/{trace_id}"
     assert browser.find_element(By.ID, "wall").get_attribute("data-points") == "6"
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
 
     # a click on step 2 opens its timeline page, where the same slowest sample is the one marked slowest
     link = rows[1].find_element(By.CSS_SELECTOR, "a.step-link")
@@ -79,7 +79,7 @@ def test_run_page_shows_every_step_and_opens_its_timeline(run_page, browser) -> 
         assert browser.find_elements(By.CSS_SELECTOR, f'.row[data-trace-id="{s["slowest"][2]}"]')
 
     # a click on the wall-time chart opens the step under the pointer (the last bar: step 6)
-    _open(browser, cwd / "run.html")
+    open_page(browser, cwd / "run.html")
     canvas = browser.find_element(By.CSS_SELECTOR, "#wall canvas")
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", canvas)
     width = canvas.size["width"]

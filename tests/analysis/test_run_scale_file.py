@@ -23,9 +23,8 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, decode_resource_spans, read_jsonl, read_traces
-
-from .test_harm_fork_identity import _fork_and_trace
-from .test_runs import _same
+from tests.analysis.test_runs import _same
+from tests.setup.test_harm_fork_identity import _fork_and_trace
 
 RUN = "scale"
 TRACES = "traces"

@@ -16,9 +16,8 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop.analysis._reading import _run_load
-
-from .test_run_scale_file import RUN, TRACES, _generate, _report, _simulate
-from .test_runs import _same
+from tests.analysis.test_run_scale_file import RUN, TRACES, _generate, _report, _simulate
+from tests.analysis.test_runs import _same
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 

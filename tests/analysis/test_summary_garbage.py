@@ -15,9 +15,8 @@ import pytest
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.metrics._summary import StepSummary
-
-from .test_run_scale_file import RUN, TRACES, _cli, _simulate
-from .test_runs import _same
+from tests.analysis.test_run_scale_file import RUN, TRACES, _cli, _simulate
+from tests.analysis.test_runs import _same
 
 STEPS = [(1, False), (2, False), (2, True), (3, False)]
 

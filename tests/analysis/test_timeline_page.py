@@ -16,11 +16,8 @@ import json
 import os
 import random
 import re
-import shutil
-import struct
 import subprocess
 import sys
-from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
@@ -37,8 +34,10 @@ from otel_agentloop.core._context import SampleHandle
 from otel_agentloop.demo._agent import SimConfig, generate, run_sample
 from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._summary import FAILED, HUNG, SLOW
+from tests._support import REPO_ROOT
+from tests._support.browser import open_page, png_size, severe_console, step_rows
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 JAEGER_UI = "http://127.0.0.1:16686"
 
 
@@ -47,61 +46,6 @@ def _cli(cwd: Path, *args: str) -> subprocess.CompletedProcess[str]:
     return subprocess.run(
         [sys.executable, "-m", "otel_agentloop", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
     )
-
-
-def _png_size(path: Path) -> tuple[int, int]:
-    data = path.read_bytes()
-    assert data.startswith(b"\x89PNG\r\n\x1a\n"), path
-    return struct.unpack(">II", data[16:24])
-
-
-# -- the browser ----------------------------------------------------------------------------------
-def _find_chromium() -> tuple[str, str] | None:
-    browser, driver = shutil.which("chromium"), shutil.which("chromedriver")
-    return (browser, driver) if browser and driver else None
-
-
-@pytest.fixture(scope="module")
-def browser() -> Iterator[object]:
-    found = _find_chromium()  # installed by `make browser`, a step of `make test`: a test never installs it
-    if found is None:
-        reason = "no chromium + chromedriver on PATH (`make browser` installs Debian's chromium + chromium-driver)"
-        if os.environ.get("CI") == "true":
-            pytest.fail(reason + " (CI must run the browser test)")
-        pytest.skip(reason)
-    from selenium import webdriver
-    from selenium.webdriver.chrome.service import Service
-
-    options = webdriver.ChromeOptions()
-    options.binary_location = found[0]
-    for arg in (
-        "--headless=new",
-        "--no-sandbox",
-        "--disable-gpu",
-        "--disable-dev-shm-usage",
-        "--window-size=1500,1000",
-        "--hide-scrollbars",
-        "--force-device-scale-factor=1",
-    ):
-        options.add_argument(arg)
-    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
-    driver = webdriver.Chrome(service=Service(executable_path=found[1]), options=options)
-    driver.set_page_load_timeout(30)
-    try:
-        yield driver
-    finally:
-        driver.quit()
-
-
-def _open(driver, page: Path) -> None:
-    driver.get(page.resolve().as_uri())
-    from selenium.webdriver.support.ui import WebDriverWait
-
-    WebDriverWait(driver, 10).until(lambda d: d.execute_script("return document.readyState") == "complete")
-
-
-def _severe_console(driver) -> list[str]:
-    return [e["message"] for e in driver.get_log("browser") if e.get("level") == "SEVERE"]
 
 
 # -- inputs: real spans ------------------------------------------------------------------------------
@@ -277,12 +221,6 @@ def test_report_ignores_snapshots_and_names_hung_samples(hung_job) -> None:
     assert "timeline page written to p.html" in text.stdout
 
 
-def _rows(driver) -> list:
-    from selenium.webdriver.common.by import By
-
-    return driver.find_elements(By.CSS_SELECTOR, "#rows .row")
-
-
 @pytest.mark.e2e  # a subprocess
 def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, browser, tmp_path) -> None:
     from selenium.webdriver.common.action_chains import ActionChains
@@ -309,8 +247,8 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
     roots = {r.trace_id_hex: r for r in records if r.name == sc.SAMPLE_SPAN and r.attributes[sc.RL_STEP] == 2}
     assert len(roots) == 24
 
-    _open(browser, page)
-    rows = _rows(browser)
+    open_page(browser, page)
+    rows = step_rows(browser)
     assert len(rows) == 24  # one row per sample ...
     assert {r.get_attribute("data-trace-id") for r in rows} == set(roots)  # ... each a real sample
     ends = [roots[r.get_attribute("data-trace-id")].end_ns for r in rows]
@@ -356,10 +294,10 @@ def test_browser_shows_one_row_per_sample_and_the_slowest_waterfall(simulated, b
 
     # self-contained: nothing was fetched, nothing failed
     assert browser.execute_script("return performance.getEntriesByType('resource').length") == 0
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
     shot = tmp_path / "step2.png"
     assert browser.save_screenshot(str(shot))
-    assert _png_size(shot)[0] >= 1000
+    assert png_size(shot)[0] >= 1000
 
 
 @pytest.mark.e2e  # a subprocess
@@ -371,8 +309,8 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
     page = tmp_path / "hung.html"
     out = _cli(cwd, "report", "--file", "hung.jsonl", "--html", str(page), "--jaeger-ui", JAEGER_UI)
     assert out.returncode == 0, out.stderr
-    _open(browser, page)
-    rows = _rows(browser)
+    open_page(browser, page)
+    rows = step_rows(browser)
     assert len(rows) == 18
     states = {r.get_attribute("data-sample"): r.get_attribute("data-state") for r in rows}
     assert states["{}/{}".format(*hung_key)] == "hung" and states["{}/{}".format(*slow_key)] == "slow"
@@ -401,7 +339,7 @@ def test_browser_marks_hung_slow_and_failed_samples(hung_job, browser, tmp_path)
     assert "HUNG in tool" in detail.text
     names = [e.get_attribute("textContent") for e in detail.find_elements(By.CSS_SELECTOR, ".wf-name")][1:]
     assert names == [sc.SAMPLE_SPAN + sc.SNAPSHOT_SUFFIX, "text_completion sim-7b"]
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
 
 
 HOSTILE = '</script><img src=x onerror="window.__pwned=1"><script>window.__pwned=2</script>'
@@ -433,8 +371,8 @@ def test_user_strings_are_text_never_markup(browser, tmp_path) -> None:
     assert HOSTILE not in page_text and "<img" not in page_text and "<b>bold" not in page_text
     page = tmp_path / "hostile.html"
     page.write_text(page_text, encoding="utf-8")
-    _open(browser, page)
-    rows = _rows(browser)
+    open_page(browser, page)
+    rows = step_rows(browser)
     assert len(rows) == 1
     rows[0].click()
     assert browser.execute_script("return window.__pwned === undefined && document.querySelectorAll('img').length") == 0
@@ -444,7 +382,7 @@ def test_user_strings_are_text_never_markup(browser, tmp_path) -> None:
     assert HOSTILE in info and "<b>bold</b> & 'quoted'" in info
     assert HOSTILE in browser.find_element(By.ID, "summary").text
     assert browser.find_elements(By.CSS_SELECTOR, "a.jaeger-link") == []  # not an http(s) base: no link
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
 
 
 @pytest.mark.e2e  # a subprocess
@@ -467,6 +405,6 @@ def test_timeline_png_and_the_waterfall_png_stay_apart(simulated) -> None:
     out = _cli(simulated, "report", "--file", "run.jsonl", "--png", "w.png", "--timeline-png", "t.png")
     assert out.returncode == 0, out.stderr
     assert "waterfall written to w.png" in out.stdout and "timeline PNG written to t.png" in out.stdout
-    w, t = _png_size(simulated / "w.png"), _png_size(simulated / "t.png")
+    w, t = png_size(simulated / "w.png"), png_size(simulated / "t.png")
     assert t != w and t[0] > w[0]  # the timeline has the histograms at its side
     assert (simulated / "t.png").stat().st_size > 20_000

@@ -25,8 +25,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_agentloop.analysis import read_jsonl, render_png
-
-from .test_harm_reader import (
+from tests.analysis.test_harm_reader import (
     assert_one_line_error,
     hung_snapshot,
     otlp_line,

@@ -24,9 +24,8 @@ import pytest
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.metrics import PhaseMetricsProcessor
-
-from .test_harm_cli import HOSTILE, SGR, UNSAFE
-from .test_harm_reader import otlp_line, otlp_span, run_cli, sample_attrs, sample_spans
+from tests.analysis.test_harm_reader import otlp_line, otlp_span, run_cli, sample_attrs, sample_spans
+from tests.cli.test_harm_cli import HOSTILE, SGR, UNSAFE
 
 DRIVER = """
 import sys

@@ -24,10 +24,9 @@ from pathlib import Path
 import pytest
 
 from otel_agentloop.cli import build_parser
-
-from .test_harm_reader import run_cli
-from .test_runs import _cli
-from .test_timeline_page import _open, _severe_console, browser  # noqa: F401 - the fixture
+from tests._support.browser import open_page, severe_console
+from tests.analysis.test_harm_reader import run_cli
+from tests.analysis.test_runs import _cli
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
@@ -213,7 +212,7 @@ def test_a_jaeger_without_agent_loop_services_says_which_services_it_has(tmp_pat
 
 
 # -- pages link to a trace view that works ------------------------------------------------------------------------
-def test_run_page_links_each_slowest_trace_to_its_waterfall(demo: Path, browser) -> None:  # noqa: F811
+def test_run_page_links_each_slowest_trace_to_its_waterfall(demo: Path, browser) -> None:
     """No ``--jaeger-ui``: no Jaeger link; each step's slowest trace links to that sample's waterfall on the step's
     timeline page, which opens with it shown. The title counts 1 validation pass in the singular."""
     from selenium.webdriver.common.by import By
@@ -221,7 +220,7 @@ def test_run_page_links_each_slowest_trace_to_its_waterfall(demo: Path, browser)
     rc, out, err = _report(demo, "--run", "--html", "run.html")
     assert rc == 0, err
     assert "run page written to run.html (4 steps, 4 timeline pages)" in out
-    _open(browser, demo / "run.html")
+    open_page(browser, demo / "run.html")
     assert browser.find_element(By.ID, "title").text == f"Run {RUN}: 3 training steps (1 to 3) and 1 validation pass"
     assert browser.find_element(By.ID, "steps-hint").text == "Click a step to open its timeline page."
     assert browser.find_elements(By.CSS_SELECTOR, "a.jaeger-link") == []
@@ -248,29 +247,29 @@ def test_run_page_links_each_slowest_trace_to_its_waterfall(demo: Path, browser)
     assert detail.find_elements(By.CSS_SELECTOR, "a.jaeger-link") == []
     own = detail.find_element(By.CSS_SELECTOR, "a.trace-link").get_attribute("href")
     assert str(own).endswith(f"#trace={slow['trace_id']}&sample={slow['index']}/{slow['rollout']}")
-    assert _severe_console(browser) == []
+    assert severe_console(browser) == []
 
 
-def test_run_page_without_step_pages_does_not_offer_them(demo: Path, browser) -> None:  # noqa: F811
+def test_run_page_without_step_pages_does_not_offer_them(demo: Path, browser) -> None:
     from selenium.webdriver.common.by import By
 
     rc, out, err = _report(demo, "--run", "--html", "bare.html", "--step-pages", "0")
     assert rc == 0, err
     assert "(4 steps, 0 timeline pages)" in out and not (demo / "bare.steps").exists()
-    _open(browser, demo / "bare.html")
+    open_page(browser, demo / "bare.html")
     hint = browser.find_element(By.ID, "steps-hint").text
     assert hint.startswith("No step timeline pages were written with this page"), hint
     assert "Click a step to open" not in browser.find_element(By.TAG_NAME, "body").text
     assert browser.find_elements(By.CSS_SELECTOR, "a.trace-link, a.step-link") == []
 
 
-def test_compare_page_links_moved_samples_to_their_waterfalls(demo: Path, browser) -> None:  # noqa: F811
+def test_compare_page_links_moved_samples_to_their_waterfalls(demo: Path, browser) -> None:
     from selenium.webdriver.common.by import By
 
     rc, _, err = _report(demo, "--compare", "1", "3", "--html", "cmp.html")
     assert rc == 0, err
     assert (demo / "cmp.steps" / "step-1.html").is_file() and (demo / "cmp.steps" / "step-3.html").is_file()
-    _open(browser, demo / "cmp.html")
+    open_page(browser, demo / "cmp.html")
     assert browser.find_elements(By.CSS_SELECTOR, "a.jaeger-link") == []
     links = browser.find_elements(By.CSS_SELECTOR, "#moved a.trace-link")
     data = json.loads(_report(demo, "--compare", "1", "3", "--json")[1])

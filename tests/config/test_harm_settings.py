@@ -22,8 +22,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop.config._settings import SPECS
-
-from .otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 # -- every variable, set to garbage (subprocesses: some are read at import) ------------------------------
 SETTINGS_VARIABLES = {var for _, spec, _ in SPECS for var in (spec.env, *spec.read)}

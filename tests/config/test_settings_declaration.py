@@ -7,7 +7,6 @@ import dataclasses
 import logging
 import subprocess
 import sys
-from pathlib import Path
 
 import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -21,11 +20,11 @@ from otel_agentloop.config._sdk_variables import _duration
 from otel_agentloop.config._settings import SPECS, Settings, resolve
 from otel_agentloop.config._values import AdjustedError
 from otel_agentloop.config._watchdog import PREFIX, WATCHDOG_FIELDS, WatchdogSettings
-
-from .otlp_receiver import Receiver, start_http
+from tests._support import REPO_ROOT
+from tests._support.otlp_receiver import Receiver, start_http
 
 SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 # -- configure()'s options -------------------------------------------------------------------------------

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 import re
 import sys
-from pathlib import Path
 
 from otel_agentloop.config._environment import (
     CLI_VARIABLES,
@@ -15,8 +14,9 @@ from otel_agentloop.config._environment import (
     TOOL_VARIABLES,
 )
 from otel_agentloop.config._settings import SPECS
+from tests._support import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 
 
 def _expand(text: str) -> list[str]:

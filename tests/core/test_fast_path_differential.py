@@ -27,8 +27,7 @@ from opentelemetry import trace
 from opentelemetry.trace import SpanContext, Status, StatusCode
 
 import otel_agentloop as oal
-
-from .fast_path_parity import WHICH_SLOWEST, compare_runs, mask_metrics, run_both
+from tests._support.fast_path_parity import WHICH_SLOWEST, compare_runs, mask_metrics, run_both
 
 EXAMPLES = 50
 """Examples per protocol: each runs the program twice, in fresh configurations (~0.1 s each on 2 shared cores)."""

@@ -27,8 +27,8 @@ from opentelemetry.trace import Status, StatusCode
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._state import state
-
-from .fast_path_parity import (
+from tests._support import REPO_ROOT
+from tests._support.fast_path_parity import (
     MODES,
     SOURCES,
     RawReceiver,
@@ -44,9 +44,9 @@ from .fast_path_parity import (
     per_launch,
     run_both,
 )
-from .otlp_receiver import start_grpc, wait_for
+from tests._support.otlp_receiver import start_grpc, wait_for
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 # -- the user's code --------------------------------------------------------------------------------------------
 
@@ -418,7 +418,7 @@ def test_user_exception_and_cancellation(tmp_path, monkeypatch) -> None:
     by_name = {(s["name"], s["status"][0]) for s in spans["exporter"]}
     assert ("execute_tool search", "ERROR") in by_name and ("text_completion m", "UNSET") in by_name
     failed = next(s for s in spans["exporter"] if s["status"][0] == "ERROR" and s["name"] == "execute_tool search")
-    assert attr(failed, sc.ERROR_TYPE) == "tests.test_fast_path_parity.BoomError"
+    assert attr(failed, sc.ERROR_TYPE) == "tests.core.test_fast_path_parity.BoomError"
     assert [e[0] for e in failed["events"]] == ["exception"]
 
 

@@ -18,9 +18,8 @@ from opentelemetry.proto.trace.v1 import trace_pb2
 from opentelemetry.trace import SpanContext, TraceFlags, TraceState
 
 import otel_agentloop as oal
-
-from .fast_path_parity import RawReceiver
-from .otlp_receiver import start_grpc, wait_for
+from tests._support.fast_path_parity import RawReceiver
+from tests._support.otlp_receiver import start_grpc, wait_for
 
 PATHS = (True, False)  # fast_path
 

@@ -24,9 +24,8 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.analysis._reading._source import EPOCH, JaegerSource
-
-from ..test_engine_load import LOADED, _run
-from ..trace_event_format import parse
+from tests._support.trace_event_format import parse
+from tests.analysis.test_engine_load import LOADED, _run
 
 
 def _cli(cwd: Any, *args: str) -> subprocess.CompletedProcess[str]:

@@ -31,8 +31,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.analysis._reading._source import EPOCH
-
-from ..test_runs import DRIVER
+from tests.analysis.test_runs import DRIVER
 
 SAMPLES = 12
 AGE = timedelta(days=3)

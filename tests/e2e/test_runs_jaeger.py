@@ -24,8 +24,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics._summary import StepSummary
-
-from ..test_runs import DRIVER, _same
+from tests.analysis.test_runs import DRIVER, _same
 
 
 def _env(run: str | None = None) -> dict[str, str]:

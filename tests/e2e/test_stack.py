@@ -24,8 +24,8 @@ from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.analysis._reading._report import build_report
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import StepMetrics
+from tests._support import span_metrics
 
-from ..conftest import span_metrics
 from .conftest import stack_mod, stack_store
 
 ROOT = Path(__file__).resolve().parents[2]

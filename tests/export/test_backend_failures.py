@@ -12,8 +12,7 @@ from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 import pytest
 
 import otel_agentloop as oal
-
-from .otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 
 def _spans(n: int, step: int) -> None:
@@ -53,7 +52,7 @@ def test_export_resumes_after_the_receiver_restarts() -> None:
         import grpc
         from opentelemetry.proto.collector.trace.v1 import trace_service_pb2_grpc
 
-        from .otlp_receiver import _Servicer
+        from tests._support.otlp_receiver import _Servicer
 
         server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
         trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(receiver2), server)

@@ -10,8 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.demo._agent import SimConfig, run_samples
-
-from .test_parity import PHASES, SCENARIO, _run_sample, assert_bounded, floors
+from tests.metrics.test_parity import PHASES, SCENARIO, _run_sample, assert_bounded, floors
 
 
 def _configure(budget: int | None, **kw) -> tuple[oal.Handle, InMemorySpanExporter]:

@@ -30,8 +30,7 @@ from otel_agentloop.core._door import materialise, to_record
 from otel_agentloop.core._record import FastSpan
 from otel_agentloop.core._recorder import Recorder, finalize
 from otel_agentloop.export import _otlp_json, _otlp_proto
-
-from .fast_path_parity import parse_json_line
+from tests._support.fast_path_parity import parse_json_line
 
 RESOURCE = Resource({"service.name": "encode-test", "host.name": "h1", "rl.ranks": (0, 1)})
 SCOPE = InstrumentationScope("otel_agentloop", "9.9.9")

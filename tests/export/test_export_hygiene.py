@@ -25,16 +25,16 @@ import otel_agentloop as oal
 from otel_agentloop.core._door import to_record
 from otel_agentloop.export._http_json import OTLPJsonHttpExporter, retry_after_s
 from otel_agentloop.export._otlp_json import encode_spans
+from tests._support import REPO_ROOT
+from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
 
-from .otlp_receiver import Receiver, start_grpc, start_http, wait_for
-
-ROOT = Path(__file__).resolve().parent.parent
+ROOT = REPO_ROOT
 OURS = [f"ours-{i}" for i in range(5)]  # what tests/instrumented_export.py makes
 
 
 def _child(protocol: str, endpoint: str, mode: str) -> dict[str, int]:
     out = subprocess.run(
-        [sys.executable, str(ROOT / "tests" / "instrumented_export.py"), protocol, endpoint, mode],
+        [sys.executable, str(Path(__file__).resolve().with_name("instrumented_export.py")), protocol, endpoint, mode],
         capture_output=True,
         text=True,
         timeout=120,

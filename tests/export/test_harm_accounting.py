@@ -27,8 +27,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 import otel_agentloop as oal
-
-from .otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 PATHS = pytest.mark.parametrize("fast_path", [True, False], ids=["fast", "sdk"])
 EXPORT_COUNTERS = ("exported", "failed", "dropped", "pending")

@@ -24,8 +24,7 @@ from typing import Any
 import pytest
 
 import otel_agentloop as oal
-
-from .otlp_receiver import wait_for
+from tests._support.otlp_receiver import wait_for
 
 PROTOCOLS = ["grpc", "http/protobuf", "http/json"]
 WAIT_S = 0.5  # OTEL_AGENTLOOP_FAILED_EXPORT_WAIT in these processes

@@ -28,8 +28,7 @@ from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 import otel_agentloop as oal
 from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.export import OTLPJsonFileExporter, OTLPJsonHttpExporter
-
-from .otlp_receiver import Receiver, start_grpc, start_http, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
 
 BAD = os.fsdecode(b"caf\xe9")  # 'caf\udce9': a lone surrogate, as a non-UTF-8 file name decodes
 REPAIRED = "caf\ufffd"

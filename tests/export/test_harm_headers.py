@@ -21,8 +21,7 @@ import pytest
 from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 
 import otel_agentloop as oal
-
-from .otlp_receiver import Receiver, start_grpc, start_http, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
 
 ITEMS = {
     "x-ok": ("1", "1"),

@@ -22,10 +22,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_agentloop.config._otlp import OtlpTarget, resolve_otlp
 from otel_agentloop.export._grpc import OTLPGrpcExporter
 from otel_agentloop.export._http_proto import OTLPProtoHttpExporter
-
-from .otlp_receiver import Receiver, start_grpc, start_http
-from .test_encode import _records
-from .test_export_hygiene import _self_signed
+from tests._support.otlp_receiver import Receiver, start_grpc, start_http
+from tests.export.test_encode import _records
+from tests.export.test_export_hygiene import _self_signed
 
 _ENV = [
     f"OTEL_EXPORTER_OTLP_{kind}{name}"
@@ -207,7 +206,7 @@ def test_grpc_tls_from_the_certificate_variable(tmp_path, monkeypatch: pytest.Mo
     cert, key = _self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
     receiver = Receiver()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-    from .otlp_receiver import _Servicer
+    from tests._support.otlp_receiver import _Servicer
 
     trace_service_pb2_grpc.add_TraceServiceServicer_to_server(_Servicer(receiver), server)
     with open(cert, "rb") as c, open(key, "rb") as k:

@@ -12,9 +12,8 @@ from __future__ import annotations
 import pytest
 
 import otel_agentloop as oal
-
-from .otlp_receiver import Receiver, wait_for
-from .test_harm_headers import _serve, _serve_metrics
+from tests._support.otlp_receiver import Receiver, wait_for
+from tests.export.test_harm_headers import _serve, _serve_metrics
 
 ARGUMENT = {"X-Arg": "from-argument", "x-both": "argument"}
 

@@ -25,11 +25,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_agentloop.config._otlp import OtlpTarget, resolve_otlp
 from otel_agentloop.export._sending import SendingExporter
 from otel_agentloop.setup._wiring import OTLP_EXPORTERS
-
-from .otlp_receiver import Receiver, _Servicer, start_grpc, start_http, wait_for
-from .test_encode import _records
-from .test_export_hygiene import _self_signed
-from .test_harm_headers import _serve_metrics
+from tests._support.otlp_receiver import Receiver, _Servicer, start_grpc, start_http, wait_for
+from tests.export.test_encode import _records
+from tests.export.test_export_hygiene import _self_signed
+from tests.export.test_harm_headers import _serve_metrics
 
 PROTOCOLS = ["grpc", "http/protobuf", "http/json"]
 # conftest's ``_isolate``: no OTEL_* variable from outside, once-only warnings forgotten before each test

@@ -20,10 +20,10 @@ from otel_agentloop.analysis._reading._decode import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
 from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable
 from otel_agentloop.metrics._summary import MAX_TOOLS, OTHER_TOOLS, StepSummary
+from tests._support import REPO_ROOT
+from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
 
-from .otlp_receiver import Receiver, start_grpc, start_http, wait_for
-
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 STEPS = 3
 PROMPTS = 12
 

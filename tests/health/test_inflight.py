@@ -20,8 +20,7 @@ from otel_agentloop.core._inflight import OpenPhase
 from otel_agentloop.core._tracer import current_tracer
 from otel_agentloop.health._watchdog import WatchdogSettings, parse_thresholds
 from otel_agentloop.metrics import PhaseMetricsProcessor, StepMetrics
-
-from .conftest import span_metrics
+from tests._support import span_metrics
 
 HANG_S, INTERVAL_S = 0.4, 0.1
 

@@ -20,8 +20,9 @@ from otel_agentloop.config import _values as config_values
 from otel_agentloop.core import _guard as guard
 from otel_agentloop.core._state import state
 from otel_agentloop.core._tracer import current_tracer
+from tests._support import REPO_ROOT
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 NAMESPACES = ("metrics", "export", "analysis", "health", "testing")
 
 

@@ -11,8 +11,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop.config._settings import DEFAULT_FILE
-
-from . import tree_guard
+from tests._support import tree_guard
 
 
 def test_a_test_configured_with_no_endpoint_writes_its_trace_file_into_its_tmp_path(tmp_path: Path) -> None:

@@ -18,9 +18,11 @@ from pathlib import Path
 
 import pytest
 
+from tests._support import REPO_ROOT
+
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
-ROOT = Path(__file__).resolve().parents[1]
+ROOT = REPO_ROOT
 ORIGIN = "import importlib.util as u; s = u.find_spec('otel_agentloop'); print(s and s.origin)"
 
 

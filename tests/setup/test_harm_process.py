@@ -279,7 +279,7 @@ def test_bad_environment_values_warn_naming_the_variable_and_still_export(monkey
 
 @pytest.mark.parametrize("value", ["nan", "inf", "-1"])
 def test_bad_otlp_timeout_warns_and_http_export_still_works(monkeypatch, caplog, value) -> None:
-    from .otlp_receiver import Receiver, start_http
+    from tests._support.otlp_receiver import Receiver, start_http
 
     receiver = Receiver()
     server, endpoint = start_http(receiver)

@@ -14,7 +14,9 @@ from pathlib import Path
 
 import pytest
 
-ROOT = Path(__file__).resolve().parent.parent
+from tests._support import REPO_ROOT
+
+ROOT = REPO_ROOT
 PTH = ROOT / "otel_agentloop_startup.pth"
 FLAG = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker"
 

@@ -14,6 +14,8 @@ from pathlib import Path
 
 import pytest
 
+from tests._support import REPO_ROOT
+
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
 DRIVER = textwrap.dedent(
@@ -55,7 +57,7 @@ def _without_override() -> None:
 
 def _drive(path: Path, cwd: Path) -> subprocess.CompletedProcess[str]:
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    env["PYTHONPATH"] = os.pathsep.join([str(Path(__file__).resolve().parents[1]), env.get("PYTHONPATH", "")])
+    env["PYTHONPATH"] = os.pathsep.join([str(REPO_ROOT), env.get("PYTHONPATH", "")])
     root = os.geteuid() == 0
     return subprocess.run(
         [sys.executable, "-c", DRIVER, str(path)],

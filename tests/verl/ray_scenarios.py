@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from tests.otlp_receiver import Receiver, start_grpc
-from tests.otlp_receiver import wait_for as poll
+from tests._support.otlp_receiver import Receiver, start_grpc
+from tests._support.otlp_receiver import wait_for as poll
 
 ROOT = Path(__file__).resolve().parents[2]
 N_LEGACY = 4

@@ -7,7 +7,9 @@ import contextlib
 import os
 from collections.abc import Iterator
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+from tests._support import REPO_ROOT
+
+ROOT = str(REPO_ROOT)
 
 
 @contextlib.contextmanager

@@ -19,15 +19,15 @@ import time
 import pytest
 
 import otel_agentloop as oal
-
-from .otlp_receiver import Receiver, start_http
-from .ray_local import local_ray
+from tests._support import REPO_ROOT
+from tests._support.otlp_receiver import Receiver, start_http
+from tests.integrations.ray.ray_local import local_ray
 
 pytestmark = pytest.mark.e2e  # a local Ray cluster
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 CALLS = 12
 MEDIAN_CALL_S = 1.0
 """Bound on the median actor call (41 spans made and queued, plus Ray's round trip). The README's figure is
@@ -83,7 +83,7 @@ def _run(endpoint: str, protocol: str, label: str, settle_s: float = 0.0) -> dic
         "OTEL_BSP_MAX_QUEUE_SIZE": "200",
         "PYTHONPATH": ROOT,
     }
-    from .ray_actors import BackendProbe
+    from tests.integrations.ray.ray_actors import BackendProbe
 
     actor = (
         ray.remote(num_cpus=0)(BackendProbe)

@@ -13,15 +13,15 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.health._watchdog import WatchdogSettings
-
-from .otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support import REPO_ROOT
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
 
 pytestmark = pytest.mark.e2e  # a local Ray cluster
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 HANG_S = 0.5
 
 

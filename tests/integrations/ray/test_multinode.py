@@ -15,15 +15,14 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
-
-from .multinode import ROOT, clean_env, two_nodes
-from .otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.multinode import clean_env, two_nodes
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 pytestmark = pytest.mark.e2e  # a two-node Ray cluster
 
 pytest.importorskip("ray")
 
-DRIVER = os.path.join(ROOT, "tests", "multinode_driver.py")
+DRIVER = os.path.join(os.path.dirname(os.path.abspath(__file__)), "multinode_driver.py")
 INSTRUMENT = os.path.join(os.path.dirname(sys.executable), "opentelemetry-instrument")
 
 

@@ -14,17 +14,16 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.analysis import read_traces
-
-from .conftest import span_metrics
-from .otlp_receiver import Receiver, start_grpc, wait_for
-from .ray_actors import Item, SampleFailedError, synthetic_samples
+from tests._support import REPO_ROOT, span_metrics
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
+from tests.integrations.ray.ray_actors import Item, SampleFailedError, synthetic_samples
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
 
 pytestmark = pytest.mark.e2e  # a local Ray cluster
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 
 @pytest.fixture(scope="module")
@@ -43,7 +42,7 @@ def cluster():
         runtime_env=env,
         configure_logging=False,
     )
-    from .ray_actors import Worker
+    from tests.integrations.ray.ray_actors import Worker
 
     actor = ray.remote(num_cpus=0)(Worker)
     workers = [actor.remote(), actor.remote()]

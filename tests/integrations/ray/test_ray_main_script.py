@@ -12,14 +12,14 @@ import textwrap
 import pytest
 
 from otel_agentloop import semconv as sc
-
-from .otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support import REPO_ROOT
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 pytestmark = pytest.mark.e2e  # a Ray driver script in a subprocess
 
 pytest.importorskip("ray")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 DRIVER = textwrap.dedent('''
     """The ordinary user script of the README: decorated functions used by Ray tasks and by an actor."""

@@ -15,12 +15,13 @@ import pytest
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis._reading._decode import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries
+from tests._support import REPO_ROOT
 
 pytestmark = pytest.mark.e2e  # a Ray main job in a subprocess
 
 pytest.importorskip("ray")
 
-ROOT = os.path.dirname(os.path.dirname(os.path.abspath(__file__)))
+ROOT = str(REPO_ROOT)
 
 DRIVER = textwrap.dedent("""
     import asyncio, json, os, sys

@@ -108,8 +108,7 @@ SPECS_BY_NAME = {name: spec for name, spec, _ in SPECS}
 # -- on a real Ray cluster -----------------------------------------------------------------------------
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")
 from otel_agentloop.integrations import ray as oal_ray  # noqa: E402 - after the Ray check
-
-from .ray_local import local_ray  # noqa: E402
+from tests.integrations.ray.ray_local import local_ray  # noqa: E402
 
 WORKER_IDENTITY = {"process.pid", "ray.node.id", "ray.job.id", "ray.actor.id", "rl.worker"}
 """Resource attributes a worker adds to the driver's (its own identity, see ``setup_worker``)."""
