@@ -10,7 +10,6 @@ import json
 import os
 import subprocess
 import sys
-import time
 from pathlib import Path
 from typing import Any
 
@@ -20,63 +19,14 @@ from opentelemetry.exporter.otlp.proto.common.trace_encoder import encode_spans 
 from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceRequest
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
-from opentelemetry.sdk.trace.id_generator import RandomIdGenerator
-from opentelemetry.sdk.trace.sampling import ALWAYS_ON, ParentBased
-from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, Status, StatusCode, TraceFlags, TraceState
 
 from otel_agentloop.analysis import Skipped, read_jsonl
 from otel_agentloop.core._door import materialise, to_record
 from otel_agentloop.core._record import FastSpan
-from otel_agentloop.core._recorder import Recorder, finalize
 from otel_agentloop.export import _otlp_json, _otlp_proto
 from tests._support.fast_path_parity import parse_json_line
-
-RESOURCE = Resource({"service.name": "encode-test", "host.name": "h1", "rl.ranks": (0, 1)})
-SCOPE = InstrumentationScope("otel_agentloop", "9.9.9")
-
-# every attribute type the SDK accepts: scalars, homogeneous arrays, empty arrays, bytes; no None
-VALUES: dict[str, Any] = {
-    "s": "text é ✓",
-    "empty": "",
-    "b.true": True,
-    "b.false": False,
-    "i": 7,
-    "i.neg": -3,
-    "i.max": (1 << 63) - 1,
-    "i.min": -(1 << 63),
-    "i.zero": 0,
-    "f": 0.25,
-    "f.neg": -1e300,
-    "f.inf": float("inf"),
-    "bytes": b"\x00\xffraw",
-    "a.s": ("x", "", "z"),
-    "a.b": (True, False),
-    "a.i": (1, -2, 1 << 40),
-    "a.f": (1.5, -0.0),
-    "a.empty": (),
-}
-
-
-def _recorder(**limits: Any) -> Recorder:
-    return Recorder(
-        resource=RESOURCE,
-        scope=SCOPE,
-        limits=SpanLimits(**limits),
-        sampler=ParentBased(ALWAYS_ON),
-        id_generator=RandomIdGenerator(),
-        queue=_Ended(),
-    )
-
-
-class _Ended:
-    """A record queue that keeps nothing (these tests read the records themselves)."""
-
-    def put(self, item: Any) -> None:
-        return None
-
-    def attach(self, recorder: Any) -> None:
-        return None
+from tests._support.fast_records import RESOURCE, VALUES, end_record, new_recorder, sample_records, start_record
 
 
 def _door(spans: Any) -> list[FastSpan]:
@@ -96,71 +46,15 @@ def _proto_request(spans: Any) -> tuple[bytes, int]:
     return _otlp_proto.encode_request(_door(spans))
 
 
-def _start(recorder: Recorder, name: str, attrs: dict[str, Any], **kw: Any) -> FastSpan:
-    span = recorder.start(name, attrs, time.time_ns(), **kw)
-    assert span is not None
-    span.init(None, None, time.monotonic_ns())
-    return span
-
-
-def _end(recorder: Recorder, span: FastSpan, exc: BaseException | None = None) -> FastSpan:
-    recorder.finish(span, exc, time.time_ns() + 1000)
-    finalize(span)  # as the pipeline does before any processor sees it
-    return span
-
-
-def _records() -> list[FastSpan]:
-    rec = _recorder()
-    out: list[FastSpan] = []
-    root = _start(rec, "rl.sample", {"rl.sample.index": 3, "rl.step": 1}, context=trace.Context())
-    child = _start(rec, "generate", {"rl.phase": "generate"}, parent=root)
-    for key, value in VALUES.items():
-        child.set_attribute(key, value)
-    child.add_event("tokens", {"n": 5, "who": "model", "a": (1, 2)})
-    child.add_event("bare")
-    out.append(_end(rec, child))
-    tool = _start(rec, "execute_tool search", {"gen_ai.tool.name": "search"}, parent=root)
-    tool.set_status(Status(StatusCode.ERROR, "ValueError: boom"))
-    out.append(_end(rec, tool, ValueError("boom")))  # ERROR, error.type, an exception event
-    ok = _start(rec, "reward", {"rl.phase": "reward"}, parent=root)
-    ok.set_status(StatusCode.OK)
-    out.append(_end(rec, ok))
-    out.append(_end(rec, root))
-    # a remote parent with a trace state, and links with attributes (one remote)
-    remote = SpanContext(
-        0x0AF7651916CD43DD8448EB211C80319C,
-        0xB7AD6B7169203331,
-        is_remote=True,
-        trace_flags=TraceFlags(1),
-        trace_state=TraceState([("vendor", "v1"), ("rojo", "00f067aa0ba902b7")]),
-    )
-    linked = SpanContext(0x1234, 0x5678, is_remote=False, trace_flags=TraceFlags(1))
-    linked_remote = SpanContext(0x9ABC, 0xDEF0, is_remote=True, trace_flags=TraceFlags(0))
-    ctx = trace.set_span_in_context(NonRecordingSpan(remote))
-    joined = _start(
-        rec,
-        "rl.sample",
-        {"rl.sample.index": 4},
-        context=ctx,
-        links=[Link(linked, {"link.kind": "batch", "n": 2}), Link(linked_remote)],
-    )
-    joined.add_link(SpanContext(0x77, 0x88, is_remote=False), {"late": True})
-    assert joined.parent_remote and joined.trace_state
-    out.append(_end(rec, joined))
-    # an empty name, no attributes at all
-    out.append(_end(rec, _start(rec, "", {}, context=trace.Context())))
-    return out
-
-
 def _over_limits() -> FastSpan:
     """A record past the count limits: dropped attributes and events are counted."""
-    rec = _recorder(max_span_attributes=4, max_events=2)
-    span = _start(rec, "busy", {"k0": 0}, context=trace.Context())
+    rec = new_recorder(max_span_attributes=4, max_events=2)
+    span = start_record(rec, "busy", {"k0": 0}, context=trace.Context())
     for i in range(1, 9):
         span.set_attribute(f"k{i}", i)
     for i in range(5):
         span.add_event(f"e{i}", {"i": i})
-    return _end(rec, span)
+    return end_record(rec, span)
 
 
 def _parse(data: bytes) -> ExportTraceServiceRequest:
@@ -175,7 +69,7 @@ def _sdk_bytes(spans: list[Any]) -> bytes:
 
 # -- JSON -----------------------------------------------------------------------------------------------------
 def test_json_of_a_record_is_the_json_of_its_materialised_span() -> None:
-    records = _records()
+    records = sample_records()
     for span in records:
         assert _json([span]) == _json([materialise(span)]), span.name
     assert _json_request(records) == _json_request([materialise(s) for s in records])
@@ -185,7 +79,7 @@ def test_json_of_a_record_is_the_json_of_its_materialised_span() -> None:
 
 
 def test_json_batch_mixing_records_and_sdk_spans_groups_them_by_resource() -> None:
-    records = _records()
+    records = sample_records()
     provider = TracerProvider(resource=RESOURCE)
     with provider.get_tracer("user.code", "1.0").start_as_current_span("user span") as sdk_span:
         sdk_span.set_attribute("x", 1)
@@ -228,7 +122,7 @@ def _sdk_batch() -> list[Any]:
 def test_json_of_records_parses_to_the_sdk_encoders_message() -> None:
     """Every field protobuf carries, OTLP-JSON carries: the JSON parses (protobuf's JSON mapping, hex ids) to
     the message the SDK's own encoder builds from the materialised spans."""
-    records = _records()
+    records = sample_records()
     expected = sdk_encode_spans([materialise(s) for s in records])
     assert parse_json_line(_json(records)) == expected
     for span in records:
@@ -242,7 +136,7 @@ def test_json_of_records_parses_to_the_sdk_encoders_message() -> None:
 
 
 def test_json_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
-    records = _records()
+    records = sample_records()
     user, elsewhere, twin = _sdk_batch()
     assert user.dropped_events == 2 and user.dropped_links == 1 and user.events[0].dropped_attributes == 1
     mixed = [records[0], user, elsewhere, records[1], twin, records[3]]
@@ -289,7 +183,7 @@ def test_json_counts_what_a_record_dropped() -> None:
 @pytest.mark.e2e  # a subprocess
 def test_json_with_every_field_is_read_back_by_the_reader_and_report(tmp_path: Path) -> None:
     """``read_jsonl`` and ``report --file`` (a subprocess) read files carrying the new fields."""
-    spans = [*_records(), *_sdk_batch()]
+    spans = [*sample_records(), *_sdk_batch()]
     path = tmp_path / "all.jsonl"
     data, skipped = _json_request(spans, "\n")
     assert skipped == 0
@@ -316,7 +210,7 @@ def test_json_with_every_field_is_read_back_by_the_reader_and_report(tmp_path: P
 
 # -- protobuf -------------------------------------------------------------------------------------------------
 def test_proto_of_records_parses_to_the_sdk_encoders_message() -> None:
-    records = _records()
+    records = sample_records()
     data, skipped = _proto_request(records)
     assert skipped == 0
     materialised = [materialise(s) for s in records]
@@ -335,12 +229,12 @@ def test_proto_of_records_parses_to_the_sdk_encoders_message() -> None:
 
 
 def test_proto_of_one_record_at_a_time_matches_too() -> None:
-    for span in _records():
+    for span in sample_records():
         assert _proto_request([span])[0] == _sdk_bytes([materialise(span)]), span.name
 
 
 def test_proto_of_sdk_spans_and_mixed_batches_matches_the_sdk() -> None:
-    records = _records()
+    records = sample_records()
     provider = TracerProvider(resource=RESOURCE)
     other = TracerProvider(resource=Resource({"service.name": "other"}))
     tracer = provider.get_tracer("user.code", "1.0", schema_url="https://opentelemetry.io/schemas/1.21.0")
@@ -392,8 +286,8 @@ def test_proto_counts_what_a_record_dropped_as_an_sdk_span_does() -> None:
 def test_proto_values_the_sdk_cleaning_lets_through(value: Any, kept: bool) -> None:
     """Values a record can hold when written past the SDK's cleaning (the hot path takes attributes by
     reference): each is encoded as the SDK's encoder encodes it, or its key dropped as the SDK drops it."""
-    rec = _recorder()
-    span = _end(rec, _start(rec, "odd", {"v": value, "ok": 1}, context=trace.Context()))
+    rec = new_recorder()
+    span = end_record(rec, start_record(rec, "odd", {"v": value, "ok": 1}, context=trace.Context()))
     got = _parse(_proto_request([span])[0]).resource_spans[0].scope_spans[0].spans[0]
     assert [kv.key for kv in got.attributes] == (["v", "ok"] if kept else ["ok"])
     # the SDK's own encoder, on the record's attributes as they are
@@ -403,12 +297,12 @@ def test_proto_values_the_sdk_cleaning_lets_through(value: Any, kept: bool) -> N
 
 
 def test_proto_repairs_lone_surrogates_and_skips_only_a_broken_span() -> None:
-    rec = _recorder()
-    bad = _start(rec, "tool \udce9", {"k\udce9": "v\udce9", "ok": 1}, context=trace.Context())
-    bad = _end(rec, bad)
-    broken = _end(rec, _start(rec, "broken", {}, context=trace.Context()))
+    rec = new_recorder()
+    bad = start_record(rec, "tool \udce9", {"k\udce9": "v\udce9", "ok": 1}, context=trace.Context())
+    bad = end_record(rec, bad)
+    broken = end_record(rec, start_record(rec, "broken", {}, context=trace.Context()))
     broken.status = None  # type: ignore[assignment]  # a span no encoder can read
-    good = _end(rec, _start(rec, "good", {}, context=trace.Context()))
+    good = end_record(rec, start_record(rec, "good", {}, context=trace.Context()))
     data, skipped = _proto_request([bad, broken, good])
     assert skipped == 1
     spans = _parse(data).resource_spans[0].scope_spans[0].spans

@@ -27,6 +27,7 @@ from otel_agentloop.export._http_json import OTLPJsonHttpExporter, retry_after_s
 from otel_agentloop.export._otlp_json import encode_spans
 from tests._support import REPO_ROOT
 from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
+from tests._support.tls import self_signed
 
 ROOT = REPO_ROOT
 OURS = [f"ours-{i}" for i in range(5)]  # what tests/instrumented_export.py makes
@@ -226,25 +227,11 @@ def test_http_json_compression_from_env(http_receiver, monkeypatch, variable, va
     assert receiver.headers[0].get("content-encoding") == encoding
 
 
-def _openssl(*args: str) -> None:
-    subprocess.run(["openssl", *args], check=True, capture_output=True, timeout=60)
-
-
-def _self_signed(directory: Path, name: str, cn: str, san: str | None = None) -> tuple[str, str]:
-    cert, key = directory / f"{name}.crt", directory / f"{name}.key"
-    extra = ["-addext", f"subjectAltName={san}"] if san else []
-    _openssl(
-        "req", "-x509", "-newkey", "ec", "-pkeyopt", "ec_paramgen_curve:prime256v1", "-nodes",
-        "-keyout", str(key), "-out", str(cert), "-days", "2", "-subj", f"/CN={cn}", *extra,
-    )  # fmt: skip
-    return str(cert), str(key)
-
-
 @pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the test certificates")
 def test_http_json_tls_and_client_certificates_from_env(tmp_path, monkeypatch) -> None:
-    server_cert, server_key = _self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
-    client_cert, client_key = _self_signed(tmp_path, "client", "trainer")
+    server_cert, server_key = self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
+    client_cert, client_key = self_signed(tmp_path, "client", "trainer")
     receiver = Receiver()
     tls_server, tls_endpoint = start_http(receiver, tls=(server_cert, server_key))
     mtls_server, mtls_endpoint = start_http(receiver, tls=(server_cert, server_key), client_ca=client_cert)

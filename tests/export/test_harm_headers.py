@@ -8,20 +8,14 @@ transport cannot carry is skipped with one warning that names it and never shows
 
 from __future__ import annotations
 
-import functools
 import logging
-import threading
 from collections import Counter
-from collections.abc import Callable
-from concurrent import futures
-from http.server import BaseHTTPRequestHandler, ThreadingHTTPServer
 
-import grpc
 import pytest
-from opentelemetry.proto.collector.metrics.v1 import metrics_service_pb2, metrics_service_pb2_grpc
 
 import otel_agentloop as oal
-from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
+from tests._support.header_servers import serve, serve_metrics
+from tests._support.otlp_receiver import Receiver, wait_for
 
 ITEMS = {
     "x-ok": ("1", "1"),
@@ -42,20 +36,12 @@ SKIPPED = {
 }
 
 
-def _serve(protocol: str, receiver: Receiver) -> tuple[str, Callable[[], object]]:
-    if protocol == "grpc":
-        server, endpoint = start_grpc(receiver)
-        return endpoint, functools.partial(server.stop, 0)
-    http_server, endpoint = start_http(receiver)
-    return endpoint, http_server.shutdown
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf", "http/json"])
 def test_header_items_the_transport_cannot_carry_are_skipped_and_the_rest_is_sent(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, protocol: str
 ) -> None:
     receiver = Receiver()
-    endpoint, stop = _serve(protocol, receiver)
+    endpoint, stop = serve(protocol, receiver)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-generic=replaced")  # the traces variable wins whole
@@ -93,51 +79,12 @@ def _assert_warned_once_each(caplog: pytest.LogCaptureFixture, skipped: set[str]
 
 
 # -- the library's metrics (the SDK's OTLP metric exporter) -----------------------------------------------
-class _MetricsServicer(metrics_service_pb2_grpc.MetricsServiceServicer):
-    def __init__(self, headers: list[dict[str, object]]) -> None:
-        self.headers = headers
-
-    def Export(self, request, context):
-        self.headers.append(dict(context.invocation_metadata()))
-        return metrics_service_pb2.ExportMetricsServiceResponse()
-
-
-def _serve_metrics(protocol: str, headers: list[dict[str, object]]) -> tuple[str, Callable[[], object]]:
-    """A real OTLP metrics receiver on 127.0.0.1 that records each request's headers."""
-    if protocol == "grpc":
-        server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
-        metrics_service_pb2_grpc.add_MetricsServiceServicer_to_server(_MetricsServicer(headers), server)
-        port = server.add_insecure_port("127.0.0.1:0")
-        server.start()
-        return f"http://127.0.0.1:{port}", functools.partial(server.stop, 0)
-
-    class Handler(BaseHTTPRequestHandler):
-        def do_POST(self) -> None:
-            self.rfile.read(int(self.headers.get("Content-Length", 0)))
-            if self.path == "/v1/metrics":
-                headers.append({k.lower(): v for k, v in self.headers.items()})
-            body = metrics_service_pb2.ExportMetricsServiceResponse().SerializeToString()
-            self.send_response(200 if self.path == "/v1/metrics" else 404)
-            self.send_header("Content-Type", "application/x-protobuf")
-            self.send_header("Content-Length", str(len(body)))
-            self.end_headers()
-            self.wfile.write(body)
-
-        def log_message(self, *args: object) -> None:
-            return None
-
-    http_server = ThreadingHTTPServer(("127.0.0.1", 0), Handler)
-    http_server.daemon_threads = True
-    threading.Thread(target=http_server.serve_forever, daemon=True).start()
-    return f"http://127.0.0.1:{http_server.server_address[1]}/v1/metrics", http_server.shutdown
-
-
 @pytest.mark.parametrize("protocol", ["grpc", "http/protobuf"])
 def test_metric_header_items_the_transport_cannot_carry_are_skipped_and_the_rest_is_sent(
     monkeypatch: pytest.MonkeyPatch, caplog: pytest.LogCaptureFixture, protocol: str
 ) -> None:
     headers: list[dict[str, object]] = []
-    endpoint, stop = _serve_metrics(protocol, headers)
+    endpoint, stop = serve_metrics(protocol, headers)
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", protocol)
@@ -170,7 +117,7 @@ def test_metrics_over_grpc_with_only_an_item_grpc_cannot_carry_send_no_headers(
 ) -> None:
     """Nothing left to send: the SDK's exporter must not fall back to the variable's (unchecked) items."""
     headers: list[dict[str, object]] = []
-    endpoint, stop = _serve_metrics("grpc", headers)
+    endpoint, stop = serve_metrics("grpc", headers)
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_HEADERS", "x-tenant=%C3%A9quipe-secret1")

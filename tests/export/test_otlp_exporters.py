@@ -22,9 +22,9 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_agentloop.config._otlp import OtlpTarget, resolve_otlp
 from otel_agentloop.export._grpc import OTLPGrpcExporter
 from otel_agentloop.export._http_proto import OTLPProtoHttpExporter
+from tests._support.fast_records import sample_records
 from tests._support.otlp_receiver import Receiver, start_grpc, start_http
-from tests.export.test_encode import _records
-from tests.export.test_export_hygiene import _self_signed
+from tests._support.tls import self_signed
 
 _ENV = [
     f"OTEL_EXPORTER_OTLP_{kind}{name}"
@@ -44,7 +44,7 @@ def _batch() -> list[Any]:
     provider = TracerProvider(resource=Resource({"service.name": "encode-test"}))
     with provider.get_tracer("user.code").start_as_current_span("user span") as sdk_span:
         sdk_span.set_attribute("x", 1)
-    return [*_records(), sdk_span]
+    return [*sample_records(), sdk_span]
 
 
 class _Scripted(trace_service_pb2_grpc.TraceServiceServicer):
@@ -203,7 +203,7 @@ def test_grpc_shutdown_ends_a_back_off_wait() -> None:
 @pytest.mark.e2e  # a subprocess
 @pytest.mark.skipif(shutil.which("openssl") is None, reason="the openssl CLI makes the test certificates")
 def test_grpc_tls_from_the_certificate_variable(tmp_path, monkeypatch: pytest.MonkeyPatch) -> None:
-    cert, key = _self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
+    cert, key = self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
     receiver = Receiver()
     server = grpc.server(futures.ThreadPoolExecutor(max_workers=2))
     from tests._support.otlp_receiver import _Servicer

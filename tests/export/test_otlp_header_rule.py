@@ -12,8 +12,8 @@ from __future__ import annotations
 import pytest
 
 import otel_agentloop as oal
+from tests._support.header_servers import serve, serve_metrics
 from tests._support.otlp_receiver import Receiver, wait_for
-from tests.export.test_harm_headers import _serve, _serve_metrics
 
 ARGUMENT = {"X-Arg": "from-argument", "x-both": "argument"}
 
@@ -21,7 +21,7 @@ ARGUMENT = {"X-Arg": "from-argument", "x-both": "argument"}
 def _traces_headers(monkeypatch: pytest.MonkeyPatch, protocol: str, **kw: object) -> dict[str, object]:
     """The headers of the first export of one span, with ``configure(**kw)`` against a real receiver."""
     receiver = Receiver()
-    endpoint, stop = _serve(protocol, receiver)
+    endpoint, stop = serve(protocol, receiver)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "none")
@@ -78,7 +78,7 @@ def _metric_headers(monkeypatch: pytest.MonkeyPatch, protocol: str) -> dict[str,
     """The headers of the metrics' last export (at shutdown) with ``configure(headers=ARGUMENT)``, the generic
     endpoint the metrics receiver's."""
     headers: list[dict[str, object]] = []
-    endpoint, stop = _serve_metrics(protocol, headers)
+    endpoint, stop = serve_metrics(protocol, headers)
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_ENDPOINT", endpoint.removesuffix("/v1/metrics"))
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_PROTOCOL", protocol)
@@ -111,7 +111,7 @@ def test_metrics_sent_elsewhere_by_their_variable_get_only_the_environments(
     monkeypatch: pytest.MonkeyPatch, protocol: str
 ) -> None:
     headers: list[dict[str, object]] = []
-    endpoint, stop = _serve_metrics(protocol, headers)
+    endpoint, stop = serve_metrics(protocol, headers)
     monkeypatch.setenv("OTEL_METRICS_EXPORTER", "otlp")
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_ENDPOINT", endpoint)
     monkeypatch.setenv("OTEL_EXPORTER_OTLP_METRICS_PROTOCOL", protocol)

@@ -25,10 +25,10 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from otel_agentloop.config._otlp import OtlpTarget, resolve_otlp
 from otel_agentloop.export._sending import SendingExporter
 from otel_agentloop.setup._wiring import OTLP_EXPORTERS
+from tests._support.fast_records import sample_records
+from tests._support.header_servers import serve_metrics
 from tests._support.otlp_receiver import Receiver, _Servicer, start_grpc, start_http, wait_for
-from tests.export.test_encode import _records
-from tests.export.test_export_hygiene import _self_signed
-from tests.export.test_harm_headers import _serve_metrics
+from tests._support.tls import self_signed
 
 PROTOCOLS = ["grpc", "http/protobuf", "http/json"]
 # conftest's ``_isolate``: no OTEL_* variable from outside, once-only warnings forgotten before each test
@@ -50,7 +50,7 @@ def _serve(protocol: str, receiver: Receiver) -> tuple[str, Callable[[], object]
 def _export_once(target: OtlpTarget) -> SpanExportResult:
     exporter = _exporter(target)
     try:
-        return exporter.export_records(_records())
+        return exporter.export_records(sample_records())
     finally:
         exporter.shutdown()
 
@@ -92,7 +92,7 @@ def test_the_signals_own_variable_is_posted_to_as_it_is_on_every_http_protocol(
         assert _export_once(resolve_otlp("TRACES", protocol=protocol)) is SpanExportResult.SUCCESS
     finally:
         server.shutdown()
-    assert receiver.paths == ["/custom"] and len(receiver.records) == len(_records())
+    assert receiver.paths == ["/custom"] and len(receiver.records) == len(sample_records())
 
 
 # -- headers -----------------------------------------------------------------------------------------------------
@@ -123,7 +123,7 @@ def test_the_metric_exporter_follows_the_same_target(protocol: str) -> None:
     from otel_agentloop.metrics._otel import _otlp_metric_exporter
 
     headers: list[dict[str, object]] = []
-    url, stop = _serve_metrics(protocol, headers)  # HTTP: records a request at /v1/metrics only
+    url, stop = serve_metrics(protocol, headers)  # HTTP: records a request at /v1/metrics only
     endpoint = url.removesuffix("/v1/metrics")
     target = resolve_otlp("METRICS", endpoint, {"X-Team": "rl", "x-bad": "a\nb"}, protocol=protocol)
     provider = MeterProvider(metric_readers=[PeriodicExportingMetricReader(_otlp_metric_exporter(target), 60_000)])
@@ -141,7 +141,7 @@ def test_the_metric_exporter_follows_the_same_target(protocol: str) -> None:
 def tls_files(tmp_path: Any) -> tuple[str, str]:
     if shutil.which("openssl") is None:
         pytest.skip("the openssl CLI makes the test certificates")
-    return _self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
+    return self_signed(tmp_path, "server", "127.0.0.1", "IP:127.0.0.1")
 
 
 def _serve_tls(protocol: str, receiver: Receiver, cert: str, key: str) -> tuple[str, Callable[[], object]]:
@@ -171,7 +171,7 @@ def test_every_trace_exporter_trusts_the_targets_certificate(
         assert _export_once(trusted) is SpanExportResult.SUCCESS
     finally:
         stop()
-    assert len(receiver.records) == len(_records())
+    assert len(receiver.records) == len(sample_records())
 
 
 # -- compression -------------------------------------------------------------------------------------------------
@@ -197,7 +197,7 @@ def test_http_compression_per_protocol(
         assert _export_once(target) is SpanExportResult.SUCCESS
     finally:
         server.shutdown()
-    assert receiver.headers[0].get("content-encoding") == encoding and len(receiver.records) == len(_records())
+    assert receiver.headers[0].get("content-encoding") == encoding and len(receiver.records) == len(sample_records())
 
 
 def test_a_compression_no_protocol_knows_is_warned_and_the_default_used(caplog: pytest.LogCaptureFixture) -> None:
@@ -253,12 +253,12 @@ def test_grpc_compression_reaches_the_wire(monkeypatch: pytest.MonkeyPatch, coun
             monkeypatch.setenv("OTEL_EXPORTER_OTLP_TRACES_COMPRESSION", name)
             proxied, sent = counting_proxy(endpoint)
             exporter = _exporter(resolve_otlp("TRACES", proxied, protocol="grpc"))
-            assert exporter.export_records(_records() * 50) is SpanExportResult.SUCCESS
+            assert exporter.export_records(sample_records() * 50) is SpanExportResult.SUCCESS
             exporter.shutdown()
             wire[name] = sent[0]
     finally:
         server.stop(0)
-    assert len(receiver.records) == 2 * 50 * len(_records())
+    assert len(receiver.records) == 2 * 50 * len(sample_records())
     assert wire["gzip"] * 3 < wire["none"], wire  # repeated spans: gzip shrinks them several times
 
 
@@ -287,7 +287,7 @@ def test_every_trace_exporter_gives_up_at_the_targets_timeout(protocol: str) -> 
         assert exporter.timeout_s == 1.0
         t0 = time.monotonic()
         try:
-            assert exporter.export_records(_records()) is SpanExportResult.FAILURE
+            assert exporter.export_records(sample_records()) is SpanExportResult.FAILURE
         finally:
             exporter.shutdown()
         assert time.monotonic() - t0 < 5  # a bound, not a measurement: the default would take 10 s
