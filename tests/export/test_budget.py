@@ -10,7 +10,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.demo._agent import SimConfig, run_samples
-from tests.metrics.test_parity import PHASES, SCENARIO, _run_sample, assert_bounded, floors
+from tests._support.verl_formula import PHASES, SCENARIO, assert_bounded, floors, run_sample
 
 
 def _configure(budget: int | None, **kw) -> tuple[oal.Handle, InMemorySpanExporter]:
@@ -48,7 +48,7 @@ def test_metrics_are_exact_under_any_budget_and_keepers_are_exported(budget) -> 
     async def main() -> None:
         with oal.step(3):
             await asyncio.gather(
-                *(_run_sample(i, s, timings[i]) for i, s in enumerate(SCENARIO)), return_exceptions=True
+                *(run_sample(i, s, timings[i]) for i, s in enumerate(SCENARIO)), return_exceptions=True
             )
 
     try:
