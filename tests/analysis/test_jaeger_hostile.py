@@ -16,7 +16,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.analysis.test_harm_reader import assert_one_line_error, run_cli
+from tests._support.otlp_lines import assert_one_line_error, run_cli
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 

@@ -10,7 +10,6 @@ import contextlib
 import http.server
 import io
 import os
-import re
 import socket
 import subprocess
 import sys
@@ -25,7 +24,10 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from otel_agentloop.analysis import read_jsonl, render_png
-from tests.analysis.test_harm_reader import (
+from tests._support.otlp_lines import (
+    HOSTILE,
+    SGR,
+    UNSAFE,
     assert_one_line_error,
     hung_snapshot,
     otlp_line,
@@ -37,24 +39,6 @@ from tests.analysis.test_harm_reader import (
 )
 
 NO_RICH = "import sys; sys.modules['rich'] = None; from otel_agentloop.cli import main; sys.exit(main(sys.argv[1:]))"
-SGR = re.compile(r"\x1b\[[0-9;]*m")
-# what must never reach a terminal from data: C0 but newline, DEL, C1, bidi controls, line separators, surrogates
-UNSAFE = re.compile(
-    "[\x00-\x09\x0b-\x1f\x7f-\x9f\u061c\u200e\u200f\u202a-\u202e\u2066-\u2069\u2028\u2029\ud800-\udfff]"
-)
-HOSTILE = [
-    "\x1b]0;pwned\x07",  # OSC: set the window title
-    "\x1b]52;c;cHduZWQ=\x07",  # OSC 52: write the clipboard
-    "\x1b[2J\x1b[H",  # clear the screen, cursor home
-    "\x1b[31mred\x1b[0m",  # a data-borne colour
-    "\x9b2J",  # C1 CSI
-    "\x9d0;t\x9c",  # C1 OSC ... ST
-    "\x07\x08\r\x0b\x0c\x7f",
-    "safe\u202egnp.exe",  # bidi override
-    "\u2066iso\u2069",
-    "[bold red]markup[/]",
-    "\ud800lone",  # a lone surrogate (os.fsdecode of a non-UTF-8 name)
-]
 
 
 def _phase_file(path: Path, name: str, tool: str, error_type: str, phase: str) -> None:

@@ -24,8 +24,7 @@ import pytest
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.metrics import PhaseMetricsProcessor
-from tests.analysis.test_harm_reader import otlp_line, otlp_span, run_cli, sample_attrs, sample_spans
-from tests.cli.test_harm_cli import HOSTILE, SGR, UNSAFE
+from tests._support.otlp_lines import HOSTILE, SGR, UNSAFE, otlp_line, otlp_span, run_cli, sample_attrs, sample_spans
 
 DRIVER = """
 import sys

@@ -25,7 +25,7 @@ import pytest
 
 from otel_agentloop.cli import build_parser
 from tests._support.browser import open_page, severe_console
-from tests.analysis.test_harm_reader import run_cli
+from tests._support.otlp_lines import run_cli
 from tests.analysis.test_runs import _cli
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
