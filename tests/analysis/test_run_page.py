@@ -16,7 +16,7 @@ from pathlib import Path
 import pytest
 
 from tests._support.browser import open_page, severe_console
-from tests.analysis.test_runs import _cli
+from tests._support.runs import cli
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
@@ -27,14 +27,14 @@ JAEGER_UI = "http://127.0.0.1:16686"
 def run_page(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[str, object]]:
     cwd = tmp_path_factory.mktemp("run-page")
     common = ["simulate", "--workers", "0", "--prompts", "6", "--rollout-n", "4", "--quiet", "--file", "run.jsonl"]
-    first = _cli(cwd, *common, "--steps", "2", "--time-scale", "0.05", run="earlier")
+    first = cli(cwd, *common, "--steps", "2", "--time-scale", "0.05", run="earlier")
     assert first.returncode == 0, first.stderr
-    demo = _cli(cwd, *common, "--steps", "6", "--time-scale", "0.1", "--misbehave", "--val-every", "2", run="demo")
+    demo = cli(cwd, *common, "--steps", "6", "--time-scale", "0.1", "--misbehave", "--val-every", "2", run="demo")
     assert demo.returncode == 0, demo.stderr
-    out = _cli(cwd, "report", "--file", "run.jsonl", "--run", "--json")
+    out = cli(cwd, "report", "--file", "run.jsonl", "--run", "--json")
     assert out.returncode == 0, out.stderr
     summary = json.loads(out.stdout)
-    page = _cli(cwd, "report", "--file", "run.jsonl", "--run", "--html", "run.html", "--jaeger-ui", JAEGER_UI)
+    page = cli(cwd, "report", "--file", "run.jsonl", "--run", "--html", "run.html", "--jaeger-ui", JAEGER_UI)
     assert page.returncode == 0, page.stderr
     assert "run page written to run.html (9 steps, 9 timeline pages)" in page.stdout
     return cwd, summary

@@ -13,8 +13,6 @@ import hashlib
 import json
 import os
 import shutil
-import subprocess
-import sys
 from pathlib import Path
 from typing import Any
 
@@ -23,65 +21,23 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, decode_resource_spans, read_jsonl, read_traces
-from tests.analysis.test_runs import _same
-from tests.setup.test_harm_fork_identity import _fork_and_trace
+from tests._support.fork import fork_and_trace
+from tests._support.runs import RUN, TRACES, assert_same_metrics, cli, report_file, simulate_run, traced_generate
 
-RUN = "scale"
-TRACES = "traces"
 STEP_FILES = {"step-00000001.jsonl", "step-00000002.jsonl", "step-00000003.jsonl", "val-00000002.jsonl"}
-
-
-def _cli(cwd: Path, *args: str, run: str | None = None, attempt: int = 1) -> subprocess.CompletedProcess[str]:
-    """The CLI as a subprocess; a first argument ``NAME=value`` is set in its environment."""
-    extra = {}
-    if args and "=" in args[0]:
-        name, _, value = args[0].partition("=")
-        extra[name], args = value, args[1:]
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    if run is not None:
-        env["OTEL_RESOURCE_ATTRIBUTES"] = f"{sc.RL_RUN_ID}={run},{sc.RL_RUN_ATTEMPT}={attempt}"
-        env["OTEL_AGENTLOOP_RUN_ID"], env["OTEL_AGENTLOOP_RUN_ATTEMPT"] = run, str(attempt)
-    return subprocess.run(
-        [sys.executable, "-m", "otel_agentloop", *args],
-        cwd=cwd,
-        env={**env, **extra},
-        capture_output=True,
-        text=True,
-        timeout=180,
-    )
-
-
-def _simulate(cwd: Path, *, seed: int, attempt: int, fast_path: bool = True) -> dict[tuple[int, bool], Any]:
-    """One launch of the main job (3 steps, a validation pass at step 2) into ``cwd/traces``."""
-    out = _cli(
-        cwd,
-        "OTEL_AGENTLOOP_FAST_PATH=" + ("true" if fast_path else "false"),
-        *("simulate", "--workers", "0", "--steps", "3", "--prompts", "3", "--rollout-n", "2", "--val-every", "2"),
-        *("--time-scale", "0.03", "--seed", str(seed), "--quiet", "--json", "--file", TRACES),
-        run=RUN,
-        attempt=attempt,
-    )
-    assert out.returncode == 0, out.stderr
-    return {(e["step"], False): e["metrics"] for e in json.loads(out.stdout)}  # training steps only
 
 
 @pytest.fixture(scope="module", params=[True, False], ids=["fast-path", "sdk-path"])
 def resumed(request: pytest.FixtureRequest, tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict, bool]:
     """Attempt 1 of run ``scale``, then attempt 2 (a resume re-running steps 1-3), into one directory."""
     cwd = tmp_path_factory.mktemp("scale")
-    _simulate(cwd, seed=1, attempt=1, fast_path=request.param)
-    second = _simulate(cwd, seed=2, attempt=2, fast_path=request.param)
+    simulate_run(cwd, seed=1, attempt=1, fast_path=request.param)
+    second = simulate_run(cwd, seed=2, attempt=2, fast_path=request.param)
     return cwd, second, request.param
 
 
 def _index(folder: Path) -> list[dict[str, Any]]:
     return [json.loads(line) for line in (folder / "index.jsonl").read_text().splitlines()]
-
-
-def _report(cwd: Path, *args: str) -> tuple[int, str, str]:
-    out = _cli(cwd, "report", "--file", TRACES, *args)
-    assert "Traceback" not in out.stderr, out.stderr
-    return out.returncode, out.stdout, out.stderr
 
 
 def _decode_every_line(path: Path) -> int:
@@ -144,13 +100,13 @@ def test_layout_and_index_after_a_run_and_its_resume(resumed) -> None:
 def test_a_step_reads_from_the_latest_attempt_and_the_default_is_the_latest_step(resumed) -> None:
     cwd, second, _ = resumed
     for args in (("--step", "3"), ()):
-        rc, out, err = _report(cwd, "--json", *args)
+        rc, out, err = report_file(cwd, "--json", *args)
         assert rc == 0, err
         got = json.loads(out)
         assert got["step"] == 3
-        _same(got["metrics"], second[(3, False)])
+        assert_same_metrics(got["metrics"], second[(3, False)])
         assert "latest attempt (2)" in err
-    rc, out, err = _report(cwd, "--json", "--step", "2", "--validate")
+    rc, out, err = report_file(cwd, "--json", "--step", "2", "--validate")
     assert rc == 0, err
     assert json.loads(out)["metrics"]["agent_loop/num_samples"] == 6  # 3 prompts x 2 rollouts
 
@@ -158,7 +114,7 @@ def test_a_step_reads_from_the_latest_attempt_and_the_default_is_the_latest_step
 @pytest.mark.e2e  # a subprocess
 def test_compare_reads_two_steps(resumed) -> None:
     cwd, second, _ = resumed
-    rc, out, err = _report(cwd, "--compare", "1", "3", "--json")
+    rc, out, err = report_file(cwd, "--compare", "1", "3", "--json")
     assert rc == 0, err
     got = json.loads(out)
     assert got["a"]["step"] == 1 and got["b"]["step"] == 3, list(got)
@@ -179,10 +135,10 @@ def test_one_step_reads_only_its_file_and_another_steps_problem_is_one_line(resu
     (run_dir,) = [p for p in folder.iterdir() if p.is_dir()]
     for name in STEP_FILES - {"step-00000001.jsonl"}:
         _blocked(run_dir / name)
-    rc, out, err = _report(tmp_path, "--step", "1", "--json")
+    rc, out, err = report_file(tmp_path, "--step", "1", "--json")
     assert rc == 0, err
-    _same(json.loads(out)["metrics"], second[(1, False)])
-    rc, out, err = _report(tmp_path, "--step", "2")
+    assert_same_metrics(json.loads(out)["metrics"], second[(1, False)])
+    rc, out, err = report_file(tmp_path, "--step", "2")
     assert rc == 1 and out == ""
     (line,) = err.strip().splitlines()
     assert line.startswith("report: cannot read ") and "step-00000002.jsonl" in line, line
@@ -199,11 +155,11 @@ def test_run_and_runs_read_only_the_index_and_the_summaries(resumed, tmp_path) -
     last = max(_index(folder), key=lambda e: e["opened_ns"])
     with (folder / "index.jsonl").open("a") as f:
         f.write(json.dumps({**last, "attempt": "3", "opened_ns": last["opened_ns"] + 1, "pid": 1}) + "\n")
-    rc, out, err = _report(tmp_path, "--runs")
+    rc, out, err = report_file(tmp_path, "--runs")
     assert rc == 0, err
     (row,) = [line for line in out.splitlines() if line.startswith("* ")]
     assert RUN in row and " 1..3 (3) " in row and " 1,2,3 " in row, out
-    rc, out, err = _report(tmp_path, "--run", "--json")
+    rc, out, err = report_file(tmp_path, "--run", "--json")
     assert rc == 0, err
     body = json.loads(out)
     assert body["attempts"] == ["1", "2", "3"]
@@ -225,25 +181,25 @@ def test_a_corrupt_index_line_and_a_missing_segment_are_one_note_each(resumed, t
     with (folder / "index.jsonl").open("a") as f:
         f.write('{"v": 1, "segment": \n')  # a line cut by a crash
         f.write(json.dumps(gone) + "\n")  # a segment deleted since
-    rc, out, err = _report(tmp_path, "--step", "3", "--json")
+    rc, out, err = report_file(tmp_path, "--step", "3", "--json")
     assert rc == 0, err
-    _same(json.loads(out)["metrics"], second[(3, False)])
+    assert_same_metrics(json.loads(out)["metrics"], second[(3, False)])
     notes = err.strip().splitlines()
     assert any("skipped 1 malformed index line" in n and "index.jsonl line" in n for n in notes), notes
     assert any(gone["segment"] in n and "No such file" in n for n in notes), notes
     (run_dir / "step-00000003.jsonl").unlink()  # the asked step's file deleted: a note, then what there is
-    rc, out, err = _report(tmp_path, "--step", "3")
+    rc, out, err = report_file(tmp_path, "--step", "3")
     assert rc == 1
     assert "no samples for step 3" in err and "found steps: 1, 2, 3; validation: 2" in err, err
     with (run_dir / "step-00000001.jsonl").open("a") as f:
         f.write("not json\n")
-    rc, out, err = _report(tmp_path, "--step", "1")
+    rc, out, err = report_file(tmp_path, "--step", "1")
     assert rc == 0 and "skipped 1 malformed record" in err and "step-00000001.jsonl line " in err, err
 
 
 @pytest.mark.e2e  # a subprocess
 def test_an_old_single_file_reads_as_before(tmp_path) -> None:
-    out = _cli(
+    out = cli(
         tmp_path,
         *("simulate", "--workers", "0", "--steps", "2", "--prompts", "2", "--rollout-n", "2", "--val-every", "0"),
         *("--time-scale", "0.02", "--quiet", "--json", "--file", "old.jsonl"),
@@ -252,22 +208,9 @@ def test_an_old_single_file_reads_as_before(tmp_path) -> None:
     assert out.returncode == 0, out.stderr
     collected = {e["step"]: e["metrics"] for e in json.loads(out.stdout)}
     assert sorted(p.name for p in tmp_path.iterdir()) == ["old.jsonl"]
-    report = _cli(tmp_path, "report", "--file", "old.jsonl", "--json", "--step", "2")
+    report = cli(tmp_path, "report", "--file", "old.jsonl", "--json", "--step", "2")
     assert report.returncode == 0, report.stderr
-    _same(json.loads(report.stdout)["metrics"], collected[2])
-
-
-# -- in-process drivers through the public API ---------------------------------------------------------
-@oal.trace_generate(model="m")
-async def _generate(i: int, *, flush: bool = False) -> int:
-    handle = oal.current_handle()
-    assert handle is not None and handle.provider is not None  # not the global provider: another test may own it
-    with handle.provider.get_tracer("user").start_as_current_span("user.child"):  # the user's SDK span: no rl.step
-        await asyncio.sleep(0.002)
-    if flush:  # the child is exported now, alone, before any stepped span of its trace
-        assert handle.force_flush(10)
-    await asyncio.sleep(0.002)
-    return i
+    assert_same_metrics(json.loads(report.stdout)["metrics"], collected[2])
 
 
 @pytest.mark.e2e  # a subprocess
@@ -278,9 +221,9 @@ def test_unstepped_children_land_in_their_step_or_are_read_back_through_the_time
     async def rollout() -> None:
         with oal.step(1):
             async with oal.sample(0, 0):
-                await _generate(0, flush=True)
+                await traced_generate(0, flush=True)
             async with oal.sample(1, 0):
-                await _generate(1)
+                await traced_generate(1)
 
     try:
         asyncio.run(rollout())
@@ -299,7 +242,7 @@ def test_unstepped_children_land_in_their_step_or_are_read_back_through_the_time
     # sample 0's child went out alone first: an unstepped segment
     assert sorted(children) == ["other", "step"] and all(len(v) == 1 for v in children.values()), children
     for sample, trace_id in ((0, children["other"][0]), (1, children["step"][0])):
-        rc, out, err = _report(tmp_path, "--step", "1", "--sample", str(sample), "--rollout", "0")
+        rc, out, err = report_file(tmp_path, "--step", "1", "--sample", str(sample), "--rollout", "0")
         assert rc == 0, err
         assert trace_id in out and "user.child" in out, out
 
@@ -343,7 +286,7 @@ def test_more_concurrent_steps_than_descriptors_write_every_span(tmp_path) -> No
 @pytest.mark.skipif(not hasattr(os, "fork"), reason="needs fork")
 def test_a_forked_child_opens_its_own_files_and_index_lines(tmp_path) -> None:
     folder = tmp_path / TRACES
-    child = _fork_and_trace(str(folder))
+    child = fork_and_trace(str(folder))
     index = _index(folder)
     step_lines = [e for e in index if e["step"] == 1]
     assert {e["pid"] for e in step_lines} == {os.getpid(), child}  # each wrote its own line for the shared file
@@ -360,7 +303,7 @@ def test_a_write_failure_fails_the_batch_counted_never_raised(tmp_path) -> None:
     async def rollout() -> None:
         with oal.step(1):
             async with oal.sample(0, 0):
-                await _generate(0)
+                await traced_generate(0)
 
     try:
         asyncio.run(rollout())  # the user's code runs as if nothing were wrong
@@ -375,11 +318,11 @@ def test_a_write_failure_fails_the_batch_counted_never_raised(tmp_path) -> None:
 @pytest.mark.e2e  # a subprocess
 def test_an_unknown_run_id_names_the_runs_of_the_index(resumed) -> None:
     cwd, _, _ = resumed
-    rc, out, err = _report(cwd, "--run-id", "nope")
+    rc, out, err = report_file(cwd, "--run-id", "nope")
     assert rc == 1 and out == ""
     (line,) = err.strip().splitlines()
     assert "no run 'nope'" in line and RUN in line, line
-    rc, out, err = _report(cwd, "--run-id", RUN, "--step", "1", "--json")
+    rc, out, err = report_file(cwd, "--run-id", RUN, "--step", "1", "--json")
     assert rc == 0 and json.loads(out)["step"] == 1, err
 
 
@@ -393,7 +336,7 @@ def test_the_default_step_is_the_latest_with_samples(tmp_path) -> None:
     async def rollout() -> None:
         with oal.step(1):
             async with oal.sample(0, 0):
-                await _generate(0)
+                await traced_generate(0)
 
     try:
         asyncio.run(rollout())
@@ -404,6 +347,6 @@ def test_the_default_step_is_the_latest_with_samples(tmp_path) -> None:
     finally:
         handle.shutdown(5)
     assert {e["step"] for e in _index(folder)} >= {1, 2}
-    rc, out, err = _report(tmp_path, "--json")
+    rc, out, err = report_file(tmp_path, "--json")
     assert rc == 0, err
     assert json.loads(out)["step"] == 1

@@ -13,7 +13,6 @@ import json
 import os
 import subprocess
 import sys
-import textwrap
 from pathlib import Path
 from typing import Any
 
@@ -25,24 +24,12 @@ from otel_agentloop.analysis import Skipped, read_jsonl
 from otel_agentloop.analysis._reading._runs import group_runs, select_run
 from otel_agentloop.analysis._reading._summary_lines import read_summary_lines
 from otel_agentloop.metrics._summary import StepSummary
-
-COMPARED = ("generate_sequences", "tool_calls", "compute_score", "num_samples", "slowest")
-
-
-def _cli(cwd: Path, *args: str, run: str | None = None, attempt: int = 1) -> subprocess.CompletedProcess[str]:
-    env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
-    if run is not None:
-        env["OTEL_RESOURCE_ATTRIBUTES"] = f"{sc.RL_RUN_ID}={run},{sc.RL_RUN_ATTEMPT}={attempt}"
-        env["OTEL_AGENTLOOP_RUN_ID"], env["OTEL_AGENTLOOP_RUN_ATTEMPT"] = run, str(attempt)  # the live side's names
-    out = subprocess.run(
-        [sys.executable, "-m", "otel_agentloop", *args], cwd=cwd, env=env, capture_output=True, text=True, timeout=180
-    )
-    return out
+from tests._support.runs import SUMMARY_DRIVER, assert_same_metrics, cli
 
 
 def _simulate(cwd: Path, run: str | None, *, steps: int, seed: int, scale: float, attempt: int = 1) -> dict[int, Any]:
     """One launch of the main job appending to run.jsonl; returns collect()'s metrics by step."""
-    out = _cli(
+    out = cli(
         cwd,
         "simulate",
         "--workers",
@@ -70,14 +57,8 @@ def _simulate(cwd: Path, run: str | None, *, steps: int, seed: int, scale: float
     return {entry["step"]: entry["metrics"] for entry in json.loads(out.stdout) if not entry.get("validate")}
 
 
-def _same(report: dict[str, float], collected: dict[str, float]) -> None:
-    keys = [k for k in collected if k.startswith("agent_loop/") and k.split("/")[1] in COMPARED]
-    assert len(keys) > 20
-    assert {k: report[k] for k in keys} == pytest.approx({k: collected[k] for k in keys}, rel=1e-6, abs=2e-9)
-
-
 def _report(cwd: Path, *args: str) -> tuple[dict[str, Any], str]:
-    out = _cli(cwd, "report", "--file", "run.jsonl", "--json", *args)
+    out = cli(cwd, "report", "--file", "run.jsonl", "--json", *args)
     assert out.returncode == 0, out.stderr
     return json.loads(out.stdout), out.stderr
 
@@ -96,12 +77,12 @@ def test_each_run_reports_its_own_numbers_and_the_latest_is_the_default(two_runs
     cwd, alpha, beta = two_runs
     for step in (1, 3):
         got, note = _report(cwd, "--step", str(step), "--run-id", "alpha")
-        _same(got["metrics"], alpha[step])
+        assert_same_metrics(got["metrics"], alpha[step])
         assert "run alpha" in note and "1 other run" in note
         got, _ = _report(cwd, "--step", str(step), "--run-id", "beta")
-        _same(got["metrics"], beta[step])
+        assert_same_metrics(got["metrics"], beta[step])
     latest, note = _report(cwd, "--step", "3")
-    _same(latest["metrics"], beta[3])
+    assert_same_metrics(latest["metrics"], beta[3])
     assert latest["metrics"]["agent_loop/num_samples"] == 8
     assert "run beta" in note
     # the merged-run symptom: samples with the same (step, index, rollout) of both runs were summed into one, so
@@ -115,7 +96,7 @@ def test_each_run_reports_its_own_numbers_and_the_latest_is_the_default(two_runs
 @pytest.mark.e2e  # a subprocess
 def test_unknown_run_id_is_an_error_naming_the_runs(two_runs) -> None:
     cwd, _, _ = two_runs
-    out = _cli(cwd, "report", "--file", "run.jsonl", "--run-id", "gamma")
+    out = cli(cwd, "report", "--file", "run.jsonl", "--run-id", "gamma")
     assert out.returncode == 1
     assert "no run 'gamma'" in out.stderr and "alpha" in out.stderr and "beta" in out.stderr
 
@@ -123,7 +104,7 @@ def test_unknown_run_id_is_an_error_naming_the_runs(two_runs) -> None:
 @pytest.mark.e2e  # a subprocess
 def test_run_page_into_a_missing_folder_is_a_one_line_error(two_runs) -> None:
     cwd, _, _ = two_runs
-    out = _cli(cwd, "report", "--file", "run.jsonl", "--run", "--html", "no-such-folder/run.html")
+    out = cli(cwd, "report", "--file", "run.jsonl", "--run", "--html", "no-such-folder/run.html")
     assert out.returncode == 1 and out.stderr.strip().splitlines() == [
         "report: cannot write --html no-such-folder/run.html: no such folder"
     ]
@@ -133,7 +114,7 @@ def test_run_page_into_a_missing_folder_is_a_one_line_error(two_runs) -> None:
 @pytest.mark.e2e  # a subprocess
 def test_runs_lists_each_run(two_runs) -> None:
     cwd, _, _ = two_runs
-    out = _cli(cwd, "report", "--file", "run.jsonl", "--runs")
+    out = cli(cwd, "report", "--file", "run.jsonl", "--runs")
     assert out.returncode == 0, out.stderr
     lines = out.stdout.splitlines()
     assert lines[0].split()[:5] == ["run", "attempts", "steps", "val", "samples"]
@@ -153,7 +134,9 @@ def test_run_view_reads_one_run(two_runs) -> None:
     for s in got["steps"]:
         assert s["n"] == 8
         summary = StepSummary.from_json(json.dumps(s))
-        _same(dict(summary.metrics), alpha[s["step"]])  # rebuilt through the live code: collect()'s numbers
+        assert_same_metrics(
+            dict(summary.metrics), alpha[s["step"]]
+        )  # rebuilt through the live code: collect()'s numbers
     ranged, _ = _report(cwd, "--run", "--run-id", "alpha", "--steps", "2:3")
     assert [s["step"] for s in ranged["steps"]] == [2, 3]
 
@@ -163,14 +146,14 @@ def test_a_resumed_run_reads_each_step_from_its_latest_attempt(tmp_path: Path) -
     first = _simulate(tmp_path, "resumed", steps=4, seed=3, scale=0.03, attempt=1)
     second = _simulate(tmp_path, "resumed", steps=2, seed=4, scale=0.03, attempt=2)  # re-runs steps 1 and 2
     got, note = _report(tmp_path, "--step", "2")
-    _same(got["metrics"], second[2])
+    assert_same_metrics(got["metrics"], second[2])
     assert got["metrics"]["agent_loop/num_samples"] == 8
     assert "recorded by more than one attempt" in note and "1, 2" in note
     got, _ = _report(tmp_path, "--step", "4")
-    _same(got["metrics"], first[4])
+    assert_same_metrics(got["metrics"], first[4])
     run, _ = _report(tmp_path, "--run")
     assert run["attempts"] == ["1", "2"] and [s["n"] for s in run["steps"]] == [8, 8, 8, 8]
-    listing = _cli(tmp_path, "report", "--file", "run.jsonl", "--runs")
+    listing = cli(tmp_path, "report", "--file", "run.jsonl", "--runs")
     assert "1,2" in listing.stdout.splitlines()[1] and " 48 " in listing.stdout  # 32 + 16 sample spans stored
 
 
@@ -211,53 +194,14 @@ def test_records_without_a_run_id_are_one_run_per_service(tmp_path: Path) -> Non
     ]
     selection = select_run(read_jsonl(str(path)))
     assert selection is not None and selection.run.label == "(no run id) service b"
-    out = _cli(tmp_path, "report", "--file", "old.jsonl", "--json", "--run-id", "(no run id) service a")
+    out = cli(tmp_path, "report", "--file", "old.jsonl", "--json", "--run-id", "(no run id) service a")
     assert out.returncode == 0, out.stderr
     assert json.loads(out.stdout)["metrics"]["agent_loop/num_samples"] == 2
 
 
-DRIVER = textwrap.dedent(
-    """
-    import sys
-    import numpy as np
-    from opentelemetry import trace
-    import otel_agentloop as oal
-    from otel_agentloop import semconv as sc
-    from otel_agentloop.metrics._summary import summarize
-    from otel_agentloop.metrics._table import PhaseTable, compute_metrics
-
-    def table(n, rng, t0):
-        z = np.zeros(n, np.int64)
-        start = t0 + rng.integers(0, 10**8, n)
-        return PhaseTable(
-            sample_index=np.arange(n, dtype=np.int64) // 2, rollout_n=np.arange(n, dtype=np.int64) % 2,
-            generate_sequences=rng.gamma(2.0, 0.5, n), tool_calls=rng.gamma(1.0, 0.2, n),
-            compute_score=rng.gamma(1.0, 0.05, n), num_preempted=z, prompt_length=z - 1, response_length=z - 1,
-            error=np.arange(n) % 7 == 0, trace_id_hi=rng.integers(1, 2**62, n, dtype=np.uint64),
-            trace_id_lo=rng.integers(1, 2**62, n, dtype=np.uint64),
-            start_ns=start, end_ns=start + rng.integers(10**9, 5 * 10**9, n))
-
-    run, dest = sys.argv[1], sys.argv[2]  # a file, or an OTLP/gRPC endpoint (http://...)
-    where = {"endpoint": dest, "protocol": "grpc"} if dest.startswith("http") else {"file": dest}
-    handle = oal.configure(resource_attributes={sc.RL_RUN_ID: run, sc.RL_RUN_ATTEMPT: 1}, trace_per="sample", **where)
-    tracer = trace.get_tracer("summary-writer")
-    rng = np.random.default_rng(5)
-    for step in (1, 2, 3):
-        t = table(16, rng, 1_700_000_000 * 10**9 + step * 10**10)
-        s = summarize(t, compute_metrics(t), step, tools={"search": [0.1, 0.2 * step]}, staleness=[0, 1, 1])
-        with tracer.start_as_current_span(sc.SAMPLE_SPAN, attributes={sc.RL_STEP: step, sc.RL_SAMPLE_INDEX: 0}):
-            pass  # a sample span in the same file: the run view must not need it
-        tracer.start_span(sc.STEP_SUMMARY_SPAN, attributes={
-            sc.RL_STEP: step, sc.RL_VALIDATE: False, sc.RL_STEP_SUMMARY: s.to_json()}).end()
-        print(s.to_json())
-    handle.shutdown()
-    """
-)
-
-
 @pytest.mark.e2e  # a subprocess
 def test_run_view_reads_the_stored_summaries(tmp_path: Path) -> None:
-    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "driver.py").write_text(SUMMARY_DRIVER)
     env = {k: v for k, v in os.environ.items() if not k.startswith("OTEL_")}
     out = subprocess.run(
         [sys.executable, "driver.py", "stored", "run.jsonl"], cwd=tmp_path, env=env, capture_output=True, text=True

@@ -16,8 +16,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop.analysis._reading import _run_load
-from tests.analysis.test_run_scale_file import RUN, TRACES, _generate, _report, _simulate
-from tests.analysis.test_runs import _same
+from tests._support.runs import RUN, TRACES, assert_same_metrics, report_file, simulate_run, traced_generate
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
@@ -27,7 +26,7 @@ STEPS = [(1, False), (2, False), (2, True), (3, False)]
 @pytest.fixture(scope="module")
 def simulated(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[int, bool], Any]]:
     cwd = tmp_path_factory.mktemp("index")
-    return cwd, _simulate(cwd, seed=3, attempt=1)
+    return cwd, simulate_run(cwd, seed=3, attempt=1)
 
 
 def _copy(simulated: tuple[Path, Any], tmp_path: Path) -> Path:
@@ -36,13 +35,13 @@ def _copy(simulated: tuple[Path, Any], tmp_path: Path) -> Path:
 
 
 def _run_json(cwd: Path, *args: str) -> tuple[dict[str, Any], str]:
-    rc, out, err = _report(cwd, "--run", "--json", *args)
+    rc, out, err = report_file(cwd, "--run", "--json", *args)
     assert rc == 0, err
     return json.loads(out), err
 
 
 def _runs_row(cwd: Path) -> tuple[str, str]:
-    rc, out, err = _report(cwd, "--runs")
+    rc, out, err = report_file(cwd, "--runs")
     assert rc == 0, err
     (row,) = [line for line in out.splitlines() if line.startswith("* ")]
     return row, err
@@ -58,8 +57,8 @@ def test_a_run_that_lost_its_summaries_is_listed_and_its_steps_rebuilt(simulated
     steps = {(s["step"], s["validate"]): s for s in body["steps"]}
     assert sorted(steps) == STEPS and sorted(map(tuple, body["rebuilt"])) == STEPS and body["unsummarized"] == []
     for key, metrics in collected.items():
-        _same(steps[key]["metrics"], metrics)
-    rc, out, err = _report(tmp_path, "--run")
+        assert_same_metrics(steps[key]["metrics"], metrics)
+    rc, out, err = report_file(tmp_path, "--run")
     assert rc == 0 and "hold no spans" not in err and "holds no spans" not in err, err
     assert [line.split()[:2] for line in out.splitlines()[1:]] == [["1", "*"], ["2", "*"], ["2", "val"], ["3", "*"]]
 
@@ -79,7 +78,7 @@ def test_a_cut_last_summary_line_hides_no_step(simulated, tmp_path: Path) -> Non
     assert sorted(steps) == STEPS
     assert sorted(map(tuple, body["rebuilt"])) == hidden and hidden
     for key, metrics in collected.items():
-        _same(steps[key]["metrics"], metrics)
+        assert_same_metrics(steps[key]["metrics"], metrics)
 
 
 def _key(span: dict[str, Any]) -> tuple[int, bool]:
@@ -97,7 +96,7 @@ def test_a_run_that_never_collected_is_listed_with_its_steps(tmp_path: Path) -> 
             with oal.step(step):
                 for index in range(3):
                     async with oal.sample(index, 0):
-                        await _generate(index)
+                        await traced_generate(index)
         with oal.step(3), oal.trainer_phase("update_actor"):  # a step of trainer spans only
             pass
 
@@ -113,7 +112,7 @@ def test_a_run_that_never_collected_is_listed_with_its_steps(tmp_path: Path) -> 
     assert [(s["step"], s["n"]) for s in body["steps"]] == [(1, 3), (2, 3)], body
     assert body["unsummarized"] == [[3, False]], body
     assert "step 3 has no stored summary and no finished sample span" in err, err
-    rc, out, err = _report(tmp_path, "--run")
+    rc, out, err = report_file(tmp_path, "--run")
     assert rc == 0, err
     (three,) = [line.split() for line in out.splitlines() if line.startswith("3 ")]
     assert three[:3] == ["3", "no", "summary"] and set(three[3:]) == {"-"}, out
@@ -139,7 +138,7 @@ def test_a_folder_of_runs_without_steps_says_so_not_that_it_holds_no_spans(tmp_p
         assert handle.force_flush(10)
     finally:
         handle.shutdown(5)
-    rc, out, err = _report(tmp_path, "--run")
+    rc, out, err = report_file(tmp_path, "--run")
     assert rc == 1 and out == ""
     (line,) = err.strip().splitlines()
     assert "holds no spans" not in line and "its index lists runs without steps" in line, line

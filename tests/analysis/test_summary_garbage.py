@@ -15,8 +15,7 @@ import pytest
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.metrics._summary import StepSummary
-from tests.analysis.test_run_scale_file import RUN, TRACES, _cli, _simulate
-from tests.analysis.test_runs import _same
+from tests._support.runs import RUN, TRACES, assert_same_metrics, cli, simulate_run
 
 STEPS = [(1, False), (2, False), (2, True), (3, False)]
 
@@ -76,7 +75,7 @@ def _garbage(real_file: Path) -> str:
 
 
 def _report(cwd: Path, source: str, *args: str) -> tuple[str, str]:
-    out = _cli(cwd, "report", "--file", source, *args)
+    out = cli(cwd, "report", "--file", source, *args)
     assert out.returncode == 0 and "Traceback" not in out.stderr, out.stderr
     return out.stdout, out.stderr
 
@@ -91,7 +90,7 @@ def _check(cwd: Path, source: str, collected: dict[tuple[int, bool], Any]) -> No
     steps = {(s["step"], s["validate"]): s for s in body["steps"]}
     assert sorted(steps) == STEPS, sorted(steps)
     for key, metrics in collected.items():
-        _same(steps[key]["metrics"], metrics)
+        assert_same_metrics(steps[key]["metrics"], metrics)
         assert min(steps[key]["counts"].values()) >= 0 and steps[key]["slowest"][3] >= 0
         assert min(min(d) for d in steps[key]["phases"].values()) >= 0
     (line,) = [n for n in err.splitlines() if "unreadable step summaries" in n]
@@ -104,7 +103,7 @@ def _check(cwd: Path, source: str, collected: dict[tuple[int, bool], Any]) -> No
 @pytest.fixture(scope="module")
 def one_file(tmp_path_factory: pytest.TempPathFactory) -> tuple[Path, dict[tuple[int, bool], Any]]:
     cwd = tmp_path_factory.mktemp("garbage")
-    out = _cli(
+    out = cli(
         cwd,
         *("simulate", "--workers", "0", "--steps", "3", "--prompts", "3", "--rollout-n", "2", "--val-every", "2"),
         *("--time-scale", "0.03", "--seed", "5", "--quiet", "--json", "--file", "run.jsonl"),
@@ -126,14 +125,14 @@ def test_garbage_summaries_in_one_file_change_no_step(one_file) -> None:
 
 @pytest.mark.e2e  # a subprocess
 def test_garbage_summaries_in_a_trace_folder_change_no_step(tmp_path: Path) -> None:
-    collected = _simulate(tmp_path, seed=6, attempt=1)
+    collected = simulate_run(tmp_path, seed=6, attempt=1)
     path = tmp_path / TRACES / "summaries.jsonl"
     with path.open("a") as f:
         f.write(_garbage(path))
     _check(tmp_path, TRACES, collected)
-    out = _cli(tmp_path, "report", "--file", TRACES, "--step", "2", "--json")
+    out = cli(tmp_path, "report", "--file", TRACES, "--step", "2", "--json")
     assert out.returncode == 0 and "skipped 4 unreadable step summaries" in out.stderr, out.stderr
-    _same(json.loads(out.stdout)["metrics"], collected[(2, False)])
+    assert_same_metrics(json.loads(out.stdout)["metrics"], collected[(2, False)])
 
 
 def _real() -> dict[str, Any]:

@@ -26,7 +26,7 @@ import pytest
 from otel_agentloop.cli import build_parser
 from tests._support.browser import open_page, severe_console
 from tests._support.otlp_lines import run_cli
-from tests.analysis.test_runs import _cli
+from tests._support.runs import cli
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 
@@ -37,7 +37,7 @@ RUN = "finds"
 def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
     """Three steps of 3 x 2 samples, a validation pass at step 2 (steps 1, 2, 2 validation, 3)."""
     cwd = tmp_path_factory.mktemp("finds")
-    sim = _cli(
+    sim = cli(
         cwd,
         *("simulate", "--workers", "0", "--steps", "3", "--prompts", "3", "--rollout-n", "2", "--val-every", "2"),
         *("--time-scale", "0.03", "--quiet", "--file", "run.jsonl"),
@@ -48,7 +48,7 @@ def demo(tmp_path_factory: pytest.TempPathFactory) -> Path:
 
 
 def _report(cwd: Path, *args: str) -> tuple[int, str, str]:
-    out = _cli(cwd, "report", "--file", "run.jsonl", *args)
+    out = cli(cwd, "report", "--file", "run.jsonl", *args)
     assert "Traceback" not in out.stderr, out.stderr
     return out.returncode, out.stdout, out.stderr
 
@@ -86,7 +86,7 @@ def test_help_shows_every_default(tmp_path: Path, command: str) -> None:
     """``--help`` shows each option's default: ``(default: VALUE)`` for every option with one, and in words what
     happens without the options that have none but mean something (``--service``: OTEL_SERVICE_NAME, else every
     service with agent-loop spans)."""
-    out = _cli(tmp_path, command, "--help")
+    out = cli(tmp_path, command, "--help")
     assert out.returncode == 0, out.stderr
     text = " ".join(out.stdout.split())
     sub = _subparsers(build_parser())[command]
@@ -162,7 +162,7 @@ def _closed_port() -> int:
 def test_an_unreachable_jaeger_is_a_short_line_with_a_hint(tmp_path: Path) -> None:
     url = f"http://127.0.0.1:{_closed_port()}"
     for mode in ([], ["--runs"], ["--run"], ["--service", "svc", "--step", "1"]):
-        out = _cli(tmp_path, "report", "--jaeger", url, "--timeout", "5", *mode)
+        out = cli(tmp_path, "report", "--jaeger", url, "--timeout", "5", *mode)
         assert out.returncode == 1 and "Traceback" not in out.stderr
         line = _one_line(out.stderr)
         assert line.startswith(f"report: cannot query Jaeger at {url}: ") and "refused" in line.lower(), line
@@ -203,7 +203,7 @@ def foreign_jaeger() -> Iterator[str]:
 
 def test_a_jaeger_without_agent_loop_services_says_which_services_it_has(tmp_path: Path, foreign_jaeger: str) -> None:
     for mode in ([], ["--runs"], ["--run"]):
-        out = _cli(tmp_path, "report", "--jaeger", foreign_jaeger, *mode)
+        out = cli(tmp_path, "report", "--jaeger", foreign_jaeger, *mode)
         assert out.returncode == 1 and "Traceback" not in out.stderr
         assert _one_line(out.stderr) == (
             f"report: no sample spans found in Jaeger {foreign_jaeger}: no service has agent-loop spans (rl.* span "
@@ -303,7 +303,7 @@ def test_jaeger_links_only_at_the_ui_the_user_names(demo: Path) -> None:
 
 # -- wording ------------------------------------------------------------------------------------------------------
 def test_simulate_banner_counts_in_the_singular(tmp_path: Path) -> None:
-    out = _cli(
+    out = cli(
         tmp_path,
         *("simulate", "--workers", "0", "--steps", "1", "--prompts", "1", "--rollout-n", "1", "--val-every", "0"),
         *("--time-scale", "0.01", "--quiet", "--file", "one.jsonl"),

@@ -24,7 +24,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.metrics._summary import StepSummary
-from tests.analysis.test_runs import DRIVER, _same
+from tests._support.runs import SUMMARY_DRIVER, assert_same_metrics
 
 
 def _env(run: str | None = None) -> dict[str, str]:
@@ -77,7 +77,7 @@ def test_two_runs_in_jaeger_each_with_its_own_numbers_read_completely_past_the_s
         assert "INCOMPLETE" not in out.stderr
         metrics = json.loads(out.stdout)["metrics"]
         assert metrics["agent_loop/num_samples"] == n  # was 20 of 64 with --search-depth 20, and runs merged
-        _same(metrics, expected[1])
+        assert_same_metrics(metrics, expected[1])
     listing = _report(stack, tmp_path, service, "--runs", "--search-depth", "8")
     assert listing.returncode == 0, listing.stderr
     rows = {line.lstrip("* ").split()[0]: line.lstrip("* ").split() for line in listing.stdout.splitlines()[1:]}
@@ -88,7 +88,7 @@ def test_two_runs_in_jaeger_each_with_its_own_numbers_read_completely_past_the_s
     assert run.returncode == 0, run.stderr
     (step,) = json.loads(run.stdout)["steps"]
     assert step["n"] == 8
-    _same(step["metrics"], alpha[1])
+    assert_same_metrics(step["metrics"], alpha[1])
     args = ("--run", "--run-id", "alpha", "--html", "run.html", "--search-depth", "8", "--step-pages", "1")
     page = _report(stack, tmp_path, service, *args)
     assert page.returncode == 0, page.stderr
@@ -128,7 +128,7 @@ def test_a_window_that_cannot_be_split_is_reported_as_missing(stack, tmp_path) -
 
 def test_run_view_from_jaeger_searches_the_step_summaries_only(stack, tmp_path) -> None:
     service = f"summaries-{uuid.uuid4().hex[:6]}"
-    (tmp_path / "driver.py").write_text(DRIVER)
+    (tmp_path / "driver.py").write_text(SUMMARY_DRIVER)
     env = _env()
     env["OTEL_SERVICE_NAME"] = service
     out = subprocess.run(
