@@ -16,7 +16,7 @@ from opentelemetry import trace
 import otel_agentloop as oal
 from otel_agentloop.analysis import Skipped, read_jsonl
 from otel_agentloop.analysis._reading._report import summary_of
-from tests.core.test_harm_boundary import assert_same, attrs, both
+from tests._support.both_paths import assert_same, attrs, both
 
 
 def nested(depth: int) -> Any:
