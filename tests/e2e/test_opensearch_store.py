@@ -30,7 +30,7 @@ from otel_agentloop.analysis._reading._jaeger_step import StepReader
 from otel_agentloop.analysis._reading._opensearch import IndexQuery
 
 from .conftest import stack_mod, stack_procs, stack_store
-from .test_stack_lifecycle import SCRIPT, Cli
+from .stack_cli import SCRIPT, Cli
 
 pytestmark = pytest.mark.timeout(900)
 
