@@ -2,7 +2,7 @@
 (custom resources ``head`` and ``node2``), both started WITHOUT any ``OTEL_*`` variable, in a private temp
 dir (so no bare ``ray.init()`` of another process joins it).
 
-The nodes are owned by a separate process (``python tests/multinode.py``) that starts them with
+The nodes are owned by a separate process (``python tests/_support/multinode.py``) that starts them with
 ``ray.cluster_utils.Cluster``, prints the address and node ids as one JSON line, and shuts them down with
 ``Cluster.shutdown()`` when its stdin closes: drivers under test connect to it by address, the way a user's
 driver joins a cluster started elsewhere.

@@ -1,5 +1,5 @@
 """``report --compare A B``: the rule that names a cause (unit), and real runs where one tool, or generation, gets
-slower from step 3 on (``tests/slow_tool_driver.py``, run as a script writing a trace file): ``--compare 2 5``
+slower from step 3 on (``tests/_support/slow_tool_driver.py``, run as a script writing a trace file): ``--compare 2 5``
 names it in the terminal, the JSON and the page (opened in real Chromium), with the numbers of ``report --step``
 and of the live ``collect()``.
 

@@ -6,7 +6,7 @@ events with attributes and explicit timestamps, links (one with an invalid conte
 (raised and recorded), under span limits set through ``OTEL_*`` variables, run once on the fast path and once
 on the SDK path (``OTEL_AGENTLOOP_FAST_PATH``). What a user's exporter and span processor got, our OTLP-JSON
 file, and a real loopback OTLP receiver (gRPC, and http/protobuf) got are compared field by field with
-``tests/fast_path_parity.py`` (ids by position, times by order, explicit event times as they are, dropped
+``tests/_support/fast_path_parity.py`` (ids by position, times by order, explicit event times as they are, dropped
 counts included), except the random-trace-id flag and the step summary's timing and which sample was slowest.
 A float event time, which a user's exporter gets as given on the SDK path only (docs/fast-path.md), has its own
 test below."""

@@ -1,7 +1,7 @@
 """The recording fast path gives users the same spans as the SDK path (issue 20): each scenario runs twice, in
 fresh configurations with ``OTEL_AGENTLOOP_FAST_PATH`` true then false, and what a user's exporter, a user's
 span processor, our OTLP-JSON file and a real OTLP/gRPC receiver got is compared field by field (ids by
-position, times by order; see ``tests/fast_path_parity.py``), with the step metrics and the in-flight view."""
+position, times by order; see ``tests/_support/fast_path_parity.py``), with the step metrics and the in-flight view."""
 
 from __future__ import annotations
 

@@ -71,7 +71,7 @@ def test_a_bad_value_written_in_a_tool_keeps_the_span_and_its_time(monkeypatch, 
         assert attrs(span)["k"] == {"stringValue": expected}
 
 
-# -- 2: the limits apply as values are written (the memory test: tests/test_open_span_memory.py) -------------
+# -- 2: the limits apply as values are written (the memory test: tests/core/test_open_span_memory.py) -------------
 def test_attribute_and_event_count_limits_apply_while_the_span_is_open(monkeypatch) -> None:
     def scenario(handle: oal.Handle) -> None:
         @oal.trace_tool("busy")

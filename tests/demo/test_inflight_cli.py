@@ -77,7 +77,7 @@ def test_misbehave_shows_live_samples_and_classifies_the_hung_and_the_slow_one(t
     assert snaps[hung].start_ns == roots[hung].start_ns and snaps[hung].end_ns < roots[hung].end_ns
     # live, the hung sample was still running at collection: left out and counted in flight; the trace file
     # has it ended (cancelled) after the collect, and the rebuilt step counts it only when told nothing of
-    # the watchdog (report itself leaves it out: tests/test_one_verdict.py)
+    # the watchdog (report itself leaves it out: tests/analysis/test_one_verdict.py)
     assert step3["metrics"]["agent_loop/num_samples"] == 5
     assert step3["metrics"]["agent_loop/telemetry/samples_in_flight"] == 1
     assert report.metrics["agent_loop/num_samples"] == 6

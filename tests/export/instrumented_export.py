@@ -1,7 +1,7 @@
-"""Child process for tests/test_export_hygiene.py: export spans with real grpc and requests client
+"""Child process for tests/export/test_export_hygiene.py: export spans with real grpc and requests client
 instrumentation active (instrumented before the exporters are imported, as ``opentelemetry-instrument`` does).
 
-Usage: ``python tests/instrumented_export.py PROTOCOL ENDPOINT MODE``; MODE ``unsuppressed`` turns our
+Usage: ``python tests/export/instrumented_export.py PROTOCOL ENDPOINT MODE``; MODE ``unsuppressed`` turns our
 suppression into a no-op, to show the instrumentation does make spans around an export. Prints the export
 counters as JSON.
 """

@@ -30,7 +30,7 @@ from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_
 from tests._support.tls import self_signed
 
 ROOT = REPO_ROOT
-OURS = [f"ours-{i}" for i in range(5)]  # what tests/instrumented_export.py makes
+OURS = [f"ours-{i}" for i in range(5)]  # what tests/export/instrumented_export.py makes
 
 
 def _child(protocol: str, endpoint: str, mode: str) -> dict[str, int]:

@@ -1,7 +1,7 @@
 """Processors' edits are exported, metrics stay exact under sampling, every span is counted once (issue 26).
 
 Public API only, on both span paths (``fast_path=True/False``), with the library's real exporters against real
-loopback servers (``tests/otlp_receiver.py``); a dead endpoint is a free 127.0.0.1 port nobody listens on.
+loopback servers (``tests/_support/otlp_receiver.py``); a dead endpoint is a free 127.0.0.1 port nobody listens on.
 """
 
 from __future__ import annotations

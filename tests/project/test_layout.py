@@ -271,7 +271,7 @@ def test_only_config_otlp_reads_the_otlp_exporter_variables() -> None:
 
 def test_the_package_registers_with_the_os_at_fork_once() -> None:
     """One ``os.register_at_fork`` call in the package, in ``config/_fork`` (the fork helper): every other module
-    registers with that helper, which keeps their order (``tests/test_fork_helper.py``)."""
+    registers with that helper, which keeps their order (``tests/config/test_fork_helper.py``)."""
     calls = []
     for path in sorted((ROOT / "otel_agentloop").rglob("*.py")):
         for node in ast.walk(ast.parse(path.read_text(), str(path))):

@@ -1,5 +1,5 @@
 """Tests never touch the user's traces (issue 27): each test runs in its tmp_path, where the default trace file
-then lands, and the session check (tests/tree_guard.py) sees any file written into the repository's tree."""
+then lands, and the session check (tests/_support/tree_guard.py) sees any file written into the repository's tree."""
 
 from __future__ import annotations
 

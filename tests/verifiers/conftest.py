@@ -50,7 +50,7 @@ def _engine_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def receiver() -> Iterator[tuple[object, str]]:
-    """A real OTLP/gRPC receiver (tests/otlp_receiver.py) that keeps every request, and its endpoint."""
+    """A real OTLP/gRPC receiver (tests/_support/otlp_receiver.py) that keeps every request, and its endpoint."""
     from tests._support.otlp_receiver import Receiver, start_grpc
 
     class Keeping(Receiver):

@@ -1,4 +1,4 @@
-"""A stock verl run on a real two-node Ray cluster started elsewhere (tests/multinode.py: nodes without any
+"""A stock verl run on a real two-node Ray cluster started elsewhere (tests/_support/multinode.py: nodes without any
 ``OTEL_*``): the driver (tests/verl/multinode_verl_driver.py, verl's real ``run_ppo`` with the command line's
 Hydra overrides) joins it by address with the settings in ITS environment only.
 

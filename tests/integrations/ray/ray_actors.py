@@ -1,4 +1,4 @@
-"""Actor code for tests/test_ray_cluster.py (imported by Ray workers through PYTHONPATH)."""
+"""Actor code for tests/integrations/ray/test_ray_cluster.py (imported by Ray workers through PYTHONPATH)."""
 
 from __future__ import annotations
 
