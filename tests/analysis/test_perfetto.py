@@ -1,5 +1,6 @@
-"""``report --step N --perfetto step.json``: the step in Chrome Trace Event Format, checked against the format's
-specification (``tests/_support/trace_event_format.py``: no consumer of the format runs offline here, see its docstring).
+"""``report --step N --perfetto step.json``: the step in Chrome Trace Event Format, checked against the
+format's specification (``tests/_support/trace_event_format.py``: no consumer of the format runs offline
+here, see its docstring).
 
 Inputs are real spans: the ``simulate --misbehave`` demo writing a trace file (a hung and a slow sample reported
 by the watchdog), and a step run in-process with the library where every sample makes parallel tool calls, a

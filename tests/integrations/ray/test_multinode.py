@@ -1,6 +1,6 @@
-"""One switch for every node, on a real two-node Ray cluster (tests/_support/multinode.py): nodes started without any
-``OTEL_*``, a driver script (``tests/integrations/ray/multinode_driver.py``, run as ``__main__``) that joins by address with the
-settings in ITS environment, tasks on both nodes, spans over real OTLP/gRPC to a receiver here."""
+"""One switch for every node, on a real two-node Ray cluster (tests/_support/multinode.py): nodes started without
+any ``OTEL_*``, a driver script (``tests/integrations/ray/multinode_driver.py``, run as ``__main__``) that joins by
+address with the settings in ITS environment, tasks on both nodes, spans over real OTLP/gRPC to a receiver here."""
 
 from __future__ import annotations
 
