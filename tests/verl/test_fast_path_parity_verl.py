@@ -1,7 +1,8 @@
 """The recording fast path through real verl 0.9.1 code gives the same spans and metrics as the SDK path
 (issue 20): the legacy agent loop in this process (every destination compared, see
-``tests/_support/fast_path_parity.py``) and the V1 path (``AgentLoopManagerTQ`` dispatching to a real ``AgentLoopWorkerTQ`` Ray actor; its spans over
-OTLP/gRPC), each run with ``OTEL_AGENTLOOP_FAST_PATH`` true, then false."""
+``tests/_support/fast_path_parity.py``) and the V1 path (``AgentLoopManagerTQ`` dispatching to a real
+``AgentLoopWorkerTQ`` Ray actor; its spans over OTLP/gRPC), each run with ``OTEL_AGENTLOOP_FAST_PATH`` true, then
+false."""
 
 from __future__ import annotations
 
