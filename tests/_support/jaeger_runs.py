@@ -11,8 +11,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 
 
 def wait_stored(stack: Any, service: str, samples: int, summaries: int) -> None:

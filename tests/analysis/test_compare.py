@@ -24,8 +24,7 @@ from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.analysis._reading._compare import NOISE_ABS_S, StepSide, TailMix, explain
 from otel_agentloop.analysis._reading._comparison import compare, compare_steps
 from otel_agentloop.analysis._reading._report import summary_of
-from otel_agentloop.metrics import SpanRecord
-from otel_agentloop.metrics._table import PhaseTable
+from otel_agentloop.metrics import PhaseTable, SpanRecord
 from tests._support import REPO_ROOT
 from tests._support.browser import open_page, png_size, severe_console
 
@@ -111,8 +110,7 @@ def _table(totals: list[tuple[float, float, float]]) -> PhaseTable:
 
 
 def test_the_tail_is_the_slowest_tenth_of_samples() -> None:
-    from otel_agentloop.metrics._summary import summarize
-    from otel_agentloop.metrics._table import compute_metrics
+    from otel_agentloop.metrics import compute_metrics, summarize
 
     rows = [(0.1, 0.0, 0.01)] * 18 + [(0.2, 0.9, 0.01), (0.3, 0.5, 0.01)]  # 20 samples: the tail is 2
     table = _table(rows)
@@ -339,8 +337,7 @@ def test_compare_page_in_the_browser_names_the_tool(slow_search, browser, tmp_pa
 def test_user_strings_on_the_page_are_text(tmp_path) -> None:
     """A tool name with markup reaches the page as data, never as markup."""
     from otel_agentloop.analysis._rendering._compare_html import render_compare_html
-    from otel_agentloop.metrics._summary import summarize
-    from otel_agentloop.metrics._table import compute_metrics
+    from otel_agentloop.metrics import compute_metrics, summarize
 
     table = _table([(0.1, 0.2, 0.01)] * 4)
     evil = "</script><img src=x onerror=alert(1)>"

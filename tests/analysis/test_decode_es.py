@@ -11,8 +11,7 @@ from typing import Any
 
 import pytest
 
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._decode import Skipped
+from otel_agentloop.analysis import Skipped, decode_resource_spans
 from otel_agentloop.analysis._reading._decode_es import Resources, span
 from otel_agentloop.analysis._reading._options import JaegerOptions
 from otel_agentloop.analysis._reading._source import open_jaeger

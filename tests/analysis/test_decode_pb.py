@@ -11,13 +11,8 @@ from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
 from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._decode import (
-    MAX_VALUE_DEPTH,
-    TOO_DEEP,
-    DecodedSpan,
-    Skipped,
-    decode_resource_spans,
-)
+from otel_agentloop.analysis import Skipped, decode_resource_spans
+from otel_agentloop.analysis._reading._decode import MAX_VALUE_DEPTH, TOO_DEEP, DecodedSpan
 from otel_agentloop.analysis._reading._decode_pb import Resources, resource_spans
 from otel_agentloop.analysis._reading._jaeger_grpc import _attributes, _span
 

@@ -18,10 +18,9 @@ import numpy as np
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._decode import Skipped
+from otel_agentloop.analysis import Skipped, build_step_view
 from otel_agentloop.analysis._reading._engine_load import step_engine_load
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
-from otel_agentloop.analysis._reading._step_view import build_step_view
 from otel_agentloop.analysis._reading._store import read_everything, read_index, read_steps
 from otel_agentloop.analysis._rendering._perfetto import step_trace
 from otel_agentloop.analysis._rendering._timeline_html import page_data
@@ -188,7 +187,7 @@ def test_load_clipped_and_merged_for_drawing() -> None:
     """Points outside the step's time are left out; a series longer than MAX_POINTS is merged into buckets (max of
     running/waiting/KV, sum of preemptions); a malformed span is left out whole."""
     from otel_agentloop.analysis._reading import _engine_load as el
-    from otel_agentloop.metrics._records import SpanRecord
+    from otel_agentloop.metrics import SpanRecord
 
     n = el.MAX_POINTS * 2
     attrs = {

@@ -25,11 +25,10 @@ from opentelemetry import trace
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._decode import read_jsonl
+from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
-from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, compute_metrics
+from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, StepSummary, compute_metrics
 from otel_agentloop.metrics._causes import StepEngine, cause
-from otel_agentloop.metrics._summary import StepSummary
 from otel_agentloop.metrics._table import EngineSample
 from tests._support.browser import open_page, severe_console
 from tests._support.trace_event_format import parse
@@ -431,10 +430,8 @@ def test_an_engines_own_span_under_a_turn_is_drawn_in_its_samples_waterfall(engi
     resource with no run id) and its own child are the sample's, drawn under the turn (terminal and step page
     waterfalls); a span with no step
     outside every sample (another trace, or not under a sample) stays out; the metrics are as without them."""
-    from otel_agentloop.analysis._reading._report import build_report
+    from otel_agentloop.analysis import build_report, build_step_view, render_text
     from otel_agentloop.analysis._reading._runs import one_run
-    from otel_agentloop.analysis._reading._step_view import build_step_view
-    from otel_agentloop.analysis._rendering._waterfall import render_text
 
     records = list(read_jsonl(engine_file))
     assert records[0].resource.get(sc.RL_RUN_ID)

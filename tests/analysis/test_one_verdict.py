@@ -22,9 +22,8 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._reading._report import build_report, step_verdicts, stored_summaries, summary_of
-from otel_agentloop.analysis._reading._step_view import build_step_view
+from otel_agentloop.analysis import build_report, build_step_view, read_jsonl
+from otel_agentloop.analysis._reading._report import step_verdicts, stored_summaries, summary_of
 from otel_agentloop.analysis._rendering._timeline_png import row_label, timeline_title
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
 from tests._support.browser import open_page, severe_console, step_rows

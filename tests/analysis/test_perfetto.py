@@ -30,8 +30,8 @@ from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.analysis._rendering._perfetto import step_trace
 from otel_agentloop.core._context import SampleHandle
 from otel_agentloop.demo._agent import SimConfig, generate
-from otel_agentloop.metrics import SpanRecord
-from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW, StepSummary
+from otel_agentloop.metrics import SpanRecord, StepSummary
+from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
 from otel_agentloop.metrics._table import OverdueSample
 from tests._support.trace_event_format import Slice, Trace, TraceFormatError, parse
 

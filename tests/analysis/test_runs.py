@@ -23,7 +23,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import Skipped, read_jsonl
 from otel_agentloop.analysis._reading._runs import group_runs, select_run
 from otel_agentloop.analysis._reading._summary_lines import read_summary_lines
-from otel_agentloop.metrics._summary import StepSummary
+from otel_agentloop.metrics import StepSummary
 from tests._support.runs import SUMMARY_DRIVER, assert_same_metrics, cli
 
 
@@ -221,7 +221,7 @@ def test_run_view_reads_the_stored_summaries(tmp_path: Path) -> None:
 
 def test_summary_lines_in_another_layout_are_parsed_whole(tmp_path: Path) -> None:
     """A line whose spans do not start with traceId (another writer's key order) is parsed whole, not missed."""
-    from otel_agentloop.metrics._summary import Distribution
+    from otel_agentloop.metrics import Distribution
 
     summary = StepSummary(
         7, False, 2, {"agent_loop/num_samples": 2.0}, {}, {"search": Distribution.of([1.0])}, {"ok": 2}

@@ -14,7 +14,7 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.metrics._summary import StepSummary
+from otel_agentloop.metrics import StepSummary
 from tests._support.runs import RUN, TRACES, assert_same_metrics, cli, simulate_run
 
 STEPS = [(1, False), (2, False), (2, True), (3, False)]

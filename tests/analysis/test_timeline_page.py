@@ -26,8 +26,7 @@ from opentelemetry import trace
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from otel_agentloop.analysis import read_jsonl
-from otel_agentloop.analysis._reading._step_view import build_step_view
+from otel_agentloop.analysis import build_step_view, read_jsonl
 from otel_agentloop.analysis._rendering._html import jaeger_ui_base
 from otel_agentloop.analysis._rendering._timeline_html import render_html
 from otel_agentloop.core._context import SampleHandle

@@ -12,6 +12,7 @@ import pytest
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
 import otel_agentloop as oal
+from otel_agentloop import WatchdogSettings
 from otel_agentloop.config import _kinds as kind
 from otel_agentloop.config._environment import SDK_VARIABLES, WORKER_VARIABLES, handed_over, variable
 from otel_agentloop.config._options import OBJECT_OPTIONS, Options
@@ -19,7 +20,7 @@ from otel_agentloop.config._otlp import otlp_variable
 from otel_agentloop.config._sdk_variables import _duration
 from otel_agentloop.config._settings import SPECS, Settings, resolve
 from otel_agentloop.config._values import AdjustedError
-from otel_agentloop.config._watchdog import PREFIX, WATCHDOG_FIELDS, WatchdogSettings
+from otel_agentloop.config._watchdog import PREFIX, WATCHDOG_FIELDS
 from tests._support import REPO_ROOT
 from tests._support.otlp_receiver import Receiver, start_http
 

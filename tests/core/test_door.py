@@ -122,7 +122,7 @@ def test_exporters_get_the_type_they_declare(tmp_path: Path) -> None:
 def test_our_exporter_on_a_users_provider_takes_sdk_spans(tmp_path: Path) -> None:
     """A ``RecordExporter`` is still a ``SpanExporter``: behind the SDK's own processor it adapts the SDK spans
     at the door (what an SDK span encodes to is what its record encodes to)."""
-    from otel_agentloop.export._file import OTLPJsonFileExporter
+    from otel_agentloop.export import OTLPJsonFileExporter
     from otel_agentloop.export._otlp_json import encode_spans
 
     path = tmp_path / "user.jsonl"
@@ -153,7 +153,7 @@ def test_the_export_processor_on_a_users_provider_adapts_on_its_export_thread(
     ones); its export thread adapts the batch at the door and exports it, each span counted once; a span that
     cannot be adapted is dropped, counted, logged once, and costs the others nothing."""
     from otel_agentloop.core import _door
-    from otel_agentloop.export._file import OTLPJsonFileExporter
+    from otel_agentloop.export import OTLPJsonFileExporter
     from otel_agentloop.export._otlp_json import encode_spans
     from otel_agentloop.export._processor import ExportProcessor
 
@@ -253,7 +253,7 @@ def test_our_exporter_behind_the_sdks_processor_leaves_out_a_span_it_cannot_adap
     """One loop adapts a batch (``core._door.records_of``), the export thread's and an SDK processor's: our
     exporter handed SDK spans leaves out one it cannot adapt, logged once, and exports the others (the whole
     batch raised before)."""
-    from otel_agentloop.export._file import OTLPJsonFileExporter
+    from otel_agentloop.export import OTLPJsonFileExporter
     from otel_agentloop.export._otlp_json import encode_spans
 
     memory = InMemorySpanExporter()

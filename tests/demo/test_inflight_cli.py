@@ -14,8 +14,7 @@ import sys
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import read_traces
-from otel_agentloop.analysis._reading._report import build_report
+from otel_agentloop.analysis import build_report, read_traces
 
 pytestmark = pytest.mark.e2e  # simulated runs in subprocesses, one on Ray
 

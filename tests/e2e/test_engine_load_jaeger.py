@@ -21,8 +21,7 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.analysis._reading._source import EPOCH, JaegerSource
 from tests._support.engine_steps import LOADED, run_steps
 from tests._support.trace_event_format import parse

@@ -235,7 +235,7 @@ def test_a_search_no_read_took_is_read_to_its_end(jaeger, job) -> None:
     reading an answer while Jaeger sends it (measured here: 8,192 traces cut 1.5 s in). Jaeger answers after."""
     import grpc
 
-    from otel_agentloop.analysis._reading._jaeger import JaegerClient
+    from otel_agentloop.analysis import JaegerClient
     from otel_agentloop.analysis._reading._source import JaegerSource
 
     source = JaegerSource(JaegerClient(jaeger.jaeger_url), [job], "--service", None, 500)

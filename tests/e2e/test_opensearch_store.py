@@ -23,8 +23,7 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger_grpc import GrpcQuery
 from otel_agentloop.analysis._reading._jaeger_step import StepReader
 from otel_agentloop.analysis._reading._opensearch import IndexQuery

@@ -21,9 +21,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
-from otel_agentloop.metrics._summary import StepSummary
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
+from otel_agentloop.metrics import StepSummary
 from tests._support.jaeger_runs import report_jaeger, run_env
 from tests._support.runs import SUMMARY_DRIVER, assert_same_metrics
 

@@ -11,8 +11,7 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from tests._support.browser import open_page, step_rows
 
 

@@ -21,8 +21,7 @@ from typing import Any
 
 import pytest
 
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.metrics import SpanRecord
 from tests._support.vllm_cpu import VLLM_CPU_ENV
 

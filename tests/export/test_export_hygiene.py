@@ -23,7 +23,8 @@ from opentelemetry.trace import Link, SpanKind, Status, StatusCode
 
 import otel_agentloop as oal
 from otel_agentloop.core._door import to_record
-from otel_agentloop.export._http_json import OTLPJsonHttpExporter, retry_after_s
+from otel_agentloop.export import OTLPJsonHttpExporter
+from otel_agentloop.export._http_json import retry_after_s
 from otel_agentloop.export._otlp_json import encode_spans
 from tests._support import REPO_ROOT
 from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for

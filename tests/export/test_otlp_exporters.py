@@ -286,8 +286,7 @@ def test_configure_exports_records_without_materialising_them(protocol, tmp_path
     import otel_agentloop as oal
     from otel_agentloop.analysis import read_jsonl
     from otel_agentloop.core import _door
-    from otel_agentloop.export._file import OTLPJsonFileExporter
-    from otel_agentloop.export._http_json import OTLPJsonHttpExporter
+    from otel_agentloop.export import OTLPJsonFileExporter, OTLPJsonHttpExporter
 
     built: list[Any] = []
     real = _door.materialise

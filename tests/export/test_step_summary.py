@@ -16,10 +16,10 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from otel_agentloop.analysis._reading._decode import read_jsonl
+from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries, summary_of
-from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable
-from otel_agentloop.metrics._summary import MAX_TOOLS, OTHER_TOOLS, StepSummary
+from otel_agentloop.metrics import PhaseMetricsProcessor, PhaseTable, StepSummary
+from otel_agentloop.metrics._summary import MAX_TOOLS, OTHER_TOOLS
 from tests._support import REPO_ROOT
 from tests._support.otlp_receiver import Receiver, start_grpc, start_http, wait_for
 
@@ -343,8 +343,8 @@ def test_a_later_collect_of_late_samples_does_not_replace_the_steps_summary(tmp_
 def test_summary_lists_the_slowest_samples_and_the_failed_ones_bounded() -> None:
     """What ``report --step`` prints from a summary (``top``, ``failed``) is ``PhaseTable.slowest``'s rows and the
     sorted failed keys, bounded; ``top_complete``/``failed_complete`` say when a command needs more."""
-    from otel_agentloop.metrics._summary import FAILED_STORED, TOP_STORED, summarize
-    from otel_agentloop.metrics._table import compute_metrics
+    from otel_agentloop.metrics import compute_metrics, summarize
+    from otel_agentloop.metrics._summary import FAILED_STORED, TOP_STORED
 
     proc = PhaseMetricsProcessor()
     n = FAILED_STORED + 200

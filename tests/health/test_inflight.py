@@ -18,7 +18,8 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop.core._inflight import OpenPhase
 from otel_agentloop.core._tracer import current_tracer
-from otel_agentloop.health._watchdog import WatchdogSettings, parse_thresholds
+from otel_agentloop.health import WatchdogSettings
+from otel_agentloop.health._watchdog import parse_thresholds
 from otel_agentloop.metrics import PhaseMetricsProcessor, StepMetrics
 from tests._support import span_metrics
 

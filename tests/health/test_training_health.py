@@ -12,7 +12,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
 
-from otel_agentloop.health._training import ALERT_EVENT, HealthMonitor, HealthThresholds
+from otel_agentloop.health import HealthMonitor, HealthThresholds
+from otel_agentloop.health._training import ALERT_EVENT
 
 
 def healthy(step: int) -> dict[str, float]:

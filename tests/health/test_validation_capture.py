@@ -9,7 +9,7 @@ import pytest
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.health._validation import ValidationCapture
+from otel_agentloop.health import ValidationCapture
 
 
 def samples(batches: int = 5, per_batch: int = 40) -> list[tuple[str, str, float, int, int]]:

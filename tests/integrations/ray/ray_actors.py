@@ -8,7 +8,7 @@ from typing import Any
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.health._validation import ValidationCapture
+from otel_agentloop.health import ValidationCapture
 from otel_agentloop.integrations import ray as oal_ray
 
 # (sample index, rollout n, [(phase, start offset s, duration s)], fail)

@@ -12,7 +12,7 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from otel_agentloop.health._watchdog import WatchdogSettings
+from otel_agentloop.health import WatchdogSettings
 from tests._support import REPO_ROOT
 from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 

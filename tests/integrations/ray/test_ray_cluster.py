@@ -199,7 +199,7 @@ def test_no_span_is_lost_when_actors_finish_normally(cluster) -> None:
 
 @pytest.mark.parametrize("split", [1, 3])
 def test_validation_capture_across_workers_draws_from_every_batch(cluster, split) -> None:
-    from otel_agentloop.health._validation import ValidationCapture
+    from otel_agentloop.health import ValidationCapture
 
     _, _, workers = cluster
     batches = [[(f"q{b}-{i}", f"a{b}-{i}", (b * 40 + i) / 200, b * 40 + i) for i in range(40)] for b in range(5)]

@@ -13,7 +13,7 @@ import textwrap
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._decode import read_jsonl
+from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.analysis._reading._report import stored_summaries
 from tests._support import REPO_ROOT
 

@@ -19,7 +19,8 @@ import pytest
 import otel_agentloop as oal
 from otel_agentloop.config._options import Options
 from otel_agentloop.config._settings import SPECS, Settings, resolve
-from otel_agentloop.health._watchdog import WATCHDOG_FIELDS, WatchdogSettings
+from otel_agentloop.health import WatchdogSettings
+from otel_agentloop.health._watchdog import WATCHDOG_FIELDS
 
 # -- the declaration itself (no Ray) -------------------------------------------------------------------
 
