@@ -16,8 +16,9 @@ from pathlib import Path
 import pytest
 
 from otel_agentloop import testing
-from tests._support import Traced, span_metrics, tree_guard  # noqa: F401 - span_metrics: tests import it from here
+from tests._support import tree_guard
 from tests._support.browser import find_chromium
+from tests._support.spans import Traced, span_metrics  # noqa: F401 - span_metrics: some tests import it from here
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:

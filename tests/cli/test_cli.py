@@ -11,7 +11,7 @@ import pytest
 
 from otel_agentloop.analysis import read_jsonl, read_traces
 from otel_agentloop.metrics import PhaseMetricsProcessor
-from tests._support import span_metrics
+from tests._support.spans import span_metrics
 
 pytestmark = pytest.mark.e2e  # the CLI or Python in subprocesses
 

@@ -21,7 +21,7 @@ from ray import cloudpickle  # what Ray pickles a driver script's functions and 
 import otel_agentloop as oal
 from otel_agentloop import WatchdogSettings, testing
 from otel_agentloop import semconv as sc
-from tests._support import Traced
+from tests._support.spans import Traced
 
 # A user's driver script: run as ``__main__``, so cloudpickle ships every function and class of it by value
 # (with its closure and the globals its code names), never by reference.

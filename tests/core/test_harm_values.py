@@ -16,7 +16,7 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from tests._support import span_metrics
+from tests._support.spans import span_metrics
 
 
 class BadStr(Exception):  # noqa: N818

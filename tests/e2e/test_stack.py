@@ -22,7 +22,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import JaegerClient, build_report, decode_resource_spans
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import StepMetrics
-from tests._support import span_metrics
+from tests._support.spans import span_metrics
 
 from .conftest import stack_mod, stack_store
 

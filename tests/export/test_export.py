@@ -13,8 +13,8 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import read_traces
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import PhaseMetricsProcessor, SpanRecord, StepMetrics
-from tests._support import span_metrics
 from tests._support.otlp_receiver import Receiver, start_grpc, start_http
+from tests._support.spans import span_metrics
 
 CFG = SimConfig(
     prompts=3, rollout_n=2, time_scale=0.05, tool_prob=1.0, max_turns=3, tool_fail_prob=0.0, fail_samples=frozenset({2})

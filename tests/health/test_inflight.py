@@ -21,7 +21,7 @@ from otel_agentloop.core._tracer import current_tracer
 from otel_agentloop.health import WatchdogSettings
 from otel_agentloop.health._watchdog import parse_thresholds
 from otel_agentloop.metrics import PhaseMetricsProcessor, StepMetrics
-from tests._support import span_metrics
+from tests._support.spans import span_metrics
 
 HANG_S, INTERVAL_S = 0.4, 0.1
 

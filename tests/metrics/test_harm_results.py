@@ -13,7 +13,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.integrations import ray as oal_ray
 from otel_agentloop.metrics import StepMetrics
-from tests._support import span_metrics
+from tests._support.spans import span_metrics
 
 TURN_S = 0.02
 

@@ -18,7 +18,7 @@ from otel_agentloop.health._watchdog import LiveMonitor
 from otel_agentloop.metrics import PhaseTable, StepMetrics
 from otel_agentloop.metrics._hooks import StepHooks
 from otel_agentloop.testing import capture
-from tests._support import Traced
+from tests._support.spans import Traced
 
 PACKAGE = pathlib.Path(otel_agentloop.__file__).parent
 

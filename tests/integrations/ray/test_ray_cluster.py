@@ -14,8 +14,9 @@ import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.analysis import read_traces
-from tests._support import REPO_ROOT, span_metrics
+from tests._support import REPO_ROOT
 from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.spans import span_metrics
 from tests.integrations.ray.ray_actors import Item, SampleFailedError, synthetic_samples
 
 ray = pytest.importorskip("ray") if not os.environ.get("CI") else __import__("ray")

@@ -16,7 +16,7 @@ from typing import Any
 from otel_agentloop import semconv as sc
 from otel_agentloop import step
 from otel_agentloop.integrations.verifiers import _rollout, _toolphase, _turns
-from tests._support import Traced
+from tests._support.spans import Traced
 
 WAIT_S = 0.05
 
