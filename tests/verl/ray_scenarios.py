@@ -80,7 +80,7 @@ def light_init(cls: Any) -> Iterator[None]:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
-    """``tests.otlp_receiver.wait_for`` with this stage's default (actor starts take seconds here)."""
+    """``tests._support.otlp_receiver.wait_for`` with this stage's default (actor starts take seconds here)."""
     return poll(predicate, timeout)
 
 
