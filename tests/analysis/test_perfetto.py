@@ -30,9 +30,9 @@ from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.analysis._rendering._perfetto import step_trace
 from otel_agentloop.core._context import SampleHandle
 from otel_agentloop.demo._agent import SimConfig, generate
+from otel_agentloop.health import OverdueSample
 from otel_agentloop.metrics import SpanRecord, StepSummary
 from otel_agentloop.metrics._summary import FAILED, HUNG, OK, SLOW
-from otel_agentloop.metrics._table import OverdueSample
 from tests._support.trace_event_format import Slice, Trace, TraceFormatError, parse
 
 SIM = ["--steps", "3", "--misbehave", "--time-scale", "0.1", "--val-every", "0", "--prompts", "3", "--rollout-n", "2"]

@@ -303,7 +303,7 @@ def test_the_live_view_escapes_tool_names_and_phases(tool: str, phase: str) -> N
     from rich.console import Console
 
     from otel_agentloop.analysis._rendering._display import inflight_lines, live_view
-    from otel_agentloop.core._inflight import InflightSample
+    from otel_agentloop.health import InflightSample
 
     running = [
         InflightSample(1, False, i, 0, p, t, 1.0, 2.0 + i, "ab" * 16, "cd" * 8, i == 0, None, 1)
