@@ -21,13 +21,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.integrations.vllm import engine_attributes, record_engine_output, record_openai_response
 from otel_agentloop.integrations.vllm import trace_headers as headers_of_turn
 from otel_agentloop.integrations.vllm._wrappers import switch, wrap_generate
-from otel_agentloop.testing import capture, isolated
-
-
-@pytest.fixture(autouse=True)
-def _isolated() -> Iterator[None]:
-    with isolated():
-        yield
+from otel_agentloop.testing import capture
 
 
 def output(request_id: str = "r-1", *, finished: bool = True, preemptions: int = 1) -> SimpleNamespace:

@@ -7,7 +7,7 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import random
-from collections.abc import AsyncGenerator, Iterator
+from collections.abc import AsyncGenerator
 from types import SimpleNamespace
 from typing import Any
 
@@ -19,13 +19,7 @@ from otel_agentloop.integrations.vllm import _load
 from otel_agentloop.integrations.vllm._load import EngineLoad, LoadWindow, Series
 from otel_agentloop.integrations.vllm._logger import logger_class
 from otel_agentloop.integrations.vllm._wrappers import LOAD_ATTR, switch, wrap_generate, wrap_init
-from otel_agentloop.testing import capture, isolated
-
-
-@pytest.fixture(autouse=True)
-def _isolated() -> Iterator[None]:
-    with isolated():
-        yield
+from otel_agentloop.testing import capture
 
 
 def test_per_request_figures_equal_a_brute_force_over_the_iterations() -> None:
