@@ -13,7 +13,7 @@ the output.
 
 The page is built by the real CLI (``otel-agentloop report --file F --run --html run.html``) in a fresh process;
 the load time is from ``driver.get`` to the page's script having drawn everything (``body[data-ready]``), in
-headless Chromium driven by selenium as tests/test_timeline_page.py does.
+headless Chromium driven by selenium as tests/analysis/test_timeline_page.py does.
 """
 
 from __future__ import annotations

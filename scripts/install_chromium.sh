@@ -1,5 +1,5 @@
 #!/usr/bin/env bash
-# Debian's chromium and chromium-driver for the browser test (tests/test_timeline_page.py). Idempotent and
+# Debian's chromium and chromium-driver for the browser test (tests/analysis/test_timeline_page.py). Idempotent and
 # quiet: does nothing when both are on PATH; otherwise installs them with apt-get (as root, or through sudo).
 set -euo pipefail
 if command -v chromium >/dev/null 2>&1 && command -v chromedriver >/dev/null 2>&1; then

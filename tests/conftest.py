@@ -4,21 +4,21 @@ Tests never write into the working directory (where ``make run`` leaves the user
 ``otel-agentloop-traces/``) nor anywhere in the repository: every test runs in its own ``tmp_path`` (so the
 default trace file, a relative path, lands there, and so does any subprocess that inherits the working
 directory), module and session fixtures run in a session temp dir, and the session fails when the repository's
-working tree gained or changed a file that git does not track (see :mod:`tests.tree_guard`).
+working tree gained or changed a file that git does not track (see :mod:`tests._support.tree_guard`).
 """
 
 from __future__ import annotations
 
+import os
 from collections.abc import Iterator
 from pathlib import Path
 
 import pytest
 
 from otel_agentloop import testing
-
-from . import tree_guard
-
-Traced = testing.Captured
+from tests._support import tree_guard
+from tests._support.browser import find_chromium
+from tests._support.spans import Traced, span_metrics  # noqa: F401 - span_metrics: some tests import it from here
 
 
 def pytest_sessionstart(session: pytest.Session) -> None:
@@ -67,11 +67,6 @@ def traced() -> Iterator[Traced]:
         yield captured
 
 
-def span_metrics(metrics: dict[str, float]) -> dict[str, float]:
-    """The keys derived from spans (drops the process's ``agent_loop/telemetry/`` counters)."""
-    return {k: v for k, v in metrics.items() if not k.startswith("agent_loop/telemetry/")}
-
-
 # -- markers: `make test-fast` runs -m "not e2e and not slow" ------------------------------------------------------
 E2E_FIXTURES = frozenset({"browser", "chromium", "cluster", "ray_cluster", "on_ray", "stack"})
 """A test that uses one of these starts a real component (a browser, a local Ray cluster, the Jaeger/Collector
@@ -95,3 +90,37 @@ def pytest_collection_modifyitems(config: pytest.Config, items: list[pytest.Item
     for item in items:
         if E2E_FIXTURES.intersection(getattr(item, "fixturenames", ())):
             item.add_marker(pytest.mark.e2e)
+
+
+# -- the browser the page tests drive (tests/analysis, tests/cli, tests/e2e) -----------------------------------------
+@pytest.fixture(scope="module")
+def browser() -> Iterator[object]:
+    """A real headless Chromium (selenium, Debian's chromium-driver); skips when none is installed, fails under CI."""
+    found = find_chromium()  # installed by `make browser`, a step of `make test`: a test never installs it
+    if found is None:
+        reason = "no chromium + chromedriver on PATH (`make browser` installs Debian's chromium + chromium-driver)"
+        if os.environ.get("CI") == "true":
+            pytest.fail(reason + " (CI must run the browser test)")
+        pytest.skip(reason)
+    from selenium import webdriver
+    from selenium.webdriver.chrome.service import Service
+
+    options = webdriver.ChromeOptions()
+    options.binary_location = found[0]
+    for arg in (
+        "--headless=new",
+        "--no-sandbox",
+        "--disable-gpu",
+        "--disable-dev-shm-usage",
+        "--window-size=1500,1000",
+        "--hide-scrollbars",
+        "--force-device-scale-factor=1",
+    ):
+        options.add_argument(arg)
+    options.set_capability("goog:loggingPrefs", {"browser": "ALL"})
+    driver = webdriver.Chrome(service=Service(executable_path=found[1]), options=options)
+    driver.set_page_load_timeout(30)
+    try:
+        yield driver
+    finally:
+        driver.quit()

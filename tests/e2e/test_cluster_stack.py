@@ -22,8 +22,7 @@ import yaml
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 
 from .conftest import stack_mod
 

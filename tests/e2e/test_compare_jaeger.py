@@ -13,7 +13,7 @@ import uuid
 from pathlib import Path
 from typing import Any
 
-DRIVER = Path(__file__).resolve().parents[1] / "slow_tool_driver.py"
+DRIVER = Path(__file__).resolve().parents[1] / "_support" / "slow_tool_driver.py"
 
 
 def test_compare_from_jaeger_names_the_slowed_tool(stack, tmp_path) -> None:

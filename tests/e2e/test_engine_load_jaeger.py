@@ -21,12 +21,10 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.analysis._reading._source import EPOCH, JaegerSource
-
-from ..test_engine_load import LOADED, _run
-from ..trace_event_format import parse
+from tests._support.engine_steps import LOADED, run_steps
+from tests._support.trace_event_format import parse
 
 
 def _cli(cwd: Any, *args: str) -> subprocess.CompletedProcess[str]:
@@ -39,7 +37,7 @@ def _cli(cwd: Any, *args: str) -> subprocess.CompletedProcess[str]:
 def test_step_engine_load_from_jaeger(stack: Any, tmp_path) -> None:
     service = f"engine-load-{uuid.uuid4().hex[:6]}"
     with pytest.MonkeyPatch.context() as monkeypatch:
-        _run(None, LOADED, monkeypatch, loads=True, service=service, endpoint=stack.otlp_grpc_endpoint)
+        run_steps(None, LOADED, monkeypatch, loads=True, service=service, endpoint=stack.otlp_grpc_endpoint)
     client = JaegerClient(stack.jaeger_url)
     end = datetime.now(timezone.utc) + timedelta(minutes=1)
     client.wait_for(

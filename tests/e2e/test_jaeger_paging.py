@@ -15,8 +15,8 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import BatchSpanProcessor
 
 from otel_agentloop import semconv as sc
+from otel_agentloop.analysis import JaegerClient
 from otel_agentloop.analysis._reading import _jaeger
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
 
 TRACES = 240
 DEPTH = 20

@@ -27,10 +27,9 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import decode_resource_spans
 from otel_agentloop.analysis._reading import _jaeger
 from otel_agentloop.cli import main
+from tests._support.jaeger_runs import run_env, wait_stored
 
 from .conftest import stack_mod
-from .test_report_jaeger_relaunch import _wait
-from .test_runs_jaeger import _env
 
 STEPS, PROMPTS, ROLLOUTS = 3, 8, 2
 SAMPLES = PROMPTS * ROLLOUTS
@@ -60,10 +59,10 @@ def job(jaeger: Any, tmp_path_factory: pytest.TempPathFactory) -> str:
         [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "0", "--steps", str(STEPS), "--prompts",
          str(PROMPTS), "--rollout-n", str(ROLLOUTS), "--time-scale", "0.03", "--val-every", "0", "--quiet",
          "--endpoint", f"http://127.0.0.1:{jaeger.ports['jaeger_otlp_grpc']}", "--service-name", service],
-        cwd=tmp_path_factory.mktemp("job"), env=_env(f"run-{tag}"), capture_output=True, text=True, timeout=180,
+        cwd=tmp_path_factory.mktemp("job"), env=run_env(f"run-{tag}"), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-    _wait(jaeger, service, STEPS * SAMPLES, STEPS)
+    wait_stored(jaeger, service, STEPS * SAMPLES, STEPS)
     return service
 
 
@@ -207,11 +206,11 @@ def test_the_search_sent_first_holds_every_runs_step_and_the_report_keeps_its_ru
              "--prompts", str(PROMPTS), "--rollout-n", str(ROLLOUTS), "--time-scale", "0.03", "--val-every", "0",
              "--quiet", "--endpoint", f"http://127.0.0.1:{jaeger.ports['jaeger_otlp_grpc']}", "--service-name",
              service],
-            cwd=tmp_path, env=_env(run), capture_output=True, text=True, timeout=180,
+            cwd=tmp_path, env=run_env(run), capture_output=True, text=True, timeout=180,
         )  # fmt: skip
         assert out.returncode == 0, out.stderr
         time.sleep(3)  # the next run starts more than the (cut) slack later
-    _wait(jaeger, service, 3 * SAMPLES, 3)
+    wait_stored(jaeger, service, 3 * SAMPLES, 3)
 
     def read(*args: str) -> tuple[str, Fetched]:
         monkeypatch.setattr(_source, "STEP_WINDOW_SLACK", timedelta(seconds=1))
@@ -236,7 +235,7 @@ def test_a_search_no_read_took_is_read_to_its_end(jaeger, job) -> None:
     reading an answer while Jaeger sends it (measured here: 8,192 traces cut 1.5 s in). Jaeger answers after."""
     import grpc
 
-    from otel_agentloop.analysis._reading._jaeger import JaegerClient
+    from otel_agentloop.analysis import JaegerClient
     from otel_agentloop.analysis._reading._source import JaegerSource
 
     source = JaegerSource(JaegerClient(jaeger.jaeger_url), [job], "--service", None, 500)

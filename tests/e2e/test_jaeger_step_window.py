@@ -26,7 +26,7 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient
 from otel_agentloop.analysis._reading._source import EPOCH, JaegerSource
 
 SAMPLES = 6

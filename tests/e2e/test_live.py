@@ -11,9 +11,9 @@ import uuid
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient
 from otel_agentloop.demo._agent import SimConfig, run_samples
-from otel_agentloop.health._watchdog import WatchdogSettings
+from otel_agentloop.health import WatchdogSettings
 from otel_agentloop.metrics import StepMetrics
 
 HANG_S, INTERVAL_S = 0.5, 0.1

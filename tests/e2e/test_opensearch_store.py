@@ -23,14 +23,13 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.analysis._reading._jaeger_grpc import GrpcQuery
 from otel_agentloop.analysis._reading._jaeger_step import StepReader
 from otel_agentloop.analysis._reading._opensearch import IndexQuery
 
 from .conftest import stack_mod, stack_procs, stack_store
-from .test_stack_lifecycle import SCRIPT, Cli
+from .stack_cli import SCRIPT, Cli
 
 pytestmark = pytest.mark.timeout(900)
 

@@ -16,9 +16,9 @@ from opentelemetry import trace
 from opentelemetry.trace import NonRecordingSpan, SpanContext, TraceFlags, TraceState
 
 import otel_agentloop as oal
+from tests._support.fast_path_parity import RawReceiver, parse_json_line
+from tests._support.otlp_receiver import start_grpc, wait_for
 
-from ..fast_path_parity import RawReceiver, parse_json_line
-from ..otlp_receiver import start_grpc, wait_for
 from .conftest import stack_mod
 
 CONFIG = """

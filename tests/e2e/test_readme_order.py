@@ -29,8 +29,8 @@ README = (ROOT / "README.md").read_text()
 TRACES = "otel-agentloop-traces"
 # tests that configured tracing with no endpoint and no file, and so wrote into ./otel-agentloop-traces
 CONFIGURING_TESTS = [
-    "tests/test_harm_settings.py::test_configure_survives_bad_exporter_variables",
-    "tests/test_decorators.py::test_internal_errors_are_logged_once_and_swallowed",
+    "tests/config/test_harm_settings.py::test_configure_survives_bad_exporter_variables",
+    "tests/core/test_decorators.py::test_internal_errors_are_logged_once_and_swallowed",
 ]
 
 

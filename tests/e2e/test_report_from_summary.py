@@ -30,8 +30,7 @@ from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.analysis._reading._source import EPOCH
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import StepMetrics

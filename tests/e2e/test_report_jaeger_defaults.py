@@ -28,11 +28,9 @@ from opentelemetry.sdk.trace import TracerProvider
 from opentelemetry.sdk.trace.export import SimpleSpanProcessor
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.analysis._reading._source import EPOCH
-
-from ..test_runs import DRIVER
+from tests._support.runs import SUMMARY_DRIVER
 
 SAMPLES = 12
 AGE = timedelta(days=3)
@@ -211,7 +209,7 @@ def test_run_page_from_jaeger_has_its_step_pages_and_no_false_warning(stack, tmp
 def test_run_page_from_summaries_warns_of_the_steps_without_one(stack, tmp_path) -> None:
     """Summaries of steps 1 and 3 only (the live side wrote none for step 2): the page and stderr name step 2."""
     service = f"gap-{uuid.uuid4().hex[:6]}"
-    (tmp_path / "driver.py").write_text(DRIVER.replace("for step in (1, 2, 3):", "for step in (1, 3):"))
+    (tmp_path / "driver.py").write_text(SUMMARY_DRIVER.replace("for step in (1, 2, 3):", "for step in (1, 3):"))
     env = _env(OTEL_SERVICE_NAME=service)
     out = subprocess.run(
         [sys.executable, "driver.py", "gap", stack.otlp_grpc_endpoint],

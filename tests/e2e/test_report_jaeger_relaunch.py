@@ -16,16 +16,11 @@ import subprocess
 import sys
 import time
 import uuid
-from datetime import datetime, timedelta, timezone
 from pathlib import Path
 from typing import Any
 
-from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
 from otel_agentloop.analysis._reading._source import STEP_WINDOW_SLACK
-
-from .test_runs_jaeger import _env, _report
+from tests._support.jaeger_runs import report_jaeger, run_env, wait_stored
 
 OLD_SAMPLES, NEW_SAMPLES = 8, 4
 """Samples per step of each run (4 x 2 and 2 x 2): each run's numbers are told apart."""
@@ -36,26 +31,9 @@ def _simulate(stack: Any, cwd: Path, service: str, run: str, steps: int, prompts
         [sys.executable, "-m", "otel_agentloop", "simulate", "--workers", "0", "--steps", str(steps), "--prompts",
          str(prompts), "--rollout-n", "2", "--time-scale", "0.03", "--val-every", "0", "--quiet",
          "--endpoint", stack.otlp_grpc_endpoint, "--service-name", service],
-        cwd=cwd, env=_env(run), capture_output=True, text=True, timeout=180,
+        cwd=cwd, env=run_env(run), capture_output=True, text=True, timeout=180,
     )  # fmt: skip
     assert out.returncode == 0, out.stderr
-
-
-def _wait(stack: Any, service: str, samples: int, summaries: int) -> None:
-    client = JaegerClient(stack.jaeger_url)
-    start = datetime.now(timezone.utc) - timedelta(minutes=10)
-    end = datetime.now(timezone.utc) + timedelta(minutes=1)
-
-    def counts(rs: list[dict[str, Any]]) -> tuple[int, int]:
-        records = list(decode_resource_spans(rs))
-        return sum(r.name == sc.SAMPLE_SPAN for r in records), sum(r.name == sc.STEP_SUMMARY_SPAN for r in records)
-
-    got = client.wait_for(
-        lambda: client.find_all_traces(service, start, end, search_depth=1000).resource_spans,
-        lambda rs: counts(rs) == (samples, summaries),
-        90,
-    )
-    assert counts(got) == (samples, summaries)
 
 
 def _run_line(stderr: str) -> str:
@@ -69,8 +47,8 @@ def test_a_relaunch_with_fewer_steps_is_read_as_its_own_run(stack, tmp_path) -> 
     service, old, new = f"relaunch-{tag}", f"old-{tag}", f"new-{tag}"
     _simulate(stack, tmp_path, service, old, 3, OLD_SAMPLES // 2)
     ended = time.monotonic()
-    _wait(stack, service, 3 * OLD_SAMPLES, 3)
-    alone = _report(stack, tmp_path, service, "--step", "3", "--json")  # one run: its line is printed too
+    wait_stored(stack, service, 3 * OLD_SAMPLES, 3)
+    alone = report_jaeger(stack, tmp_path, service, "--step", "3", "--json")  # one run: its line is printed too
     assert alone.returncode == 0, alone.stderr
     assert json.loads(alone.stdout)["metrics"]["agent_loop/num_samples"] == OLD_SAMPLES
     assert _run_line(alone.stderr) == f"report: run {old}", alone.stderr
@@ -78,16 +56,16 @@ def test_a_relaunch_with_fewer_steps_is_read_as_its_own_run(stack, tmp_path) -> 
     # then holds none of the new run's spans, and a search by step alone finds only the old run's step 3
     time.sleep(max(0.0, ended + STEP_WINDOW_SLACK.total_seconds() + 5 - time.monotonic()))
     _simulate(stack, tmp_path, service, new, 1, NEW_SAMPLES // 2)
-    _wait(stack, service, 3 * OLD_SAMPLES + NEW_SAMPLES, 4)
+    wait_stored(stack, service, 3 * OLD_SAMPLES + NEW_SAMPLES, 4)
 
-    listing = _report(stack, tmp_path, service, "--runs")
+    listing = report_jaeger(stack, tmp_path, service, "--runs")
     assert listing.returncode == 0, listing.stderr
     latest = [line[2:].split()[0] for line in listing.stdout.splitlines()[1:] if line.startswith("* ")]
     assert latest == [new], listing.stdout
 
     # the step the new run does not have: an error naming its steps and the run that has it, never the old one's
     for pick in ([], ["--run-id", latest[0]]):
-        missing = _report(stack, tmp_path, service, "--step", "3", "--json", *pick)
+        missing = report_jaeger(stack, tmp_path, service, "--step", "3", "--json", *pick)
         assert missing.returncode == 1, (missing.stdout, missing.stderr)
         assert missing.stdout == "" and "Traceback" not in missing.stderr
         error = missing.stderr.strip().splitlines()[-1]
@@ -97,14 +75,14 @@ def test_a_relaunch_with_fewer_steps_is_read_as_its_own_run(stack, tmp_path) -> 
     # the new run's step, by default and by the id --runs marks: the new run's numbers, and the run line
     for pick in ([], ["--run-id", latest[0]]):
         for extra in ([], ["--from-spans"]):  # from the stored summary, and from the spans
-            got = _report(stack, tmp_path, service, "--step", "1", "--json", *pick, *extra)
+            got = report_jaeger(stack, tmp_path, service, "--step", "1", "--json", *pick, *extra)
             assert got.returncode == 0, got.stderr
             assert json.loads(got.stdout)["metrics"]["agent_loop/num_samples"] == NEW_SAMPLES
             assert _run_line(got.stderr).startswith(f"report: run {new}"), got.stderr
 
     # the old run's step 3 when asked for by its id
     for extra in ([], ["--from-spans"]):
-        got = _report(stack, tmp_path, service, "--step", "3", "--json", "--run-id", old, *extra)
+        got = report_jaeger(stack, tmp_path, service, "--step", "3", "--json", "--run-id", old, *extra)
         assert got.returncode == 0, got.stderr
         assert json.loads(got.stdout)["metrics"]["agent_loop/num_samples"] == OLD_SAMPLES
         assert _run_line(got.stderr).startswith(f"report: run {old}"), got.stderr

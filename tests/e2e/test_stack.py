@@ -19,13 +19,11 @@ import yaml
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
-from otel_agentloop.analysis._reading._report import build_report
+from otel_agentloop.analysis import JaegerClient, build_report, decode_resource_spans
 from otel_agentloop.demo._agent import SimConfig, run_samples
 from otel_agentloop.metrics import StepMetrics
+from tests._support.spans import span_metrics
 
-from ..conftest import span_metrics
 from .conftest import stack_mod, stack_store
 
 ROOT = Path(__file__).resolve().parents[2]

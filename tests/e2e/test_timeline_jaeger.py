@@ -11,13 +11,11 @@ import uuid
 from datetime import datetime, timedelta, timezone
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
-
-from ..test_timeline_page import _open, _rows, browser  # noqa: F401 - the browser fixture
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
+from tests._support.browser import open_page, step_rows
 
 
-def test_page_from_jaeger_links_to_its_traces(stack, browser, tmp_path) -> None:  # noqa: F811
+def test_page_from_jaeger_links_to_its_traces(stack, browser, tmp_path) -> None:
     from selenium.webdriver.common.by import By
     from selenium.webdriver.support.ui import WebDriverWait
 
@@ -89,8 +87,8 @@ def test_page_from_jaeger_links_to_its_traces(stack, browser, tmp_path) -> None:
     )
     assert out.returncode == 0, out.stderr
     slowest = json.loads(out.stdout)["slowest_trace_id"]
-    _open(browser, page)
-    assert len(_rows(browser)) == 9
+    open_page(browser, page)
+    assert len(step_rows(browser)) == 9
     row = browser.find_element(By.CSS_SELECTOR, f'.row[data-trace-id="{slowest}"]')
     assert row.get_attribute("data-slowest") == "true"
     browser.execute_script("arguments[0].scrollIntoView({block: 'center'})", row)

@@ -21,10 +21,9 @@ from typing import Any
 
 import pytest
 
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.metrics import SpanRecord
-from tests.vllm_cpu import VLLM_CPU_ENV
+from tests._support.vllm_cpu import VLLM_CPU_ENV
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2] / "scripts"))
 import stack_lib as stack_mod

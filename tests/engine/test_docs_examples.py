@@ -20,7 +20,7 @@ from pathlib import Path
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient
 from otel_agentloop.metrics import SpanRecord
 
 from .conftest import ENGINE_START_S, ROOT, stack_mod, tail, trace_spans

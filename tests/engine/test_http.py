@@ -12,7 +12,7 @@ from opentelemetry.trace import SpanKind
 
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient
 from otel_agentloop.integrations.vllm import record_openai_response, trace_headers
 
 from .conftest import Server, as_list, trace_spans

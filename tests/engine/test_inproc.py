@@ -15,7 +15,7 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient
 from otel_agentloop.analysis._rendering._waterfall import ENGINE_LEGEND
 from otel_agentloop.metrics import SpanRecord
 from otel_agentloop.metrics._causes import MIN_QUEUE_S, QUEUE_SHARE

@@ -14,8 +14,7 @@ from pathlib import Path
 from typing import Any
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis import decode_resource_spans
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient, decode_resource_spans
 from otel_agentloop.metrics import SpanRecord
 
 from .conftest import as_list, trace_spans

@@ -14,7 +14,7 @@ from typing import Any
 import pytest
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._jaeger import JaegerClient
+from otel_agentloop.analysis import JaegerClient
 
 from .conftest import ENGINE_START_S, HERE, engine_env, tail, trace_spans
 

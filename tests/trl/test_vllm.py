@@ -18,7 +18,7 @@ from typing import Any
 
 import pytest
 
-from tests.otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here (scripts/trl_vllm_env.sh)"

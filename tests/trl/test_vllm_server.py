@@ -25,8 +25,8 @@ from typing import Any
 
 import pytest
 
-from tests.otlp_receiver import Receiver, start_grpc, wait_for
-from tests.vllm_cpu import TRL_VLLM_CPU_ENV
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.vllm_cpu import TRL_VLLM_CPU_ENV
 
 pytestmark = pytest.mark.skipif(
     importlib.util.find_spec("vllm") is None, reason="vLLM is not installed here (scripts/trl_vllm_env.sh)"

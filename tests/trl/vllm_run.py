@@ -20,7 +20,7 @@ from pathlib import Path
 from typing import Any
 
 sys.path.insert(0, str(Path(__file__).resolve().parents[2]))
-from tests.vllm_cpu import TRL_VLLM_CPU_ENV
+from tests._support.vllm_cpu import TRL_VLLM_CPU_ENV
 
 for _key, _value in TRL_VLLM_CPU_ENV.items():
     os.environ.setdefault(_key, _value)

@@ -1,6 +1,6 @@
 #!/usr/bin/env bash
 # A test-only cached venv built through the same head as scripts/*_env.sh (scripts/venv_lib.sh), with nothing but
-# this package's metadata (installed from the head's copy, no dependencies): tests/test_venv_cache.py.
+# this package's metadata (installed from the head's copy, no dependencies): tests/project/test_venv_cache.py.
 set -euo pipefail
 . "$(dirname "$0")/../../scripts/venv_lib.sh" tiny
 python3 -m venv "$venv"

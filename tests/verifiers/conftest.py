@@ -19,7 +19,7 @@ from pathlib import Path
 
 import pytest
 
-from tests.vllm_cpu import VLLM_CPU_ENV
+from tests._support.vllm_cpu import VLLM_CPU_ENV
 
 HERE = Path(__file__).resolve().parent
 ROOT = HERE.parents[1]
@@ -50,8 +50,8 @@ def _engine_env(tmp: Path, **extra: str) -> dict[str, str]:
 
 @pytest.fixture(scope="session")
 def receiver() -> Iterator[tuple[object, str]]:
-    """A real OTLP/gRPC receiver (tests/otlp_receiver.py) that keeps every request, and its endpoint."""
-    from tests.otlp_receiver import Receiver, start_grpc
+    """A real OTLP/gRPC receiver (tests/_support/otlp_receiver.py) that keeps every request, and its endpoint."""
+    from tests._support.otlp_receiver import Receiver, start_grpc
 
     class Keeping(Receiver):
         def __init__(self) -> None:

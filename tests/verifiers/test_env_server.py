@@ -46,7 +46,7 @@ def served(
     vllm_server: tuple[str, str], receiver: tuple[Any, str], tmp_path_factory: pytest.TempPathFactory
 ) -> dict[str, Any]:
     """The trainer's result (its step span's ids, verifiers' rollouts) and every span the receiver got."""
-    from tests.otlp_receiver import wait_for
+    from tests._support.otlp_receiver import wait_for
 
     recv, endpoint = receiver
     url, bias = vllm_server

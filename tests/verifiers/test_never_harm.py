@@ -195,7 +195,7 @@ def test_an_env_server_run_request_carries_the_callers_step_and_verifiers_reads_
     from verifiers.v1.configs.client import EvalClientConfig
     from verifiers.v1.serve.types import HealthRequest, RunRequest
 
-    from otel_agentloop.core._context import current_step
+    from otel_agentloop import current_step
     from otel_agentloop.integrations.verifiers import _envserver
 
     request = RunRequest(task_data={"idx": 0}, client=EvalClientConfig(base_url="http://x/v1"), model="m", sampling={})

@@ -84,7 +84,7 @@ def runs(
 
 def _spans(runs: dict[str, Any], mode: str) -> list[SpanRecord]:
     """Every span the receiver got from ``mode``'s run (ours, the tool servers', vLLM's), by the run's traces."""
-    from tests.otlp_receiver import wait_for
+    from tests._support.otlp_receiver import wait_for
 
     recv = runs["records"]
     rollouts = runs[mode]["result"]["rollouts"]

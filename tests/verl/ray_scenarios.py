@@ -20,8 +20,8 @@ from omegaconf import OmegaConf
 import otel_agentloop as oal
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
-from tests.otlp_receiver import Receiver, start_grpc
-from tests.otlp_receiver import wait_for as poll
+from tests._support.otlp_receiver import Receiver, start_grpc
+from tests._support.otlp_receiver import wait_for as poll
 
 ROOT = Path(__file__).resolve().parents[2]
 N_LEGACY = 4
@@ -80,7 +80,7 @@ def light_init(cls: Any) -> Iterator[None]:
 
 
 def wait_for(predicate: Callable[[], bool], timeout: float = 60.0) -> bool:
-    """``tests.otlp_receiver.wait_for`` with this stage's default (actor starts take seconds here)."""
+    """``tests._support.otlp_receiver.wait_for`` with this stage's default (actor starts take seconds here)."""
     return poll(predicate, timeout)
 
 

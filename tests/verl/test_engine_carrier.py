@@ -33,7 +33,7 @@ from otel_agentloop import testing
 from otel_agentloop.integrations import ray as oal_ray
 from otel_agentloop.integrations.verl import _engine_path
 from otel_agentloop.setup import current_handle
-from tests.otlp_receiver import Receiver, start_grpc, wait_for
+from tests._support.otlp_receiver import Receiver, start_grpc, wait_for
 
 ROOT = Path(__file__).resolve().parents[2]
 PROMPT = [5, 6, 7, 8]

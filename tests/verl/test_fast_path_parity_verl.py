@@ -1,7 +1,8 @@
 """The recording fast path through real verl 0.9.1 code gives the same spans and metrics as the SDK path
-(issue 20): the legacy agent loop in this process (every destination compared, see ``tests/fast_path_parity.py``)
-and the V1 path (``AgentLoopManagerTQ`` dispatching to a real ``AgentLoopWorkerTQ`` Ray actor; its spans over
-OTLP/gRPC), each run with ``OTEL_AGENTLOOP_FAST_PATH`` true, then false."""
+(issue 20): the legacy agent loop in this process (every destination compared, see
+``tests/_support/fast_path_parity.py``) and the V1 path (``AgentLoopManagerTQ`` dispatching to a real
+``AgentLoopWorkerTQ`` Ray actor; its spans over OTLP/gRPC), each run with ``OTEL_AGENTLOOP_FAST_PATH`` true, then
+false."""
 
 from __future__ import annotations
 
@@ -18,7 +19,7 @@ from otel_agentloop import semconv as sc
 from otel_agentloop.integrations import ray as oal_ray
 from otel_agentloop.integrations import verl as oal_verl
 from otel_agentloop.metrics import compute_metrics
-from tests.fast_path_parity import (
+from tests._support.fast_path_parity import (
     FAST_PATH_ENV,
     MODES,
     assert_same,
@@ -192,7 +193,7 @@ def _uids_by_order(spans: list[dict[str, Any]]) -> list[dict[str, Any]]:
 @pytest.fixture
 def raw_receiver(monkeypatch: pytest.MonkeyPatch) -> None:
     """``ray_scenarios.cluster`` with a receiver that keeps whole requests (status, events, kind, scope)."""
-    from tests import fast_path_parity
+    from tests._support import fast_path_parity
 
     monkeypatch.setattr(rs, "Receiver", fast_path_parity.RawReceiver)
 

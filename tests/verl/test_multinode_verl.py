@@ -1,4 +1,4 @@
-"""A stock verl run on a real two-node Ray cluster started elsewhere (tests/multinode.py: nodes without any
+"""A stock verl run on a real two-node Ray cluster started elsewhere (tests/_support/multinode.py: nodes without any
 ``OTEL_*``): the driver (tests/verl/multinode_verl_driver.py, verl's real ``run_ppo`` with the command line's
 Hydra overrides) joins it by address with the settings in ITS environment only.
 
@@ -27,8 +27,8 @@ import pytest
 import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
-from tests.multinode import two_nodes
-from tests.otlp_receiver import Receiver, start_grpc
+from tests._support.multinode import two_nodes
+from tests._support.otlp_receiver import Receiver, start_grpc
 
 HOOK = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker"
 DRIVER = str(rs.ROOT / "tests" / "verl" / "multinode_verl_driver.py")

@@ -23,7 +23,7 @@ import pytest
 import ray_scenarios as rs
 
 from otel_agentloop import semconv as sc
-from otel_agentloop.analysis._reading._decode import read_jsonl
+from otel_agentloop.analysis import read_jsonl
 from otel_agentloop.integrations.verl import _run
 from otel_agentloop.setup import process_run_id
 

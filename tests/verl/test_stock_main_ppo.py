@@ -13,7 +13,7 @@ import ray_scenarios as rs
 from otel_agentloop import semconv as sc
 from otel_agentloop import testing
 from otel_agentloop.integrations import verl as oal_verl
-from tests.otlp_receiver import Receiver, start_grpc
+from tests._support.otlp_receiver import Receiver, start_grpc
 
 HOOK = "+ray_kwargs.ray_init.runtime_env.worker_process_setup_hook=otel_agentloop.integrations.verl.setup_worker"
 
