@@ -11,14 +11,18 @@ import asyncio
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
-from typing import Any, Protocol, TypeVar, cast
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from ._guard import internal_error
 from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._scope import NOOP, Begin, Scope
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
+P = ParamSpec("P")
 T = TypeVar("T")
+Y = TypeVar("Y")  # what a generator yields
+S = TypeVar("S")  # what is sent into it
+R = TypeVar("R")  # what a call returns
 
 
 class _Outcome(Protocol):
@@ -64,14 +68,14 @@ def _future_done(scope: Scope) -> Callable[[_Outcome], None]:
     return done
 
 
-def _timed_result(result: Any, scope: Scope) -> object:  # result: the user function's
+def _timed_result(result: R, scope: Scope) -> R:
     """``result`` of a sync call that returned an awaitable: the scope ends when it completes. A coroutine is
     wrapped in a coroutine; a future (asyncio's or ``concurrent.futures``', a Ray ``ObjectRef``) keeps its
     identity and a done callback ends the scope. Any other awaitable is returned as is and timed until
     returned (wrapping it would change what the caller holds)."""
     try:
         if inspect.iscoroutine(result):
-            return _finish_after(result, scope)
+            return cast(R, _finish_after(result, scope))  # a coroutine of the same result
         add_done = getattr(result, "add_done_callback", None)
         if add_done is None and type(result).__name__ == "ObjectRef" and hasattr(result, "future"):
             add_done = result.future().add_done_callback  # Ray: completion through its concurrent future
@@ -120,12 +124,10 @@ def instrument(fn: F, begin: Begin) -> F:
     return cast(F, _sync_wrapper(fn, begin))
 
 
-def _asyncgen_wrapper(
-    fn: Callable[..., AsyncGenerator[Any, Any]], begin: Begin
-) -> Callable[..., AsyncGenerator[Any, Any]]:
+def _asyncgen_wrapper(fn: Callable[P, AsyncGenerator[Y, S]], begin: Begin) -> Callable[P, AsyncGenerator[Y, S]]:
 
     @_wraps(fn)
-    async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+    async def agen_wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Y, S]:
         scope = begin(kwargs) or NOOP  # entered
         try:
             agen = fn(*args, **kwargs)
@@ -138,8 +140,6 @@ def _asyncgen_wrapper(
             raise
         scope.leave()
         while True:
-            sent: Any = None
-            thrown: BaseException | None = None
             try:
                 sent = yield value
             except GeneratorExit as stop:
@@ -152,10 +152,12 @@ def _asyncgen_wrapper(
                 scope.exit(stop)
                 raise
             except BaseException as exc:
-                thrown = exc
+                step = agen.athrow(exc)  # an awaitable: nothing of the generator runs before it is awaited
+            else:
+                step = agen.asend(sent)
             scope.enter()
             try:
-                value = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                value = await step
             except StopAsyncIteration:
                 scope.exit(None)
                 return
@@ -167,10 +169,10 @@ def _asyncgen_wrapper(
     return agen_wrapper
 
 
-def _async_wrapper(fn: Callable[..., Awaitable[Any]], begin: Begin) -> Callable[..., Awaitable[Any]]:
+def _async_wrapper(fn: Callable[P, Awaitable[R]], begin: Begin) -> Callable[P, Awaitable[R]]:
 
     @_wraps(fn)
-    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         scope = begin(kwargs)  # entered
         if scope is None:
             return await fn(*args, **kwargs)
@@ -185,10 +187,10 @@ def _async_wrapper(fn: Callable[..., Awaitable[Any]], begin: Begin) -> Callable[
     return async_wrapper
 
 
-def _gen_wrapper(fn: Callable[..., Generator[Any, Any, Any]], begin: Begin) -> Callable[..., Generator[Any, Any, Any]]:
+def _gen_wrapper(fn: Callable[P, Generator[Y, S, R]], begin: Begin) -> Callable[P, Generator[Y, S, R]]:
 
     @_wraps(fn)
-    def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+    def gen_wrapper(*args: P.args, **kwargs: P.kwargs) -> Generator[Y, S, R]:
         scope = begin(kwargs)  # entered
         if scope is None:
             return (yield from fn(*args, **kwargs))
@@ -203,7 +205,7 @@ def _gen_wrapper(fn: Callable[..., Generator[Any, Any, Any]], begin: Begin) -> C
             raise
         scope.leave()
         while True:
-            sent: Any = None
+            sent: Any = None  # Any: the consumer's value, sent on unchanged (unread when ``thrown`` is set)
             thrown: BaseException | None = None
             try:
                 sent = yield value
@@ -232,9 +234,9 @@ def _gen_wrapper(fn: Callable[..., Generator[Any, Any, Any]], begin: Begin) -> C
     return gen_wrapper
 
 
-def _sync_wrapper(fn: Callable[..., Any], begin: Begin) -> Callable[..., Any]:
+def _sync_wrapper(fn: Callable[P, R], begin: Begin) -> Callable[P, R]:
     @_wraps(fn)
-    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+    def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         scope = begin(kwargs)  # entered
         if scope is None:
             return fn(*args, **kwargs)
