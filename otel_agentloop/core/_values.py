@@ -160,6 +160,13 @@ def frozen_attributes(attributes: Mapping[str, AnyValue], dropped: int) -> Bound
     return frozen
 
 
+def plain_attributes(attributes: Mapping[str, object] | None) -> Mapping[str, object] | None:
+    """The plain dict behind the SDK's ``BoundedAttributes`` when it is there (iterating the public view costs a
+    Python-level call per item); the mapping itself otherwise. For code that only reads (the encoders, the door)."""
+    inner: Mapping[str, object] | None = getattr(attributes, "_dict", None)
+    return inner if inner is not None else attributes
+
+
 def clean_attributes(attributes: Mapping[str, object] | None) -> dict[str, AttributeValue]:
     """User-supplied ``attributes=`` (a phase, sample or step) made safe for both paths: converted as the SDK
     converts them (no length limit here: each path applies it), with every failure guarded (the SDK calls

@@ -16,11 +16,12 @@ import random
 import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
+from ..config._headers import GrpcMetadata
 from ..config._otlp import OtlpTarget
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
@@ -40,6 +41,29 @@ RETRYABLE = (
 """The status codes retried (the SDK's list), unless ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``
 names others."""
 MAX_TRIES = 6
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+
+class _Call(Protocol):
+    """A gRPC channel's ``unary_unary`` callable for ``TraceService/Export`` (grpc is untyped)."""
+
+    def __call__(self, request: bytes, *, metadata: GrpcMetadata, timeout: float) -> ExportTraceServiceResponse: ...
+
+
+class _Channel(Protocol):
+    """A gRPC channel, as this exporter uses it."""
+
+    def unary_unary(self, method: str, request_serializer: None, response_deserializer: object) -> _Call: ...
+
+    def close(self) -> None: ...
+
+
+class _RpcError(Protocol):
+    """A failed call's ``grpc.RpcError`` (a ``grpc.Call`` too), as read here."""
+
+    def trailing_metadata(self) -> Iterable[tuple[str, str | bytes]] | None: ...
 
 
 def retryable_codes() -> tuple[str, ...]:
@@ -88,14 +112,14 @@ class OTLPGrpcExporter(SendingExporter):
 
     def _init_state(self) -> None:
         # a forked child must not use its parent's channel: it opens its own on its first export
-        self._channel: Any = None
-        self._call: Any = None
+        self._channel: _Channel | None = None
+        self._call: _Call | None = None
         self._lock = threading.Lock()
         self._stop = threading.Event()
         if self._shutdown:
             self._stop.set()
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Call:
         import grpc  # type: ignore[import-untyped]
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -112,12 +136,12 @@ class OTLPGrpcExporter(SendingExporter):
                 )
                 channel = grpc.secure_channel(self.address, credentials, compression=self.compression)
             self._channel = channel
-            self._call = channel.unary_unary(
+            self._call = call = channel.unary_unary(
                 EXPORT_METHOD,
                 request_serializer=None,  # the request is already bytes
                 response_deserializer=ExportTraceServiceResponse.FromString,
             )
-            return self._call
+            return call
 
     def _reconnect(self) -> None:
         with self._lock:
@@ -179,10 +203,10 @@ class OTLPGrpcExporter(SendingExporter):
         self._reconnect()
 
 
-def _retry_delay(error: Any) -> float | None:
+def _retry_delay(error: _RpcError) -> float | None:
     """The receiver's ``RetryInfo`` delay in seconds (``google.rpc.retryinfo-bin`` trailer), if it sent one."""
     try:
-        trailers: Iterable[tuple[str, Any]] = error.trailing_metadata() or ()
+        trailers = error.trailing_metadata() or ()
         raw = dict(trailers).get("google.rpc.retryinfo-bin")
         if raw is None:
             return None

@@ -31,7 +31,7 @@ import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
@@ -40,6 +40,9 @@ from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._sending import SendingExporter
+
+if TYPE_CHECKING:  # requests is imported on the first export: configure() does not pay for it
+    from requests import Response, Session
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
 MAX_ANSWER_BYTES = 64 << 10
@@ -124,7 +127,7 @@ class OTLPJsonHttpExporter(SendingExporter):
         self.verify = target.http_verify
         self.cert = target.http_cert
         self._stop = threading.Event()
-        self._session: Any = None
+        self._session: Session | None = None
         self._lock = threading.Lock()
         after_fork_in_child(self, "_after_fork")
 
@@ -136,17 +139,16 @@ class OTLPJsonHttpExporter(SendingExporter):
         if self._shutdown:
             self._stop.set()
 
-    def _get_session(self) -> Any:
+    def _get_session(self) -> Session:
         session = self._session
         if session is None:
             import requests  # first export, on the export thread: configure() does not pay for the import
 
             with self._lock:
-                if self._session is None:
-                    session = requests.Session()
-                    session.headers.update(self.headers)
-                    self._session = session
                 session = self._session
+                if session is None:
+                    session = self._session = requests.Session()
+                    session.headers.update(self.headers)
         return session
 
     def _body(self, spans: Sequence[FastSpan]) -> bytes | None:
@@ -166,7 +168,7 @@ class OTLPJsonHttpExporter(SendingExporter):
         """The request body (uncompressed), and how many spans could not be encoded."""
         return encode_request(spans)
 
-    def _answered(self, response: Any, body: bytes) -> None:
+    def _answered(self, response: Response, body: bytes) -> None:
         """A 2xx answer arrived; ``body``: at most ``MAX_ANSWER_BYTES`` of it, as sent (not decoded)."""
 
     def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
@@ -216,7 +218,7 @@ class OTLPJsonHttpExporter(SendingExporter):
             if wait > 0 and self._stop.wait(wait):
                 return SpanExportResult.FAILURE
 
-    def _judge(self, response: Any, deadline: float) -> SpanExportResult | tuple[bool, str, float | None]:
+    def _judge(self, response: Response, deadline: float) -> SpanExportResult | tuple[bool, str, float | None]:
         """A 2xx answer is SUCCESS, a 3xx FAILURE (warned once, not followed); any other: (retry it?, the reason,
         the wait its ``Retry-After`` asks for: ``None`` when it asks none)."""
         answer = _discard_answer(response, deadline)
@@ -260,7 +262,7 @@ class OTLPJsonHttpExporter(SendingExporter):
                 internal_error(f"{type(self).__name__}.shutdown")
 
 
-def _discard_answer(response: Any, deadline: float) -> bytes:
+def _discard_answer(response: Response, deadline: float) -> bytes:
     """Read the answer, at most ``MAX_ANSWER_BYTES`` of it, undecoded (no decompression bomb), and only until
     ``deadline``; what was read. An answer read to its end returns the connection to the pool; a longer,
     slower or broken one is cut, closing its connection (the status line already decided the result)."""

@@ -31,11 +31,12 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.sampling import Sampler
 
 from ..core._door import Foreign, RecordProcessor, admit, sampled
 from ..core._guard import after_fork_in_child, internal_error
@@ -225,8 +226,8 @@ class PipelineProvider(TracerProvider):
     """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring): its processors are its
     pipeline's."""
 
-    def __init__(self, pipeline: RecordPipeline, **kw: Any) -> None:
-        super().__init__(**kw)
+    def __init__(self, pipeline: RecordPipeline, resource: Resource, sampler: Sampler, span_limits: SpanLimits) -> None:
+        super().__init__(sampler=sampler, resource=resource, shutdown_on_exit=True, span_limits=span_limits)
         self.pipeline = pipeline
         super().add_span_processor(_SdkDoor(pipeline))
 

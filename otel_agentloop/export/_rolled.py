@@ -30,8 +30,8 @@ import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
+from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from .. import semconv as sc
@@ -101,7 +101,7 @@ class _Segment:
     reach_ns: int = 0
 
     def index_line(self, opened_ns: int) -> bytes:
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "v": LAYOUT_VERSION,
             "segment": self.rel,
             "run": self.run.run,
@@ -160,11 +160,11 @@ class RolledDirectoryExporter(RecordSpanExporter):
         self._indexed.clear()  # the child writes its own index lines
 
     # -- routing ---------------------------------------------------------------------------------------
-    def _run(self, resource: Any) -> _Run:
+    def _run(self, resource: Resource | None) -> _Run:
         cached = self._runs.get(id(resource))
         if cached is not None and cached[0] is resource:
             return cached[1]
-        attrs: Mapping[str, Any] = getattr(resource, "attributes", None) or {}
+        attrs: Mapping[str, object] = getattr(resource, "attributes", None) or {}
         run_id, service = attrs.get(sc.RL_RUN_ID), attrs.get("service.name")
         run = _Run(
             run_dir(run_id, service),
@@ -205,12 +205,12 @@ class RolledDirectoryExporter(RecordSpanExporter):
             self._loads[(run.dir, period)] = segment
         return segment
 
-    def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[Any]]:
+    def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[FastSpan]]:
         """The spans by segment (summaries under ``_SUMMARY``). The last resource's run and the last step's
         segment are kept at hand: a batch is mostly one process's spans of one step."""
         traces = self._traces
-        groups: dict[object, list[Any]] = {}
-        pending: list[tuple[int, _Run, Any]] = []
+        groups: dict[object, list[FastSpan]] = {}
+        pending: list[tuple[int, _Run, FastSpan]] = []
         attrs: Mapping[str, object]
         last_resource: object = _SUMMARY
         last_key: tuple[_Run | None, int | None, bool] = (None, None, False)
