@@ -11,6 +11,7 @@ import asyncio
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
+from types import TracebackType
 from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from ._guard import internal_error
@@ -88,6 +89,22 @@ def _timed_result(result: R, scope: Scope) -> R:
     return result
 
 
+class _Closing:
+    """``with _Closing(scope, stop):`` around closing a generator its consumer closed (``stop``): the close runs
+    in ``scope``, which then ends, with the close's error or else ``stop`` (not an error)."""
+
+    __slots__ = ("scope", "stop")
+
+    def __init__(self, scope: Scope, stop: GeneratorExit) -> None:
+        self.scope, self.stop = scope, stop
+
+    def __enter__(self) -> None:
+        self.scope.enter()
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.scope.exit(exc if exc is not None else self.stop)
+
+
 def _wraps(fn: Callable[..., object]) -> Callable[[F], F]:
     def apply(wrapper: F) -> F:
         try:
@@ -131,31 +148,11 @@ def _asyncgen_wrapper(fn: Callable[P, AsyncGenerator[Y, S]], begin: Begin) -> Ca
         scope = begin(kwargs) or NOOP  # entered
         try:
             agen = fn(*args, **kwargs)
-            value = await agen.__anext__()
-        except StopAsyncIteration:
-            scope.exit(None)
-            return
+            step = agen.__anext__()  # an awaitable: nothing of the generator runs before it is awaited
         except BaseException as exc:
             scope.exit(exc)
             raise
-        scope.leave()
-        while True:
-            try:
-                sent = yield value
-            except GeneratorExit as stop:
-                scope.enter()
-                try:
-                    await agen.aclose()
-                except BaseException as exc:
-                    scope.exit(exc)
-                    raise
-                scope.exit(stop)
-                raise
-            except BaseException as exc:
-                step = agen.athrow(exc)  # an awaitable: nothing of the generator runs before it is awaited
-            else:
-                step = agen.asend(sent)
-            scope.enter()
+        while True:  # entered here: each step runs in the scope
             try:
                 value = await step
             except StopAsyncIteration:
@@ -165,6 +162,17 @@ def _asyncgen_wrapper(fn: Callable[P, AsyncGenerator[Y, S]], begin: Begin) -> Ca
                 scope.exit(exc)
                 raise
             scope.leave()
+            try:
+                sent = yield value
+            except GeneratorExit as stop:
+                with _Closing(scope, stop):
+                    await agen.aclose()
+                raise
+            except BaseException as exc:
+                step = agen.athrow(exc)
+            else:
+                step = agen.asend(sent)
+            scope.enter()
 
     return agen_wrapper
 
@@ -196,31 +204,12 @@ def _gen_wrapper(fn: Callable[P, Generator[Y, S, R]], begin: Begin) -> Callable[
             return (yield from fn(*args, **kwargs))
         try:
             gen = fn(*args, **kwargs)
-            value = next(gen)
-        except StopIteration as done:
-            scope.exit(None)
-            return done.value
         except BaseException as exc:
             scope.exit(exc)
             raise
-        scope.leave()
-        while True:
-            sent: Any = None  # Any: the consumer's value, sent on unchanged (unread when ``thrown`` is set)
-            thrown: BaseException | None = None
-            try:
-                sent = yield value
-            except GeneratorExit as stop:
-                scope.enter()
-                try:
-                    gen.close()
-                except BaseException as exc:
-                    scope.exit(exc)
-                    raise
-                scope.exit(stop)
-                raise
-            except BaseException as exc:
-                thrown = exc
-            scope.enter()
+        sent: Any = None  # Any: the consumer's value, sent on unchanged (None first: ``send(None)`` is ``next``)
+        thrown: BaseException | None = None
+        while True:  # entered here: each step runs in the scope
             try:
                 value = gen.send(sent) if thrown is None else gen.throw(thrown)
             except StopIteration as done:
@@ -230,6 +219,16 @@ def _gen_wrapper(fn: Callable[P, Generator[Y, S, R]], begin: Begin) -> Callable[
                 scope.exit(exc)
                 raise
             scope.leave()
+            thrown = None
+            try:
+                sent = yield value
+            except GeneratorExit as stop:
+                with _Closing(scope, stop):
+                    gen.close()
+                raise
+            except BaseException as exc:
+                thrown = exc
+            scope.enter()
 
     return gen_wrapper
 
