@@ -11,7 +11,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._exporter import RecordSpanExporter
-from ._otlp_json import encode_request
+from ._otlp_json import encode_line
 
 
 def open_append(path: str) -> int:
@@ -77,11 +77,9 @@ class OTLPJsonFileExporter(RecordSpanExporter):
         if self._closed:
             return SpanExportResult.FAILURE
         try:
-            data, skipped = encode_request(spans, "\n")
-            if skipped:
-                self.spans_unencodable += skipped
-                if skipped == len(spans):
-                    return SpanExportResult.SUCCESS  # nothing left to write
+            data = self.encoded(spans, encode_line)
+            if data is None:
+                return SpanExportResult.SUCCESS  # nothing left to write
             with self._lock:
                 if self._fd is None:
                     self._fd = open_append(self.path)

@@ -156,11 +156,9 @@ class OTLPGrpcExporter(SendingExporter):
         import grpc
 
         deadline = time.monotonic() + self.timeout_s
-        body, skipped = encode_request(spans)
-        if skipped:
-            self.spans_unencodable += skipped
-            if skipped == len(spans):
-                return SpanExportResult.SUCCESS  # nothing left to send (counted as unencodable)
+        body = self.encoded(spans, encode_request)
+        if body is None:
+            return SpanExportResult.SUCCESS  # nothing left to send (counted as unencodable)
         for attempt in range(MAX_TRIES):
             if self._shutdown:
                 return SpanExportResult.FAILURE

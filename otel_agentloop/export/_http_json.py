@@ -153,11 +153,9 @@ class OTLPJsonHttpExporter(SendingExporter):
 
     def _body(self, spans: Sequence[FastSpan]) -> bytes | None:
         """The compressed request; ``None`` when no span of the batch could be encoded."""
-        data, skipped = self._encode(spans)
-        if skipped:
-            self.spans_unencodable += skipped
-            if skipped == len(spans):
-                return None
+        data = self.encoded(spans, self._encode)
+        if data is None:
+            return None
         if self.compression == "gzip":
             return gzip.compress(data, compresslevel=1)
         if self.compression == "deflate":

@@ -238,3 +238,8 @@ def encode_request(spans: Sequence[FastSpan], end: str = "") -> tuple[bytes, int
         return text.encode("utf-8"), skipped
     except UnicodeEncodeError:
         return clean_text(text).encode("utf-8"), skipped
+
+
+def encode_line(spans: Sequence[FastSpan]) -> tuple[bytes, int]:
+    """:func:`encode_request` ending in a newline: one line of an OTLP-JSON lines file."""
+    return encode_request(spans, "\n")

@@ -40,7 +40,7 @@ from ..core._record import FastSpan
 from ._clean import clean_text
 from ._exporter import RecordSpanExporter
 from ._file import OTLPJsonFileExporter, open_append, say_unwritable, write_all
-from ._otlp_json import encode_request
+from ._otlp_json import encode_line
 
 LAYOUT_VERSION = 1
 INDEX = "index.jsonl"
@@ -275,12 +275,9 @@ class RolledDirectoryExporter(RecordSpanExporter):
             with self._lock:
                 now = time.time_ns()
                 for key, group in self._route(spans, now).items():
-                    data, skipped = encode_request(group, "\n")
-                    if skipped:
-                        self.spans_unencodable += skipped
-                        if skipped == len(group):
-                            continue
-                    self._write(key, data, now)
+                    data = self.encoded(group, encode_line)
+                    if data is not None:
+                        self._write(key, data, now)
             return SpanExportResult.SUCCESS
         except OSError as exc:
             say_unwritable(self.path, exc, folder=True)
