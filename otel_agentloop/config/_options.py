@@ -66,7 +66,7 @@ OBJECT_OPTIONS = frozenset({"exporters", "processors", "sampler", "worker", "red
 ``watchdog_*`` settings)."""
 
 
-def settings_from_options(service_name: str | None, options: Mapping[str, object]) -> Settings:
+def settings_from_options(service_name: str | None, options: Options) -> Settings:
     """The settings ``configure(service_name, **options)`` asks for: each option given, else its variable, else
     the default (``config._settings.resolve``), after checking the environment (``sanitize_environment``).
 

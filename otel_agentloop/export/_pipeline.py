@@ -226,8 +226,16 @@ class PipelineProvider(TracerProvider):
     """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring): its processors are its
     pipeline's."""
 
-    def __init__(self, pipeline: RecordPipeline, resource: Resource, sampler: Sampler, span_limits: SpanLimits) -> None:
-        super().__init__(sampler=sampler, resource=resource, shutdown_on_exit=True, span_limits=span_limits)
+    def __init__(
+        self,
+        pipeline: RecordPipeline,
+        *,
+        resource: Resource | None = None,
+        sampler: Sampler | None = None,
+        span_limits: SpanLimits | None = None,
+        shutdown_on_exit: bool = True,
+    ) -> None:
+        super().__init__(sampler=sampler, resource=resource, shutdown_on_exit=shutdown_on_exit, span_limits=span_limits)
         self.pipeline = pipeline
         super().add_span_processor(_SdkDoor(pipeline))
 
