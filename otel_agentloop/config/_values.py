@@ -35,7 +35,7 @@ MIN_WATCHDOG_INTERVAL = 0.05
 class AdjustedError(ValueError):
     """An environment value out of its declared range: ``value`` (the nearest bound) is used instead."""
 
-    def __init__(self, reason: str, value: object) -> None:
+    def __init__(self, reason: str, value: Any) -> None:  # Any: the setting's own type (as Spec.show takes it)
         super().__init__(reason)
         self.value = value
 

@@ -146,11 +146,11 @@ _Fields = tuple[
     Resource | None,
     InstrumentationScope | None,
 ]
-_NAMES = ("context", "parent", "name", "kind", "start_time", "end_time", "attributes", "status", "events", "links")
-_NAMES += ("resource", "instrumentation_scope")
-_public: Callable[[ReadableSpan], _Fields] = attrgetter(*_NAMES)
+_NAMES = "context parent name kind start_time end_time attributes status events links resource instrumentation_scope"
+"""The fields of :data:`_Fields`, in order, as ``ReadableSpan`` names its properties (the SDK span: ``_`` + each)."""
+_public: Callable[[ReadableSpan], _Fields] = attrgetter(*_NAMES.split())
 """A span's fields through ``ReadableSpan``'s public properties (any SDK version's span)."""
-_private: Callable[[ReadableSpan], _Fields] = attrgetter(*("_" + name for name in _NAMES))
+_private: Callable[[ReadableSpan], _Fields] = attrgetter(*("_" + name for name in _NAMES.split()))
 """The same, from the SDK span's own fields (one attribute read each; each public property is a call)."""
 
 

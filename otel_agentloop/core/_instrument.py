@@ -78,8 +78,9 @@ def _timed_result(result: R, scope: Scope) -> R:
         if inspect.iscoroutine(result):
             return cast(R, _finish_after(result, scope))  # a coroutine of the same result
         add_done = getattr(result, "add_done_callback", None)
-        if add_done is None and type(result).__name__ == "ObjectRef" and hasattr(result, "future"):
-            add_done = result.future().add_done_callback  # Ray: completion through its concurrent future
+        future = getattr(result, "future", None) if add_done is None and type(result).__name__ == "ObjectRef" else None
+        if future is not None:
+            add_done = future().add_done_callback  # Ray: completion through its concurrent future
         if add_done is not None:
             add_done(_future_done(scope))
             return result
@@ -214,7 +215,8 @@ def _gen_wrapper(fn: Callable[P, Generator[Y, S, R]], begin: Begin) -> Callable[
                 value = gen.send(sent) if thrown is None else gen.throw(thrown)
             except StopIteration as done:
                 scope.exit(None)
-                return done.value
+                returned: R = done.value  # what the generator returned
+                return returned
             except BaseException as exc:
                 scope.exit(exc)
                 raise

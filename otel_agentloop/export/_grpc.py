@@ -53,17 +53,25 @@ class _Call(Protocol):
 
 
 class _Channel(Protocol):
-    """A gRPC channel, as this exporter uses it."""
-
-    def unary_unary(self, method: str, request_serializer: None, response_deserializer: object) -> _Call: ...
+    """A gRPC channel, once its call is made: closed on reconnect and shutdown."""
 
     def close(self) -> None: ...
+
+
+class _Metadatum(Protocol):
+    """One item of a call's metadata (a ``(key, value)`` namedtuple)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def value(self) -> bytes: ...
 
 
 class _RpcError(Protocol):
     """A failed call's ``grpc.RpcError`` (a ``grpc.Call`` too), as read here."""
 
-    def trailing_metadata(self) -> Iterable[tuple[str, str | bytes]] | None: ...
+    def trailing_metadata(self) -> Iterable[_Metadatum] | None: ...
 
 
 def retryable_codes() -> tuple[str, ...]:
@@ -136,11 +144,12 @@ class OTLPGrpcExporter(SendingExporter):
                 )
                 channel = grpc.secure_channel(self.address, credentials, compression=self.compression)
             self._channel = channel
-            self._call = call = channel.unary_unary(
+            call: _Call = channel.unary_unary(
                 EXPORT_METHOD,
                 request_serializer=None,  # the request is already bytes
                 response_deserializer=ExportTraceServiceResponse.FromString,
             )
+            self._call = call
             return call
 
     def _reconnect(self) -> None:
@@ -205,7 +214,7 @@ def _retry_delay(error: _RpcError) -> float | None:
     """The receiver's ``RetryInfo`` delay in seconds (``google.rpc.retryinfo-bin`` trailer), if it sent one."""
     try:
         trailers = error.trailing_metadata() or ()
-        raw = dict(trailers).get("google.rpc.retryinfo-bin")
+        raw = next((item.value for item in trailers if item.key == "google.rpc.retryinfo-bin"), None)
         if raw is None:
             return None
         from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]
