@@ -31,6 +31,7 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
+from typing import TYPE_CHECKING, TypedDict
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
@@ -44,6 +45,9 @@ from ..core._record import FastSpan, Queued
 from ..core._recorder import START, Recorder
 from ..metrics._hooks import StepHooks
 from ..semconv import SAMPLE_SPAN
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class RecordPipeline(StepHooks):
@@ -222,20 +226,21 @@ class _SdkDoor(SpanProcessor):
         pipeline.put_sdk(span)
 
 
+class ProviderArguments(TypedDict, total=False):
+    """The SDK ``TracerProvider``'s arguments a :class:`PipelineProvider` passes on."""
+
+    resource: Resource
+    sampler: Sampler
+    span_limits: SpanLimits
+    shutdown_on_exit: bool
+
+
 class PipelineProvider(TracerProvider):
     """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring): its processors are its
     pipeline's."""
 
-    def __init__(
-        self,
-        pipeline: RecordPipeline,
-        *,
-        resource: Resource | None = None,
-        sampler: Sampler | None = None,
-        span_limits: SpanLimits | None = None,
-        shutdown_on_exit: bool = True,
-    ) -> None:
-        super().__init__(sampler=sampler, resource=resource, shutdown_on_exit=shutdown_on_exit, span_limits=span_limits)
+    def __init__(self, pipeline: RecordPipeline, **kw: Unpack[ProviderArguments]) -> None:
+        super().__init__(**kw)
         self.pipeline = pipeline
         super().add_span_processor(_SdkDoor(pipeline))
 

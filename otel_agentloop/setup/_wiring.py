@@ -99,7 +99,9 @@ def _provider(
         batch=4 * s.max_queue_size,  # a burst of span starts (all samples of a step) never wakes it
         sdk_batch=s.max_export_batch_size,  # SDK spans are heavy to keep: woken as the SDK's batch processor
     )
-    provider = PipelineProvider(pipeline, resource=resource, sampler=effective, span_limits=limits)
+    provider = PipelineProvider(
+        pipeline, resource=resource, sampler=effective, span_limits=limits, shutdown_on_exit=True
+    )
     metrics.add_hooks(pipeline)  # first: a collect drains the pipeline before it reads
     if s.fast_path:
         _fast_path(provider, metrics, limits, s)
