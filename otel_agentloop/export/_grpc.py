@@ -13,7 +13,6 @@ the timeout, the compression, the TLS files (``grpc_tls_files``: ``OTEL_EXPORTER
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Iterable, Sequence
 from typing import TYPE_CHECKING, Protocol
@@ -23,7 +22,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 from ..config._environment import variable
 from ..config._headers import GrpcMetadata
 from ..config._otlp import OtlpTarget
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_proto import encode_request, warn_rejected
 from ._sending import SendingExporter
@@ -115,17 +114,10 @@ class OTLPGrpcExporter(SendingExporter):
         self.metadata = target.grpc_metadata
         self.compression = target.grpc_compression
         self.retryable = retryable_codes()
-        self._init_state()
-        after_fork_in_child(self, "_init_state")
 
-    def _init_state(self) -> None:
-        # a forked child must not use its parent's channel: it opens its own on its first export
+    def _forget_connection(self) -> None:
         self._channel: _Channel | None = None
         self._call: _Call | None = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        if self._shutdown:
-            self._stop.set()
 
     def _connect(self) -> _Call:
         import grpc  # type: ignore[import-untyped]
@@ -152,14 +144,14 @@ class OTLPGrpcExporter(SendingExporter):
             self._call = call
             return call
 
-    def _reconnect(self) -> None:
+    def _close(self) -> None:
         with self._lock:
             channel, self._channel, self._call = self._channel, None, None
         if channel is not None:
             try:
                 channel.close()
             except Exception:
-                internal_error("OTLPGrpcExporter.reconnect")
+                internal_error("OTLPGrpcExporter.close")
 
     def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         import grpc
@@ -181,7 +173,7 @@ class OTLPGrpcExporter(SendingExporter):
                 if wait is None:
                     wait = 2.0**attempt * random.uniform(0.8, 1.2)
                 if code == grpc.StatusCode.UNAVAILABLE and attempt == 0:
-                    self._reconnect()  # as the SDK does: a fresh channel reconnects at once
+                    self._close()  # as the SDK does: a fresh channel (the next try's) reconnects at once
                 self._failed(f"{name}: {error.details()}")  # warned once, at the first failed try
                 if (
                     name not in self.retryable
@@ -202,12 +194,6 @@ class OTLPGrpcExporter(SendingExporter):
     @property
     def destination(self) -> str:
         return self.address
-
-    def shutdown(self) -> None:
-        """Stop: close the channel (an export in flight ends) and abort a back-off wait; never blocks."""
-        self._shutdown = True
-        self._stop.set()
-        self._reconnect()
 
 
 def _retry_delay(error: _RpcError) -> float | None:

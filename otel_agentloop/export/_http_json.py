@@ -27,7 +27,6 @@ import email.utils
 import gzip
 import math
 import random
-import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
@@ -36,7 +35,7 @@ from typing import TYPE_CHECKING
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._otlp import OtlpTarget, resolve_otlp
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._sending import SendingExporter
@@ -126,18 +125,9 @@ class OTLPJsonHttpExporter(SendingExporter):
             self.headers["Content-Encoding"] = self.compression
         self.verify = target.http_verify
         self.cert = target.http_cert
-        self._stop = threading.Event()
-        self._session: Session | None = None
-        self._lock = threading.Lock()
-        after_fork_in_child(self, "_after_fork")
 
-    def _after_fork(self) -> None:
-        # the parent's pooled sockets are not ours to use or close: drop the session, open fresh connections
-        self._session = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        if self._shutdown:
-            self._stop.set()
+    def _forget_connection(self) -> None:
+        self._session: Session | None = None  # a forked child's: the parent's pooled sockets are not its own
 
     def _get_session(self) -> Session:
         session = self._session
@@ -248,10 +238,7 @@ class OTLPJsonHttpExporter(SendingExporter):
     def destination(self) -> str:
         return self.endpoint
 
-    def shutdown(self) -> None:
-        """Stop: abort a back-off wait and close the connections; never blocks on the network."""
-        self._shutdown = True
-        self._stop.set()
+    def _close(self) -> None:
         session, self._session = self._session, None
         if session is not None:
             try:
