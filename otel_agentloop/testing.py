@@ -19,7 +19,7 @@ import contextlib
 import os
 from collections.abc import Generator
 from dataclasses import dataclass
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanExporter
@@ -27,6 +27,11 @@ from opentelemetry.sdk.trace.export.in_memory_span_exporter import InMemorySpanE
 from .core._guard import forget_warnings
 from .core._state import state
 from .setup import Handle, configure
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+    from .config._options import Options
 
 __all__ = ["Captured", "capture", "configure_for_tests", "isolated", "reset"]
 
@@ -47,16 +52,17 @@ class Captured:
         return [s for s in self.spans() if s.name == name]
 
 
-def configure_for_tests(service_name: str = "test", **kwargs: Any) -> Captured:
+def configure_for_tests(service_name: str = "test", **kwargs: Unpack[Options]) -> Captured:
     """``configure()`` exporting to memory only, not installed as the global provider, exporting every 50 ms.
     ``kwargs`` go to ``configure()`` (and may override those choices)."""
     exporter = InMemorySpanExporter()
-    options: dict[str, Any] = {"exporters": [exporter], "set_global": False, "schedule_delay_s": 0.05, **kwargs}
+    options: Options = {"exporters": [exporter], "set_global": False, "schedule_delay_s": 0.05}
+    options.update(kwargs)
     return Captured(configure(service_name, **options), exporter)
 
 
 @contextlib.contextmanager
-def capture(service_name: str = "test", **kwargs: Any) -> Generator[Captured, None, None]:
+def capture(service_name: str = "test", **kwargs: Unpack[Options]) -> Generator[Captured, None, None]:
     """:func:`configure_for_tests` for the ``with`` block; the handle is shut down at its end."""
     captured = configure_for_tests(service_name, **kwargs)
     try:

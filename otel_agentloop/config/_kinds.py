@@ -1,6 +1,6 @@
 """How each kind of setting is read, checked and written (:class:`Spec`), and :func:`setting`, which declares one
 field of :class:`~._settings.Settings`. Use as ``kind.count(...)``, ``kind.seconds(...)``: each returns the
-keyword arguments of a :class:`Spec` but its variable."""
+keyword arguments of a :class:`Spec` but its variable (a :class:`Kind`)."""
 
 from __future__ import annotations
 
@@ -8,7 +8,7 @@ import dataclasses
 import math
 import os
 from collections.abc import Callable, Mapping
-from typing import Any
+from typing import TYPE_CHECKING, Any, TypedDict, TypeVar
 from urllib.parse import quote
 
 from ._values import (
@@ -28,6 +28,11 @@ from ._values import (
     split_pairs,
 )
 
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
+
+T = TypeVar("T")
+
 
 @dataclasses.dataclass(frozen=True)
 class Spec:
@@ -41,19 +46,28 @@ class Spec:
     """
 
     env: str
-    parse: Callable[[str], Any]
-    check: Callable[[str, Any], Any]
-    show: Callable[[Any], str]
-    example: Any
+    parse: Callable[[str], object]
+    check: Callable[[str, object], object]
+    show: Callable[[Any], str]  # Any: the setting's own value type (int, float, str, a mapping), one per field
+    example: object
     read: tuple[str, ...] = ()
     merge: bool = False
     """A mapping whose argument is merged over the environment's (resource attributes), not instead of it."""
     unset: str = "none"
     """What a ``None`` default means, in words (for warnings: "using no OTLP endpoint ...")."""
 
-    def describe(self, value: Any) -> str:
+    def describe(self, value: object) -> str:
         """``value`` as a warning names it: its text, or :attr:`unset` for ``None``."""
         return self.unset if value is None else self.show(value)
+
+
+class Kind(TypedDict):
+    """A kind's half of a :class:`Spec` (what each kind function returns, spread into :func:`setting`)."""
+
+    parse: Callable[[str], object]
+    check: Callable[[str, object], object]
+    show: Callable[[Any], str]  # Any: as Spec.show
+    example: object
 
 
 def _parse_int(minimum: int, maximum: int) -> Callable[[str], int]:
@@ -71,7 +85,7 @@ def _parse_int(minimum: int, maximum: int) -> Callable[[str], int]:
     return parse
 
 
-def count(example: int, minimum: int = 0, maximum: int = MAX_COUNT) -> dict[str, Any]:
+def count(example: int, minimum: int = 0, maximum: int = MAX_COUNT) -> Kind:
     def check(name: str, value: object) -> int:
         return check_int(name, value, minimum, maximum)
 
@@ -83,7 +97,7 @@ def count(example: int, minimum: int = 0, maximum: int = MAX_COUNT) -> dict[str,
     }
 
 
-def budget(example: int) -> dict[str, Any]:
+def budget(example: int) -> Kind:
     """A count where the environment's ``-1`` means "no limit" (``None``)."""
     parse_int = _parse_int(-1, MAX_COUNT)
 
@@ -102,9 +116,7 @@ def budget(example: int) -> dict[str, Any]:
     }
 
 
-def seconds(
-    example: float, *, millis: bool = False, minimum: float = 0.0, maximum: float = MAX_SECONDS
-) -> dict[str, Any]:
+def seconds(example: float, *, millis: bool = False, minimum: float = 0.0, maximum: float = MAX_SECONDS) -> Kind:
     """Seconds > 0, in ``[minimum, maximum]``; ``millis``: the variable holds milliseconds (``OTEL_BSP_*``).
     From the environment, 0, a negative or a non-finite value gives the default; a positive value out of
     range gives the nearest bound (both with a warning)."""
@@ -136,7 +148,7 @@ def _check_bool(name: str, value: object) -> bool:
     raise ValueError(f"{name} must be a bool, not {value!r}")
 
 
-def boolean(example: bool, *, inverted: bool = False) -> dict[str, Any]:
+def boolean(example: bool, *, inverted: bool = False) -> Kind:
     """A boolean; ``inverted``: the variable says the opposite (``OTEL_SDK_DISABLED`` for ``enabled``)."""
 
     def parse(raw: str) -> bool:
@@ -156,7 +168,7 @@ def boolean(example: bool, *, inverted: bool = False) -> dict[str, Any]:
     }
 
 
-def choice(example: str, choices: tuple[str, ...]) -> dict[str, Any]:
+def choice(example: str, choices: tuple[str, ...]) -> Kind:
     def parse(raw: str) -> str:
         if raw.lower() not in choices:
             raise ValueError(f"is not one of {', '.join(choices)}")
@@ -176,7 +188,7 @@ def _check_text(name: str, value: object) -> str:
     return value
 
 
-def text(example: str) -> dict[str, Any]:
+def text(example: str) -> Kind:
     return {"parse": str, "check": _check_text, "show": str, "example": example}
 
 
@@ -186,12 +198,12 @@ def _check_path(name: str, value: object) -> str:
     return os.path.abspath(os.fsdecode(value))
 
 
-def path(example: str) -> dict[str, Any]:
+def path(example: str) -> Kind:
     """A file path, made absolute in the process that resolves it (so workers write the driver's file)."""
     return {"parse": os.path.abspath, "check": _check_path, "show": str, "example": example}
 
 
-def pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
+def pairs(example: Mapping[str, str], *, headers: bool) -> Kind:
     """A mapping written as ``k=v,...``; headers have lowercased names and string values. Resource attribute
     values that are not strings reach other processes as their ``str()``."""
 
@@ -201,14 +213,14 @@ def pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
             raise AdjustedError(f"has items that are not key=value: {', '.join(map(repr, malformed))}", pairs or None)
         return pairs or None
 
-    def check(name: str, value: object) -> dict[str, Any]:
+    def check(name: str, value: object) -> dict[str, object]:
         if not isinstance(value, Mapping) or not all(isinstance(k, str) for k in value):
             raise ValueError(f"{name} must be a mapping with string keys, not {type(value).__name__}")
         if headers:
             return {k.lower(): str(v) for k, v in value.items()}
         return dict(value)
 
-    def show(value: Mapping[str, Any]) -> str:
+    def show(value: Mapping[str, object]) -> str:
         # errors="replace": a lone surrogate (os.fsdecode of a non-UTF-8 name) must not stop configure()
         return ",".join(
             f"{quote(str(k), safe='', errors='replace')}={quote(str(v), safe='', errors='replace')}"
@@ -218,7 +230,7 @@ def pairs(example: Mapping[str, str], *, headers: bool) -> dict[str, Any]:
     return {"parse": parse, "check": check, "show": show, "example": dict(example)}
 
 
-def thresholds(example: str) -> dict[str, Any]:
+def thresholds(example: str) -> Kind:
     """Watchdog thresholds, kept as their canonical text (a mapping or text argument is parsed and rewritten)."""
 
     def canonical(value: Mapping[str, float] | str) -> str | None:
@@ -232,7 +244,7 @@ def thresholds(example: str) -> dict[str, Any]:
     return {"parse": canonical, "check": check, "show": str, "example": example}
 
 
-def endpoint(example: str) -> dict[str, Any]:
+def endpoint(example: str) -> Kind:
     def check(name: str, value: object) -> str:
         given = _check_text(name, value)
         try:
@@ -247,8 +259,8 @@ def endpoint(example: str) -> dict[str, Any]:
 
 
 def setting(
-    default: Any, env: str, *, read: tuple[str, ...] = (), merge: bool = False, unset: str = "none", **kind: Any
-) -> Any:
+    default: T, env: str, *, read: tuple[str, ...] = (), merge: bool = False, unset: str = "none", **kind: Unpack[Kind]
+) -> T:
     """One :class:`~._settings.Settings` field: its default and its :class:`Spec` (``kind``: one of this module's
     kinds, ``count(...)``, ``seconds(...)``, ...)."""
     spec = Spec(env=env, read=read, merge=merge, unset=unset, **kind)

@@ -11,13 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Callable, Mapping, Sequence
-from typing import TYPE_CHECKING, Any, Literal, TypedDict
+from typing import TYPE_CHECKING, Literal, TypedDict
 
 from ._environment import sanitize_environment
 from ._settings import Settings, resolve
 from ._watchdog import WatchdogSettings, watchdog_arguments
 
 if TYPE_CHECKING:  # the SDK is imported only after the environment is checked (see ``_environment``)
+    from opentelemetry.sdk.metrics.export import MetricReader
     from opentelemetry.sdk.trace import SpanProcessor
     from opentelemetry.sdk.trace.export import SpanExporter
     from opentelemetry.sdk.trace.sampling import Sampler
@@ -33,7 +34,7 @@ class Options(TypedDict, total=False):
     exporters: Sequence[SpanExporter]
     processors: Sequence[SpanProcessor]
     sampler: Sampler | None
-    resource_attributes: Mapping[str, Any] | None
+    resource_attributes: Mapping[str, object] | None
     trace_per: Literal["sample", "step"] | None
     worker: str | None
     enabled: bool | None
@@ -56,7 +57,7 @@ class Options(TypedDict, total=False):
     redact: Callable[[str], str] | None
     watchdog: WatchdogSettings | bool | None
     max_inflight_samples: int | None
-    metric_readers: Sequence[Any]
+    metric_readers: Sequence[MetricReader]
     run_id: str | None
 
 
@@ -65,7 +66,7 @@ OBJECT_OPTIONS = frozenset({"exporters", "processors", "sampler", "worker", "red
 ``watchdog_*`` settings)."""
 
 
-def settings_from_options(service_name: str | None, options: Mapping[str, Any]) -> Settings:
+def settings_from_options(service_name: str | None, options: Options) -> Settings:
     """The settings ``configure(service_name, **options)`` asks for: each option given, else its variable, else
     the default (``config._settings.resolve``), after checking the environment (``sanitize_environment``).
 

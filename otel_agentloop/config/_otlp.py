@@ -46,6 +46,11 @@ DEFAULT_TIMEOUT_S = 10.0
 """One export call's deadline when none is set (the SDK's)."""
 
 
+def _lower(compression: str) -> str:
+    """An argument's compression name lowercased; anything else (a ``grpc.Compression``) as given."""
+    return compression.lower() if isinstance(compression, str) else compression
+
+
 @dataclasses.dataclass(frozen=True)
 class OtlpTarget:
     """One signal's OTLP export settings, resolved (see :func:`resolve_otlp`), and the rules that turn them into
@@ -86,18 +91,18 @@ class OtlpTarget:
         """This target with an exporter's own arguments (each ``None``: this target's): an ``endpoint`` is an
         argument's (:attr:`url` appends the signal's path when it lacks it); ``headers`` replace
         :attr:`given_headers`; each TLS file given replaces the HTTP one (:attr:`tls`)."""
-        changes: dict[str, Any] = {}
-        if endpoint is not None:
-            changes.update(endpoint=endpoint, source="argument")
-        if headers is not None:
-            changes["given_headers"] = headers
-        if timeout_s is not None:
-            changes["timeout_s"] = timeout_s
-        if compression is not None:
-            changes["compression"] = compression.lower() if isinstance(compression, str) else compression
-        if any(tls):
-            changes["tls"] = tuple(mine or theirs for mine, theirs in zip(tls, self.tls, strict=True))
-        return dataclasses.replace(self, **changes) if changes else self
+        if endpoint is None and headers is None and timeout_s is None and compression is None and not any(tls):
+            return self
+        mine, theirs = tls, self.tls
+        return dataclasses.replace(
+            self,
+            endpoint=self.endpoint if endpoint is None else endpoint,
+            source=self.source if endpoint is None else "argument",
+            given_headers=self.given_headers if headers is None else headers,
+            timeout_s=self.timeout_s if timeout_s is None else timeout_s,
+            compression=self.compression if compression is None else _lower(compression),
+            tls=(mine[0] or theirs[0], mine[1] or theirs[1], mine[2] or theirs[2]),
+        )
 
     # -- where ----------------------------------------------------------------------------------------------------
     @property

@@ -138,17 +138,31 @@ _BUILTIN_SAMPLERS = (
 )
 
 
+def _number_in(read: Callable[[str], float], low: float, high: float, what: str) -> Parse:
+    """A number ``read`` takes (``float``, ``int``) in ``[low, high]``, the text kept as it is; else "is not
+    ``what``"."""
+
+    def parse(raw: str) -> str:
+        try:
+            value = read(raw)
+        except ValueError:
+            raise ValueError(f"is not {what}") from None
+        if not low <= value <= high:
+            raise ValueError(f"is not {what}")
+        return raw
+
+    return parse
+
+
+_ratio = _number_in(float, 0.0, 1.0, "a number in [0, 1]")
+_port = _number_in(int, 0, 65535, "a port number (0-65535)")
+
+
 def _sampler_arg(raw: str) -> str:
     sampler = (env_str("OTEL_TRACES_SAMPLER") or "").lower()
     if sampler and sampler not in _BUILTIN_SAMPLERS:
         return raw  # a plugin's argument: its own format
-    try:
-        value = float(raw)
-    except ValueError:
-        raise ValueError("is not a number in [0, 1]") from None
-    if not 0.0 <= value <= 1.0:
-        raise ValueError("is not a number in [0, 1]")
-    return raw
+    return _ratio(raw)
 
 
 def _grpc_status_codes(raw: str) -> str:
@@ -263,16 +277,6 @@ def _other_variables() -> Iterable[SdkVariable]:
         "OTEL_PYTHON_LOGGER_CONFIGURATOR",
     ):
         yield SdkVariable(name, _anything, "unset")
-
-
-def _port(raw: str) -> str:
-    try:
-        value = int(raw)
-    except ValueError:
-        raise ValueError("is not a port number") from None
-    if not 0 <= value <= 65535:
-        raise ValueError("is not a port number (0-65535)")
-    return raw
 
 
 SDK_VARIABLES: tuple[SdkVariable, ...] = (*_limit_variables(), *_otlp_variables(), *_other_variables())

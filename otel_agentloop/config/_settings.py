@@ -70,7 +70,7 @@ class Settings:
     also_file: bool = setting(False, _AL + "ALSO_FILE", **kind.boolean(True))
     """Write ``file`` even when exporting over OTLP (implied by a ``file`` argument)."""
     traces_exporter: str = setting("otlp", "OTEL_TRACES_EXPORTER", **kind.choice("none", TRACE_EXPORTERS))
-    resource_attributes: Mapping[str, Any] | None = setting(
+    resource_attributes: Mapping[str, object] | None = setting(
         None, "OTEL_RESOURCE_ATTRIBUTES", merge=True, **kind.pairs({"deployment.environment": "test"}, headers=False)
     )
     attribute_value_length_limit: int = setting(4096, "OTEL_ATTRIBUTE_VALUE_LENGTH_LIMIT", **kind.count(100, 1))
@@ -152,14 +152,14 @@ class Settings:
         return env
 
 
-SPECS: tuple[tuple[str, Spec, Any], ...] = tuple(
+SPECS: tuple[tuple[str, Spec, object], ...] = tuple(
     (f.name, f.metadata["spec"], f.default) for f in dataclasses.fields(Settings) if "spec" in f.metadata
 )
 """Every setting: (field name, :class:`Spec`, default), in declaration order."""
 
 
 def resolve(
-    arguments: Mapping[str, Any] | None = None,
+    arguments: Mapping[str, object] | None = None,
     environ: Mapping[str, str] | None = None,
     *,
     only: Collection[str] | None = None,
@@ -171,7 +171,7 @@ def resolve(
     unknown = set(arguments) - {name for name, _, _ in SPECS}
     if unknown:
         raise TypeError(f"unknown settings: {', '.join(sorted(unknown))}")
-    values: dict[str, Any] = {}
+    values: dict[str, Any] = {}  # Any: each its field's type, as its Spec checked or parsed it
     sources: dict[str, str] = {}
     for name, spec, default in SPECS:
         if only is not None and name not in only:
@@ -186,13 +186,13 @@ def resolve(
             continue
         var, value = found
         if name in values:  # merged: the arguments win
-            values[name] = {**(value or {}), **values[name]}
+            values[name] = {**(value if isinstance(value, Mapping) else {}), **values[name]}
         else:
             values[name], sources[name] = value, var
     return Settings(**values, sources=sources)
 
 
-def _from_environment(spec: Spec, default: Any, environ: Mapping[str, str] | None) -> tuple[str, Any] | None:
+def _from_environment(spec: Spec, default: object, environ: Mapping[str, str] | None) -> tuple[str, object] | None:
     """(the variable, its value) of the first of ``spec``'s variables that is set and valid (an out-of-range
     value gives its bound), each bad one warned; ``None`` when none is."""
     chain = (*spec.read, spec.env)

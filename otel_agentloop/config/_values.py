@@ -35,7 +35,7 @@ MIN_WATCHDOG_INTERVAL = 0.05
 class AdjustedError(ValueError):
     """An environment value out of its declared range: ``value`` (the nearest bound) is used instead."""
 
-    def __init__(self, reason: str, value: Any) -> None:
+    def __init__(self, reason: str, value: Any) -> None:  # Any: the setting's own type (as Spec.show takes it)
         super().__init__(reason)
         self.value = value
 
@@ -124,7 +124,7 @@ def parse_thresholds(spec: Mapping[str, float] | str | None) -> dict[ThresholdKe
     """
     if spec is None:
         return {}
-    items: list[tuple[str, Any]]
+    items: list[tuple[str, Any]]  # Any: the user's threshold values, read by float()
     if isinstance(spec, str):
         items = []
         for part in spec.split(","):

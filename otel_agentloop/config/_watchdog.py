@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping
 from dataclasses import dataclass, field
-from typing import Any
 
 from ._settings import SPECS, Settings, resolve
 from ._values import ThresholdKey, parse_thresholds
@@ -42,7 +41,7 @@ class WatchdogSettings:
         object.__setattr__(self, "parsed", parse_thresholds(self.thresholds_s))
 
     @classmethod
-    def from_env(cls, **overrides: Any) -> WatchdogSettings:
+    def from_env(cls, **overrides: object) -> WatchdogSettings:
         """Settings from ``OTEL_AGENTLOOP_WATCHDOG*``, then ``overrides`` (a bad variable warns, keeps the default)."""
         arguments = {PREFIX + name: value for name, value in overrides.items()}
         return cls.from_settings(resolve(arguments, only=[PREFIX + name for name in WATCHDOG_FIELDS]))
@@ -52,7 +51,7 @@ class WatchdogSettings:
         """The watchdog part (``watchdog_*`` fields) of resolved :class:`~._settings.Settings`."""
         return cls(**{name: getattr(settings, PREFIX + name) for name in WATCHDOG_FIELDS})
 
-    def arguments(self) -> dict[str, Any]:
+    def arguments(self) -> dict[str, object]:
         """These settings as ``Settings`` arguments (``watchdog_*`` field name -> value)."""
         return {PREFIX + name: getattr(self, name) for name in WATCHDOG_FIELDS}
 
@@ -61,7 +60,7 @@ class WatchdogSettings:
         return resolve(self.arguments(), environ={}).worker_env()
 
 
-def watchdog_arguments(watchdog: WatchdogSettings | bool | None) -> dict[str, Any]:
+def watchdog_arguments(watchdog: WatchdogSettings | bool | None) -> dict[str, object]:
     """``configure(watchdog=...)`` as ``Settings`` arguments: a :class:`WatchdogSettings` sets every
     ``watchdog_*`` setting, ``True``/``False`` only ``watchdog_enabled``, ``None`` none."""
     if isinstance(watchdog, WatchdogSettings):

@@ -7,15 +7,16 @@ import contextvars
 import functools
 import inspect
 import types
-from collections.abc import AsyncGenerator, Callable, Generator
-from typing import Any, TypeVar, cast
+from collections.abc import AsyncGenerator, Callable, Coroutine, Generator
+from typing import ParamSpec, TypeVar, cast
 
 from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 
+P = ParamSpec("P")
 T = TypeVar("T")
 
 
-def bind(fn: Callable[..., T]) -> Callable[..., T]:
+def bind(fn: Callable[P, T]) -> Callable[P, T]:
     """``fn`` bound to the current context: pass it to ``run_in_executor``, ``executor.map`` or a ``Thread``.
 
     The context is captured once, here; each call runs in its own copy of it, so one bound callable may run
@@ -25,27 +26,29 @@ def bind(fn: Callable[..., T]) -> Callable[..., T]:
     sync callable that returns a coroutine (which then runs in the copy too).
     """
     ctx = contextvars.copy_context()
-    bound: Callable[..., Any]
+    bound: Callable[..., object]
     if is_asyncgen_callable(fn):
         bound = _bound_agen(ctx, fn)
     elif is_async_callable(fn):
+        call_async = fn
 
-        async def bound_async(*args: Any, **kwargs: Any) -> Any:
+        async def bound_async(*args: object, **kwargs: object) -> object:
             run = ctx.copy()
-            return await _run_in(run, run.run(fn, *args, **kwargs))
+            return await _run_in(run, run.run(call_async, *args, **kwargs))
 
         bound = bound_async
     elif is_gen_callable(fn):
+        call_gen = fn
 
-        def bound_gen(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+        def bound_gen(*args: object, **kwargs: object) -> Generator[object, object, object]:
             run = ctx.copy()
-            driven = cast(Generator[Any, Any, Any], _run_in(run, run.run(fn, *args, **kwargs)))
-            return (yield from driven)
+            driven = cast("Generator[object, object, object]", _run_in(run, run.run(call_gen, *args, **kwargs)))
+            return (yield from driven)  # types.coroutine's annotation says awaitable only
 
         bound = bound_gen
     else:
 
-        def bound_sync(*args: Any, **kwargs: Any) -> Any:
+        def bound_sync(*args: P.args, **kwargs: P.kwargs) -> object:
             run = ctx.copy()
             result = run.run(fn, *args, **kwargs)
             if inspect.iscoroutine(result):  # e.g. a lambda around an ``async def``: its body runs later
@@ -55,15 +58,17 @@ def bind(fn: Callable[..., T]) -> Callable[..., T]:
         bound = bound_sync
     with contextlib.suppress(Exception):  # a callable without __name__ & co. (a partial, an instance)
         functools.update_wrapper(bound, fn)
-    return cast("Callable[..., T]", bound)  # the same kind of callable as fn, with the same result
+    return cast("Callable[P, T]", bound)  # the same kind of callable as fn, with the same result
 
 
-def _bound_agen(ctx: contextvars.Context, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _bound_agen(
+    ctx: contextvars.Context, fn: Callable[..., AsyncGenerator[object, object]]
+) -> Callable[..., AsyncGenerator[object, object]]:
     """``fn``, an async generator function, running each resume in a copy of ``ctx``."""
 
-    async def bound_agen(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+    async def bound_agen(*args: object, **kwargs: object) -> AsyncGenerator[object, object]:
         run = ctx.copy()
-        agen: Any = run.run(fn, *args, **kwargs)
+        agen = run.run(fn, *args, **kwargs)
         step = agen.__anext__()
         while True:
             try:
@@ -84,17 +89,19 @@ def _bound_agen(ctx: contextvars.Context, fn: Callable[..., Any]) -> Callable[..
 
 
 @types.coroutine
-def _run_in(ctx: contextvars.Context, it: Any) -> Generator[Any, Any, Any]:
+def _run_in(
+    ctx: contextvars.Context, it: Generator[object, object, T] | Coroutine[object, object, T]
+) -> Generator[object, object, T]:
     """Drive ``it`` (a coroutine, a generator, an async generator's ``asend``/``athrow`` awaitable) to its end,
     every step of it inside ``ctx``; what is sent, thrown or closed into this frame reaches ``it`` unchanged.
     Awaitable (``await _run_in(...)``) and delegable (``yield from _run_in(...)``)."""
-    value: Any = None
+    value: object = None
     error: BaseException | None = None
     while True:
         try:
             yielded = ctx.run(it.send, value) if error is None else ctx.run(it.throw, error)
         except StopIteration as stop:
-            return stop.value
+            return cast(T, stop.value)
         value = error = None
         try:
             value = yield yielded
@@ -105,5 +112,5 @@ def _run_in(ctx: contextvars.Context, it: Any) -> Generator[Any, Any, Any]:
             error = exc
 
 
-async def _finish_in(ctx: contextvars.Context, coro: Any) -> Any:
+async def _finish_in(ctx: contextvars.Context, coro: Coroutine[object, object, T]) -> T:
     return await _run_in(ctx, coro)

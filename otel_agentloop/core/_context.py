@@ -27,7 +27,7 @@ from ._current import record_generation as record_generation
 from ._current import record_sample as record_sample
 from ._guard import internal_error
 from ._lifecycle import announce, open_span
-from ._scope import OpenSpan, span_of
+from ._scope import AsyncWith, OpenSpan, span_of
 from ._state import TracePer, state
 from ._tracer import current_registry, current_tracer
 from ._values import clean_attributes
@@ -77,7 +77,7 @@ class _Entry(Generic[V]):
         self.var_token: contextvars.Token[V | None] | None = None
 
 
-class _Scope(Generic[V]):
+class _Scope(AsyncWith[V]):
     """Shared enter/exit for :class:`step` and :class:`sample`: sync and async ``with``.
 
     Each entry sets :attr:`_var` to a new value (a :class:`StepState` or :class:`SampleHandle`) and keeps its
@@ -120,11 +120,6 @@ class _Scope(Generic[V]):
     def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
         self._exit(exc)
 
-    async def __aexit__(
-        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self._exit(exc)
-
 
 class step(_Scope[StepState]):  # noqa: N801 - used like a function: ``with otel_agentloop.step(3):``
     """Context of one training (or validation) step: a ``rl.step`` span and the step number for samples.
@@ -165,9 +160,6 @@ class step(_Scope[StepState]):  # noqa: N801 - used like a function: ``with otel
         state = StepState(self.step, self.validate, self.trace_per, span_of(scope) if scope is not None else None)
         self._enter(state, scope)
         return state
-
-    async def __aenter__(self) -> StepState:
-        return self.__enter__()
 
 
 _IDENTITY_KEYS = (sc.RL_SAMPLE_INDEX, sc.RL_ROLLOUT_N, sc.RL_STEP, sc.RL_VALIDATE)
@@ -236,9 +228,6 @@ class sample(_Scope[SampleHandle]):  # noqa: N801 - used like a function: ``asyn
         if registry is not None:
             handle.tracked_sample = registry.sample_started(span, attrs, scope.start_mono)
         return scope
-
-    async def __aenter__(self) -> SampleHandle:
-        return self.__enter__()
 
     def _exit(self, exc: BaseException | None) -> None:
         entry = self._leave()

@@ -23,7 +23,8 @@ Capabilities are declared by type, never sniffed: a processor is the library's w
 from __future__ import annotations
 
 from collections import deque
-from collections.abc import Mapping, Sequence
+from collections.abc import Callable, Mapping, Sequence
+from operator import attrgetter
 from typing import Any, cast
 
 from opentelemetry.attributes import BoundedAttributes
@@ -33,13 +34,13 @@ from opentelemetry.sdk.trace import Event, ReadableSpan, SpanLimits, SpanProcess
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.util import BoundedList
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
-from opentelemetry.trace import Link, SpanKind
+from opentelemetry.trace import Link, SpanContext, SpanKind, Status
 
 from ._errors import IDENTITY_KEYS
 from ._guard import internal_error
 from ._record import UNSET, FastSpan, Queued
 from ._recorder import finalize
-from ._values import frozen_attributes, timestamp_ns
+from ._values import frozen_attributes, plain_attributes, timestamp_ns
 
 _NO_PROCESSOR = SpanProcessor()
 
@@ -86,10 +87,16 @@ class _Origin:
     scope: InstrumentationScope
     limits: SpanLimits
 
-    def __init__(self, resource: Any, scope: Any, limits: SpanLimits | None) -> None:
+    def __init__(
+        self, resource: Resource | None, scope: InstrumentationScope | None, limits: SpanLimits | None
+    ) -> None:
         # As the span gave them (a ``ReadableSpan``-like object may lack any); an adapted record has ended, so
         # nothing bounds it again with these limits, and the encoders take a missing resource or scope as empty.
-        self.resource, self.scope, self.limits = resource, scope, cast(SpanLimits, limits)
+        self.resource, self.scope, self.limits = (
+            cast(Resource, resource),
+            cast(InstrumentationScope, scope),
+            cast(SpanLimits, limits),
+        )
 
     def finish(self, span: FastSpan, exc: BaseException | None, end_time: int | None) -> None:
         return None  # an adapted record has ended already
@@ -101,20 +108,13 @@ class _Origin:
 _origin = _Origin(None, None, None)
 
 
-def _origin_of(resource: Any, scope: Any, limits: SpanLimits | None) -> _Origin:
+def _origin_of(resource: Resource | None, scope: InstrumentationScope | None, limits: SpanLimits | None) -> _Origin:
     global _origin
     last = _origin  # one read: another thread may replace it meanwhile
     if last.resource is resource and last.scope is scope and last.limits is limits:
         return last
     _origin = last = _Origin(resource, scope, limits)
     return last
-
-
-def _raw(attributes: Any) -> Mapping[str, Any]:
-    """The plain dict behind the SDK's ``BoundedAttributes`` when it is there (the public view costs a call per
-    item); the mapping itself otherwise."""
-    inner: Mapping[str, Any] | None = getattr(attributes, "_dict", None)
-    return inner if inner is not None else (attributes or {})
 
 
 def to_record(span: ReadableSpan) -> FastSpan:
@@ -132,43 +132,26 @@ def to_record(span: ReadableSpan) -> FastSpan:
         return _record(span, _public(span))
 
 
-_Fields = tuple[Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any, Any]
-
-
-def _private(s: Any) -> _Fields:
-    """The SDK span's own fields (one attribute read each)."""
-    return (
-        s._context,
-        s._parent,
-        s._name,
-        s._kind,
-        s._start_time,
-        s._end_time,
-        s._attributes,
-        s._status,
-        s._events,
-        s._links,
-        s._resource,
-        s._instrumentation_scope,
-    )
-
-
-def _public(s: ReadableSpan) -> _Fields:
-    """The same, through ``ReadableSpan``'s public properties (another SDK version's span)."""
-    return (
-        s.context,
-        s.parent,
-        s.name,
-        s.kind,
-        s.start_time,
-        s.end_time,
-        s.attributes,
-        s.status,
-        s.events,
-        s.links,
-        s.resource,
-        s.instrumentation_scope,
-    )
+_Fields = tuple[
+    SpanContext | None,
+    SpanContext | None,
+    str,
+    SpanKind,
+    int | None,
+    int | None,
+    Mapping[str, object] | None,
+    Status,
+    Sequence[Event],
+    Sequence[Link],
+    Resource | None,
+    InstrumentationScope | None,
+]
+_NAMES = "context parent name kind start_time end_time attributes status events links resource instrumentation_scope"
+"""The fields of :data:`_Fields`, in order, as ``ReadableSpan`` names its properties (the SDK span: ``_`` + each)."""
+_public: Callable[[ReadableSpan], _Fields] = attrgetter(*_NAMES.split())
+"""A span's fields through ``ReadableSpan``'s public properties (any SDK version's span)."""
+_private: Callable[[ReadableSpan], _Fields] = attrgetter(*("_" + name for name in _NAMES.split()))
+"""The same, from the SDK span's own fields (one attribute read each; each public property is a call)."""
 
 
 def _record(span: ReadableSpan, fields: _Fields) -> FastSpan:
@@ -184,7 +167,7 @@ def _record(span: ReadableSpan, fields: _Fields) -> FastSpan:
         parent.span_id if parent is not None else 0,
         int(ctx.trace_flags),
         start or 0,
-        cast("dict[str, Any]", _raw(attrs)),  # read only: the record has ended (or is read at its start)
+        cast("dict[str, Any]", plain_attributes(attrs) or {}),  # read only: the record has ended (or is at its start)
     )
     record.end_ns = end or 0
     record.materialised = span
@@ -199,7 +182,8 @@ def _record(span: ReadableSpan, fields: _Fields) -> FastSpan:
         record.status = status
     if events:
         record.events = deque(
-            (e.name, _raw(e.attributes), _time(e.timestamp, end), e.dropped_attributes) for e in tuple(events)
+            (e.name, plain_attributes(e.attributes) or {}, _time(e.timestamp, end), e.dropped_attributes)
+            for e in tuple(events)
         )  # tuple(): one C-level copy (a span read at its start may still be written to)
     if links:
         record.links = tuple(links)
@@ -210,7 +194,7 @@ def _record(span: ReadableSpan, fields: _Fields) -> FastSpan:
     return record
 
 
-def _time(ts: Any, end: int | None) -> int:
+def _time(ts: object, end: int | None) -> int:
     """An SDK span's event time as OTLP carries it: a user's float read as nanoseconds, anything that cannot be
     a time replaced by the span's end (:func:`~otel_agentloop.core._values.timestamp_ns`): the event is kept."""
     return ts if type(ts) is int else timestamp_ns(ts, end or 0)

@@ -6,7 +6,6 @@ from __future__ import annotations
 import asyncio
 import traceback
 from collections.abc import Mapping
-from typing import Any
 
 from opentelemetry.trace import Span, Status, StatusCode
 from opentelemetry.util.types import Attributes, AttributeValue
@@ -97,7 +96,7 @@ def mark_error(span: Span, exc: BaseException) -> None:
         internal_error("mark_error")
 
 
-def exception_event(exception: BaseException, attributes: Attributes, escaped: bool) -> dict[str, Any]:
+def exception_event(exception: BaseException, attributes: Attributes, escaped: bool) -> dict[str, AttributeValue]:
     """The attributes of the SDK's ``Span.record_exception`` event for ``exception``, as a record's
     ``record_exception`` (``core._record``) writes it: the module-qualified type, the message (its guarded text
     when ``str()`` raises), the whole stack trace, ``escaped``; then ``attributes``. Raises only what a broken
@@ -108,7 +107,7 @@ def exception_event(exception: BaseException, attributes: Attributes, escaped: b
         stack = "".join(traceback.format_exception(exception))
     except Exception:
         stack = ""
-    event: dict[str, Any] = {
+    event: dict[str, AttributeValue] = {
         "exception.type": f"{module}.{qualname}" if module and module != "builtins" else qualname,
         "exception.message": safe_str(exception, 1 << 20),
         "exception.stacktrace": stack,

@@ -11,14 +11,19 @@ import asyncio
 import functools
 import inspect
 from collections.abc import AsyncGenerator, Awaitable, Callable, Generator
-from typing import Any, Protocol, TypeVar, cast
+from types import TracebackType
+from typing import Any, ParamSpec, Protocol, TypeVar, cast
 
 from ._guard import internal_error
 from ._kinds import is_async_callable, is_asyncgen_callable, is_gen_callable
 from ._scope import NOOP, Begin, Scope
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
+P = ParamSpec("P")
 T = TypeVar("T")
+Y = TypeVar("Y")  # what a generator yields
+S = TypeVar("S")  # what is sent into it
+R = TypeVar("R")  # what a call returns
 
 
 class _Outcome(Protocol):
@@ -64,17 +69,18 @@ def _future_done(scope: Scope) -> Callable[[_Outcome], None]:
     return done
 
 
-def _timed_result(result: Any, scope: Scope) -> object:  # result: the user function's
+def _timed_result(result: R, scope: Scope) -> R:
     """``result`` of a sync call that returned an awaitable: the scope ends when it completes. A coroutine is
     wrapped in a coroutine; a future (asyncio's or ``concurrent.futures``', a Ray ``ObjectRef``) keeps its
     identity and a done callback ends the scope. Any other awaitable is returned as is and timed until
     returned (wrapping it would change what the caller holds)."""
     try:
         if inspect.iscoroutine(result):
-            return _finish_after(result, scope)
+            return cast(R, _finish_after(result, scope))  # a coroutine of the same result
         add_done = getattr(result, "add_done_callback", None)
-        if add_done is None and type(result).__name__ == "ObjectRef" and hasattr(result, "future"):
-            add_done = result.future().add_done_callback  # Ray: completion through its concurrent future
+        future = getattr(result, "future", None) if add_done is None and type(result).__name__ == "ObjectRef" else None
+        if future is not None:
+            add_done = future().add_done_callback  # Ray: completion through its concurrent future
         if add_done is not None:
             add_done(_future_done(scope))
             return result
@@ -82,6 +88,22 @@ def _timed_result(result: Any, scope: Scope) -> object:  # result: the user func
         internal_error("instrument.awaitable")
     scope.close(None)
     return result
+
+
+class _Closing:
+    """``with _Closing(scope, stop):`` around closing a generator its consumer closed (``stop``): the close runs
+    in ``scope``, which then ends, with the close's error or else ``stop`` (not an error)."""
+
+    __slots__ = ("scope", "stop")
+
+    def __init__(self, scope: Scope, stop: GeneratorExit) -> None:
+        self.scope, self.stop = scope, stop
+
+    def __enter__(self) -> None:
+        self.scope.enter()
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        self.scope.exit(exc if exc is not None else self.stop)
 
 
 def _wraps(fn: Callable[..., object]) -> Callable[[F], F]:
@@ -120,42 +142,20 @@ def instrument(fn: F, begin: Begin) -> F:
     return cast(F, _sync_wrapper(fn, begin))
 
 
-def _asyncgen_wrapper(
-    fn: Callable[..., AsyncGenerator[Any, Any]], begin: Begin
-) -> Callable[..., AsyncGenerator[Any, Any]]:
+def _asyncgen_wrapper(fn: Callable[P, AsyncGenerator[Y, S]], begin: Begin) -> Callable[P, AsyncGenerator[Y, S]]:
 
     @_wraps(fn)
-    async def agen_wrapper(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, Any]:
+    async def agen_wrapper(*args: P.args, **kwargs: P.kwargs) -> AsyncGenerator[Y, S]:
         scope = begin(kwargs) or NOOP  # entered
         try:
             agen = fn(*args, **kwargs)
-            value = await agen.__anext__()
-        except StopAsyncIteration:
-            scope.exit(None)
-            return
+            step = agen.__anext__()  # an awaitable: nothing of the generator runs before it is awaited
         except BaseException as exc:
             scope.exit(exc)
             raise
-        scope.leave()
-        while True:
-            sent: Any = None
-            thrown: BaseException | None = None
+        while True:  # entered here: each step runs in the scope
             try:
-                sent = yield value
-            except GeneratorExit as stop:
-                scope.enter()
-                try:
-                    await agen.aclose()
-                except BaseException as exc:
-                    scope.exit(exc)
-                    raise
-                scope.exit(stop)
-                raise
-            except BaseException as exc:
-                thrown = exc
-            scope.enter()
-            try:
-                value = await (agen.asend(sent) if thrown is None else agen.athrow(thrown))
+                value = await step
             except StopAsyncIteration:
                 scope.exit(None)
                 return
@@ -163,14 +163,25 @@ def _asyncgen_wrapper(
                 scope.exit(exc)
                 raise
             scope.leave()
+            try:
+                sent = yield value
+            except GeneratorExit as stop:
+                with _Closing(scope, stop):
+                    await agen.aclose()
+                raise
+            except BaseException as exc:
+                step = agen.athrow(exc)
+            else:
+                step = agen.asend(sent)
+            scope.enter()
 
     return agen_wrapper
 
 
-def _async_wrapper(fn: Callable[..., Awaitable[Any]], begin: Begin) -> Callable[..., Awaitable[Any]]:
+def _async_wrapper(fn: Callable[P, Awaitable[R]], begin: Begin) -> Callable[P, Awaitable[R]]:
 
     @_wraps(fn)
-    async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+    async def async_wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         scope = begin(kwargs)  # entered
         if scope is None:
             return await fn(*args, **kwargs)
@@ -185,56 +196,48 @@ def _async_wrapper(fn: Callable[..., Awaitable[Any]], begin: Begin) -> Callable[
     return async_wrapper
 
 
-def _gen_wrapper(fn: Callable[..., Generator[Any, Any, Any]], begin: Begin) -> Callable[..., Generator[Any, Any, Any]]:
+def _gen_wrapper(fn: Callable[P, Generator[Y, S, R]], begin: Begin) -> Callable[P, Generator[Y, S, R]]:
 
     @_wraps(fn)
-    def gen_wrapper(*args: Any, **kwargs: Any) -> Generator[Any, Any, Any]:
+    def gen_wrapper(*args: P.args, **kwargs: P.kwargs) -> Generator[Y, S, R]:
         scope = begin(kwargs)  # entered
         if scope is None:
             return (yield from fn(*args, **kwargs))
         try:
             gen = fn(*args, **kwargs)
-            value = next(gen)
-        except StopIteration as done:
-            scope.exit(None)
-            return done.value
         except BaseException as exc:
             scope.exit(exc)
             raise
-        scope.leave()
-        while True:
-            sent: Any = None
-            thrown: BaseException | None = None
-            try:
-                sent = yield value
-            except GeneratorExit as stop:
-                scope.enter()
-                try:
-                    gen.close()
-                except BaseException as exc:
-                    scope.exit(exc)
-                    raise
-                scope.exit(stop)
-                raise
-            except BaseException as exc:
-                thrown = exc
-            scope.enter()
+        sent: Any = None  # Any: the consumer's value, sent on unchanged (None first: ``send(None)`` is ``next``)
+        thrown: BaseException | None = None
+        while True:  # entered here: each step runs in the scope
             try:
                 value = gen.send(sent) if thrown is None else gen.throw(thrown)
             except StopIteration as done:
                 scope.exit(None)
-                return done.value
+                returned: R = done.value  # what the generator returned
+                return returned
             except BaseException as exc:
                 scope.exit(exc)
                 raise
             scope.leave()
+            thrown = None
+            try:
+                sent = yield value
+            except GeneratorExit as stop:
+                with _Closing(scope, stop):
+                    gen.close()
+                raise
+            except BaseException as exc:
+                thrown = exc
+            scope.enter()
 
     return gen_wrapper
 
 
-def _sync_wrapper(fn: Callable[..., Any], begin: Begin) -> Callable[..., Any]:
+def _sync_wrapper(fn: Callable[P, R], begin: Begin) -> Callable[P, R]:
     @_wraps(fn)
-    def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
+    def sync_wrapper(*args: P.args, **kwargs: P.kwargs) -> R:
         scope = begin(kwargs)  # entered
         if scope is None:
             return fn(*args, **kwargs)

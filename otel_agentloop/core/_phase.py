@@ -13,7 +13,7 @@ from __future__ import annotations
 
 from collections.abc import Callable, Mapping, Sequence
 from types import TracebackType
-from typing import Any, TypeVar, overload
+from typing import TypeVar, overload
 
 from opentelemetry import trace
 from opentelemetry.trace import Link, Span, Tracer
@@ -24,11 +24,11 @@ from ._current import _SAMPLE
 from ._guard import internal_error
 from ._instrument import instrument
 from ._lifecycle import finish, open_span, track_phase
-from ._scope import OpenSpan, Scope, span_of
+from ._scope import AsyncWith, OpenSpan, Scope, span_of
 from ._tracer import current_tracer
 from ._values import clean_attributes
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 _PHASE_ALIASES = {
     "generate": sc.GENERATE,
@@ -112,7 +112,7 @@ class PhaseBegin:
     def __reduce__(self) -> tuple[object, ...]:
         return (PhaseBegin, (self.spec,))
 
-    def begin(self, kwargs: dict[str, Any]) -> Scope | None:
+    def begin(self, kwargs: dict[str, object]) -> Scope | None:
         """The hot path: one span, entered; ``None`` when tracing is off (the whole cost then: this call and
         ``current_tracer``'s)."""
         tracer = current_tracer()
@@ -236,7 +236,7 @@ def trace_reward(fn: F | None = None, /) -> F | Callable[[F], F]:
     return deco if fn is None else deco(fn)
 
 
-class span:  # noqa: N801 - used like a function: ``with otel_agentloop.span("tool_calls"):``
+class span(AsyncWith[Span]):  # noqa: N801 - used like a function: ``with otel_agentloop.span("tool_calls"):``
     """A phase span around a block, for call sites that time a block (verl's ``simple_timer``) not a function.
 
     Create one per use: ``with span("tool_calls"): await asyncio.gather(...)``. Same contract as :func:`phase`.
@@ -264,11 +264,3 @@ class span:  # noqa: N801 - used like a function: ``with otel_agentloop.span("to
         started, self._started = self._started, None
         if started is not None:
             finish(started, exc)
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.__exit__(et, exc, tb)

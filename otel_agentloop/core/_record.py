@@ -72,7 +72,7 @@ library's provider made), or ``(START, span)`` before a sample's root span (``co
 _logger = logging.getLogger("otel_agentloop")
 _SCALARS = frozenset((str, bool, int, float))
 _DEFAULT_STATE = TraceState()
-Event = tuple[str, Mapping[str, Any], int, int]
+Event = tuple[str, Mapping[str, types.AnyValue], int, int]
 """A record's event: ``(name, attributes, time_ns, dropped_attributes)``."""
 UNSET = Status(StatusCode.UNSET)
 """A span's status until one is set (shared: a Status is immutable)."""

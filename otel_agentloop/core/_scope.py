@@ -14,7 +14,8 @@ from collections import deque
 from collections.abc import Callable, Mapping
 from contextvars import Token
 from operator import attrgetter
-from typing import Any, Protocol
+from types import TracebackType
+from typing import Any, Generic, Protocol, TypeVar
 
 from opentelemetry import context as otel_context
 from opentelemetry import trace
@@ -49,9 +50,32 @@ class Scope:
 NOOP = Scope()
 """The scope of a call made while tracing is off."""
 
-Begin = Callable[[dict[str, Any]], "Scope | None"]
+Begin = Callable[[dict[str, object]], "Scope | None"]
 """Opens one call's scope, entered, from the call's keyword arguments (it may pop its own); ``None`` when
 off."""
+
+B = TypeVar("B")
+
+
+class AsyncWith(Generic[B]):
+    """A ``with`` block that is an ``async with`` block too, the same block (its enter and exit never await):
+    ``span``, ``trainer_phase``, ``step`` and ``sample`` define ``__enter__`` and ``__exit__``, once."""
+
+    __slots__ = ()
+
+    def __enter__(self) -> B:
+        raise NotImplementedError
+
+    def __exit__(self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None) -> None:
+        raise NotImplementedError
+
+    async def __aenter__(self) -> B:
+        return self.__enter__()
+
+    async def __aexit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> None:
+        self.__exit__(et, exc, tb)
 
 
 class OpenSpan(Scope):

@@ -11,7 +11,7 @@ from __future__ import annotations
 import time
 from collections.abc import Callable, MutableMapping
 from types import TracebackType
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
@@ -22,10 +22,10 @@ from ._current import _SAMPLE, current_step
 from ._guard import internal_error
 from ._instrument import instrument
 from ._lifecycle import open_span
-from ._scope import OpenSpan, Scope, span_of
+from ._scope import AsyncWith, OpenSpan, Scope, span_of
 from ._tracer import current_tracer
 
-F = TypeVar("F", bound=Callable[..., Any])
+F = TypeVar("F", bound=Callable[..., object])
 
 VERL_TRAINER_PHASES = (
     "gen",
@@ -88,7 +88,7 @@ class _TrainerScope(Scope):
             inner.close(exc)
 
 
-class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop.trainer_phase("gen", timing_raw):``
+class trainer_phase(AsyncWith[Span]):  # noqa: N801 - used like a function: ``with otel_agentloop.trainer_phase("gen", timing_raw):``
     """A span ``rl.train.<name>`` (and, optionally, verl-style timing accumulation) around a block or function.
 
     As a decorator it uses the library's one lifecycle (sync, async, generators, async generators, callables
@@ -103,7 +103,7 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
         self.timing_raw = timing_raw
         self._scope: _TrainerScope | None = None
 
-    def _begin(self, kwargs: dict[str, Any] | None = None) -> _TrainerScope | None:
+    def _begin(self, kwargs: dict[str, object] | None = None) -> _TrainerScope | None:
         if self.timing_raw is None and current_tracer() is None:
             return None
         scope = _TrainerScope(self.name, self.timing_raw)
@@ -120,14 +120,6 @@ class trainer_phase:  # noqa: N801 - used like a function: ``with otel_agentloop
         scope, self._scope = self._scope, None
         if scope is not None:
             scope.exit(exc)
-
-    async def __aenter__(self) -> Span:
-        return self.__enter__()
-
-    async def __aexit__(
-        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
-    ) -> None:
-        self.__exit__(et, exc, tb)
 
     def __call__(self, fn: F) -> F:
         """Decorate ``fn``: each call is one phase."""

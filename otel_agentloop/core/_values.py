@@ -13,6 +13,7 @@ import math
 import numbers
 import time
 from collections.abc import Mapping, Sequence
+from typing import TypeVar
 
 from opentelemetry.attributes import BoundedAttributes
 from opentelemetry.util.types import AnyValue, AttributeValue
@@ -27,6 +28,7 @@ SDK (1.45) follows any depth until Python's recursion limit (then raises from th
 value a program really writes (a list 40 deep: nested arrays on both paths) and the encoders' recursion bounded.
 ``analysis._reading._decode.MAX_VALUE_DEPTH`` reads this depth back."""
 PLAIN = (str, bool, int, float)
+V = TypeVar("V")
 
 
 def safe_repr(value: object, limit: int = 200) -> str:
@@ -158,6 +160,13 @@ def frozen_attributes(attributes: Mapping[str, AnyValue], dropped: int) -> Bound
     frozen = BoundedAttributes(None, attributes, immutable=True)
     frozen.dropped = dropped
     return frozen
+
+
+def plain_attributes(attributes: Mapping[str, V] | None) -> Mapping[str, V] | None:
+    """The plain dict behind the SDK's ``BoundedAttributes`` when it is there (iterating the public view costs a
+    Python-level call per item); the mapping itself otherwise. For code that only reads (the encoders, the door)."""
+    inner: Mapping[str, V] | None = getattr(attributes, "_dict", None)
+    return inner if inner is not None else attributes
 
 
 def clean_attributes(attributes: Mapping[str, object] | None) -> dict[str, AttributeValue]:

@@ -15,8 +15,10 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import Event, ReadableSpan
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 from opentelemetry.trace import Link, Status
+from opentelemetry.util.types import AttributeValue
 
 from ..core._guard import internal_error
+from ..core._values import plain_attributes
 
 _SURROGATE = re.compile("[\ud800-\udfff]")
 
@@ -26,7 +28,7 @@ def clean_text(text: str) -> str:
     return text.encode("utf-16-le", "surrogatepass").decode("utf-16-le", "replace")
 
 
-def _clean(value: Any) -> Any:
+def _clean(value: Any) -> Any:  # Any: an attribute value (the user's), any kind the SDK keeps, as it came
     if isinstance(value, str):
         return clean_text(value)
     if isinstance(value, (bytes, bytearray)):
@@ -38,7 +40,7 @@ def _clean(value: Any) -> Any:
     return value
 
 
-def _clean_attrs(attrs: Mapping[str, Any] | None) -> dict[str, Any]:
+def _clean_attrs(attrs: Mapping[str, object] | None) -> dict[str, AttributeValue]:
     return {_clean(k): _clean(v) for k, v in (attrs or {}).items()}
 
 
@@ -47,8 +49,9 @@ class SpanCleaner:
     encoder that groups spans by resource still groups them)."""
 
     def __init__(self) -> None:
-        self._resources: dict[int, tuple[Any, Resource]] = {}
-        self._scopes: dict[int, tuple[Any, InstrumentationScope | None]] = {}
+        # id -> (the original, kept alive while its id is a key; its copy)
+        self._resources: dict[int, tuple[Resource | None, Resource]] = {}
+        self._scopes: dict[int, tuple[InstrumentationScope | None, InstrumentationScope | None]] = {}
 
     def _resource(self, resource: Resource | None) -> Resource:
         entry = self._resources.get(id(resource))
@@ -92,7 +95,7 @@ class SpanCleaner:
         )
 
 
-def _bad(value: Any) -> bool:
+def _bad(value: object) -> bool:
     """``value`` (or a key or item inside it) is text UTF-8 cannot encode."""
     if isinstance(value, str):
         return not value.isascii() and _SURROGATE.search(value) is not None
@@ -106,16 +109,15 @@ def _bad(value: Any) -> bool:
 _PLAIN = (int, float, bool, type(None))
 
 
-def _bad_attrs(attrs: Mapping[str, Any] | None) -> bool:
-    if not attrs:
+def _bad_attrs(attrs: Mapping[str, object] | None) -> bool:
+    inner = plain_attributes(attrs)
+    if not inner:
         return False
-    inner: Mapping[str, Any] = getattr(attrs, "_dict", None) or attrs  # the SDK's BoundedAttributes' dict
     for key, value in inner.items():
-        kind = type(value)
-        if kind is str:
+        if type(value) is str:
             if not value.isascii() and _SURROGATE.search(value) is not None:
                 return True
-        elif kind not in _PLAIN and _bad(value):
+        elif type(value) not in _PLAIN and _bad(value):
             return True
         if not (type(key) is str and key.isascii()) and _bad(key):
             return True

@@ -9,7 +9,7 @@ As the SDK's exporters, none of them suppresses instrumentation itself: the proc
 
 from __future__ import annotations
 
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Protocol, runtime_checkable
 
 from opentelemetry.sdk.trace import ReadableSpan
@@ -48,6 +48,18 @@ class RecordSpanExporter(SpanExporter):
     def export(self, spans: Sequence[ReadableSpan]) -> SpanExportResult:
         records, _ = records_of(spans, f"{type(self).__name__}.export: adapting a span")
         return self.export_records(records)
+
+    def encoded(
+        self, spans: Sequence[FastSpan], encode: Callable[[Sequence[FastSpan]], tuple[bytes, int]]
+    ) -> bytes | None:
+        """What ``encode`` (an encoder's ``encode_request``) makes of ``spans``; the spans it left out are counted
+        in :attr:`spans_unencodable`. ``None`` when it left out every one: nothing to send."""
+        data, skipped = encode(spans)
+        if skipped:
+            self.spans_unencodable += skipped
+            if skipped == len(spans):
+                return None
+        return data
 
 
 class SpanExporterOfRecords:

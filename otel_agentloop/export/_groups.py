@@ -2,7 +2,10 @@
 
 from __future__ import annotations
 
-from typing import Any, Generic, TypeVar
+from typing import Generic, TypeVar
+
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 T = TypeVar("T")
 
@@ -13,11 +16,11 @@ class Groups(Generic[T]):
     ``resources``: ``[(resource, [(scope, [span, ...]), ...]), ...]``."""
 
     def __init__(self) -> None:
-        self.resources: list[tuple[Any, list[tuple[Any, list[T]]]]] = []
-        self._by_id: dict[int, list[tuple[Any, list[T]]]] = {}
+        self.resources: list[tuple[Resource | None, list[tuple[InstrumentationScope | None, list[T]]]]] = []
+        self._by_id: dict[int, list[tuple[InstrumentationScope | None, list[T]]]] = {}
         self._scope_by_id: dict[tuple[int, int], list[T]] = {}
 
-    def spans_of(self, resource: Any, scope: Any) -> list[T]:
+    def spans_of(self, resource: Resource | None, scope: InstrumentationScope | None) -> list[T]:
         """The list the spans of ``resource`` and ``scope`` go to."""
         key = (id(resource), id(scope))
         spans = self._scope_by_id.get(key)

@@ -13,16 +13,16 @@ the timeout, the compression, the TLS files (``grpc_tls_files``: ``OTEL_EXPORTER
 from __future__ import annotations
 
 import random
-import threading
 import time
 from collections.abc import Iterable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING, Protocol
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._environment import variable
+from ..config._headers import GrpcMetadata
 from ..config._otlp import OtlpTarget
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_proto import encode_request, warn_rejected
 from ._sending import SendingExporter
@@ -40,6 +40,37 @@ RETRYABLE = (
 """The status codes retried (the SDK's list), unless ``OTEL_PYTHON_EXPORTER_OTLP_GRPC_RETRYABLE_ERROR_CODES``
 names others."""
 MAX_TRIES = 6
+
+if TYPE_CHECKING:
+    from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
+
+
+class _Call(Protocol):
+    """A gRPC channel's ``unary_unary`` callable for ``TraceService/Export`` (grpc is untyped)."""
+
+    def __call__(self, request: bytes, *, metadata: GrpcMetadata, timeout: float) -> ExportTraceServiceResponse: ...
+
+
+class _Channel(Protocol):
+    """A gRPC channel, once its call is made: closed on reconnect and shutdown."""
+
+    def close(self) -> None: ...
+
+
+class _Metadatum(Protocol):
+    """One item of a call's metadata (a ``(key, value)`` namedtuple)."""
+
+    @property
+    def key(self) -> str: ...
+
+    @property
+    def value(self) -> bytes: ...
+
+
+class _RpcError(Protocol):
+    """A failed call's ``grpc.RpcError`` (a ``grpc.Call`` too), as read here."""
+
+    def trailing_metadata(self) -> Iterable[_Metadatum] | None: ...
 
 
 def retryable_codes() -> tuple[str, ...]:
@@ -83,19 +114,12 @@ class OTLPGrpcExporter(SendingExporter):
         self.metadata = target.grpc_metadata
         self.compression = target.grpc_compression
         self.retryable = retryable_codes()
-        self._init_state()
-        after_fork_in_child(self, "_init_state")
 
-    def _init_state(self) -> None:
-        # a forked child must not use its parent's channel: it opens its own on its first export
-        self._channel: Any = None
-        self._call: Any = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        if self._shutdown:
-            self._stop.set()
+    def _forget_connection(self) -> None:
+        self._channel: _Channel | None = None
+        self._call: _Call | None = None
 
-    def _connect(self) -> Any:
+    def _connect(self) -> _Call:
         import grpc  # type: ignore[import-untyped]
         from opentelemetry.proto.collector.trace.v1.trace_service_pb2 import ExportTraceServiceResponse
 
@@ -112,31 +136,30 @@ class OTLPGrpcExporter(SendingExporter):
                 )
                 channel = grpc.secure_channel(self.address, credentials, compression=self.compression)
             self._channel = channel
-            self._call = channel.unary_unary(
+            call: _Call = channel.unary_unary(
                 EXPORT_METHOD,
                 request_serializer=None,  # the request is already bytes
                 response_deserializer=ExportTraceServiceResponse.FromString,
             )
-            return self._call
+            self._call = call
+            return call
 
-    def _reconnect(self) -> None:
+    def _close(self) -> None:
         with self._lock:
             channel, self._channel, self._call = self._channel, None, None
         if channel is not None:
             try:
                 channel.close()
             except Exception:
-                internal_error("OTLPGrpcExporter.reconnect")
+                internal_error("OTLPGrpcExporter.close")
 
     def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
         import grpc
 
         deadline = time.monotonic() + self.timeout_s
-        body, skipped = encode_request(spans)
-        if skipped:
-            self.spans_unencodable += skipped
-            if skipped == len(spans):
-                return SpanExportResult.SUCCESS  # nothing left to send (counted as unencodable)
+        body = self.encoded(spans, encode_request)
+        if body is None:
+            return SpanExportResult.SUCCESS  # nothing left to send (counted as unencodable)
         for attempt in range(MAX_TRIES):
             if self._shutdown:
                 return SpanExportResult.FAILURE
@@ -150,7 +173,7 @@ class OTLPGrpcExporter(SendingExporter):
                 if wait is None:
                     wait = 2.0**attempt * random.uniform(0.8, 1.2)
                 if code == grpc.StatusCode.UNAVAILABLE and attempt == 0:
-                    self._reconnect()  # as the SDK does: a fresh channel reconnects at once
+                    self._close()  # as the SDK does: a fresh channel (the next try's) reconnects at once
                 self._failed(f"{name}: {error.details()}")  # warned once, at the first failed try
                 if (
                     name not in self.retryable
@@ -172,18 +195,12 @@ class OTLPGrpcExporter(SendingExporter):
     def destination(self) -> str:
         return self.address
 
-    def shutdown(self) -> None:
-        """Stop: close the channel (an export in flight ends) and abort a back-off wait; never blocks."""
-        self._shutdown = True
-        self._stop.set()
-        self._reconnect()
 
-
-def _retry_delay(error: Any) -> float | None:
+def _retry_delay(error: _RpcError) -> float | None:
     """The receiver's ``RetryInfo`` delay in seconds (``google.rpc.retryinfo-bin`` trailer), if it sent one."""
     try:
-        trailers: Iterable[tuple[str, Any]] = error.trailing_metadata() or ()
-        raw = dict(trailers).get("google.rpc.retryinfo-bin")
+        trailers = error.trailing_metadata() or ()
+        raw = next((item.value for item in trailers if item.key == "google.rpc.retryinfo-bin"), None)
         if raw is None:
             return None
         from google.rpc.error_details_pb2 import RetryInfo  # type: ignore[import-untyped]

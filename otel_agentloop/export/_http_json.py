@@ -27,19 +27,21 @@ import email.utils
 import gzip
 import math
 import random
-import threading
 import time
 import zlib
 from collections.abc import Mapping, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._otlp import OtlpTarget, resolve_otlp
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._otlp_json import encode_request
 from ._sending import SendingExporter
+
+if TYPE_CHECKING:  # requests is imported on the first export: configure() does not pay for it
+    from requests import Response, Session
 
 _RETRYABLE = frozenset({429, 502, 503, 504})
 MAX_ANSWER_BYTES = 64 << 10
@@ -123,39 +125,27 @@ class OTLPJsonHttpExporter(SendingExporter):
             self.headers["Content-Encoding"] = self.compression
         self.verify = target.http_verify
         self.cert = target.http_cert
-        self._stop = threading.Event()
-        self._session: Any = None
-        self._lock = threading.Lock()
-        after_fork_in_child(self, "_after_fork")
 
-    def _after_fork(self) -> None:
-        # the parent's pooled sockets are not ours to use or close: drop the session, open fresh connections
-        self._session = None
-        self._lock = threading.Lock()
-        self._stop = threading.Event()
-        if self._shutdown:
-            self._stop.set()
+    def _forget_connection(self) -> None:
+        self._session: Session | None = None  # a forked child's: the parent's pooled sockets are not its own
 
-    def _get_session(self) -> Any:
+    def _get_session(self) -> Session:
         session = self._session
         if session is None:
             import requests  # first export, on the export thread: configure() does not pay for the import
 
             with self._lock:
-                if self._session is None:
-                    session = requests.Session()
-                    session.headers.update(self.headers)
-                    self._session = session
                 session = self._session
+                if session is None:
+                    session = self._session = requests.Session()
+                    session.headers.update(self.headers)
         return session
 
     def _body(self, spans: Sequence[FastSpan]) -> bytes | None:
         """The compressed request; ``None`` when no span of the batch could be encoded."""
-        data, skipped = self._encode(spans)
-        if skipped:
-            self.spans_unencodable += skipped
-            if skipped == len(spans):
-                return None
+        data = self.encoded(spans, self._encode)
+        if data is None:
+            return None
         if self.compression == "gzip":
             return gzip.compress(data, compresslevel=1)
         if self.compression == "deflate":
@@ -166,7 +156,7 @@ class OTLPJsonHttpExporter(SendingExporter):
         """The request body (uncompressed), and how many spans could not be encoded."""
         return encode_request(spans)
 
-    def _answered(self, response: Any, body: bytes) -> None:
+    def _answered(self, response: Response, body: bytes) -> None:
         """A 2xx answer arrived; ``body``: at most ``MAX_ANSWER_BYTES`` of it, as sent (not decoded)."""
 
     def _export(self, spans: Sequence[FastSpan]) -> SpanExportResult:
@@ -216,7 +206,7 @@ class OTLPJsonHttpExporter(SendingExporter):
             if wait > 0 and self._stop.wait(wait):
                 return SpanExportResult.FAILURE
 
-    def _judge(self, response: Any, deadline: float) -> SpanExportResult | tuple[bool, str, float | None]:
+    def _judge(self, response: Response, deadline: float) -> SpanExportResult | tuple[bool, str, float | None]:
         """A 2xx answer is SUCCESS, a 3xx FAILURE (warned once, not followed); any other: (retry it?, the reason,
         the wait its ``Retry-After`` asks for: ``None`` when it asks none)."""
         answer = _discard_answer(response, deadline)
@@ -248,10 +238,7 @@ class OTLPJsonHttpExporter(SendingExporter):
     def destination(self) -> str:
         return self.endpoint
 
-    def shutdown(self) -> None:
-        """Stop: abort a back-off wait and close the connections; never blocks on the network."""
-        self._shutdown = True
-        self._stop.set()
+    def _close(self) -> None:
         session, self._session = self._session, None
         if session is not None:
             try:
@@ -260,7 +247,7 @@ class OTLPJsonHttpExporter(SendingExporter):
                 internal_error(f"{type(self).__name__}.shutdown")
 
 
-def _discard_answer(response: Any, deadline: float) -> bytes:
+def _discard_answer(response: Response, deadline: float) -> bytes:
     """Read the answer, at most ``MAX_ANSWER_BYTES`` of it, undecoded (no decompression bomb), and only until
     ``deadline``; what was read. An answer read to its end returns the connection to the pool; a longer,
     slower or broken one is cut, closing its connection (the status line already decided the result)."""

@@ -12,11 +12,14 @@ exporter (``config._otlp.DEFAULT_COMPRESSION``). A receiver's partial success is
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..core._record import FastSpan
 from ._http_json import OTLPJsonHttpExporter
 from ._otlp_proto import encode_request, warn_rejected
+
+if TYPE_CHECKING:
+    from requests import Response
 
 
 class OTLPProtoHttpExporter(OTLPJsonHttpExporter):
@@ -29,7 +32,7 @@ class OTLPProtoHttpExporter(OTLPJsonHttpExporter):
     def _encode(self, spans: Sequence[FastSpan]) -> tuple[bytes, int]:
         return encode_request(spans)
 
-    def _answered(self, response: Any, body: bytes) -> None:
+    def _answered(self, response: Response, body: bytes) -> None:
         headers = response.headers
         if not body or headers.get("Content-Encoding") or "protobuf" not in headers.get("Content-Type", ""):
             return  # empty, compressed or not protobuf: no partial success is read out of it

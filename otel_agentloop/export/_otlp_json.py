@@ -21,10 +21,13 @@ from collections.abc import Callable, Mapping, Sequence
 from json.encoder import encode_basestring
 from typing import Any
 
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, StatusCode, TraceState
 
 from ..core._guard import internal_error
-from ..core._record import FastSpan
+from ..core._record import Event, FastSpan
+from ..core._values import plain_attributes
 from ._clean import clean_text
 from ._groups import Groups
 
@@ -43,7 +46,7 @@ def _double(v: float) -> str:
     return '{"doubleValue":"' + ("NaN" if math.isnan(v) else ("Infinity" if v > 0 else "-Infinity")) + '"}'
 
 
-def _value(v: Any) -> str | None:
+def _value(v: Any) -> str | None:  # Any: an attribute value (the user's), dispatched on its exact type
     """One attribute value as OTLP-JSON ``AnyValue``, typed as the OTLP protobuf encoder types it (subclasses
     of bool/int/float/str such as ``np.float64`` keep their type, mappings are ``kvlistValue``, ``None`` is the
     empty value); ``None`` when protobuf cannot encode it either (an int outside int64): the key is dropped."""
@@ -64,7 +67,7 @@ def _value(v: Any) -> str | None:
     return _other(v)
 
 
-def _other(v: Any) -> str | None:
+def _other(v: object) -> str | None:
     try:
         if isinstance(v, bool):
             return '{"boolValue":true}' if v else '{"boolValue":false}'
@@ -87,14 +90,7 @@ def _other(v: Any) -> str | None:
         return None
 
 
-def _raw(attributes: Any) -> Mapping[str, Any] | None:
-    """The plain dict behind the SDK's BoundedAttributes when it is there: iterating the public view costs
-    a Python-level call per item. Falls back to the mapping itself."""
-    inner: Mapping[str, Any] | None = getattr(attributes, "_dict", None)
-    return inner if inner is not None else attributes
-
-
-def _attrs(attrs: Mapping[str, Any] | None) -> str:
+def _attrs(attrs: Mapping[str, object] | None) -> str:
     if not attrs:
         return "[]"
     parts = []
@@ -122,22 +118,22 @@ def _flags(remote: bool) -> int:
     return _HAS_IS_REMOTE | _IS_REMOTE if remote else _HAS_IS_REMOTE
 
 
-def _event_json(name: str, ts: int, attributes: Mapping[str, Any] | None, dropped: int) -> str:
+def _event_json(name: str, ts: int, attributes: Mapping[str, object] | None, dropped: int) -> str:
     return f'{{"timeUnixNano":"{ts}","name":{_quote(name)},"attributes":{_attrs(attributes)}{_dropped(dropped)}}}'
 
 
-def _record_events(events: Sequence[tuple[str, Mapping[str, Any], int, int]]) -> str:
+def _record_events(events: Sequence[Event]) -> str:
     """A fast-path record's events: ``(name, attributes, time_ns, dropped_attributes)``."""
     return ',"events":[' + ",".join(_event_json(name, ts, attrs, dropped) for name, attrs, ts, dropped in events) + "]"
 
 
-def _links(links: Sequence[Any]) -> str:
+def _links(links: Sequence[Link]) -> str:
     """The ``links`` member (the SDK writes no link trace state)."""
     return (
         ',"links":['
         + ",".join(
             f'{{"traceId":"{link.context.trace_id:032x}","spanId":"{link.context.span_id:016x}",'
-            f'"attributes":{_attrs(_raw(link.attributes))}{_dropped(link.dropped_attributes)},'
+            f'"attributes":{_attrs(plain_attributes(link.attributes))}{_dropped(link.dropped_attributes)},'
             f'"flags":{_flags(link.context.is_remote)}}}'
             for link in links
         )
@@ -145,7 +141,7 @@ def _links(links: Sequence[Any]) -> str:
     )
 
 
-def _trace_state(state: Any) -> str:
+def _trace_state(state: TraceState | None) -> str:
     """The ``traceState`` member: the W3C header form, as the protobuf encoders write it."""
     if not state:
         return ""
@@ -181,12 +177,12 @@ def _span(f: FastSpan) -> str:
     return out + f',"flags":{_flags(f.parent_remote)}}}'
 
 
-def _scope_json(scope: Any, spans: list[str]) -> str:
+def _scope_json(scope: InstrumentationScope | None, spans: list[str]) -> str:
     """One ``scopeSpans`` entry (InstrumentationScope: name, version, attributes; then the schema URL)."""
     head = ""
     if scope is not None:
         head = f'"name":{_quote(str(scope.name or ""))},"version":{_quote(str(scope.version or ""))}'
-        attributes = _raw(getattr(scope, "attributes", None))
+        attributes = plain_attributes(getattr(scope, "attributes", None))
         if attributes:
             head += f',"attributes":{_attrs(attributes)}'
     schema = getattr(scope, "schema_url", None) if scope is not None else None
@@ -194,10 +190,10 @@ def _scope_json(scope: Any, spans: list[str]) -> str:
     return f'{{"scope":{{{head}}},"spans":[{",".join(spans)}]{tail}}}'
 
 
-def _resource_json(resource: Any, scopes: list[tuple[Any, list[str]]]) -> str:
+def _resource_json(resource: Resource | None, scopes: list[tuple[InstrumentationScope | None, list[str]]]) -> str:
     """One ``resourceSpans`` entry."""
     try:
-        attributes = _attrs(_raw(resource.attributes) if resource is not None else None)
+        attributes = _attrs(plain_attributes(resource.attributes) if resource is not None else None)
     except Exception:
         internal_error("otlp_json.encode resource")
         attributes = "[]"
@@ -242,3 +238,8 @@ def encode_request(spans: Sequence[FastSpan], end: str = "") -> tuple[bytes, int
         return text.encode("utf-8"), skipped
     except UnicodeEncodeError:
         return clean_text(text).encode("utf-8"), skipped
+
+
+def encode_line(spans: Sequence[FastSpan]) -> tuple[bytes, int]:
+    """:func:`encode_request` ending in a newline: one line of an OTLP-JSON lines file."""
+    return encode_request(spans, "\n")

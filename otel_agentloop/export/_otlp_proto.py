@@ -23,10 +23,13 @@ import struct
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
-from opentelemetry.trace import StatusCode
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.util.instrumentation import InstrumentationScope
+from opentelemetry.trace import Link, StatusCode
 
 from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
+from ..core._values import plain_attributes
 from ._clean import clean_text
 from ._groups import Groups
 
@@ -74,7 +77,7 @@ _TRUE, _FALSE = b"\x10\x01", b"\x10\x00"
 _key_cache: dict[str, bytes] = {}
 
 
-def _value(v: Any) -> bytes | None:
+def _value(v: Any) -> bytes | None:  # Any: an attribute value (the user's), dispatched on its exact type
     """``v`` as an ``AnyValue`` message body; ``None`` when the SDK cannot encode it either."""
     t = type(v)
     if t is str:
@@ -89,7 +92,7 @@ def _value(v: Any) -> bytes | None:
     return _other(v)
 
 
-def _other(v: Any) -> bytes | None:
+def _other(v: object) -> bytes | None:
     """The SDK's ``_encode_value`` order for anything not of an exact scalar type."""
     try:
         if v is None:
@@ -121,7 +124,7 @@ def _other(v: Any) -> bytes | None:
     return None
 
 
-def _key_values(attrs: Mapping[str, Any] | None, tag: bytes) -> bytes:
+def _key_values(attrs: Mapping[str, object] | None, tag: bytes) -> bytes:
     """Each item of ``attrs`` as a ``KeyValue`` field ``tag``; items that cannot be encoded are left out."""
     if not attrs:
         return b""
@@ -142,15 +145,8 @@ def _key_values(attrs: Mapping[str, Any] | None, tag: bytes) -> bytes:
     return b"".join(parts)
 
 
-def _raw(attributes: Any) -> Mapping[str, Any] | None:
-    """The plain dict behind the SDK's BoundedAttributes when it is there (iterating the public view costs a
-    Python-level call per item)."""
-    inner: Mapping[str, Any] | None = getattr(attributes, "_dict", None)
-    return inner if inner is not None else attributes
-
-
 # -- spans: events, links, the span ----------------------------------------------------------------------------
-def _event(name: str, attributes: Mapping[str, Any] | None, ts: int, dropped: int) -> bytes:
+def _event(name: str, attributes: Mapping[str, object] | None, ts: int, dropped: int) -> bytes:
     """One ``events`` field (Event: 1 time, 2 name, 3 attributes, 4 dropped_attributes_count)."""
     body = b"\x09" + _fixed64(ts) if ts else b""
     if name:
@@ -161,14 +157,14 @@ def _event(name: str, attributes: Mapping[str, Any] | None, ts: int, dropped: in
     return _field(b"\x5a", body)
 
 
-def _links(links: Sequence[Any]) -> bytes:
+def _links(links: Sequence[Link]) -> bytes:
     """The ``links`` fields (Link: 1 trace_id, 2 span_id, 4 attributes, 5 dropped_attributes_count, 6 flags;
     the SDK writes no link trace_state)."""
     parts = []
     for link in links:
         ctx = link.context
         body = b"\x0a\x10" + ctx.trace_id.to_bytes(16, "big") + b"\x12\x08" + ctx.span_id.to_bytes(8, "big")
-        body += _key_values(_raw(link.attributes), b"\x22")
+        body += _key_values(plain_attributes(link.attributes), b"\x22")
         dropped = link.dropped_attributes
         if dropped:
             body += b"\x28" + _varint(dropped)
@@ -221,19 +217,19 @@ def _record(f: FastSpan) -> bytes:
 # -- the request (ExportTraceServiceRequest 1 resource_spans; ResourceSpans 1 resource, 2 scope_spans,
 # 3 schema_url; ScopeSpans 1 scope, 2 spans, 3 schema_url; Resource 1 attributes; InstrumentationScope 1 name,
 # 2 version, 3 attributes) -----------------------------------------------------------------------------------
-def _resource(resource: Any) -> bytes:
-    body = _key_values(_raw(resource.attributes), b"\x0a") if resource is not None else b""
+def _resource(resource: Resource | None) -> bytes:
+    body = _key_values(plain_attributes(resource.attributes), b"\x0a") if resource is not None else b""
     return _field(b"\x0a", body)
 
 
-def _scope(scope: Any) -> bytes:
+def _scope(scope: InstrumentationScope | None) -> bytes:
     body = b""
     if scope is not None:
         if scope.name:
             body += _field(b"\x0a", _utf8(scope.name))
         if scope.version:
             body += _field(b"\x12", _utf8(scope.version))
-        body += _key_values(_raw(scope.attributes), b"\x1a")
+        body += _key_values(plain_attributes(scope.attributes), b"\x1a")
     return _field(b"\x0a", body)
 
 

@@ -31,11 +31,13 @@ from __future__ import annotations
 import threading
 import time
 from collections import deque
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict
 
 from opentelemetry.context import Context
-from opentelemetry.sdk.trace import ReadableSpan, SpanProcessor, TracerProvider
+from opentelemetry.sdk.resources import Resource
+from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, TracerProvider
 from opentelemetry.sdk.trace import Span as SdkSpan
+from opentelemetry.sdk.trace.sampling import Sampler
 
 from ..core._door import Foreign, RecordProcessor, admit, sampled
 from ..core._guard import after_fork_in_child, internal_error
@@ -43,6 +45,9 @@ from ..core._record import FastSpan, Queued
 from ..core._recorder import START, Recorder
 from ..metrics._hooks import StepHooks
 from ..semconv import SAMPLE_SPAN
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 
 class RecordPipeline(StepHooks):
@@ -221,11 +226,20 @@ class _SdkDoor(SpanProcessor):
         pipeline.put_sdk(span)
 
 
+class ProviderArguments(TypedDict, total=False):
+    """The SDK ``TracerProvider``'s arguments a :class:`PipelineProvider` passes on."""
+
+    resource: Resource
+    sampler: Sampler
+    span_limits: SpanLimits
+    shutdown_on_exit: bool
+
+
 class PipelineProvider(TracerProvider):
     """The SDK ``TracerProvider`` ``configure()`` builds (see the module docstring): its processors are its
     pipeline's."""
 
-    def __init__(self, pipeline: RecordPipeline, **kw: Any) -> None:
+    def __init__(self, pipeline: RecordPipeline, **kw: Unpack[ProviderArguments]) -> None:
         super().__init__(**kw)
         self.pipeline = pipeline
         super().add_span_processor(_SdkDoor(pipeline))

@@ -25,22 +25,18 @@ import contextlib
 import hashlib
 import json
 import os
-import threading
 import time
 from collections import OrderedDict
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
-from opentelemetry.sdk.trace.export import SpanExportResult
+from opentelemetry.sdk.resources import Resource
 
 from .. import semconv as sc
-from ..core._guard import after_fork_in_child, internal_error
 from ..core._record import FastSpan
 from ._clean import clean_text
-from ._exporter import RecordSpanExporter
-from ._file import OTLPJsonFileExporter, open_append, say_unwritable, write_all
-from ._otlp_json import encode_request
+from ._file import FileWriter, OTLPJsonFileExporter, open_append, write_all
+from ._otlp_json import encode_line
 
 LAYOUT_VERSION = 1
 INDEX = "index.jsonl"
@@ -101,7 +97,7 @@ class _Segment:
     reach_ns: int = 0
 
     def index_line(self, opened_ns: int) -> bytes:
-        entry: dict[str, Any] = {
+        entry: dict[str, object] = {
             "v": LAYOUT_VERSION,
             "segment": self.rel,
             "run": self.run.run,
@@ -124,7 +120,7 @@ def _text(value: object) -> str | None:
     return None if value is None else clean_text(str(value))
 
 
-class RolledDirectoryExporter(RecordSpanExporter):
+class RolledDirectoryExporter(FileWriter):
     """Writes the rolled directory at ``path`` (see the module docstring).
 
     Like :class:`OTLPJsonFileExporter`: a failed write returns FAILURE for the batch (counted by the export
@@ -132,14 +128,10 @@ class RolledDirectoryExporter(RecordSpanExporter):
     most :data:`MAX_FDS` descriptors are open; a forked child closes its copies and opens its own.
     """
 
-    says_own_failures = True
-    """A path it cannot write is warned once, in one line with the fix: no second line at shutdown."""
+    folder = True
 
     def __init__(self, path: str | os.PathLike[str]) -> None:
-        self.path = os.path.abspath(os.fspath(path))
-        self._lock = threading.Lock()
-        self._closed = False
-        self.spans_unencodable = 0
+        super().__init__(path)
         self._fds: OrderedDict[str, int] = OrderedDict()
         self._traces: dict[int, _Segment] = {}
         self._runs: dict[int, tuple[object, _Run]] = {}
@@ -147,10 +139,9 @@ class RolledDirectoryExporter(RecordSpanExporter):
         self._others: dict[str, _Segment] = {}
         self._loads: dict[tuple[str, int], _Segment] = {}
         self._indexed: set[str] = set()
-        after_fork_in_child(self, "_after_fork")
 
     def _after_fork(self) -> None:
-        self._lock = threading.Lock()
+        super()._after_fork()
         for fd in self._fds.values():  # the child's copies: the parent's descriptors stay open
             with contextlib.suppress(OSError):
                 os.close(fd)
@@ -160,11 +151,11 @@ class RolledDirectoryExporter(RecordSpanExporter):
         self._indexed.clear()  # the child writes its own index lines
 
     # -- routing ---------------------------------------------------------------------------------------
-    def _run(self, resource: Any) -> _Run:
+    def _run(self, resource: Resource | None) -> _Run:
         cached = self._runs.get(id(resource))
         if cached is not None and cached[0] is resource:
             return cached[1]
-        attrs: Mapping[str, Any] = getattr(resource, "attributes", None) or {}
+        attrs: Mapping[str, object] = getattr(resource, "attributes", None) or {}
         run_id, service = attrs.get(sc.RL_RUN_ID), attrs.get("service.name")
         run = _Run(
             run_dir(run_id, service),
@@ -205,12 +196,12 @@ class RolledDirectoryExporter(RecordSpanExporter):
             self._loads[(run.dir, period)] = segment
         return segment
 
-    def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[Any]]:
+    def _route(self, spans: Sequence[FastSpan], now: int) -> dict[object, list[FastSpan]]:
         """The spans by segment (summaries under ``_SUMMARY``). The last resource's run and the last step's
         segment are kept at hand: a batch is mostly one process's spans of one step."""
         traces = self._traces
-        groups: dict[object, list[Any]] = {}
-        pending: list[tuple[int, _Run, Any]] = []
+        groups: dict[object, list[FastSpan]] = {}
+        pending: list[tuple[int, _Run, FastSpan]] = []
         attrs: Mapping[str, object]
         last_resource: object = _SUMMARY
         last_key: tuple[_Run | None, int | None, bool] = (None, None, False)
@@ -268,33 +259,14 @@ class RolledDirectoryExporter(RecordSpanExporter):
         write_all(self._fd(key.rel), data)
         key.written += len(data)
 
-    def export_records(self, spans: Sequence[FastSpan]) -> SpanExportResult:
-        if self._closed:
-            return SpanExportResult.FAILURE
-        try:
-            with self._lock:
-                now = time.time_ns()
-                for key, group in self._route(spans, now).items():
-                    data, skipped = encode_request(group, "\n")
-                    if skipped:
-                        self.spans_unencodable += skipped
-                        if skipped == len(group):
-                            continue
-                    self._write(key, data, now)
-            return SpanExportResult.SUCCESS
-        except OSError as exc:
-            say_unwritable(self.path, exc, folder=True)
-            return SpanExportResult.FAILURE
-        except Exception:
-            internal_error("RolledDirectoryExporter.export")
-            return SpanExportResult.FAILURE
+    def _write_batch(self, spans: Sequence[FastSpan]) -> None:
+        now = time.time_ns()
+        for key, group in self._route(spans, now).items():
+            data = self.encoded(group, encode_line)
+            if data is not None:
+                self._write(key, data, now)
 
-    def shutdown(self) -> None:
-        with self._lock:
-            self._closed = True
-            for fd in self._fds.values():
-                os.close(fd)
-            self._fds.clear()
-
-    def force_flush(self, timeout_millis: int = 30000) -> bool:
-        return True
+    def _close_files(self) -> None:
+        for fd in self._fds.values():
+            os.close(fd)
+        self._fds.clear()

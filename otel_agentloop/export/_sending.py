@@ -5,12 +5,13 @@ at the first failed try."""
 
 from __future__ import annotations
 
+import threading
 from collections.abc import Sequence
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
 from ..config._otlp import OtlpTarget
-from ..core._guard import internal_error, warn_once
+from ..core._guard import after_fork_in_child, internal_error, warn_once
 from ..core._record import FastSpan
 from ._exporter import RecordSpanExporter
 
@@ -36,6 +37,31 @@ class SendingExporter(RecordSpanExporter):
         self.timeout_s = target.timeout_for(self.protocol)
         self.spans_unencodable = 0
         self._shutdown = False
+        self._fresh_state()
+        after_fork_in_child(self, "_fresh_state")
+
+    def _fresh_state(self) -> None:
+        """A new lock and stop event (set when shut down) and no connection: at construction, and in a forked
+        child (the parent's connection is not the child's to use or close: it opens its own on its first
+        export)."""
+        self._lock = threading.Lock()
+        self._stop = threading.Event()
+        if self._shutdown:
+            self._stop.set()
+        self._forget_connection()
+
+    def _forget_connection(self) -> None:
+        """Drop the connection object without closing it (a subclass's channel or session)."""
+
+    def _close(self) -> None:
+        """Close the connection, if one is open (the next export opens a fresh one). Never raises."""
+
+    def shutdown(self) -> None:
+        """Stop: abort a back-off wait and close the connection (an export in flight ends); never blocks on the
+        network."""
+        self._shutdown = True
+        self._stop.set()
+        self._close()
 
     @property
     def destination(self) -> str:

@@ -18,11 +18,12 @@ from __future__ import annotations
 import threading
 import time
 from collections.abc import Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from opentelemetry.context import Context
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanProcessor
+from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ..core._guard import after_fork_in_child, internal_error
@@ -83,7 +84,7 @@ class StepSummaryWriter(StepHooks):
                 collected_ns=collected_ns,
                 staleness=staleness,
             )
-            attrs: dict[str, Any] = {
+            attrs: dict[str, AttributeValue] = {
                 sc.RL_STEP: summary.step,
                 sc.RL_VALIDATE: summary.validate,
                 sc.RL_STEP_SUMMARY: summary.to_json(),

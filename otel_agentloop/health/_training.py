@@ -29,7 +29,7 @@ logger = logging.getLogger("otel_agentloop.health")
 ALERT_EVENT = sc.RL_HEALTH_ALERT
 
 
-def _as_step(step: Any) -> int:
+def _as_step(step: Any) -> int:  # Any: the user's step, whatever it is, read by int() and float()
     """``step`` as an int64 (``int(step)`` of an integral value), else -1."""
     try:
         number = step if type(step) is int else int(step) if float(step).is_integer() else -1
@@ -102,7 +102,7 @@ class HealthSummary:
     tripped: dict[str, list[int]] = field(default_factory=dict)
     alerts: list[Alert] = field(default_factory=list)
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         return {
             "steps": self.steps,
             "final": self.final,
@@ -155,7 +155,7 @@ class HealthMonitor:
 
     # -- helpers --------------------------------------------------------------------------------
     @staticmethod
-    def _number(name: str, raw: Any) -> float | None:
+    def _number(name: str, raw: Any) -> float | None:  # Any: the user's value (a tensor too), read by float()
         """``float(raw)``, or ``None`` (warned once per key) when it cannot be converted: any exception of the
         value's own conversion (a multi-element tensor, a huge int, a broken ``__float__``) is caught. NaN is
         ``None`` too (silently: verl writes NaN for "no value")."""
@@ -171,14 +171,14 @@ class HealthMonitor:
             return None
         return None if math.isnan(value) else value
 
-    def _value(self, metrics: Mapping[str, Any], names: tuple[str, ...]) -> tuple[str, float] | None:
+    def _value(self, metrics: Mapping[str, object], names: tuple[str, ...]) -> tuple[str, float] | None:
         for name in names:
             if name in metrics:
                 value = self._number(name, metrics[name])
                 return None if value is None else (name, value)
         return None
 
-    def _val_reward(self, metrics: Mapping[str, Any]) -> tuple[str, float] | None:
+    def _val_reward(self, metrics: Mapping[str, object]) -> tuple[str, float] | None:
         prefix = self.keys.val_reward_prefix
         found = [
             (k, v)
@@ -189,7 +189,7 @@ class HealthMonitor:
         return (found[0][0], sum(values) / len(values)) if values else None  # not fmean: fsum raises on overflow
 
     @staticmethod
-    def _plain(metrics: Any) -> dict[str, Any]:
+    def _plain(metrics: Any) -> dict[str, object]:  # Any: the user's metrics, any mapping-like object
         """The str-keyed items of ``metrics`` as a plain dict; ``{}`` (warned once) when it cannot be read."""
         try:
             return {k: v for k, v in metrics.items() if isinstance(k, str)}
@@ -209,7 +209,7 @@ class HealthMonitor:
         hist.append(value)
 
     # -- rules ----------------------------------------------------------------------------------
-    def observe(self, step: int, metrics: Mapping[str, Any]) -> list[Alert]:
+    def observe(self, step: int, metrics: Mapping[str, object]) -> list[Alert]:
         """Check ``metrics`` of ``step``; returns this step's alerts (also logged and sent as span events).
 
         Never raises: keys that are not ``str`` are ignored; a value that does not convert to a float (or is
@@ -220,7 +220,7 @@ class HealthMonitor:
             internal_error("HealthMonitor.observe")
             return []
 
-    def _observe(self, step: int, metrics: dict[str, Any]) -> list[Alert]:
+    def _observe(self, step: int, metrics: dict[str, object]) -> list[Alert]:
         """The rules over one step's readings, in a fixed order (the alerts' order); then the readings join the
         history and the summary, and the alerts are reported."""
         self._steps += 1
@@ -338,7 +338,7 @@ class HealthMonitor:
                 )
         self._steady_rise("step_time_rise", key, [*past, value], t.step_time_rise, alert, "seconds per step")
 
-    def _steady_rise(self, rule: str, key: str, series: list[float], fraction: float, alert: Any, what: str) -> None:
+    def _steady_rise(self, rule: str, key: str, series: list[float], fraction: float, alert: _Alert, what: str) -> None:
         window = series[-(self.t.window + 1) :]
         if len(window) < self.t.window + 1 or window[0] <= 0:
             return

@@ -13,14 +13,15 @@ import hashlib
 import heapq
 import struct
 from collections.abc import Callable, Iterable
-from typing import Any
 
 from opentelemetry import trace
 
 from .. import semconv as sc
 from ..core._state import state
 
-Entry = tuple[int, str, str, float, tuple[Any, ...]]  # (key, input, output, score, identity)
+Identity = tuple[int | None, int | None, int | None]
+"""A sample's identity: ``(step, sample_index, rollout_n)``."""
+Entry = tuple[int, str, str, float, Identity]  # (key, input, output, score, identity)
 TRUNCATION_MARK = "…[truncated]"
 
 
@@ -39,7 +40,7 @@ class ValidationCapture:
         if n < 0 or max_chars < 1:
             raise ValueError("n must be >= 0 and max_chars >= 1")
         self.n, self.seed, self.max_chars, self.redact = n, seed, max_chars, redact
-        self._heap: list[tuple[int, int, str, str, float, tuple[Any, ...]]] = []  # max-heap on key (negated)
+        self._heap: list[tuple[int, int, str, str, float, Identity]] = []  # max-heap on key (negated)
         self.offered = 0
 
     def _clean(self, text: object) -> str:
@@ -50,7 +51,7 @@ class ValidationCapture:
             value = value[: max(self.max_chars - len(TRUNCATION_MARK), 0)] + TRUNCATION_MARK
         return value
 
-    def key(self, input_text: str, output_text: str, identity: tuple[Any, ...]) -> int:
+    def key(self, input_text: str, output_text: str, identity: Identity) -> int:
         """The sample's rank key: stable across processes and runs (blake2b, not ``hash``)."""
         h = hashlib.blake2b(digest_size=8, key=struct.pack("<q", self.seed))
         h.update(repr(identity).encode())
@@ -114,7 +115,7 @@ class ValidationCapture:
         ``ValidationGenerationsLogger`` takes them."""
         return [(inp, out, score) for _, inp, out, score, _ in sorted(self.state())]
 
-    def chosen(self) -> list[tuple[Any, ...]]:
+    def chosen(self) -> list[Identity]:
         """Identities ``(step, sample_index, rollout_n)`` of the chosen samples, in key order."""
         return [identity for *_, identity in sorted(self.state())]
 

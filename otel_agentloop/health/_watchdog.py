@@ -21,12 +21,13 @@ from __future__ import annotations
 
 import threading
 import time
-from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from collections.abc import Iterable, Mapping, Sequence
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.sdk.trace import SpanProcessor, TracerProvider
-from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags
+from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags, Tracer
+from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
 from ..config._values import ThresholdKey
@@ -45,13 +46,15 @@ from ..metrics._table import OverdueSample, StepMetrics
 from ..metrics._verdicts import HUNG, Verdict, apply_verdicts, classify_reported
 
 if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
+
     from ..metrics._otel import LibraryMetrics
 
 _MAX_STEPS = 16
 
 
 def learned_thresholds(
-    durations: Mapping[ThresholdKey, Any], multiple: float, floor: float, min_obs: int
+    durations: Mapping[ThresholdKey, Iterable[int]], multiple: float, floor: float, min_obs: int
 ) -> dict[ThresholdKey, float]:
     """``max(floor, multiple x p99)`` in seconds per (phase, tool) window of ns durations with at least
     ``min_obs`` values, and per (phase, None) over all of that phase's windows."""
@@ -96,7 +99,7 @@ class LiveMonitor(StepHooks):
         self.settings = settings
         self.metrics = metrics
         self._export = tuple(export)  # their endpoint's failure shortens the metrics' flush and shutdown
-        self._snapshots: Any = None
+        self._snapshots: Tracer | None = None
         if export:
             self._snapshots = side_tracer(
                 "otel_agentloop.watchdog",
@@ -222,7 +225,7 @@ class LiveMonitor(StepHooks):
             ctx = SpanContext(
                 sample.trace_id, sample.span_id, is_remote=False, trace_flags=TraceFlags(sample.trace_flags)
             )
-            attrs: dict[str, Any] = {
+            attrs: dict[str, AttributeValue] = {
                 sc.RL_SNAPSHOT: True,
                 sc.RL_VALIDATE: sample.validate,
                 sc.RL_PHASE: rec.phase if rec is not None else "other",
@@ -334,7 +337,7 @@ def install(
     *,
     settings: WatchdogSettings,
     max_inflight: int,
-    readers: Sequence[Any],
+    readers: Sequence[MetricReader],
 ) -> LiveMonitor:
     """Create the registry (fed by the spans the library starts through ``provider``) and the monitor, the
     hooks of ``metrics_processor`` (the provider's shutdown and flush, step release and collect)."""

@@ -5,18 +5,18 @@ from __future__ import annotations
 
 import math
 from collections.abc import Mapping
-from typing import Any
+from typing import TypeGuard
 
 from ._table import OverdueSample
 
 
-def sample_key(raw: Any) -> tuple[int, int]:
+def sample_key(raw: object) -> tuple[int, int]:
     if not (isinstance(raw, list) and len(raw) == 2 and is_int(raw[0]) and is_int(raw[1])):
         raise ValueError("a summary's sample key is malformed")
     return raw[0], raw[1]
 
 
-def is_int(v: object) -> bool:
+def is_int(v: object) -> TypeGuard[int]:
     return type(v) is int and -(1 << 63) <= v < (1 << 63)
 
 
@@ -42,7 +42,7 @@ def count(v: object, what: str) -> int:
     return int(out)
 
 
-def times(raw: Any) -> tuple[int, int, int, int]:
+def times(raw: object) -> tuple[int, int, int, int]:
     """The summary's ``t``: first start, median end, last end, collected (Unix ns, 0: unknown), in that order
     where known (the median sample ends by the last one, and after the first started)."""
     if not isinstance(raw, list) or len(raw) != 4 or not all(is_int(t) and t >= 0 for t in raw):
@@ -59,7 +59,7 @@ def string(v: object) -> str:
     return v
 
 
-def causes_of(raw: Any) -> dict[tuple[int, int], str]:
+def causes_of(raw: object) -> dict[tuple[int, int], str]:
     if raw is None:
         return {}
     if not isinstance(raw, list):
@@ -72,7 +72,7 @@ def causes_of(raw: Any) -> dict[tuple[int, int], str]:
     return out
 
 
-def mapping(raw: Any, what: str) -> Mapping[str, Any]:
+def mapping(raw: object, what: str) -> Mapping[str, object]:
     if raw is None:
         return {}
     if not isinstance(raw, dict):
@@ -80,7 +80,7 @@ def mapping(raw: Any, what: str) -> Mapping[str, Any]:
     return raw
 
 
-def overdue(raw: Any) -> tuple[OverdueSample, ...]:
+def overdue(raw: object) -> tuple[OverdueSample, ...]:
     if raw is None:
         return ()
     if not isinstance(raw, list):

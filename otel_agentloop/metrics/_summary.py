@@ -15,7 +15,7 @@ from __future__ import annotations
 import json
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass, field
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from .. import semconv as sc
 from ._causes import cause as cause  # the causes' rule (its own module), read with the summary
@@ -73,7 +73,7 @@ class Distribution:
         return [self.count, self.p50, self.p90, self.p99, self.max, self.mean, self.sum]
 
     @classmethod
-    def from_list(cls, raw: Any) -> Distribution:
+    def from_list(cls, raw: object) -> Distribution:
         if not isinstance(raw, list) or len(raw) != 7:
             raise ValueError("a distribution is a list of 7 numbers")
         number, *rest = (finite(v) for v in raw)
@@ -82,7 +82,7 @@ class Distribution:
         return cls(int(number), *rest)
 
     @classmethod
-    def of_seconds(cls, raw: Any) -> Distribution:
+    def of_seconds(cls, raw: object) -> Distribution:
         """:meth:`from_list` of a distribution of durations: no value negative."""
         for v in raw if isinstance(raw, list) else ():
             seconds(v)
@@ -138,7 +138,7 @@ class StepSummary:
     slow: tuple[OverdueSample, ...] = ()
     staleness_mean: float | None = None
     staleness_max: float | None = None
-    extra: Mapping[str, Any] = field(default_factory=dict)
+    extra: Mapping[str, object] = field(default_factory=dict)
     engine: Mapping[str, Distribution] = field(default_factory=dict)
     causes: Mapping[tuple[int, int], str] = field(default_factory=dict)
     top: tuple[SlowestSample, ...] = ()
@@ -270,7 +270,7 @@ def _sample_list(s: SlowestSample) -> list[object]:
     ]
 
 
-def _sample(raw: Any) -> SlowestSample:
+def _sample(raw: object) -> SlowestSample:
     if not isinstance(raw, list) or len(raw) not in (7, 8) or not is_int(raw[0]) or not is_int(raw[1]):
         raise ValueError("a summary's sample is malformed")
     return SlowestSample(

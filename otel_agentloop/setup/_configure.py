@@ -149,6 +149,7 @@ def _resource(s: Settings) -> tuple[Settings, Resource]:
     (``otel-agentloop`` when none is set); and ``s`` with the run and service name it chose (workers use the
     same)."""
     run_id, run_attempt = _run_identity(s)
+    # Any: the user's resource attributes among them, as given (the SDK's Resource checks them)
     attrs: dict[str, Any] = {"host.name": socket.gethostname(), "process.pid": os.getpid()}
     attrs.update(s.resource_attributes or {})
     attrs[sc.RL_RUN_ID], attrs[sc.RL_RUN_ATTEMPT] = run_id, run_attempt

@@ -7,7 +7,7 @@ import os
 import threading
 import time
 from collections.abc import Callable, Mapping, Sequence
-from typing import Any, cast
+from typing import TYPE_CHECKING, cast
 
 from opentelemetry import trace
 from opentelemetry.attributes import BoundedAttributes
@@ -30,6 +30,11 @@ from ..metrics._hooks import StepHooks
 from ..metrics._processor import PhaseMetricsProcessor
 from ..metrics._summary import StepSummary
 from ..metrics._table import PhaseTable, StepMetrics
+
+if TYPE_CHECKING:
+    import numpy.typing as npt
+
+    from ..core._inflight import InflightSample
 
 __all__ = ["Handle", "_ExportCounters", "current_handle", "write_step_summary"]
 
@@ -98,7 +103,7 @@ class Handle:
         """This process's ``rl.run.attempt`` (``None`` when tracing is off)."""
         return self.settings.run_attempt if self.provider is not None else None
 
-    def inflight(self, limit: int | None = None) -> list[Any]:
+    def inflight(self, limit: int | None = None) -> list[InflightSample]:
         """This process's running samples, oldest first (``InflightSample``: identity, phase, tool, ages,
         trace id); ``[]`` when tracing is off."""
         return self.live.registry.snapshot(limit) if self.live is not None and not self._closed else []
@@ -281,7 +286,7 @@ def write_step_summary(
     step: int | None,
     validate: bool = False,
     *,
-    staleness: Any = None,
+    staleness: npt.ArrayLike | None = None,
     handle: Handle | None = None,
 ) -> StepSummary | None:
     """Write the ``rl.step.summary`` span of one collected step through ``handle`` (default: the current one):

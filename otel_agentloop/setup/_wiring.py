@@ -5,7 +5,7 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
@@ -34,6 +34,9 @@ from ..export._sending import SendingExporter
 from ..health import _watchdog
 from ..metrics import _otel as _otel_metrics
 from ..metrics._processor import PhaseMetricsProcessor
+
+if TYPE_CHECKING:
+    from opentelemetry.sdk.metrics.export import MetricReader
 
 __all__ = [
     "RESERVED_ATTRIBUTES",
@@ -206,7 +209,7 @@ def _live_view(
     provider: TracerProvider,
     metrics: PhaseMetricsProcessor,
     export_processors: Sequence[ExportProcessor],
-    metric_readers: Sequence[Any],
+    metric_readers: Sequence[MetricReader],
 ) -> _watchdog.LiveMonitor:
     """The in-flight registry, the watchdog and the library's metrics (to ``metric_readers`` and the readers
     ``OTEL_METRICS_EXPORTER`` asks for, exporting to the metrics' ``target``)."""
