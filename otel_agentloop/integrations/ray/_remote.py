@@ -22,6 +22,7 @@ from ...core._lifecycle import open_span
 from ...core._scope import OpenSpan, Scope, span_of
 from ...core._state import state
 from ...core._tracer import current_tracer
+from .._carrier import step_carrier
 from ._common import own_handle
 from ._worker import setup_worker
 
@@ -29,16 +30,9 @@ CARRIER_KEYWORD = "otel_carrier"
 _propagator = TraceContextTextMapPropagator()
 
 
-def carrier() -> dict[str, Any]:
+def carrier() -> dict[str, object]:
     """The current trace context and step (driver side), as a small picklable dict."""
-    out: dict[str, Any] = {}
-    _propagator.inject(out)
-    step = _context.current_step()
-    if step is not None:
-        out[sc.RL_STEP] = step.step
-        out[sc.RL_VALIDATE] = step.validate
-        out[sc.RL_TRACE_PER] = step.trace_per
-    return out
+    return step_carrier()
 
 
 class _RemoteScope(Scope):
@@ -176,7 +170,7 @@ def traced_remote(
         traced = wrapper
 
         @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        async def async_wrapper(*args: object, **kwargs: object) -> object:
             try:
                 return await traced(*args, **kwargs)
             finally:
