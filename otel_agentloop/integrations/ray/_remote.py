@@ -13,6 +13,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
 from ...core import _context
@@ -57,7 +58,7 @@ class _RemoteScope(Scope):
             tracer = current_tracer() if worker_span else None
             step, validate = sc.step_key(carrier)  # the driver's step (see carrier()), if any
             if tracer is not None:
-                attrs: dict[str, Any] = {sc.RL_WORKER: state.defaults.worker}
+                attrs: dict[str, AttributeValue] = {sc.RL_WORKER: state.defaults.worker}
                 if step is not None:
                     attrs[sc.RL_STEP] = step
                     attrs[sc.RL_VALIDATE] = validate
