@@ -155,7 +155,7 @@ def run_v1(actor: Any, step: int, validate: bool = False) -> tuple[list[str], li
 
 def _count_ours(fn: Any) -> int:
     """How many of our wrappers a call goes through (Ray's copies carry our marks: count our code only)."""
-    from otel_agentloop.integrations.verl import _patching
+    from otel_agentloop.integrations import _patching  # verl's wrappers are made there (switched)
 
     n = 0
     while fn is not None:

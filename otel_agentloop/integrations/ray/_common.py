@@ -3,7 +3,8 @@ this process's handle."""
 
 from __future__ import annotations
 
-from typing import Any, cast
+from types import ModuleType
+from typing import cast
 
 from ...core._state import state
 from ...setup import Handle, current_handle
@@ -14,7 +15,7 @@ every worker, and the startup hook's ``.pth`` line matches it)."""
 _INSTALL_HINT = "otel_agentloop.integrations.ray needs Ray: pip install 'otel-agentloop[ray]'"
 
 
-def ray_module() -> Any:
+def ray_module() -> ModuleType:
     try:
         import ray
     except ImportError as exc:

@@ -6,7 +6,7 @@ from __future__ import annotations
 import functools
 import sys
 import threading
-from collections.abc import Collection, Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...config._fork import renew_lock
@@ -22,8 +22,8 @@ class _InitPatch:
 
     def __init__(self) -> None:
         self.active = False
-        self.original: Any = None
-        self.wrapper: Any = None
+        self.original: Callable[..., object] | None = None
+        self.wrapper: Callable[..., object] | None = None
         self.hooked = False
 
 
@@ -70,20 +70,20 @@ def uninstrument() -> None:
     """Put ``ray.init`` back (the very same object); idempotent."""
     with _init_lock:
         _init.active = False
-        ray: Any = sys.modules.get("ray")
+        ray: Any = sys.modules.get("ray")  # Any: the ray module, whose ``init`` is put back
         if ray is not None and _init.wrapper is not None and ray.init is _init.wrapper:
             ray.init = _init.original
         _init.original = _init.wrapper = None
 
 
-def _wrap_init(ray: Any) -> None:
+def _wrap_init(ray: Any) -> None:  # Any: the ray module, whose ``init`` is replaced
     with _init_lock:
         if not _init.active or _init.wrapper is not None:
             return
         original = ray.init
 
         @functools.wraps(original)
-        def init(*args: Any, **kwargs: Any) -> Any:
+        def init(*args: object, **kwargs: Any) -> object:  # Any: ray.init's keywords, passed on
             if _init.active and not ray.is_initialized():
                 try:
                     kwargs["runtime_env"] = traced_runtime_env(kwargs.get("runtime_env"))
@@ -109,11 +109,5 @@ class RayInstrumentor(Instrumentor):
     """OpenTelemetry instrumentor for Ray (``opentelemetry_instrumentor`` entry point ``ray``), what
     ``opentelemetry-instrument python driver.py`` loads: :func:`instrument` / :func:`uninstrument`."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ("ray >= 2.40",)
-
-    def _instrument(self, **kwargs: Any) -> None:
-        instrument()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        uninstrument()
+    dependencies = ("ray >= 2.40",)
+    on, off = staticmethod(instrument), staticmethod(uninstrument)

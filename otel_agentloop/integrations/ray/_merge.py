@@ -7,7 +7,9 @@ from collections.abc import Iterable
 from typing import Any
 
 from ...core._guard import internal_error, logger
+from ...core._inflight import InflightSample
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
+from ...metrics._verdicts import Verdict
 from ...setup import write_step_summary
 from ._common import own_handle, ray_module
 from ._worker import setup_worker
@@ -24,7 +26,7 @@ def worker_table(step: int | None, validate: bool = False, *, flush_timeout_s: f
 
 def merge_metrics(
     tables: Iterable[PhaseTable],
-    verdicts: Iterable[Any] | None = None,
+    verdicts: Iterable[Verdict] | None = None,
     *,
     step: int | None = None,
     validate: bool | None = None,
@@ -50,17 +52,19 @@ def merge_metrics(
 
 
 # -- in-flight samples across workers --------------------------------------------------------------
-def inflight(limit: int | None = None) -> list[Any]:
+def inflight(limit: int | None = None) -> list[InflightSample]:
     """This process's running samples (``InflightSample``, oldest first); ``[]`` before ``configure``."""
     handle = own_handle()
     return handle.inflight(limit) if handle is not None else []
 
 
-def _inflight_in_actor(actor: Any, limit: int | None) -> list[Any]:
+def _inflight_in_actor(actor: object, limit: int | None) -> list[InflightSample]:
     return inflight(limit)
 
 
-def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_s: float = 5.0) -> list[Any]:
+def gather_inflight(
+    actors: Iterable[Any], *, limit: int | None = None, timeout_s: float = 5.0
+) -> list[InflightSample]:  # Any: Ray actor handles (their methods are made at runtime)
     """Running samples of every actor's process, oldest first (driver side; at most ``limit`` per actor).
 
     Runs a function in each actor through Ray's ``__ray_call__``: an async actor (verl's agent-loop workers)
@@ -72,7 +76,7 @@ def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_
     if not refs:
         return []
     ready, _ = ray.wait(refs, num_returns=len(refs), timeout=timeout_s)
-    out: dict[tuple[int, str], Any] = {}
+    out: dict[tuple[int, str], InflightSample] = {}
     for ref in ready:
         try:
             for item in ray.get(ref):
@@ -82,19 +86,17 @@ def gather_inflight(actors: Iterable[Any], *, limit: int | None = None, timeout_
     return sorted(out.values(), key=lambda s: -s.sample_age_s)
 
 
-def worker_verdict(step: int | None, validate: bool = False) -> Any:
+def worker_verdict(step: int | None, validate: bool = False) -> Verdict:
     """This worker's watchdog verdict for ``step`` (call after :func:`worker_table`, which classifies)."""
     handle = own_handle()
     live = handle.live if handle is not None else None
     if live is None:
-        from ...metrics._verdicts import Verdict
-
         return Verdict()
     return live.verdict(step, validate)
 
 
 def add_verdicts(
-    metrics: StepMetrics, verdicts: Iterable[Any], *, step: int | None = None, log: bool = True
+    metrics: StepMetrics, verdicts: Iterable[Verdict], *, step: int | None = None, log: bool = True
 ) -> StepMetrics:
     """``agent_loop/watchdog/{slow,hung}`` and their trace ids over all workers' verdicts, into ``metrics``;
     when the watchdog reported samples (and ``log``), one warning line in this process (the driver) names them

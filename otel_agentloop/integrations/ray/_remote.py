@@ -13,6 +13,7 @@ from typing import Any
 from opentelemetry import context as otel_context
 from opentelemetry import trace
 from opentelemetry.trace.propagation.tracecontext import TraceContextTextMapPropagator
+from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
 from ...core import _context
@@ -22,6 +23,7 @@ from ...core._lifecycle import open_span
 from ...core._scope import OpenSpan, Scope, span_of
 from ...core._state import state
 from ...core._tracer import current_tracer
+from .._carrier import step_carrier
 from ._common import own_handle
 from ._worker import setup_worker
 
@@ -29,16 +31,9 @@ CARRIER_KEYWORD = "otel_carrier"
 _propagator = TraceContextTextMapPropagator()
 
 
-def carrier() -> dict[str, Any]:
+def carrier() -> dict[str, object]:
     """The current trace context and step (driver side), as a small picklable dict."""
-    out: dict[str, Any] = {}
-    _propagator.inject(out)
-    step = _context.current_step()
-    if step is not None:
-        out[sc.RL_STEP] = step.step
-        out[sc.RL_VALIDATE] = step.validate
-        out[sc.RL_TRACE_PER] = step.trace_per
-    return out
+    return step_carrier()
 
 
 class _RemoteScope(Scope):
@@ -63,7 +58,7 @@ class _RemoteScope(Scope):
             tracer = current_tracer() if worker_span else None
             step, validate = sc.step_key(carrier)  # the driver's step (see carrier()), if any
             if tracer is not None:
-                attrs: dict[str, Any] = {sc.RL_WORKER: state.defaults.worker}
+                attrs: dict[str, AttributeValue] = {sc.RL_WORKER: state.defaults.worker}
                 if step is not None:
                     attrs[sc.RL_STEP] = step
                     attrs[sc.RL_VALIDATE] = validate
@@ -176,7 +171,7 @@ def traced_remote(
         traced = wrapper
 
         @functools.wraps(fn)
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
+        async def async_wrapper(*args: object, **kwargs: object) -> object:
             try:
                 return await traced(*args, **kwargs)
             finally:

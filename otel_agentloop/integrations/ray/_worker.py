@@ -9,7 +9,8 @@ import logging
 import os
 import sys
 import threading
-from typing import Any
+
+from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
 from ...config._fork import renew_lock
@@ -44,7 +45,7 @@ def setup_worker() -> Handle:
         if existing is not None and not existing.closed:  # the driver, or a process the user configured by hand
             state.worker_handle = existing
             return existing
-        attrs: dict[str, Any] = {"process.pid": os.getpid()}
+        attrs: dict[str, AttributeValue] = {"process.pid": os.getpid()}
         worker = f"{os.uname().nodename}:{os.getpid()}"
         node: tuple[str, str] | None = None
         try:

@@ -17,6 +17,6 @@ into the caller (an error is logged once).
 from __future__ import annotations
 
 from ._output import output_attributes, record_output
-from ._wrappers import with_trace_header
+from ._wrappers import GenerateRequest, with_trace_header
 
-__all__ = ["output_attributes", "record_output", "with_trace_header"]
+__all__ = ["GenerateRequest", "output_attributes", "record_output", "with_trace_header"]

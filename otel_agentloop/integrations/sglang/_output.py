@@ -23,7 +23,6 @@ A value that is missing or not a number of the right kind is left out (one attri
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from opentelemetry import trace
 from opentelemetry.trace import Span
@@ -31,6 +30,7 @@ from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
 from ...core._guard import internal_error, safe_str
+from .._engine import count, seconds
 
 ABORT = "abort"
 """SGLang's finish reason type of an aborted request."""
@@ -43,18 +43,7 @@ _COUNTS = (
 _DURATIONS = ((sc.RL_ENGINE_QUEUE_S, "queue_time"), (sc.RL_ENGINE_TTFT_S, "first_token_latency"))
 
 
-def _count(value: object) -> int | None:
-    return value if type(value) is int and value >= 0 else None
-
-
-def _seconds(value: object) -> float | None:
-    if type(value) is not float and type(value) is not int:
-        return None
-    number = float(value)
-    return number if 0.0 <= number < float("inf") else None
-
-
-def output_attributes(output: Any) -> dict[str, AttributeValue]:
+def output_attributes(output: object) -> dict[str, AttributeValue]:
     """The turn attributes of one finished SGLang output (see the module). Never raises."""
     attrs: dict[str, AttributeValue] = {sc.RL_ENGINE_NAME: "sglang"}
     try:
@@ -64,15 +53,15 @@ def output_attributes(output: Any) -> dict[str, AttributeValue]:
         if isinstance(meta.get("id"), str):
             attrs[sc.GEN_AI_RESPONSE_ID] = safe_str(meta["id"], 256)
         for key, name in _COUNTS:
-            number = _count(meta.get(name))
+            number = count(meta.get(name))
             if number is not None:
                 attrs[key] = number
         if sc.RL_ENGINE_PREEMPTIONS in attrs:
             attrs[sc.RL_NUM_PREEMPTED] = attrs[sc.RL_ENGINE_PREEMPTIONS]
         for key, name in _DURATIONS:
-            seconds = _seconds(meta.get(name))
-            if seconds is not None:
-                attrs[key] = seconds
+            duration = seconds(meta.get(name))
+            if duration is not None:
+                attrs[key] = duration
         _spans(meta, attrs)
         reason = meta.get("finish_reason")
         kind = reason.get("type") if isinstance(reason, Mapping) else None
@@ -84,18 +73,18 @@ def output_attributes(output: Any) -> dict[str, AttributeValue]:
     return attrs
 
 
-def _spans(meta: Mapping[str, Any], attrs: dict[str, AttributeValue]) -> None:
+def _spans(meta: Mapping[str, object], attrs: dict[str, AttributeValue]) -> None:
     """Prefill and decode seconds from SGLang's wall times (0 or absent: not reached)."""
-    entered = _seconds(meta.get("forward_entry_time"))
-    prefilled = _seconds(meta.get("prefill_finished_time"))
-    finished = _seconds(meta.get("request_finished_ts"))
+    entered = seconds(meta.get("forward_entry_time"))
+    prefilled = seconds(meta.get("prefill_finished_time"))
+    finished = seconds(meta.get("request_finished_ts"))
     if entered and prefilled and prefilled >= entered:
         attrs[sc.RL_ENGINE_PREFILL_S] = prefilled - entered
     if prefilled and finished and finished >= prefilled:
         attrs[sc.RL_ENGINE_DECODE_S] = finished - prefilled
 
 
-def record_output(output: Any, *, span: Span | None = None) -> None:
+def record_output(output: object, *, span: Span | None = None) -> None:
     """Put one finished SGLang output's numbers (:func:`output_attributes`) on ``span``, by default the current
     span (the turn). A no-op when that span is not recording; never raises."""
     try:

@@ -20,15 +20,13 @@ from __future__ import annotations
 
 import importlib
 import importlib.metadata
-import importlib.util
 import sys
-import threading
-from collections.abc import Callable, Collection
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
 
-from ...config._fork import renew_lock
 from ...core._guard import internal_error, logger
 from .._instrumentor import Instrumentor
+from .._patching import AsyncOriginal, Integration, Original, Patches
 from ._state import switch
 from ._steps import last_metrics
 from ._trainer import (
@@ -51,7 +49,9 @@ __all__ = ["SUPPORTED", "TrlInstrumentor", "instrument", "is_instrumented", "las
 MODULE = "trl.trainer.grpo_trainer"
 VLLM_GENERATION = "trl.generation.vllm_generation"
 # the vLLM server's pieces (``trl vllm-serve`` runs vLLM's OpenAI server): patched in that process when imported
-SERVER_PATCHES: tuple[tuple[str, str, str, Callable[[Any], Any]], ...] = (
+Wrap = Callable[[Original], Original]
+AsyncWrap = Callable[[AsyncOriginal], AsyncOriginal]
+SERVER_PATCHES: tuple[tuple[str, str, str, Wrap | AsyncWrap], ...] = (
     (
         "vllm.entrypoints.openai.completion.serving",
         "OpenAIServingCompletion",
@@ -62,7 +62,7 @@ SERVER_PATCHES: tuple[tuple[str, str, str, Callable[[Any], Any]], ...] = (
 )
 SUPPORTED = ("1.16.",)
 _INSTRUMENTS = ("trl >= 1.16, < 1.17",)
-_METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
+_METHODS: tuple[tuple[str, Wrap], ...] = (
     ("_generate_and_score_completions", wrap_generate_and_score),
     ("_generate", wrap_generate),
     ("_generate_single_turn", wrap_generate_single_turn),
@@ -71,12 +71,8 @@ _METHODS: tuple[tuple[str, Callable[[Any], Any]], ...] = (
     ("log", wrap_log),
     ("train", wrap_train),
 )
-_MISSING = object()
-_lock = threading.RLock()
-renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
-_originals: list[tuple[Any, str, Any]] = []  # (owner, attribute, what its __dict__ held, or _MISSING)
-_server_originals: list[tuple[Any, str, Any]] = []  # the vLLM server's, kept apart: TRL's may be absent there
-_hooked: list[bool] = []
+_trl = Integration(switch)
+_server_patches = Patches()  # the vLLM server's, kept apart: TRL's may be absent there
 _callback: list[type] = []
 
 
@@ -88,7 +84,7 @@ def instrument() -> bool:
     """Patch TRL's GRPOTrainer (idempotent; now, or when ``trl.trainer.grpo_trainer`` is imported). Returns
     whether TRL is (or will be, once imported) instrumented: ``False`` for an installed TRL outside
     :data:`SUPPORTED`, with a warning."""
-    with _lock:
+    with _trl.lock:
         if switch.active:
             return True
         try:
@@ -98,36 +94,21 @@ def instrument() -> bool:
         if version is not None and not version.startswith(SUPPORTED):
             logger.warning("otel_agentloop: trl %s is not supported (supported: 1.16.x); not instrumenting", version)
             return False
-        switch.active = True
-        module = sys.modules.get(MODULE)
-        if module is not None:
-            _apply(module)
-        for name, *_ in SERVER_PATCHES:
-            if name in sys.modules:
-                _apply_server(sys.modules[name])
-        if not _hooked:
-            import wrapt
-
-            _hooked.append(True)
-            wrapt.register_post_import_hook(_apply, MODULE)
-            for name, *_ in SERVER_PATCHES:
-                wrapt.register_post_import_hook(_apply_server, name)
+        _trl.start([(MODULE, _apply), *((name, _apply_server) for name, *_ in SERVER_PATCHES)])
         return True
 
 
 def uninstrument() -> None:
     """Put back the very same objects (idempotent); trainers built meanwhile keep our callback, inert."""
-    with _lock:
-        switch.active = False
-        uninstrument_patches()
-        while _server_originals:
-            owner, attr, original = _server_originals.pop()
-            setattr(owner, attr, original)
+    with _trl.lock:
+        _trl.stop()
+        _server_patches.restore()
 
 
-def _apply(module: Any) -> None:
-    with _lock:
-        if not switch.active or _originals:
+def _apply(module: ModuleType) -> None:
+    patches = _trl.patches
+    with _trl.lock:
+        if not switch.active or patches:
             return
         try:
             cls = module.GRPOTrainer
@@ -135,56 +116,32 @@ def _apply(module: Any) -> None:
                 transformers = importlib.import_module("transformers")  # imported by TRL already
                 _callback.append(callback_class(transformers.TrainerCallback))
             for attr, wrap in _METHODS:
-                _patch(cls, attr, wrap(getattr(cls, attr)))
-            _patch(cls, "__init__", wrap_init(cls.__dict__["__init__"], lambda: _callback[0]))
-            _patch(module, "profiling_context", wrap_profiling_context(module.profiling_context))
+                patches.set(cls, attr, wrap(getattr(cls, attr)))
+            patches.set(cls, "__init__", wrap_init(cls.__dict__["__init__"], lambda: _callback[0]))
+            patches.set(module, "profiling_context", wrap_profiling_context(module.profiling_context))
             generation = sys.modules.get(VLLM_GENERATION)  # imported by grpo_trainer; LLM only with vLLM
             if generation is not None and "LLM" in vars(generation):
-                _patch(generation, "LLM", wrap_llm(generation.LLM))
+                patches.set(generation, "LLM", wrap_llm(generation.LLM))
         except Exception:
             internal_error("trl.patch")
-            uninstrument_patches()
+            patches.restore()  # a failed patch leaves TRL as it was
 
 
-def _apply_server(module: Any) -> None:
-    with _lock:
+def _apply_server(module: ModuleType) -> None:
+    with _trl.lock:
         for name, cls_name, attr, wrap in SERVER_PATCHES:
             if name != module.__name__ or not switch.active:
                 continue
             try:
                 cls = getattr(module, cls_name)
-                if not any(owner is cls and a == attr for owner, a, _ in _server_originals):
-                    _server_originals.append((cls, attr, cls.__dict__[attr]))
-                    setattr(cls, attr, wrap(cls.__dict__[attr]))
+                if not _server_patches.holds(cls, attr):
+                    _server_patches.set(cls, attr, wrap(vars(cls)[attr]))
             except Exception:
                 internal_error("trl.patch.server")
-
-
-def _patch(owner: Any, attr: str, wrapper: Any) -> None:
-    _originals.append((owner, attr, vars(owner).get(attr, _MISSING)))
-    setattr(owner, attr, wrapper)
-
-
-def uninstrument_patches() -> None:
-    """Put back what was patched, leaving the switch as it is (a failed patch leaves TRL as it was)."""
-    while _originals:
-        owner, attr, original = _originals.pop()
-        if original is _MISSING:
-            delattr(owner, attr)
-        else:
-            setattr(owner, attr, original)
 
 
 class TrlInstrumentor(Instrumentor):
     """OpenTelemetry instrumentor for TRL (entry point ``trl``): :func:`instrument` / :func:`uninstrument`."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _INSTRUMENTS
-
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("trl") is None:  # opentelemetry-instrument loads every entry point
-            return
-        instrument()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        uninstrument()
+    package, dependencies = "trl", _INSTRUMENTS
+    on, off = staticmethod(instrument), staticmethod(uninstrument)

@@ -9,8 +9,10 @@ from __future__ import annotations
 import functools
 import inspect
 import math
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Sequence
+from contextlib import AbstractContextManager
+from types import TracebackType
+from typing import Any, Protocol, cast
 
 from opentelemetry.trace import Link
 from opentelemetry.util.types import AttributeValue
@@ -18,16 +20,24 @@ from opentelemetry.util.types import AttributeValue
 from ... import semconv as sc
 from ...core._guard import internal_error
 from ...core._lifecycle import finish, open_span
-from ...core._phase import start
+from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
 from ...core._tracer import current_tracer
 from ._rows import Batch, Ending, Row, end_phase, generation_spec, open_phase, reward_spec, tool_spec
 from ._state import RewardRun, TrainerState
 
+
+class Tensor(Protocol):
+    """What we use of a torch tensor."""
+
+    def tolist(self) -> Any:  # Any: nested lists of Python numbers, as deep as the tensor
+        ...
+
+
 # -- generation -----------------------------------------------------------------------------------------------
 
 
-def generation_rows(st: TrainerState, prompt_ids: Sequence[Any]) -> list[int] | None:
+def generation_rows(st: TrainerState, prompt_ids: Sequence[Sequence[int]]) -> list[int] | None:
     """Which rows a ``_generate_single_turn`` call generates for: all of them on the first call of a batch, else
     (TRL's tool loop) the rows whose tools just ran, matched on their first prompt. ``None``: not known."""
     batch = st.batch
@@ -73,7 +83,12 @@ class GenerationCall:
         spec = generation_spec(model)
         self.scopes = [open_phase(batch.rows[r], spec, dict(size), links) for r in rows]
 
-    def end(self, exc: BaseException | None, prompt_ids: Sequence[Any], completion_ids: Sequence[Any] | None) -> None:
+    def end(
+        self,
+        exc: BaseException | None,
+        prompt_ids: Sequence[Sequence[int]],
+        completion_ids: Sequence[Sequence[int]] | None,
+    ) -> None:
         """End the sample spans and the batch span at one moment: each sample's own token counts and its share
         of the batch's time (:data:`~otel_agentloop.semconv.RL_BATCH_ATTRIBUTED_S`). Never raises."""
         ending = Ending()
@@ -118,7 +133,7 @@ def open_reward(st: TrainerState, name: str) -> RewardRun | None:
 
 
 def end_rewards(
-    st: TrainerState, names: Sequence[str], values: Any, error: BaseException | None
+    st: TrainerState, names: Sequence[str], values: Tensor | None, error: BaseException | None
 ) -> list[list[float]] | None:
     """End the open reward spans with each row's value (``values``: TRL's rewards per function, rows by
     functions, maybe gathered from every process). Returns the rows' values as lists (``None``: not this
@@ -147,12 +162,14 @@ def end_rewards(
     return table
 
 
-def record_totals(batch: Batch, table: list[list[float]] | None, weights: Any) -> None:
+def record_totals(batch: Batch, table: list[list[float]] | None, weights: Tensor | None) -> None:
     """Each sample's reward as TRL combines it (weighted sum over the functions, NaN ignored), from
     :func:`end_rewards`' table. Never raises."""
     if table is None or len(table) != len(batch.rows):
         return
     try:
+        if weights is None:
+            raise TypeError("the trainer has no reward_weights")
         w = [float(x) for x in weights.tolist()]
         for row, values in zip(batch.rows, table, strict=True):
             row.handle.record(reward=sum(v * k for v, k in zip(values, w, strict=True) if not math.isnan(v)))
@@ -166,16 +183,18 @@ class RewardBlock:
 
     __slots__ = ("inner", "name", "st")
 
-    def __init__(self, inner: Any, st: TrainerState, name: str) -> None:
+    def __init__(self, inner: AbstractContextManager[object], st: TrainerState, name: str) -> None:
         self.inner = inner
         self.st = st
         self.name = name
 
-    def __enter__(self) -> Any:
+    def __enter__(self) -> object:
         open_reward(self.st, self.name)
         return self.inner.__enter__()
 
-    def __exit__(self, et: Any, exc: Any, tb: Any) -> Any:
+    def __exit__(
+        self, et: type[BaseException] | None, exc: BaseException | None, tb: TracebackType | None
+    ) -> bool | None:
         try:
             return self.inner.__exit__(et, exc, tb)
         finally:
@@ -188,13 +207,17 @@ class RewardBlock:
 # -- tools ----------------------------------------------------------------------------------------------------
 
 
+Tools = dict[str, Callable[..., object]]
+"""TRL's tools of one row, by name."""
+
+
 def wrap_tools(
-    st: TrainerState, dicts: Sequence[dict[str, Any]], asynchronous: bool
-) -> list[tuple[dict[str, Any], str, Any]]:
+    st: TrainerState, dicts: Sequence[Tools], asynchronous: bool
+) -> list[tuple[Tools, str, Callable[..., object]]]:
     """Put each row's tools in ``dicts`` (TRL's per-row ``{name: callable}``) behind a traced call; returns what
     to put back."""
     batch = st.batch
-    undo: list[tuple[dict[str, Any], str, Any]] = []
+    undo: list[tuple[Tools, str, Callable[..., object]]] = []
     if batch is None or len(dicts) != len(batch.rows):
         return undo
     for r, tools in enumerate(dicts):
@@ -205,10 +228,10 @@ def wrap_tools(
     return undo
 
 
-def _sync_tool(st: TrainerState, r: int, row: Row, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _sync_tool(st: TrainerState, r: int, row: Row, name: str, fn: Callable[..., object]) -> Callable[..., object]:
     spec = tool_spec(name)
 
-    def call(*args: Any, **kwargs: Any) -> Any:
+    def call(*args: object, **kwargs: object) -> object:
         st.tool_rows.add(r)
         return row.run(_traced_call, spec, fn, args, kwargs)
 
@@ -216,7 +239,9 @@ def _sync_tool(st: TrainerState, r: int, row: Row, name: str, fn: Callable[..., 
     return call
 
 
-def _traced_call(spec: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _traced_call(
+    spec: PhaseSpec, fn: Callable[..., object], args: tuple[object, ...], kwargs: dict[str, object]
+) -> object:
     scope = start(spec)  # entered in the row's context: the user's own spans nest under it
     try:
         result = fn(*args, **kwargs)
@@ -229,14 +254,14 @@ def _traced_call(spec: Any, fn: Callable[..., Any], args: tuple[Any, ...], kwarg
     return result
 
 
-def _async_tool(st: TrainerState, r: int, row: Row, name: str, fn: Callable[..., Any]) -> Callable[..., Any]:
+def _async_tool(st: TrainerState, r: int, row: Row, name: str, fn: Callable[..., object]) -> Callable[..., object]:
     spec = tool_spec(name)
 
-    async def call(*args: Any, **kwargs: Any) -> Any:
+    async def call(*args: object, **kwargs: object) -> object:
         st.tool_rows.add(r)
         scope = open_phase(row, spec)  # TRL awaits it on its own loop: the span is opened in the row's context
         try:
-            result = await fn(*args, **kwargs)
+            result = await cast(Awaitable[object], fn(*args, **kwargs))
         except BaseException as exc:
             end_phase(scope, exc)
             raise
@@ -247,5 +272,5 @@ def _async_tool(st: TrainerState, r: int, row: Row, name: str, fn: Callable[...,
     return call
 
 
-def is_async(fn: Any) -> bool:
+def is_async(fn: object) -> bool:
     return inspect.iscoroutinefunction(fn)

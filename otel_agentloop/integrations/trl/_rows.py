@@ -14,7 +14,7 @@ from __future__ import annotations
 import contextvars
 import time
 from collections.abc import Callable, Sequence
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from opentelemetry.trace import Link
 from opentelemetry.util.types import AttributeValue
@@ -40,7 +40,7 @@ class Row:
         self.block = block
         self.handle = handle
 
-    def run(self, fn: Callable[..., T], *args: Any) -> T:
+    def run(self, fn: Callable[..., T], *args: object) -> T:
         """``fn(*args)`` in this row's context (its sample current)."""
         return self.context.run(fn, *args)
 

@@ -4,23 +4,13 @@ from __future__ import annotations
 
 import threading
 import weakref
-from typing import Any
 
 from ...config._fork import renew_lock
 from ...core._context import step
 from ...core._scope import OpenSpan
 from ...core._trainer import trainer_phase
+from .._patching import Switch
 from ._rows import Batch, Ending
-
-
-class Switch:
-    """Whether the wrappers act (``instrument()`` sets it, ``uninstrument()`` clears it)."""
-
-    __slots__ = ("active",)
-
-    def __init__(self) -> None:
-        self.active = False
-
 
 switch = Switch()
 
@@ -67,12 +57,12 @@ class TrainerState:
         """Collected steps' metrics, merged into TRL's next logged dict."""
 
 
-_states: weakref.WeakKeyDictionary[Any, TrainerState] = weakref.WeakKeyDictionary()
+_states: weakref.WeakKeyDictionary[object, TrainerState] = weakref.WeakKeyDictionary()
 _lock = threading.Lock()
 renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
 
 
-def state_of(trainer: Any) -> TrainerState:
+def state_of(trainer: object) -> TrainerState:
     """The trainer's state (made on first use)."""
     found = _states.get(trainer)
     if found is None:
@@ -83,7 +73,7 @@ def state_of(trainer: Any) -> TrainerState:
     return found
 
 
-def peek(trainer: Any) -> TrainerState | None:
+def peek(trainer: object) -> TrainerState | None:
     """The trainer's state if it has one."""
     try:
         return _states.get(trainer)

@@ -9,7 +9,6 @@ its own metrics over the same steps), and :func:`last_metrics` keeps the latest 
 from __future__ import annotations
 
 from collections.abc import MutableMapping
-from typing import Any
 
 from ...core._guard import internal_error
 from ._state import TrainerState
@@ -47,7 +46,7 @@ def close_step(st: TrainerState, exc: BaseException | None, *, collect: bool) ->
         internal_error("trl.step.collect")
 
 
-def merge_metrics(st: TrainerState, logs: MutableMapping[str, Any]) -> None:
+def merge_metrics(st: TrainerState, logs: MutableMapping[str, object]) -> None:
     """Add the pending steps' metrics to ``logs`` (mean per key over the steps that have it); TRL's own keys are
     never replaced. Never raises."""
     pending, st.pending = st.pending, []

@@ -9,13 +9,13 @@ from __future__ import annotations
 
 import functools
 import weakref
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, MutableMapping, Sequence, Sized
+from typing import Any, Protocol
 
 from ...core._context import step
 from ...core._guard import internal_error
 from ...core._trainer import trainer_phase
-from ._phases import GenerationCall, RewardBlock, end_rewards, generation_rows, record_totals, wrap_tools
+from ._phases import GenerationCall, RewardBlock, Tools, end_rewards, generation_rows, record_totals, wrap_tools
 from ._rows import Batch
 from ._state import TrainerState, peek, state_of, switch
 from ._steps import close_step, merge_metrics
@@ -23,6 +23,26 @@ from ._vllm import open_feed
 from ._vllm_server import open_post_feed
 
 F = Callable[..., Any]
+"""A GRPOTrainer method. Any: TRL's own; what it returns is read below as TRL 1.16 returns it."""
+
+
+class _Model(Protocol):
+    training: bool
+    config: object
+
+
+class Trainer(Protocol):
+    """What the wrappers read of a ``GRPOTrainer`` directly (the rest by ``getattr``, with defaults)."""
+
+    model: _Model
+
+    def add_callback(self, callback: object) -> None: ...
+
+
+class _TrainerState(Protocol):
+    """What the callback reads of transformers' ``TrainerState``."""
+
+    global_step: int
 
 
 def _update(wrapper: F, original: F) -> F:
@@ -30,7 +50,7 @@ def _update(wrapper: F, original: F) -> F:
     return wrapper
 
 
-def _training(trainer: Any) -> bool:
+def _training(trainer: Trainer) -> bool:
     try:
         return bool(trainer.model.training)
     except Exception:
@@ -40,7 +60,7 @@ def _training(trainer: Any) -> bool:
 def wrap_generate_and_score(original: F) -> F:
     """``_generate_and_score_completions``: a ``rl.train.gen`` phase, and a sample per row until it returns."""
 
-    def _generate_and_score_completions(self: Any, inputs: Any, *args: Any, **kwargs: Any) -> Any:
+    def _generate_and_score_completions(self: Trainer, inputs: Sized, *args: object, **kwargs: object) -> object:
         if not switch.active or not _training(self):
             return original(self, inputs, *args, **kwargs)
         st = state_of(self)
@@ -57,7 +77,7 @@ def wrap_generate_and_score(original: F) -> F:
     return _update(_generate_and_score_completions, original)
 
 
-def _open_batch(trainer: Any, st: TrainerState, inputs: Any) -> Batch | None:
+def _open_batch(trainer: object, st: TrainerState, inputs: Sized) -> Batch | None:
     try:
         n = len(inputs)
         group = int(getattr(trainer, "num_generations", 1) or 1)
@@ -82,11 +102,11 @@ def _close_batch(st: TrainerState, batch: Batch | None, exc: BaseException | Non
 def wrap_generate(original: F) -> F:
     """``_generate``: each row's tools traced for this batch, and each sample's prompt and response lengths."""
 
-    def _generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def _generate(self: object, *args: object, **kwargs: object) -> object:
         st = peek(self) if switch.active else None
         if st is None or st.batch is None:
             return original(self, *args, **kwargs)
-        undo: list[tuple[dict[str, Any], str, Any]] = []
+        undo: list[tuple[Tools, str, Callable[..., object]]] = []
         try:
             if getattr(self, "tools", None):
                 undo = wrap_tools(st, getattr(self, "_sync_tool_dicts", ()), False)
@@ -104,7 +124,7 @@ def wrap_generate(original: F) -> F:
     return _update(_generate, original)
 
 
-def _record_lengths(st: TrainerState, result: Any) -> None:
+def _record_lengths(st: TrainerState, result: Sequence[Sequence[Sized]]) -> None:
     batch = st.batch
     try:
         prompt_ids, completion_ids = result[0], result[1]
@@ -120,7 +140,9 @@ def wrap_generate_single_turn(original: F) -> F:
     with vLLM, each request the turn of its row (colocated: ``_vllm.RequestFeed``; server:
     ``_vllm_server.PostFeed``)."""
 
-    def _generate_single_turn(self: Any, prompt_ids: Any, *args: Any, **kwargs: Any) -> Any:
+    def _generate_single_turn(
+        self: Trainer, prompt_ids: Sequence[Sequence[int]], *args: object, **kwargs: object
+    ) -> object:
         st = peek(self) if switch.active else None
         call = None
         if st is not None and st.batch is not None:
@@ -149,14 +171,14 @@ def wrap_generate_single_turn(original: F) -> F:
     return _update(_generate_single_turn, original)
 
 
-def _completions(result: Any) -> Any:
+def _completions(result: Sequence[Sequence[Sequence[int]]]) -> Sequence[Sequence[int]] | None:
     try:
         return result[0]
     except Exception:
         return None
 
 
-def _model_name(trainer: Any) -> str | None:
+def _model_name(trainer: Trainer) -> str | None:
     try:
         name = getattr(trainer.model.config, "_name_or_path", None)
         return str(name).rstrip("/").rsplit("/", 1)[-1] or None if name else None
@@ -167,7 +189,7 @@ def _model_name(trainer: Any) -> str | None:
 def wrap_calculate_rewards(original: F) -> F:
     """``_calculate_rewards``: each reward function's spans end with each row's value (see ``RewardBlock``)."""
 
-    def _calculate_rewards(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def _calculate_rewards(self: object, *args: object, **kwargs: object) -> object:
         st = peek(self) if switch.active else None
         batch = st.batch if st is not None else None
         if st is None or batch is None:
@@ -190,7 +212,7 @@ def wrap_calculate_rewards(original: F) -> F:
 def wrap_profiling_context(original: F) -> F:
     """``grpo_trainer.profiling_context``: a reward function's block gets its reward spans."""
 
-    def profiling_context(trainer: Any, name: str, *args: Any, **kwargs: Any) -> Any:
+    def profiling_context(trainer: object, name: str, *args: object, **kwargs: object) -> object:
         inner = original(trainer, name, *args, **kwargs)
         st = peek(trainer) if switch.active else None
         if st is None or not st.scoring or st.batch is None:
@@ -208,7 +230,7 @@ def wrap_profiling_context(original: F) -> F:
 def wrap_compute_loss(original: F) -> F:
     """``compute_loss``: the ``rl.train.loss`` phase (forward and loss of one micro-batch)."""
 
-    def compute_loss(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def compute_loss(self: object, *args: object, **kwargs: object) -> object:
         if not switch.active or peek(self) is None:
             return original(self, *args, **kwargs)
         with trainer_phase("loss"):
@@ -220,7 +242,7 @@ def wrap_compute_loss(original: F) -> F:
 def wrap_log(original: F) -> F:
     """``log``: our collected steps' metrics (``agent_loop/...``) join TRL's logged dict, training logs only."""
 
-    def log(self: Any, logs: Any, *args: Any, **kwargs: Any) -> Any:
+    def log(self: Trainer, logs: MutableMapping[str, object], *args: object, **kwargs: object) -> object:
         st = peek(self) if switch.active else None
         if st is not None and st.pending and _training(self):
             merge_metrics(st, logs)
@@ -229,10 +251,10 @@ def wrap_log(original: F) -> F:
     return _update(log, original)
 
 
-def wrap_init(original: F, callback: Callable[[], Any]) -> F:
+def wrap_init(original: F, callback: Callable[[], Callable[[Trainer], object]]) -> F:
     """``__init__``: our callback joins the trainer's (``callback()``: its class), tracing configured if not yet."""
 
-    def __init__(self: Any, *args: Any, **kwargs: Any) -> None:  # noqa: N807 - the method it replaces
+    def __init__(self: Trainer, *args: object, **kwargs: object) -> None:  # noqa: N807 - the method it replaces
         original(self, *args, **kwargs)
         if not switch.active:
             return
@@ -252,7 +274,7 @@ def wrap_init(original: F, callback: Callable[[], Any]) -> F:
 def wrap_train(original: F) -> F:
     """``train``: a step left open by an exception is ended with it."""
 
-    def train(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def train(self: object, *args: object, **kwargs: object) -> object:
         try:
             return original(self, *args, **kwargs)
         except BaseException as exc:
@@ -271,14 +293,14 @@ def callback_class(base: type) -> type:
     class OtelAgentloopCallback(base):  # type: ignore[misc]
         """Opens each optimizer step's ``rl.step`` and ``rl.train.optimizer_step``; collects the step's metrics."""
 
-        def __init__(self, trainer: Any) -> None:
+        def __init__(self, trainer: Trainer) -> None:
             self._trainer = weakref.ref(trainer)
 
         def _state(self) -> TrainerState | None:
             trainer = self._trainer() if switch.active else None
             return peek(trainer) if trainer is not None else None
 
-        def on_step_begin(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_step_begin(self, args: object, state: _TrainerState, control: object, **kwargs: object) -> None:
             st = self._state()
             if st is None or st.step is not None:
                 return
@@ -289,25 +311,25 @@ def callback_class(base: type) -> type:
             except Exception:
                 internal_error("trl.step.open")
 
-        def on_pre_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_pre_optimizer_step(self, args: object, state: _TrainerState, control: object, **kwargs: object) -> None:
             st = self._state()
             if st is not None and st.step is not None and st.optimizer is None:
                 phase = trainer_phase("optimizer_step")
                 phase.__enter__()
                 st.optimizer = phase
 
-        def on_optimizer_step(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_optimizer_step(self, args: object, state: _TrainerState, control: object, **kwargs: object) -> None:
             st = self._state()
             if st is not None and st.optimizer is not None:
                 phase, st.optimizer = st.optimizer, None
                 phase.__exit__(None, None, None)
 
-        def on_step_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_step_end(self, args: object, state: _TrainerState, control: object, **kwargs: object) -> None:
             st = self._state()
             if st is not None:
                 close_step(st, None, collect=True)
 
-        def on_train_end(self, args: Any, state: Any, control: Any, **kwargs: Any) -> None:
+        def on_train_end(self, args: object, state: _TrainerState, control: object, **kwargs: object) -> None:
             st = self._state()
             if st is not None:
                 close_step(st, None, collect=True)

@@ -20,18 +20,19 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import Protocol
 
 from ...core._guard import internal_error
 from ...core._scope import OpenSpan, span_of
 from .._engine import trace_headers
+from .._patching import put_back
 from ._state import switch
 
 
-def wrap_llm(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_llm(original: Callable[..., object]) -> Callable[..., object]:
     """``vllm.LLM`` as TRL's colocate mode calls it: with our endpoint when it has none (see the module)."""
 
-    def LLM(*args: Any, **kwargs: Any) -> Any:  # noqa: N802 - the name it replaces
+    def LLM(*args: object, **kwargs: object) -> object:  # noqa: N802 - the name it replaces
         if switch.active and kwargs.get("otlp_traces_endpoint") is None:
             try:
                 from ...setup import configure, current_handle
@@ -51,16 +52,29 @@ def wrap_llm(original: Callable[..., Any]) -> Callable[..., Any]:
     return LLM
 
 
-def colocated_engine(trainer: Any) -> Any:
+class Engine(Protocol):
+    """What we use of vLLM's ``LLMEngine``."""
+
+    add_request: Callable[..., object]
+
+
+def vllm_generation(trainer: object, mode: str) -> object | None:
+    """The trainer's ``vllm_generation`` when it generates with vLLM in ``mode`` (``"colocate"``, ``"server"``)."""
+    if not getattr(trainer, "use_vllm", False):
+        return None
+    generation = getattr(trainer, "vllm_generation", None)
+    return generation if getattr(generation, "mode", None) == mode else None
+
+
+def colocated_engine(trainer: object) -> Engine | None:
     """The trainer's in-process vLLM engine (``LLMEngine``) when it generates with vLLM colocated on one
     process per engine (``tensor_parallel_size == 1``), else ``None``."""
     try:
-        if not getattr(trainer, "use_vllm", False):
+        generation = vllm_generation(trainer, "colocate")
+        if generation is None or getattr(generation, "tensor_parallel_size", 1) != 1:
             return None
-        generation: Any = getattr(trainer, "vllm_generation", None)
-        if getattr(generation, "mode", None) != "colocate" or getattr(generation, "tensor_parallel_size", 1) != 1:
-            return None
-        return generation.llm.llm_engine
+        engine: Engine = getattr(generation, "llm").llm_engine  # noqa: B009
+        return engine
     except Exception:
         return None
 
@@ -70,7 +84,7 @@ class RequestFeed:
 
     __slots__ = ("at", "engine", "headers", "installed", "live", "previous", "prompts", "thread")
 
-    def __init__(self, engine: Any, prompts: Sequence[Any], scopes: Sequence[OpenSpan | None]) -> None:
+    def __init__(self, engine: Engine, prompts: Sequence[Sequence[int]], scopes: Sequence[OpenSpan | None]) -> None:
         self.engine = engine
         self.prompts = prompts
         self.headers = [trace_headers(span_of(s)) if s is not None else {} for s in scopes]
@@ -81,7 +95,7 @@ class RequestFeed:
         self.installed = _feeding(self, engine.add_request)
         engine.add_request = self.installed
 
-    def next(self, prompt: Any) -> dict[str, str] | None:
+    def next(self, prompt: object) -> dict[str, str] | None:
         """The headers for the request now added with ``prompt`` (``None``: none, and none from now on when
         it is not the prompt expected next)."""
         k = self.at
@@ -97,18 +111,11 @@ class RequestFeed:
 
     def close(self) -> None:
         """Put the engine's ``add_request`` back (when it is still ours). Never raises."""
-        try:
-            if vars(self.engine).get("add_request") is self.installed:
-                if self.previous is None:
-                    del self.engine.add_request
-                else:
-                    self.engine.add_request = self.previous
-        except Exception:
-            internal_error("trl.vllm.feed.close")
+        put_back(self.engine, "add_request", self.installed, self.previous, "trl.vllm.feed.close")
 
 
-def _feeding(feed: RequestFeed, original: Callable[..., Any]) -> Callable[..., Any]:
-    def add_request(request_id: Any, prompt: Any, params: Any, *args: Any, **kwargs: Any) -> Any:
+def _feeding(feed: RequestFeed, original: Callable[..., object]) -> Callable[..., object]:
+    def add_request(request_id: object, prompt: object, params: object, *args: object, **kwargs: object) -> object:
         if len(args) < 4 and kwargs.get("trace_headers") is None and threading.get_ident() == feed.thread:
             try:  # trace_headers is add_request's 7th parameter: given positionally, it is the caller's
                 headers = feed.next(prompt)
@@ -121,7 +128,9 @@ def _feeding(feed: RequestFeed, original: Callable[..., Any]) -> Callable[..., A
     return add_request
 
 
-def open_feed(trainer: Any, prompts: Sequence[Any], scopes: Sequence[OpenSpan | None]) -> RequestFeed | None:
+def open_feed(
+    trainer: object, prompts: Sequence[Sequence[int]], scopes: Sequence[OpenSpan | None]
+) -> RequestFeed | None:
     """A :class:`RequestFeed` on the trainer's colocated engine for one call (``None``: not colocated, or no
     turn to hand). Never raises."""
     try:

@@ -25,12 +25,14 @@ import contextvars
 import functools
 import re
 import threading
-from collections.abc import Callable, Sequence
-from typing import Any
+from collections.abc import Awaitable, Callable, Mapping, Sequence
+from typing import Protocol
 
 from ...core._guard import internal_error
 from ...core._scope import OpenSpan, span_of
 from .._engine import trace_headers
+from .._patching import put_back
+from ._vllm import vllm_generation
 
 ROWS_HEADER = "x-otel-agentloop-rows"
 MAX_ROWS = 65536  # a header longer than this many traceparents is ignored
@@ -41,15 +43,33 @@ _rows: contextvars.ContextVar[tuple[list[str], int] | None] = contextvars.Contex
 # -- trainer side ------------------------------------------------------------------------------------------------
 
 
-def server_session(trainer: Any) -> Any:
+class Session(Protocol):
+    """What we use of a ``requests.Session``."""
+
+    post: Callable[..., object]
+
+
+class _EngineRequest(Protocol):
+    """What we use of vLLM's ``EngineCoreRequest``."""
+
+    trace_headers: Mapping[str, str] | None
+    external_req_id: object
+
+
+class _ParentRequest(Protocol):
+    """What we use of vLLM's ``ParentRequest`` (a request with ``n`` > 1)."""
+
+    n: int
+
+
+def server_session(trainer: object) -> Session | None:
     """The ``requests.Session`` of the trainer's vLLM server client (one process), else ``None``."""
     try:
-        if not getattr(trainer, "use_vllm", False):
+        generation = vllm_generation(trainer, "server")
+        if generation is None or getattr(trainer, "accelerator").num_processes != 1:  # noqa: B009
             return None
-        generation: Any = getattr(trainer, "vllm_generation", None)
-        if getattr(generation, "mode", None) != "server" or trainer.accelerator.num_processes != 1:
-            return None
-        return generation.vllm_client.session
+        session: Session = getattr(generation, "vllm_client").session  # noqa: B009
+        return session
     except Exception:
         return None
 
@@ -59,7 +79,13 @@ class PostFeed:
 
     __slots__ = ("batch", "installed", "live", "previous", "prompts", "rows", "session", "thread")
 
-    def __init__(self, session: Any, prompts: Sequence[Any], scopes: Sequence[OpenSpan | None], batch: Any) -> None:
+    def __init__(
+        self,
+        session: Session,
+        prompts: Sequence[Sequence[int]],
+        scopes: Sequence[OpenSpan | None],
+        batch: OpenSpan | None,
+    ) -> None:
         self.session = session
         self.prompts = prompts
         self.rows = [trace_headers(span_of(s)).get("traceparent", "") if s is not None else "" for s in scopes]
@@ -70,7 +96,7 @@ class PostFeed:
         self.installed = _posting(self, session.post)
         session.post = self.installed
 
-    def headers(self, url: Any, body: Any) -> dict[str, str] | None:
+    def headers(self, url: object, body: object) -> dict[str, str] | None:
         """Our headers for a post of ``body`` to ``url`` (``None``: not the call's completion request; after the
         first completion request, none)."""
         if not self.live or not isinstance(url, str) or not url.endswith("/v1/completions"):
@@ -91,18 +117,11 @@ class PostFeed:
 
     def close(self) -> None:
         """Put the session's ``post`` back (when it is still ours). Never raises."""
-        try:
-            if vars(self.session).get("post") is self.installed:
-                if self.previous is None:
-                    del self.session.post
-                else:
-                    self.session.post = self.previous
-        except Exception:
-            internal_error("trl.vllm_server.feed.close")
+        put_back(self.session, "post", self.installed, self.previous, "trl.vllm_server.feed.close")
 
 
-def _posting(feed: PostFeed, original: Callable[..., Any]) -> Callable[..., Any]:
-    def post(url: Any, *args: Any, **kwargs: Any) -> Any:
+def _posting(feed: PostFeed, original: Callable[..., object]) -> Callable[..., object]:
+    def post(url: object, *args: object, **kwargs: object) -> object:
         if not args and threading.get_ident() == feed.thread:
             try:
                 ours = feed.headers(url, kwargs.get("json"))
@@ -117,7 +136,7 @@ def _posting(feed: PostFeed, original: Callable[..., Any]) -> Callable[..., Any]
 
 
 def open_post_feed(
-    trainer: Any, prompts: Sequence[Any], scopes: Sequence[OpenSpan | None], batch: OpenSpan | None
+    trainer: object, prompts: Sequence[Sequence[int]], scopes: Sequence[OpenSpan | None], batch: OpenSpan | None
 ) -> PostFeed | None:
     """A :class:`PostFeed` on the trainer's vLLM server client for one call (``None``: not server mode on one
     process, or no turn to hand). Never raises."""
@@ -134,7 +153,7 @@ def open_post_feed(
 # -- server side -------------------------------------------------------------------------------------------------
 
 
-def parse_rows(value: Any) -> list[str] | None:
+def parse_rows(value: object) -> list[str] | None:
     """The traceparents of :data:`ROWS_HEADER`, ``""`` for a row without a turn (``None``: absent, too long, or
     any entry malformed)."""
     if not isinstance(value, str) or not value:
@@ -145,11 +164,13 @@ def parse_rows(value: Any) -> list[str] | None:
     return rows
 
 
-def wrap_create_completion(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_create_completion(original: Callable[..., Awaitable[object]]) -> Callable[..., Awaitable[object]]:
     """``OpenAIServingCompletion.create_completion(request, raw_request)``: the rows of its :data:`ROWS_HEADER`
     held for the call (with the request's ``n``)."""
 
-    async def create_completion(self: Any, request: Any, raw_request: Any = None, *args: Any, **kwargs: Any) -> Any:
+    async def create_completion(
+        self: object, request: object, raw_request: object = None, *args: object, **kwargs: object
+    ) -> object:
         token = None
         try:
             headers = getattr(raw_request, "headers", None)
@@ -169,7 +190,7 @@ def wrap_create_completion(original: Callable[..., Any]) -> Callable[..., Any]:
     return create_completion
 
 
-def row_headers(request: Any, parent: Any, index: Any) -> dict[str, str] | None:
+def row_headers(request: _EngineRequest, parent: _ParentRequest | None, index: object) -> dict[str, str] | None:
     """The headers of the engine request ``request`` (child ``index`` of ``parent``) from the held rows, else
     ``None`` (the request keeps vLLM's)."""
     held = _rows.get(None)
@@ -186,13 +207,19 @@ def row_headers(request: Any, parent: Any, index: Any) -> dict[str, str] | None:
     return {"traceparent": rows[k]} if k < len(rows) and rows[k] else None
 
 
-def wrap_add_request(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_add_request(original: Callable[..., object]) -> Callable[..., object]:
     """``OutputProcessor.add_request(request, prompt, parent_req, request_index, queue)``: the request's row's
     ``traceparent`` as its trace headers (see the module)."""
 
     def add_request(
-        self: Any, request: Any, prompt: Any, parent_req: Any = None, request_index: Any = 0, *args: Any, **kwargs: Any
-    ) -> Any:
+        self: object,
+        request: _EngineRequest,
+        prompt: object,
+        parent_req: _ParentRequest | None = None,
+        request_index: object = 0,
+        *args: object,
+        **kwargs: object,
+    ) -> object:
         if _rows.get(None) is not None:
             try:
                 headers = row_headers(request, parent_req, request_index)

@@ -24,9 +24,7 @@ not imported yet are patched when they are. Tracing itself is set up by ``otel_a
 
 from __future__ import annotations
 
-import importlib.util
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Mapping
 
 from .._instrumentor import Instrumentor
 from . import _envserver, _patching, _rollout, _toolphase, _tools, _turns
@@ -80,14 +78,10 @@ class VerifiersInstrumentor(Instrumentor):
     """OpenTelemetry instrumentor for verifiers (entry point ``verifiers``): :func:`instrument` /
     :func:`uninstrument`."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return ()
+    package = "verifiers"
 
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("verifiers") is None:  # opentelemetry-instrument loads every entry point
-            return
+    def _start(self, kwargs: Mapping[str, object]) -> None:
         _rollout.auto_configure(True)  # no code change: tracing from the environment, at the first eval or rollout
         instrument()
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        uninstrument()
+    off = staticmethod(uninstrument)

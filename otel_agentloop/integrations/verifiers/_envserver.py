@@ -16,7 +16,6 @@ it into ``RunRequest``, whose pydantic model ignores keys it does not declare.
 from __future__ import annotations
 
 import importlib
-from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -28,6 +27,8 @@ from ...core import _context
 from ...core._guard import internal_error
 from ...core._state import state
 from ...core._tracer import current_tracer
+from .._carrier import step_carrier
+from .._patching import Args, AsyncOriginal, Kwargs
 from ._rollout import ensure_configured
 
 KEY = "otel_agentloop"
@@ -36,18 +37,11 @@ _KEY_BYTES = KEY.encode()
 _propagator = TraceContextTextMapPropagator()
 
 
-def carrier() -> dict[str, Any] | None:
+def carrier() -> dict[str, object] | None:
     """The caller's trace context and step, or ``None`` outside a step and a valid span (or tracing off)."""
     if current_tracer() is None:
         return None
-    out: dict[str, Any] = {}
-    _propagator.inject(out)
-    step = _context.current_step()
-    if step is not None:
-        out[sc.RL_STEP] = step.step
-        out[sc.RL_VALIDATE] = step.validate
-        out[sc.RL_TRACE_PER] = step.trace_per
-    return out or None
+    return step_carrier() or None
 
 
 class _Carried:
@@ -60,7 +54,7 @@ class _Carried:
         self._request = request
         self._carrier = carried
 
-    def model_dump(self, *args: Any, **kwargs: Any) -> Any:
+    def model_dump(self, *args: object, **kwargs: object) -> object:
         out = self._request.model_dump(*args, **kwargs)
         return {**out, KEY: self._carrier} if isinstance(out, dict) and KEY not in out else out
 
@@ -68,7 +62,7 @@ class _Carried:
         return getattr(self._request, name)
 
 
-async def client_request(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def client_request(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``EnvClient._request(request, response_type, ...)``: a ``run`` request carries the caller's context."""
     try:
         request = args[1] if len(args) > 1 else kwargs.get("request")
@@ -104,7 +98,7 @@ def _adopt(payload: object) -> tuple[otel_context.Context, _context.StepState | 
     return ctx, _context.StepState(step, validate, trace_per, trace.get_current_span(ctx))
 
 
-async def server_handle(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def server_handle(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``EnvServer._handle(client_id, request_id, method, payload)``: a carried ``run`` request runs in the
     caller's context and step (this handler runs in its own task: what it attaches stays there)."""
     adopted = None

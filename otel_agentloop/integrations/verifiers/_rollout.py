@@ -16,7 +16,6 @@ from __future__ import annotations
 import atexit
 import contextvars
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -28,6 +27,7 @@ from ...core._guard import internal_error
 from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import span_of
+from .._patching import Args, AsyncOriginal, Kwargs, Original, awaited_in
 from . import _toolphase
 
 SESSION_ATTR = "verifiers.trace.id"
@@ -90,7 +90,7 @@ def _task_index(task: Any) -> int:
     return index if type(index) is int else -1
 
 
-async def agent_run(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def agent_run(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``Agent.run(task, ...)`` as one sample."""
     ensure_configured()
     if current_sample() is not None:  # an agent run inside another's sample (a judge agent): part of it
@@ -127,7 +127,7 @@ def _record(handle: SampleHandle, trace: Any) -> None:
         internal_error("verifiers.sample_record")
 
 
-def rollout_init(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def rollout_init(original: Original, args: Args, kwargs: Kwargs) -> object:
     """``Rollout.__init__``: its trace id now routes to the current sample."""
     result = original(*args, **kwargs)
     try:
@@ -144,18 +144,14 @@ def rollout_init(original: Callable[..., Any], args: tuple[Any, ...], kwargs: di
     return result
 
 
-async def task_score(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def task_score(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``Task.score(trace, runtime)`` as the ``rl.reward`` span (none when scoring is deferred)."""
     if current_sample() is None or getattr(args[0], "scoring_deferred", False):
         return await original(*args, **kwargs)
     scope = start(_REWARD)
     if scope is None:
         return await original(*args, **kwargs)
-    try:
-        result = await original(*args, **kwargs)
-    except BaseException as exc:
-        finish(scope, exc)
-        raise
+    result = await awaited_in(scope, original, args, kwargs)
     try:
         trace = args[1] if len(args) > 1 else kwargs.get("trace")
         reward = getattr(trace, "reward", None)
@@ -167,7 +163,7 @@ async def task_score(original: Callable[..., Any], args: tuple[Any, ...], kwargs
     return result
 
 
-async def run_eval(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def run_eval(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """verifiers' eval runner as one step (unless one is open already)."""
     ensure_configured()
     if current_step() is not None:

@@ -22,7 +22,6 @@ the tool servers' ``execute_tool`` time and below verifiers' harness time (``tim
 from __future__ import annotations
 
 import threading
-from collections.abc import Callable
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -34,6 +33,7 @@ from ...core._guard import internal_error
 from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan
+from .._patching import Args, AsyncOriginal, Kwargs
 
 SPEC = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS})
 """The tool block's span: verl's ``rl.tool_calls`` (no tool name: not a tool call of its own)."""
@@ -96,7 +96,7 @@ def trace_id_of(obj: Any) -> object:
     return getattr(getattr(obj, "trace", None), "id", None)
 
 
-async def refused(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def refused(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``RolloutSession.refused()``, run as each model request of the rollout arrives: its tool phase ends."""
     try:
         close(trace_id_of(args[0]))
@@ -105,7 +105,7 @@ async def refused(original: Callable[..., Any], args: tuple[Any, ...], kwargs: d
     return await original(*args, **kwargs)
 
 
-async def rollout_step(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def rollout_step(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``Rollout.step(...)``, one harness segment: a tool phase still open when it ends ends with it."""
     try:
         return await original(*args, **kwargs)

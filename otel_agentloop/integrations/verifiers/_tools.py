@@ -26,8 +26,8 @@ import functools
 import importlib
 import json
 import sys
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, cast
 from urllib.parse import parse_qsl, urlencode, urlsplit, urlunsplit
 
 from opentelemetry import context as otel_context
@@ -38,6 +38,7 @@ from ...core._guard import internal_error
 from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from .._engine import trace_headers
+from .._patching import Args, AsyncOriginal, Kwargs, Original
 from ._rollout import ensure_configured
 
 ENTRY = "otel_agentloop.integrations.verifiers._toolserver"
@@ -90,7 +91,7 @@ def launch() -> Launch | None:
     return None if carrier is None else Launch(dict(handle.worker_env), carrier)
 
 
-def shared_url(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def shared_url(original: Original, args: Args, kwargs: Kwargs) -> object:
     """``_shared_url_for_rollout(server, url, ...)``, inside the rollout's sample: the URL also carries the
     sample's carrier (query parameter :data:`QUERY`), for a shared server launched by :func:`run_background`."""
     url = original(*args, **kwargs)
@@ -106,7 +107,7 @@ def shared_url(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
     return url
 
 
-async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def serve_in_runtime(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``serve_in_runtime(server, runtime, ...)``: a local subprocess launch carries the sample's context (outside
     a sample: an eval-level shared server, whose calls each carry theirs)."""
     found = None
@@ -126,7 +127,7 @@ async def serve_in_runtime(original: Callable[..., Any], args: tuple[Any, ...], 
         _LAUNCH.reset(token)
 
 
-async def run_background(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def run_background(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``SubprocessRuntime.run_background(argv, env, log)``: inside a traced launch, ``python -m <module>``
     becomes ``python -m <ENTRY> <carrier> <module>`` with the launch's settings added to its environment."""
     found = _LAUNCH.get()
@@ -134,7 +135,12 @@ async def run_background(original: Callable[..., Any], args: tuple[Any, ...], kw
         try:
             self, argv, env, *rest = args
             if isinstance(argv, list) and len(argv) == 3 and argv[0] == sys.executable and argv[1] == "-m":
-                args = (self, [argv[0], "-m", ENTRY, found.carrier, argv[2]], {**found.env, **dict(env)}, *rest)
+                args = (
+                    self,
+                    [argv[0], "-m", ENTRY, found.carrier, argv[2]],
+                    {**found.env, **dict(cast("Mapping[str, str]", env))},
+                    *rest,
+                )
         except Exception:
             internal_error("verifiers.tool_argv")
     return await original(*args, **kwargs)
@@ -191,7 +197,7 @@ def _call_sample() -> tuple[otel_context.Context | None, dict[str, Any]]:
     return parse(carrier) if carrier else (None, {})
 
 
-def with_state(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def with_state(original: Callable[..., AsyncOriginal], args: Args, kwargs: Kwargs) -> object:
     """``ServerBase._with_state(fn)``: the registered tool, traced when this process continues a sample."""
     wrapper = original(*args, **kwargs)
     if served.ctx is None and not served.shared:
@@ -205,9 +211,9 @@ def with_state(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict
         return wrapper
 
 
-def _traced(wrapper: Callable[..., Any], spec: PhaseSpec) -> Callable[..., Any]:
+def _traced(wrapper: AsyncOriginal, spec: PhaseSpec) -> AsyncOriginal:
     @functools.wraps(wrapper)
-    async def traced_tool(*args: Any, **kwargs: Any) -> Any:
+    async def traced_tool(*args: object, **kwargs: object) -> object:
         try:
             ctx, identity = _call_sample()
         except Exception:

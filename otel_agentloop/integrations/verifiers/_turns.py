@@ -18,7 +18,7 @@ from __future__ import annotations
 
 import asyncio
 import weakref
-from collections.abc import Callable, Mapping
+from collections.abc import Mapping
 from typing import Any
 
 from opentelemetry import context as otel_context
@@ -31,6 +31,7 @@ from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
 from .._engine import record_openai_response, trace_headers
+from .._patching import Args, AsyncOriginal, Kwargs, Original, awaited_in
 from . import _toolphase
 from ._rollout import session
 
@@ -48,7 +49,7 @@ def _spec(model: object) -> PhaseSpec:
     return spec
 
 
-def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[OpenSpan | None, dict[str, Any]]:
+def _begin(args: Args, kwargs: Kwargs) -> tuple[OpenSpan | None, dict[str, Any]]:
     """Open the turn below the rollout's sample; ``kwargs`` with the ``traceparent`` header added."""
     try:
         found = session(kwargs.get("session_id"))
@@ -84,32 +85,24 @@ def _begin(args: tuple[Any, ...], kwargs: dict[str, Any]) -> tuple[OpenSpan | No
         return None, kwargs
 
 
-async def get_response(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def get_response(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``Client.get_response(dialect, body, sampling, session_id=..., headers=...)`` as one turn; the response's
     usage, id and finish reasons go on it now, and it ends in ``record_call`` (see :func:`record_call`)."""
-    scope, kwargs = _begin(args, kwargs)
-    if scope is None:
-        return await original(*args, **kwargs)
-    try:
-        response = await original(*args, **kwargs)
-    except BaseException as exc:
-        finish(scope, exc)
-        raise
-    record_openai_response(getattr(response, "raw", None), span=span_of(scope))
-    _hold(scope)
-    return response
+    return await _turn(original, args, kwargs, True)
 
 
-async def relay(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def relay(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """``EvalClient.relay(...)``: the turn stays open while the stream is read, and ends in ``record_call``."""
+    return await _turn(original, args, kwargs, False)
+
+
+async def _turn(original: AsyncOriginal, args: Args, kwargs: Kwargs, response: bool) -> object:
     scope, kwargs = _begin(args, kwargs)
     if scope is None:
         return await original(*args, **kwargs)
-    try:
-        reply = await original(*args, **kwargs)
-    except BaseException as exc:
-        finish(scope, exc)
-        raise
+    reply = await awaited_in(scope, original, args, kwargs)
+    if response:  # usage, id and finish reasons of the OpenAI-compatible body
+        record_openai_response(getattr(reply, "raw", None), span=span_of(scope))
     _hold(scope)
     return reply
 
@@ -134,7 +127,7 @@ def _task_done(task: asyncio.Task[Any]) -> None:
         finish(scope)
 
 
-def record_call(original: Callable[..., Any], args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def record_call(original: Original, args: Args, kwargs: Kwargs) -> object:
     """``InterceptionServer.record_call(session, ...)``, verifiers' own record of the call: ends this request
     task's turn with the duration verifiers measured (so the two agree), its usage, finish reason and error."""
     scope = None

@@ -24,8 +24,7 @@ each worker on a node without an endpoint warns once, naming its node, and expor
 from __future__ import annotations
 
 import importlib.metadata
-import importlib.util
-from collections.abc import Callable, Collection
+from collections.abc import Callable, Mapping
 from typing import Any
 
 from ...core._guard import logger
@@ -179,13 +178,9 @@ class VerlInstrumentor(Instrumentor):
     :func:`uninstrument`.
     """
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _INSTRUMENTS
+    package, dependencies = "verl", _INSTRUMENTS
 
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("verl") is None:  # opentelemetry-instrument loads every entry point
-            return
+    def _start(self, kwargs: Mapping[str, object]) -> None:
         instrument(tracer_provider=kwargs.get("tracer_provider"))
 
-    def _uninstrument(self, **kwargs: Any) -> None:
-        uninstrument()
+    off = staticmethod(uninstrument)

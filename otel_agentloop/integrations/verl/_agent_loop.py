@@ -10,18 +10,21 @@ from __future__ import annotations
 import contextlib
 import contextvars
 import importlib
-from collections.abc import Generator, Mapping
-from typing import Any, NamedTuple
+from collections.abc import Awaitable, Callable, Generator, Iterable, Mapping
+from types import ModuleType
+from typing import Any, NamedTuple, cast
 
 from ... import semconv as sc
 from ...core import _context
 from ...core._guard import internal_error
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
-from ...metrics._verdicts import apply_verdicts
+from ...metrics._verdicts import Verdict, apply_verdicts
 from ...setup import current_handle, write_step_summary
+from .._patching import Args, AsyncOriginal, Kwargs
 from . import _engine_path
 from . import _patching as patching
 from ._identity import arrival_index, as_int, field_of, release_stale, unique_key
+from ._objects import DataProto
 from ._phases import call_tool, compute_score, generate, traced_timer
 from ._rows import OpenSampleRows, identity_int, read_identity
 
@@ -31,6 +34,8 @@ SINGLE_TURN_LOOP = "verl.experimental.agent_loop.single_turn_agent_loop"
 LLM_SERVER = "verl.workers.rollout.llm_server"
 TABLE_KEY = "otel_agentloop_table"
 VERDICT_KEY = "otel_agentloop_verdict"
+LAST_ATTR = "_otel_agentloop_last"
+"""The manager's attribute holding its last step's slowest sample (for the output's ``meta_info``)."""
 META_KEY = "otel_agentloop"
 CARRIER_KEY = "otel_agentloop_carrier"
 POSITION_KEY = "otel_agentloop_position"
@@ -74,7 +79,7 @@ def open_rows() -> OpenSampleRows | None:
 
 
 # -- module patches ---------------------------------------------------------------------------------
-def apply_agent_loop(module: Any) -> None:
+def apply_agent_loop(module: ModuleType) -> None:
     patching.replace(module, "AgentLoopManager", "generate_sequences", _manager_generate_sequences(module))
     patching.patch(module, "AgentLoopManager", "_performance_metrics", _performance_metrics)
     patching.patch(module, "AgentLoopWorker", "generate_sequences", _worker_generate_sequences)
@@ -83,16 +88,16 @@ def apply_agent_loop(module: Any) -> None:
     patching.replace(module, "", "simple_timer", traced_timer(vars(module)["simple_timer"]))
 
 
-def apply_tool_loop(module: Any) -> None:
+def apply_tool_loop(module: ModuleType) -> None:
     patching.patch(module, "ToolAgentLoop", "_call_tool", call_tool)
     patching.replace(module, "", "simple_timer", traced_timer(vars(module)["simple_timer"]))
 
 
-def apply_single_turn_loop(module: Any) -> None:
+def apply_single_turn_loop(module: ModuleType) -> None:
     patching.replace(module, "", "simple_timer", traced_timer(vars(module)["simple_timer"]))
 
 
-def apply_llm_server(module: Any) -> None:
+def apply_llm_server(module: ModuleType) -> None:
     for name in ("LLMServerClient", "FullyAsyncLLMServerClient"):
         cls = getattr(module, name, None)
         if cls is not None and "generate" in vars(cls):
@@ -106,7 +111,7 @@ def _manager_generate_sequences(agent_loop: Any) -> Any:
     original = vars(agent_loop.AgentLoopManager)["generate_sequences"]
     inner = getattr(original, "__wrapped__", original)
 
-    async def generate_sequences(self: Any, prompts: Any, *args: Any, **kwargs: Any) -> Any:
+    async def generate_sequences(self: object, prompts: DataProto, *args: object, **kwargs: object) -> object:
         if not patching.state.active:
             return await inner(self, prompts, *args, **kwargs)
         meta = prompts.meta_info
@@ -122,7 +127,7 @@ def _manager_generate_sequences(agent_loop: Any) -> Any:
                 meta.pop(CARRIER_KEY, None)
         try:
             output.meta_info.pop(CARRIER_KEY, None)
-            extra = getattr(self, "_otel_agentloop_last", None)
+            extra = getattr(self, LAST_ATTR, None)
             if extra is not None:
                 output.meta_info[META_KEY] = extra
         except Exception:
@@ -133,28 +138,12 @@ def _manager_generate_sequences(agent_loop: Any) -> Any:
     return agent_loop.auto_await(generate_sequences)
 
 
-def _performance_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _performance_metrics(original: Callable[..., dict[str, float]], args: Args, kwargs: Kwargs) -> object:
     # (self, metrics, output): self may be None when verl's formula is called through the class
     instance = args[0] if args else None
     metrics = kwargs.get("metrics", args[1] if len(args) > 1 else None)
-    tables = []
-    try:
-        for chunk in metrics or ():
-            for row in chunk:
-                table = row.pop(TABLE_KEY, None) if isinstance(row, dict) else None
-                if table is not None:
-                    tables.append(table)
-    except Exception:
-        internal_error("verl._performance_metrics.tables")
-    verdicts = []
-    try:
-        for chunk in metrics or ():
-            for row in chunk:
-                verdict = row.pop(VERDICT_KEY, None) if isinstance(row, dict) else None
-                if verdict is not None:
-                    verdicts.append(verdict)
-    except Exception:
-        internal_error("verl._performance_metrics.verdicts")
+    tables: list[PhaseTable] = _popped(metrics, TABLE_KEY, "tables")
+    verdicts: list[Verdict] = _popped(metrics, VERDICT_KEY, "verdicts")
     timing = original(*args, **kwargs)
     if tables:
         try:
@@ -165,11 +154,26 @@ def _performance_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str,
                 timing.setdefault(key, value)  # verl's own values are never replaced
             extra = {"slowest_trace_id": ours.slowest_trace_id, "slowest_sample": ours.slowest_sample}
             if instance is not None:
-                instance._otel_agentloop_last = extra
+                setattr(instance, LAST_ATTR, extra)
             _write_summary(table, ours, timing)
         except Exception:
             internal_error("verl._performance_metrics.ours")
     return timing
+
+
+def _popped(metrics: object, key: str, what: str) -> list[Any]:
+    """Each of verl's per-sample metric rows' ``key`` (a value our worker put there), popped. Any: each key's
+    values are of one type, the caller's."""
+    found = []
+    try:
+        for chunk in cast("Iterable[Iterable[object]]", metrics or ()):
+            for row in chunk:
+                value = row.pop(key, None) if isinstance(row, dict) else None
+                if value is not None:
+                    found.append(value)
+    except Exception:
+        internal_error(f"verl._performance_metrics.{what}")
+    return found
 
 
 def _write_summary(table: PhaseTable, ours: StepMetrics, timing: Mapping[str, Any]) -> None:
@@ -185,8 +189,10 @@ def _write_summary(table: PhaseTable, ours: StepMetrics, timing: Mapping[str, An
 
 
 # -- the worker (actor) ---------------------------------------------------------------------------------
-async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
-    batch = args[1] if len(args) > 1 else kwargs.get("batch")
+async def _worker_generate_sequences(
+    original: Callable[..., Awaitable[DataProto]], args: Args, kwargs: Kwargs
+) -> object:
+    batch = cast("DataProto | None", args[1] if len(args) > 1 else kwargs.get("batch"))
     meta = getattr(batch, "meta_info", {}) or {}
     carrier = meta.pop(CARRIER_KEY, None)
     step = meta.get("global_steps", -1)
@@ -194,7 +200,7 @@ async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwarg
     from ..ray import remote_step
 
     if meta.pop(FULLY_ASYNC_KEY, False):
-        return await _fully_async_call(original, args, kwargs, batch)
+        return await _fully_async_call(original, args, kwargs, cast("DataProto", batch))
     with remote_step(carrier):
         output = await original(*args, **kwargs)
     try:
@@ -210,7 +216,9 @@ async def _worker_generate_sequences(original: Any, args: tuple[Any, ...], kwarg
     return output
 
 
-async def _fully_async_call(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any], batch: Any) -> Any:
+async def _fully_async_call(
+    original: Callable[..., Awaitable[DataProto]], args: Args, kwargs: Kwargs, batch: DataProto
+) -> object:
     """fully_async_policy: one prompt x n per call, many calls of one step in flight on this worker: each
     trajectory's row (from its spans) rides back in a non-tensor column, aligned with the output rows (verl's
     ``addition_process`` drops anything else); the trainer-side patch pops it."""
@@ -238,7 +246,7 @@ async def _fully_async_call(original: Any, args: tuple[Any, ...], kwargs: dict[s
     return output
 
 
-async def run_agent_loop(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def run_agent_loop(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """The sample span (identity: :func:`_read_sample`); the carrier and position keywords are removed before
     verl sees them."""
     carrier = kwargs.pop(CARRIER_KEY, None)
@@ -303,7 +311,7 @@ class _Sample(NamedTuple):
     verl_key: tuple[int, int] | None
 
 
-def _read_sample(args: tuple[Any, ...], kwargs: dict[str, Any], position: Any) -> _Sample:
+def _read_sample(args: Args, kwargs: Kwargs, position: Any) -> _Sample:
     """Legacy: identity from ``trajectory``. V1 (a ``session_id`` keyword): rollout = the session, index = the
     prompt's ``position`` in its dispatch batch (the dataset index is not unique), uid and dataset index as
     attributes. Fully-async: the arrival order in the step, verl's index as the dataset index. Identity values

@@ -28,15 +28,17 @@ from __future__ import annotations
 import contextvars
 import inspect
 import os
-from collections.abc import AsyncIterator, Callable, Mapping, MutableMapping
-from typing import Any
+from collections.abc import AsyncIterator, Awaitable, Callable, Mapping, MutableMapping
+from types import ModuleType
+from typing import Protocol
 
 from opentelemetry import trace
 
 from ...core._guard import internal_error, warn_once
 from ...setup import current_handle
 from .._engine import trace_headers
-from ..sglang import output_attributes, with_trace_header
+from .._patching import Args, AsyncOriginal, Kwargs, Original
+from ..sglang import GenerateRequest, output_attributes, with_trace_header
 from ..vllm._output import engine_attributes
 from ..vllm._wrappers import engine_service_name
 from . import _patching as patching
@@ -55,7 +57,7 @@ class _Call:
 
     def __init__(self, headers: dict[str, str], engine: str) -> None:
         self.headers, self.engine = headers, engine
-        self.final: Any = None
+        self.final: object = None
 
 
 SERVER_TARGETS: tuple[tuple[str, str, str], ...] = (
@@ -69,13 +71,15 @@ _CALL: contextvars.ContextVar[_Call | None] = contextvars.ContextVar("otel_agent
 
 
 # -- client: the agent-loop worker ------------------------------------------------------------------
-def apply_llm_server(module: Any) -> None:
+def apply_llm_server(module: ModuleType) -> None:
     cls = getattr(module, "LLMServerClient", None)
     if cls is not None and "_acquire_server" in vars(cls):
         patching.patch(module, "LLMServerClient", "_acquire_server", _acquire_server)
 
 
-async def _acquire_server(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _acquire_server(
+    original: Callable[..., Awaitable[tuple[object, _Server]]], args: Args, kwargs: Kwargs
+) -> object:
     acquired = await original(*args, **kwargs)
     try:
         server_id, server = acquired
@@ -90,7 +94,20 @@ async def _acquire_server(original: Any, args: tuple[Any, ...], kwargs: dict[str
         return acquired
 
 
-def accepts_carrier(server: Any) -> bool:
+class _RemoteMethod(Protocol):
+    """A Ray actor handle's method: what ``.remote()`` returns is awaited."""
+
+    def remote(self, *args: object, **kwargs: object) -> Awaitable[object]: ...
+
+
+class _Server(Protocol):
+    """The server handle verl acquires: its ``generate`` method."""
+
+    @property
+    def generate(self) -> _RemoteMethod: ...
+
+
+def accepts_carrier(server: object) -> bool:
     """Whether ``server``'s ``generate`` (a Ray actor handle's method signature) takes :data:`ENGINE_KEY`."""
     signatures = getattr(server, "_ray_method_signatures", None)
     params = signatures.get("generate") if isinstance(signatures, Mapping) else None
@@ -102,10 +119,10 @@ class _CarryingServer:
 
     __slots__ = ("_headers", "_server")
 
-    def __init__(self, server: Any, headers: dict[str, str]) -> None:
+    def __init__(self, server: _Server, headers: dict[str, str]) -> None:
         self._server, self._headers = server, headers
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._server, name)
 
     @property
@@ -116,18 +133,18 @@ class _CarryingServer:
 class _CarryingMethod:
     __slots__ = ("_headers", "_method")
 
-    def __init__(self, method: Any, headers: dict[str, str]) -> None:
+    def __init__(self, method: _RemoteMethod, headers: dict[str, str]) -> None:
         self._method, self._headers = method, headers
 
-    def __getattr__(self, name: str) -> Any:
+    def __getattr__(self, name: str) -> object:
         return getattr(self._method, name)
 
-    def remote(self, *args: Any, **kwargs: Any) -> Any:
+    def remote(self, *args: object, **kwargs: object) -> Awaitable[object]:
         kwargs.setdefault(ENGINE_KEY, self._headers)
         return _received(self._method.remote(*args, **kwargs))
 
 
-async def _received(ref: Any) -> Any:
+async def _received(ref: Awaitable[object]) -> object:
     """Await the server's result; take the engine's numbers out of it and put them on the current span."""
     output = await ref
     try:
@@ -143,17 +160,17 @@ async def _received(ref: Any) -> Any:
 
 
 # -- server: the vLLMHttpServer / SGLangHttpServer actor ----------------------------------------------
-def apply_vllm_server(module: Any) -> None:
+def apply_vllm_server(module: ModuleType) -> None:
     cls = module.vLLMHttpServer
     patching.replace(module, "vLLMHttpServer", "generate", _server_generate(vars(cls)["generate"], None))
     patching.patch(module, "vLLMHttpServer", "_preprocess_engine_kwargs", _preprocess_engine_kwargs)
 
 
-def _vllm_fallback(original: Callable[..., Any]) -> Callable[..., Any]:
+def _vllm_fallback(original: AsyncOriginal) -> Callable[..., object]:
     return _server_generate(original, None)
 
 
-def _sglang_fallback(original: Callable[..., Any]) -> Callable[..., Any]:
+def _sglang_fallback(original: AsyncOriginal) -> Callable[..., object]:
     return _server_generate(original, "sglang")
 
 
@@ -162,16 +179,16 @@ patching.fallbacks[SERVER_TARGETS[0]] = _vllm_fallback
 patching.fallbacks[SERVER_TARGETS[2]] = _sglang_fallback
 
 
-def apply_sglang_server(module: Any) -> None:
+def apply_sglang_server(module: ModuleType) -> None:
     cls = getattr(module, "SGLangHttpServer", None)
     if cls is not None and "generate" in vars(cls):
         patching.replace(module, "SGLangHttpServer", "generate", _server_generate(vars(cls)["generate"], "sglang"))
 
 
-def _server_generate(original: Callable[..., Any], engine: str | None) -> Callable[..., Any]:
+def _server_generate(original: AsyncOriginal, engine: str | None) -> Callable[..., object]:
     """``generate`` taking :data:`ENGINE_KEY` (always removed before verl's code runs)."""
 
-    async def generate(self: Any, *args: Any, **kwargs: Any) -> Any:
+    async def generate(self: object, *args: object, **kwargs: object) -> object:
         headers = kwargs.pop(ENGINE_KEY, None)
         if not patching.state.active or not isinstance(headers, dict):
             return await original(self, *args, **kwargs)
@@ -198,7 +215,7 @@ def _with_carrier(signature: inspect.Signature) -> inspect.Signature:
     return signature.replace(parameters=[*params[:at], extra, *params[at:]])
 
 
-def _carry_into(server: Any, engine: str | None) -> None:
+def _carry_into(server: object, engine: str | None) -> None:
     """Wrap the server's engine entry once (an instance attribute reading :data:`_CALL`): vLLM's
     ``engine.generate``, SGLang's ``tokenizer_manager.generate_request``."""
     try:
@@ -213,14 +230,14 @@ def _carry_into(server: Any, engine: str | None) -> None:
         internal_error("verl.engine.carry")
 
 
-def _tracing_on(engine: Any) -> bool:
+def _tracing_on(engine: object) -> bool:
     """vLLM drops headers (with a warning) when its tracing is off: only an engine that says so is spared."""
     config = getattr(engine, "observability_config", None)
     return config is None or getattr(config, "otlp_traces_endpoint", None) is not None
 
 
-def _engine_generate(inner: Callable[..., Any], tracing: bool) -> Callable[..., Any]:
-    def generate(*args: Any, **kwargs: Any) -> Any:
+def _engine_generate(inner: Callable[..., AsyncIterator[object]], tracing: bool) -> Callable[..., object]:
+    def generate(*args: object, **kwargs: object) -> object:
         call = _CALL.get()
         if call is None or not patching.state.active:
             return inner(*args, **kwargs)
@@ -231,8 +248,8 @@ def _engine_generate(inner: Callable[..., Any], tracing: bool) -> Callable[..., 
     return _ours(generate, inner)
 
 
-def _sglang_generate(inner: Callable[..., Any]) -> Callable[..., Any]:
-    def generate_request(obj: Any, *args: Any, **kwargs: Any) -> Any:
+def _sglang_generate(inner: Callable[..., AsyncIterator[object]]) -> Callable[..., object]:
+    def generate_request(obj: GenerateRequest, *args: object, **kwargs: object) -> object:
         call = _CALL.get()
         if call is None or not patching.state.active:
             return inner(obj, *args, **kwargs)
@@ -242,13 +259,13 @@ def _sglang_generate(inner: Callable[..., Any]) -> Callable[..., Any]:
     return _ours(generate_request, inner)
 
 
-def _ours(wrapper: Callable[..., Any], inner: Callable[..., Any]) -> Callable[..., Any]:
+def _ours(wrapper: Callable[..., object], inner: Callable[..., object]) -> Callable[..., object]:
     wrapper.__wrapped__ = inner  # type: ignore[attr-defined]
     setattr(wrapper, "__otel_agentloop_patch__", True)  # noqa: B010  # is_ours(): wrapped once per engine
     return wrapper
 
 
-async def _relay(outputs: AsyncIterator[Any], call: _Call) -> AsyncIterator[Any]:
+async def _relay(outputs: AsyncIterator[object], call: _Call) -> AsyncIterator[object]:
     """The engine's outputs unchanged; the last one is kept. Closing or cancelling closes the engine's."""
     try:
         async for output in outputs:
@@ -260,7 +277,7 @@ async def _relay(outputs: AsyncIterator[Any], call: _Call) -> AsyncIterator[Any]
             await close()
 
 
-def _send_back(output: Any, call: _Call) -> None:
+def _send_back(output: object, call: _Call) -> None:
     if call.final is None:
         return
     try:
@@ -273,7 +290,7 @@ def _send_back(output: Any, call: _Call) -> None:
 
 
 # -- engine arguments: the endpoint and service name, on the server actor ------------------------------
-def _preprocess_engine_kwargs(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _preprocess_engine_kwargs(original: Original, args: Args, kwargs: Kwargs) -> object:
     result = original(*args, **kwargs)
     try:
         engine_kwargs = args[1] if len(args) > 1 else kwargs.get("engine_kwargs")
@@ -284,7 +301,7 @@ def _preprocess_engine_kwargs(original: Any, args: tuple[Any, ...], kwargs: dict
     return result
 
 
-def give_endpoint(engine_kwargs: dict[str, Any], environ: MutableMapping[str, str]) -> None:
+def give_endpoint(engine_kwargs: dict[str, object], environ: MutableMapping[str, str]) -> None:
     """While we trace: the engine keeps its per-request stats (``disable_log_stats=False`` unless the user put
     it in ``engine_kwargs``: verl's default is ``True``, which leaves the turn without the engine's timing and
     makes vLLM's tracing fail on every finished request); with our settings on OTLP/gRPC and an endpoint, and no

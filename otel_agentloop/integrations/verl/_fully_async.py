@@ -11,13 +11,17 @@
 
 from __future__ import annotations
 
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 
 from ...core._guard import internal_error
+from .._patching import Args, AsyncOriginal, Kwargs
 from . import _patching as patching
 from ._agent_loop import FULLY_ASYNC_KEY, ROW_COLUMN
+from ._objects import DataProto, RolloutSample
 from ._rows import TAG
 
 ROLLOUTER = "verl.experimental.fully_async_policy.fully_async_rollouter"
@@ -25,7 +29,7 @@ TRAINER = "verl.experimental.fully_async_policy.fully_async_trainer"
 PREFIX = "fully_async/"
 
 
-def apply_rollouter(module: Any) -> None:
+def apply_rollouter(module: ModuleType) -> None:
     patching.patch(
         module,
         "FullyAsyncRollouter.__ray_metadata__.modified_class",
@@ -34,7 +38,7 @@ def apply_rollouter(module: Any) -> None:
     )
 
 
-def apply_trainer(module: Any) -> None:
+def apply_trainer(module: ModuleType) -> None:
     patching.replace(
         module,
         "",
@@ -43,10 +47,10 @@ def apply_trainer(module: Any) -> None:
     )
 
 
-async def _process_single_sample(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _process_single_sample(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     try:
         rollouter, sample = args[0], args[1] if len(args) > 1 else kwargs["rollout_sample"]
-        meta = sample.full_batch.meta_info
+        meta = cast(RolloutSample, sample).full_batch.meta_info
         if "global_steps" not in meta:
             meta["global_steps"] = int(getattr(rollouter, "_completed_steps", -1))
         meta[FULLY_ASYNC_KEY] = True
@@ -55,8 +59,8 @@ async def _process_single_sample(original: Any, args: tuple[Any, ...], kwargs: d
     return await original(*args, **kwargs)
 
 
-def _assemble(original: Any) -> Any:
-    def assemble_batch_from_rollout_samples(*args: Any, **kwargs: Any) -> Any:
+def _assemble(original: Callable[..., DataProto]) -> Callable[..., object]:
+    def assemble_batch_from_rollout_samples(*args: object, **kwargs: object) -> object:
         if not patching.state.active:
             return original(*args, **kwargs)
         batch = original(*args, **kwargs)

@@ -22,38 +22,28 @@ from __future__ import annotations
 
 import functools
 import importlib
-import inspect
 import sys
 import threading
 from collections.abc import Callable
-from typing import Any, cast
+from types import ModuleType
 
 from ...config._fork import renew_lock
 from ...core._guard import internal_error, logger
+from .._patching import AsyncOriginal, Impl, Switch, switched
 
-Impl = Callable[[Callable[..., Any], tuple[Any, ...], dict[str, Any]], Any]
-
-
-class _State:
-    __slots__ = ("active",)
-
-    def __init__(self) -> None:
-        self.active = False
-
-
-state = _State()
+state = Switch()
 lock = threading.RLock()
 renew_lock(globals(), "lock")  # a forked child: never a lock held at fork
-_originals: list[tuple[Any, str, Any, str]] = []  # (owner, attribute, original object, registry name)
+_originals: list[tuple[object, str, object, str]] = []  # (owner, attribute, original object, registry name)
 _sources: dict[str, tuple[str, str, str]] = {}  # registry name -> (module, owner path, attribute)
-_retired: dict[str, Any] = {}  # wrappers of an earlier instrument(), now inert: Ray's copies may still hold them
+_retired: dict[str, Callable[..., object]] = {}  # an earlier instrument()'s wrappers, inert: Ray's copies may hold them
 _MARK = "__otel_agentloop_patch__"
-fallbacks: dict[tuple[str, str, str], Callable[[Any], Any]] = {}
+fallbacks: dict[tuple[str, str, str], Callable[[AsyncOriginal], Callable[..., object]]] = {}
 """(module, owner path, attribute) -> what an uninstrumentable process runs instead of verl's original, for a
 wrapper whose signature differs from it (the engine carrier's keyword must still be removed there)."""
 
 
-def is_ours(obj: Any) -> bool:
+def is_ours(obj: object) -> bool:
     """Whether ``obj`` is one of our wrappers, or wraps one (``__wrapped__`` chain, e.g. Ray's copies)."""
     seen = 0
     while obj is not None and seen < 16:
@@ -68,19 +58,19 @@ def registry_name(module: str, owner_path: str, attr: str) -> str:
     return "p__" + "__".join(part.replace(".", "_") for part in (module, owner_path, attr))
 
 
-def resolve_owner(module: Any, owner_path: str) -> Any:
-    owner = module
+def resolve_owner(module: ModuleType, owner_path: str) -> object:
+    owner: object = module
     for part in owner_path.split(".") if owner_path else ():
         owner = getattr(owner, part)
     return owner
 
 
-def patch(module: Any, owner_path: str, attr: str, impl: Impl) -> None:
+def patch(module: ModuleType, owner_path: str, attr: str, impl: Impl) -> None:
     """Replace ``owner.attr`` (``owner`` found from ``module`` by ``owner_path``; ``""`` is the module itself)
     with a wrapper calling ``impl(original, args, kwargs)`` while instrumented. Skipped when the attribute
     already routes through one of our wrappers (a class made remote after we patched its base)."""
     owner = resolve_owner(module, owner_path)
-    original = owner.__dict__[attr] if attr in getattr(owner, "__dict__", {}) else getattr(owner, attr)
+    original = vars(owner)[attr] if attr in getattr(owner, "__dict__", {}) else getattr(owner, attr)
     if is_ours(original):
         return
     name = registry_name(module.__name__, owner_path, attr)
@@ -91,11 +81,11 @@ def patch(module: Any, owner_path: str, attr: str, impl: Impl) -> None:
     setattr(owner, attr, wrapper)
 
 
-def replace(module: Any, owner_path: str, attr: str, new: Callable[..., Any]) -> None:
+def replace(module: ModuleType, owner_path: str, attr: str, new: Callable[..., object]) -> None:
     """Replace ``owner.attr`` with ``new`` as built by the caller (a re-decoration); registered like
     :func:`patch` so that it also travels by reference."""
     owner = resolve_owner(module, owner_path)
-    original = owner.__dict__[attr]
+    original = vars(owner)[attr]
     if is_ours(original):
         return
     name = registry_name(module.__name__, owner_path, attr)
@@ -108,30 +98,14 @@ def replace(module: Any, owner_path: str, attr: str, new: Callable[..., Any]) ->
     setattr(owner, attr, new)
 
 
-def make_wrapper(original: Callable[..., Any], impl: Impl, name: str) -> Callable[..., Any]:
+def make_wrapper(original: Callable[..., object], impl: Impl, name: str) -> Callable[..., object]:
     """A plain function with ``original``'s kind (async or sync) calling ``impl`` while instrumented."""
-    if inspect.iscoroutinefunction(original):
-
-        async def async_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not state.active:
-                return await original(*args, **kwargs)
-            return await impl(original, args, kwargs)
-
-        wrapper: Any = async_wrapper  # Any: function attributes are set below
-    else:
-
-        def sync_wrapper(*args: Any, **kwargs: Any) -> Any:
-            if not state.active:
-                return original(*args, **kwargs)
-            return impl(original, args, kwargs)
-
-        wrapper = sync_wrapper
-    functools.update_wrapper(wrapper, original, assigned=("__name__", "__doc__"), updated=())
-    wrapper.__wrapped__ = original
+    wrapper = switched(state, original, impl)
+    functools.update_wrapper(wrapper, original, assigned=("__name__", "__doc__"), updated=())  # sets __wrapped__
     wrapper.__module__ = __name__
     wrapper.__qualname__ = name
     setattr(wrapper, _MARK, True)
-    return cast(Callable[..., Any], wrapper)
+    return wrapper
 
 
 def restore() -> None:
@@ -151,11 +125,11 @@ def restore() -> None:
             _retired[name] = wrapper
 
 
-def patched() -> list[tuple[Any, str]]:
+def patched() -> list[tuple[object, str]]:
     return [(owner, attr) for owner, attr, _, _ in _originals]
 
 
-def __getattr__(name: str) -> Any:
+def __getattr__(name: str) -> object:
     """Unpickling a wrapper shipped by reference (see the module docstring): instrument this process first."""
     if not name.startswith("p__"):
         raise AttributeError(name)
@@ -205,7 +179,7 @@ class ImportHooks:
         self._registered: set[str] = set()
         self._applied: set[str] = set()
 
-    def on_import(self, module_name: str, apply: Callable[[Any], None]) -> None:
+    def on_import(self, module_name: str, apply: Callable[[ModuleType], None]) -> None:
         if module_name in sys.modules and module_name not in self._registered:
             self._run(module_name, apply, sys.modules[module_name])
             return
@@ -218,7 +192,7 @@ class ImportHooks:
         self._registered.add(module_name)
         wrapt.register_post_import_hook(lambda module: self._run(module_name, apply, module), module_name)
 
-    def _run(self, module_name: str, apply: Callable[[Any], None], module: Any) -> None:
+    def _run(self, module_name: str, apply: Callable[[ModuleType], None], module: ModuleType) -> None:
         with lock:
             if not state.active or module_name in self._applied:
                 return

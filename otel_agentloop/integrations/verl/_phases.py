@@ -6,8 +6,9 @@ from __future__ import annotations
 
 import contextlib
 import contextvars
-from collections.abc import Callable, Generator
-from typing import Any
+from collections.abc import Callable, Generator, Sequence
+from contextlib import AbstractContextManager
+from typing import Any, cast
 
 from ... import semconv as sc
 from ...core import _context
@@ -15,15 +16,17 @@ from ...core._guard import internal_error
 from ...core._lifecycle import finish
 from ...core._phase import PhaseSpec, start
 from ...core._scope import OpenSpan, span_of
+from .._patching import Args, AsyncOriginal, Kwargs, awaited_in
 from . import _patching as patching
 from . import _segments
+from ._objects import Scored
 
 _TOOL_CALLS = PhaseSpec(sc.TOOL_CALLS, sc.TOOL_CALLS_SPAN, {sc.RL_PHASE: sc.TOOL_CALLS})
 _GENERATE_TURN = PhaseSpec.build(sc.GENERATE)
 _TURN: contextvars.ContextVar[Any] = contextvars.ContextVar("otel_agentloop_turn_span", default=None)
 
 
-def traced_timer(original: Callable[..., Any]) -> Callable[..., Any]:
+def traced_timer(original: Callable[..., AbstractContextManager[object]]) -> Callable[..., object]:
     """verl's ``simple_timer`` with our phase span on verl's own measurement: the span starts just inside verl's
     timer and gets verl's measured duration (what verl adds to ``timing_raw``), so spans and verl's
     AgentLoopMetrics agree exactly, whatever the GIL does between the two clocks. ``tool_calls``: the
@@ -106,20 +109,10 @@ _tool_specs: dict[str, PhaseSpec] = {}
 _REWARD = PhaseSpec.build(sc.COMPUTE_SCORE)
 
 
-async def _awaited(started: OpenSpan | None, original: Any, args: Any, kwargs: Any) -> Any:
-    """Await the original coroutine; if it raises, end ``started`` with the error and re-raise it unchanged."""
-    try:
-        return await original(*args, **kwargs)
-    except BaseException as exc:
-        if started is not None:
-            finish(started, exc)
-        raise
-
-
 _IN_GENERATE: contextvars.ContextVar[bool] = contextvars.ContextVar("otel_agentloop_in_generate", default=False)
 
 
-async def generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def generate(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """One generation span per turn: ``FullyAsyncLLMServerClient.generate`` (resuming aborted requests) calls
     the base client's, which then adds no span of its own: each such call is one engine attempt of the turn
     (:mod:`._segments`)."""
@@ -135,7 +128,7 @@ async def generate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any])
         _IN_GENERATE.reset(token)
 
 
-async def _generate_span(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _generate_span(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     config = getattr(args[0], "config", None) if args else None
     try:
         model = str(config.actor_rollout_ref.model.get("path", "")) if config is not None else ""
@@ -164,7 +157,7 @@ async def _generate_span(original: Any, args: tuple[Any, ...], kwargs: dict[str,
     if started is None:
         return await original(*args, **kwargs)
     span = span_of(started)
-    output = await _awaited(started, _segments.turn_attempts, (span, lambda: original(*args, **kwargs)), {})
+    output = await awaited_in(started, _segments.turn_attempts, (span, lambda: original(*args, **kwargs)), {})
     _record_generation(span, output, kwargs)
     finish(started)
     return output
@@ -188,30 +181,30 @@ def _record_generation(span: Any, output: Any, kwargs: dict[str, Any]) -> None:
         internal_error("verl.generate.record")
 
 
-async def call_tool(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def call_tool(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     tool_call = args[1] if len(args) > 1 else kwargs.get("tool_call")
     name = str(getattr(tool_call, "name", "") or "unknown")
     spec = _spec(_tool_specs, name, lambda: PhaseSpec.build(sc.TOOL_CALLS, tool=name))
     call_id = getattr(tool_call, "id", None)
     started = start(spec, extra={sc.GEN_AI_TOOL_CALL_ID: str(call_id)} if call_id else None)
-    result = await _awaited(started, original, args, kwargs)
+    result = await awaited_in(started, original, args, kwargs)
     if started is not None:
         finish(started)
     return result
 
 
-async def compute_score(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def compute_score(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     started = start(_REWARD)
     holder: list[float] = []
     token = _SCORE_TIMER.set(holder)
     try:
-        result = await _awaited(started, original, args, kwargs)
+        result = await awaited_in(started, original, args, kwargs)
     finally:
         _SCORE_TIMER.reset(token)
     if started is None:
         return result
     try:
-        outputs = args[1] if len(args) > 1 else kwargs.get("outputs")
+        outputs = cast("Sequence[Scored] | None", args[1] if len(args) > 1 else kwargs.get("outputs"))
         score = outputs[-1].reward_score if outputs else None
         if score is not None:
             span_of(started).set_attribute(sc.RL_REWARD_SCORE, float(score))

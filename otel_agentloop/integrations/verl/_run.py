@@ -25,22 +25,24 @@ import contextlib
 import json
 import os
 import time
+from types import ModuleType
 from typing import Any
 
 from ...config._settings import resolve
 from ...core._guard import internal_error, logger
 from ...setup import adopt_run_id, current_handle, process_run_id
+from .._patching import Args, Kwargs, Original
 from . import _patching as patching
 
 CONSTANTS_PPO = "verl.trainer.constants_ppo"
 RUN_FILE = "otel_agentloop_run.json"
 
 
-def apply_constants_ppo(module: Any) -> None:
+def apply_constants_ppo(module: ModuleType) -> None:
     patching.patch(module, "", "get_ppo_ray_runtime_env", _ppo_runtime_env)
 
 
-def _ppo_runtime_env(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _ppo_runtime_env(original: Original, args: Args, kwargs: Kwargs) -> object:
     config = args[0] if args else kwargs.get("config")
     if config is not None:
         try:

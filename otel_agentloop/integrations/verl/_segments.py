@@ -43,6 +43,7 @@ from ...core._context import current_sample
 from ...core._errors import mark_error
 from ...core._guard import internal_error
 from ...core._tracer import current_tracer
+from .._patching import Args, AsyncOriginal, Kwargs
 
 ABORTED_STOPS = ("aborted", "abort")
 """verl's ``stop_reason`` of an attempt the server aborted (what its resume loop retries on)."""
@@ -116,7 +117,7 @@ async def turn_attempts(turn: Span, call: Callable[[], Awaitable[Any]]) -> Any:
     return output
 
 
-async def attempt(attempts: Attempts, original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def attempt(attempts: Attempts, original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """One engine attempt of ``attempts``' turn (the base client's ``generate``); see the module."""
     index = len(attempts.segments)
     segment: Span | None = None

@@ -19,8 +19,9 @@ from __future__ import annotations
 
 import contextvars
 import sys
-from collections.abc import Mapping, Sequence
-from typing import Any
+from collections.abc import Callable, Mapping, Sequence
+from types import ModuleType
+from typing import Any, cast
 
 import numpy as np
 from opentelemetry.trace import Link, SpanContext, TraceFlags
@@ -33,6 +34,7 @@ from ...core._scope import span_of
 from ...core._tracer import current_tracer
 from ...metrics._table import PhaseTable, StepMetrics, compute_metrics
 from ...setup import current_handle, write_step_summary
+from .._patching import Args, AsyncOriginal, Kwargs, Original
 from . import _patching as patching
 from ._agent_loop import (
     CARRIER_KEY,
@@ -43,6 +45,7 @@ from ._agent_loop import (
     run_agent_loop,
 )
 from ._identity import arrival_index, release_stale
+from ._objects import TaggedBatch, Trainer
 from ._phases import compute_score
 from ._rows import TAG, identity_int, read_identity, row_tags, table_from_tags
 
@@ -55,7 +58,7 @@ _VAL_TAGS: contextvars.ContextVar[list[Any] | None] = contextvars.ContextVar("ot
 MAX_LINKS = 128
 
 
-def apply_agent_loop_tq(module: Any) -> None:
+def apply_agent_loop_tq(module: ModuleType) -> None:
     patching.patch(module, "AgentLoopManagerTQ", "generate_sequences", _manager_generate_sequences)
     patching.patch(module, _WORKER, "_run_prompt", _run_prompt)
     patching.patch(module, _WORKER, "_run_agent_loop", run_agent_loop)  # skipped when Ray copied ours already
@@ -63,13 +66,13 @@ def apply_agent_loop_tq(module: Any) -> None:
     patching.patch(sys.modules[module.tq.__name__], "", "async_kv_batch_put", _tq_batch_put)
 
 
-def apply_trainer_base(module: Any) -> None:
+def apply_trainer_base(module: ModuleType) -> None:
     patching.patch(module, "PPOTrainer", "step", _trainer_step)
     patching.patch(module, "PPOTrainer", "_compute_metrics", _compute_metrics)
     patching.patch(module, "PPOTrainer", "_validate", _validate)
 
 
-def apply_replay_buffer(module: Any) -> None:
+def apply_replay_buffer(module: ModuleType) -> None:
     for name in ("ReplayBuffer", "ReplayBufferAsync"):
         cls = getattr(module, name, None)
         if cls is not None and "sample" in vars(cls):
@@ -77,7 +80,7 @@ def apply_replay_buffer(module: Any) -> None:
 
 
 # -- dispatch (the process that creates the actors) ----------------------------------------------------
-def _manager_generate_sequences(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _manager_generate_sequences(original: Original, args: Args, kwargs: Kwargs) -> object:
     prompts: Any = args[1] if len(args) > 1 else kwargs.get("prompts")
     added = False
     try:
@@ -139,12 +142,14 @@ def _value(v: Any) -> Any:
 
 
 # -- the worker actor -------------------------------------------------------------------------------------
-async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _run_prompt(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     """The group span: a new trace per prompt (linked to the dispatching step), its sessions as children."""
     try:
         # identity values that cannot be read are left out (warned once), never the span (see read_identity)
-        self, prompt = args[0], args[1]
-        trajectory = args[3] if len(args) > 3 else kwargs["trajectory"]
+        # Any: verl's worker (its OmegaConf config has dynamic attributes), the prompt row and the trajectory dict
+        self: Any = args[0]
+        prompt: Any = args[1]
+        trajectory: Any = args[3] if len(args) > 3 else kwargs["trajectory"]
         carrier = prompt.get(CARRIER_KEY)
         read_step = read_identity("trajectory step", trajectory.get("step"))
         validate = bool(trajectory.get("validate"))
@@ -196,12 +201,12 @@ async def _run_prompt(original: Any, args: tuple[Any, ...], kwargs: dict[str, An
                 internal_error("verl.v1._run_prompt.end")
 
 
-async def _tq_batch_put(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+async def _tq_batch_put(original: AsyncOriginal, args: Args, kwargs: Kwargs) -> object:
     pending = PENDING.get()
     if pending is not None:
         PENDING.set(None)
         try:
-            _tag_trajectory(pending, kwargs.get("tags"))
+            _tag_trajectory(pending, cast("Sequence[dict[str, Any]] | None", kwargs.get("tags")))
         except Exception:
             internal_error("verl.v1.tq_put")
     return await original(*args, **kwargs)
@@ -247,9 +252,9 @@ def _tag_trajectory(pending: Any, tags: Sequence[dict[str, Any]] | None) -> None
 
 
 # -- the trainer ------------------------------------------------------------------------------------------
-def _trainer_step(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _trainer_step(original: Original, args: Args, kwargs: Kwargs) -> object:
     try:
-        scope = _context.step(int(args[0].global_steps))
+        scope = _context.step(int(cast(Trainer, args[0]).global_steps))
     except Exception:
         internal_error("verl.v1.step")
         return original(*args, **kwargs)
@@ -257,14 +262,15 @@ def _trainer_step(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) 
         return original(*args, **kwargs)
 
 
-def _compute_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _compute_metrics(original: Original, args: Args, kwargs: Kwargs) -> object:
     result = original(*args, **kwargs)
     try:
         names = ("batch", "metrics", "timing_raw", "global_steps", "epoch")
         bound = dict(zip(names, args[1:], strict=False))
         bound.update({k: v for k, v in kwargs.items() if k in names})
-        metrics, batch = bound["metrics"], bound["batch"]
-        consumed = int(bound.get("global_steps", getattr(args[0], "global_steps", -1)))
+        metrics = cast("dict[str, float]", bound["metrics"])
+        batch = cast(TaggedBatch, bound["batch"])
+        consumed = int(cast(int, bound.get("global_steps", getattr(args[0], "global_steps", -1))))
         ours, table, staleness = _step_results(batch.tags, consumed_step=consumed, emit=True)
         for key, value in ours.items():
             metrics.setdefault(key, value)  # verl's own values are never replaced
@@ -274,11 +280,11 @@ def _compute_metrics(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any
     return result
 
 
-def _validate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _validate(original: Original, args: Args, kwargs: Kwargs) -> object:
     collected: list[Any] = []
     token = _VAL_TAGS.set(collected)
     try:
-        scope = _context.step(int(args[0].global_steps), validate=True)
+        scope = _context.step(int(cast(Trainer, args[0]).global_steps), validate=True)
     except Exception:
         scope = None
     try:
@@ -294,13 +300,13 @@ def _validate(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> A
             ours, table, _ = _step_results(collected, emit=False)
             for key, value in ours.items():
                 result.setdefault(VAL_PREFIX + key, value)
-            write_summary(table, result, int(args[0].global_steps), True, prefix=VAL_PREFIX)
+            write_summary(table, result, int(cast(Trainer, args[0]).global_steps), True, prefix=VAL_PREFIX)
     except Exception:
         internal_error("verl.v1._validate")
     return result
 
 
-def _replay_sample(original: Any, args: tuple[Any, ...], kwargs: dict[str, Any]) -> Any:
+def _replay_sample(original: Callable[..., Sequence[TaggedBatch]], args: Args, kwargs: Kwargs) -> object:
     result = original(*args, **kwargs)
     collected = _VAL_TAGS.get()
     if collected is not None:

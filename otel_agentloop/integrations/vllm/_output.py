@@ -40,8 +40,9 @@ ABORT_REASON = "abort"
 """vLLM's ``FinishReason.ABORT`` as text: what a completion of an aborted request ends with."""
 
 
-def _field(obj: Any, name: str) -> Any:
-    """``obj.name``, ``None`` when missing or when reading it raises (logged once)."""
+def _field(obj: object, name: str) -> Any:
+    """``obj.name``, ``None`` when missing or when reading it raises (logged once). Any: a field of the engine's
+    output, whose type varies by vLLM version; each is checked where it is read."""
     try:
         return getattr(obj, name, None)
     except Exception:
@@ -49,7 +50,7 @@ def _field(obj: Any, name: str) -> Any:
         return None
 
 
-def _length(value: Any) -> int | None:
+def _length(value: Any) -> int | None:  # Any: ``len()`` is tried, not promised (a list, a tuple, an array)
     """The length of a token id sequence (a list, a tuple, an array); ``None`` for anything else (an int, text,
     a mapping, ``None``)."""
     if value is None or isinstance(value, (str, bytes, Mapping, int, float)):
@@ -69,12 +70,12 @@ class OutputReader:
     def __init__(self, *, delta: bool = False, engine: str = "vllm") -> None:
         self.delta = delta
         self.engine = engine
-        self.last: Any = None
+        self.last: object = None
         self.tokens: dict[int, int] = {}
         self.reasons: dict[int, str] = {}
         self.unknown = False  # a completion without countable token ids: the output token count is unknown
 
-    def add(self, output: Any) -> None:
+    def add(self, output: object) -> None:
         """One output of the stream. Never raises."""
         try:
             self.last = output
@@ -130,7 +131,7 @@ class OutputReader:
         return attrs
 
 
-def _stats_attributes(stats: Any, attrs: dict[str, AttributeValue]) -> None:
+def _stats_attributes(stats: object, attrs: dict[str, AttributeValue]) -> None:
     """vLLM v1's ``RequestStateStats``, as its ``do_tracing`` turns them into ``gen_ai.latency.*``."""
     queued = seconds(_field(stats, "queued_ts"))
     scheduled = seconds(_field(stats, "scheduled_ts"))
@@ -151,7 +152,7 @@ def _stats_attributes(stats: Any, attrs: dict[str, AttributeValue]) -> None:
         attrs[sc.RL_NUM_PREEMPTED] = preemptions  # summed over the sample's turns, like record_generation
 
 
-def _load_attributes(load: Any, attrs: dict[str, AttributeValue]) -> None:
+def _load_attributes(load: object, attrs: dict[str, AttributeValue]) -> None:
     """The load figures the instrumented engine left on the output (:data:`LOAD_FIELD`), checked."""
     if isinstance(load, dict):
         for key in sc.ENGINE_LOAD_ATTRIBUTES:
@@ -165,7 +166,7 @@ def _put(attrs: dict[str, AttributeValue], key: str, value: float) -> None:
         attrs[key] = value
 
 
-def engine_attributes(output: Any, engine: str = "vllm") -> dict[str, AttributeValue]:
+def engine_attributes(output: object, engine: str = "vllm") -> dict[str, AttributeValue]:
     """The turn attributes of one finished engine output (vLLM ``RequestOutput``-shaped: ``request_id``,
     ``prompt_token_ids``, ``num_cached_tokens``, ``outputs[i].token_ids``/``.finish_reason``, ``metrics`` with
     ``queued_ts``/``scheduled_ts``/``first_token_ts``/``last_token_ts``/``first_token_latency``/
@@ -175,7 +176,7 @@ def engine_attributes(output: Any, engine: str = "vllm") -> dict[str, AttributeV
     return reader.attributes()
 
 
-def record_engine_output(output: Any, *, engine: str = "vllm", span: Span | None = None) -> None:
+def record_engine_output(output: object, *, engine: str = "vllm", span: Span | None = None) -> None:
     """Put one finished engine output's numbers (:func:`engine_attributes`) on ``span``, by default the turn
     (``integrations._engine.turn_span``). A no-op when that span is not recording; never raises."""
     record_attributes(engine_attributes(output, engine), span)

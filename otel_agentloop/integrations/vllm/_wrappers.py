@@ -5,27 +5,17 @@ from __future__ import annotations
 import functools
 import os
 from collections.abc import AsyncGenerator, Callable
-from typing import Any
 
 from opentelemetry.trace import Span
 
 from ...core._context import current_step
 from ...core._guard import internal_error, warn_once
 from .._engine import record_attributes, trace_headers, turn_span
+from .._patching import Switch
 from ._load import EngineLoad
 from ._logger import stat_logger_factory, takes_loggers, with_our_logger
 from ._output import LOAD_FIELD, OutputReader
 from ._segments import Attempt
-
-
-class Switch:
-    """Whether the wrappers act (``instrument()`` sets it, ``uninstrument()`` clears it)."""
-
-    __slots__ = ("active",)
-
-    def __init__(self) -> None:
-        self.active = False
-
 
 switch = Switch()
 
@@ -52,7 +42,7 @@ class _Request:
         self.mark = load.series.mark() if load is not None else (0, 0.0)
 
     @classmethod
-    def open(cls, args: tuple[Any, ...], kwargs: dict[str, Any]) -> _Request | None:
+    def open(cls, args: tuple[object, ...], kwargs: dict[str, object]) -> _Request | None:
         """The request of a call ``generate(self, prompt, sampling_params, request_id, ...)``; ``None`` when its
         turn is not recording and the engine has no load record. Never raises."""
         try:
@@ -74,7 +64,7 @@ class _Request:
             internal_error("vllm.generate.open")
             return None
 
-    def add(self, output: Any) -> None:
+    def add(self, output: object) -> None:
         """One output of the stream. Never raises."""
         try:
             if self.turn is None:
@@ -116,13 +106,15 @@ class _Request:
         return self.attempt.context_span() if self.attempt is not None else None
 
 
-def wrap_generate(original: Callable[..., AsyncGenerator[Any, None]]) -> Callable[..., AsyncGenerator[Any, None]]:
+def wrap_generate(
+    original: Callable[..., AsyncGenerator[object, object]],
+) -> Callable[..., AsyncGenerator[object, object]]:
     """``AsyncLLM.generate`` with the current span's ``trace_headers`` (unless the caller passed its own) and every
     output read onto the turn span (``_output.OutputReader``; the turn: ``integrations._engine.turn_span``, as
     the call starts). The async generator is forwarded exactly: ``asend``, ``athrow``, ``aclose``,
     cancellation and exceptions reach vLLM's generator as if called directly."""
 
-    async def generate(*args: Any, **kwargs: Any) -> AsyncGenerator[Any, None]:
+    async def generate(*args: object, **kwargs: object) -> AsyncGenerator[object, object]:
         request = None
         if switch.active:
             request = _Request.open(args, kwargs)
@@ -171,7 +163,7 @@ def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None])
 
     loggers = takes_loggers(original)
 
-    def init(self: Any, vllm_config: Any, *args: Any, **kwargs: Any) -> None:
+    def init(self: object, vllm_config: object, *args: object, **kwargs: object) -> None:
         load = None
         if switch.active:
             try:
@@ -197,10 +189,10 @@ def wrap_init(original: Callable[..., None], endpoint: Callable[[], str | None])
     return init
 
 
-def wrap_shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
+def wrap_shutdown(original: Callable[..., object]) -> Callable[..., object]:
     """``AsyncLLM.shutdown`` that first closes the engine's load windows (their spans are exported)."""
 
-    def shutdown(self: Any, *args: Any, **kwargs: Any) -> Any:
+    def shutdown(self: object, *args: object, **kwargs: object) -> object:
         load = getattr(self, LOAD_ATTR, None)
         if isinstance(load, EngineLoad):
             load.close()
@@ -210,7 +202,7 @@ def wrap_shutdown(original: Callable[..., Any]) -> Callable[..., Any]:
     return shutdown
 
 
-def _give_endpoint(vllm_config: Any, endpoint: Callable[[], str | None]) -> None:
+def _give_endpoint(vllm_config: object, endpoint: Callable[[], str | None]) -> None:
     observability = getattr(vllm_config, "observability_config", None)
     if observability is None or getattr(observability, "otlp_traces_endpoint", None) is not None:
         return
