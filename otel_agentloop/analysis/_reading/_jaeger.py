@@ -18,9 +18,12 @@ import urllib.parse
 from collections.abc import Callable, Mapping
 from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import TypeVar
+from typing import TYPE_CHECKING, TypedDict, TypeVar
 
 from ._http import JaegerError, fetch_json
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _UNIX = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_WINDOW = timedelta(microseconds=1)
@@ -72,6 +75,14 @@ class TraceQuery:
         return timeout_s * max(1.0, self.search_depth / TRACES_PER_TIMEOUT)
 
 
+class SearchOptions(TypedDict, total=False):
+    """A search's narrowing beyond its service and window, as :class:`TraceQuery` has it."""
+
+    attributes: Mapping[str, str] | None
+    operation: str | None
+    search_depth: int
+
+
 Finder = Callable[[TraceQuery], ResourceSpans]
 """A search: a :class:`TraceQuery` in, its ``resourceSpans`` out (:meth:`JaegerClient.search`'s answer)."""
 
@@ -109,32 +120,26 @@ class JaegerClient:
         return [str(o.get("name")) for o in ops if isinstance(o, dict)]
 
     def find_traces(
-        self,
-        service: str,
-        start: datetime,
-        end: datetime,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
+        self, service: str, start: datetime, end: datetime, **search: Unpack[SearchOptions]
     ) -> ResourceSpans:
         """The ``resourceSpans`` of the traces of ``service`` in [start, end], at most ``search_depth`` (below
         Jaeger's max-traces setting). ``attributes`` (e.g. ``{"rl.step": "3"}``) narrows the search where Jaeger
         supports ``query.attributes`` (newer than 2.13); callers still filter the spans they get. A search for
         more than :data:`TRACES_PER_TIMEOUT` traces may take ``timeout_s`` per that many (Jaeger's OpenSearch
         reader fetches each trace with a search of its own: 8,192 traces took 10-13 s here)."""
-        query = TraceQuery(service, start, end, attributes, operation, search_depth)
+        query = TraceQuery(service, start, end, **search)
+        depth = str(query.search_depth)
         params = {
             "query.service_name": service,
             "query.start_time_min": _rfc3339(start),
             "query.start_time_max": _rfc3339(end),
-            "query.search_depth": str(search_depth),  # the name since Jaeger 2.14 ...
-            "query.num_traces": str(search_depth),  # ... and before (2.13 here); each ignores the other
+            "query.search_depth": depth,  # the name since Jaeger 2.14 ...
+            "query.num_traces": depth,  # ... and before (2.13 here); each ignores the other
         }
-        if operation:
-            params["query.operation_name"] = operation
-        if attributes:
-            params["query.attributes"] = json.dumps(dict(attributes))
+        if query.operation:
+            params["query.operation_name"] = query.operation
+        if query.attributes:
+            params["query.attributes"] = json.dumps(dict(query.attributes))
         return self._resource_spans(self._get("/api/v3/traces", params, timeout_s=query.timeout_s(self.timeout_s)))
 
     def search(self, query: TraceQuery) -> ResourceSpans:
@@ -150,10 +155,8 @@ class JaegerClient:
         start: datetime,
         end: datetime,
         *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
         finder: Finder | None = None,
+        **search: Unpack[SearchOptions],
     ) -> Search:
         """Every trace :meth:`find_traces` would match in [start, end], not just one page of ``search_depth``.
 
@@ -167,14 +170,14 @@ class JaegerClient:
         result = Search()
         seen: set[tuple[str, str]] = set()
         windows = [(start, end)]
-        query = TraceQuery(service, start, end, attributes, operation, search_depth)
+        query = TraceQuery(service, start, end, **search)
         while windows:
             lo, hi = windows.pop()
             page = (finder or self.search)(query.within(lo, hi))
             result.searches += 1
             traces = trace_ids(page)
             result.resource_spans.extend(_new_spans(page, seen))
-            if len(traces) < search_depth:
+            if len(traces) < query.search_depth:
                 continue
             if hi - lo <= MIN_WINDOW or result.searches + len(windows) >= MAX_SEARCHES:
                 result.full.append((lo, hi, len(traces)))

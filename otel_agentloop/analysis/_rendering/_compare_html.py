@@ -11,14 +11,13 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
 from ._assets import asset
 from ._html import HEAD, fill, jaeger_ui_base, write_page
 
 
 def render_compare_html(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     *,
     source: str = "",
     jaeger_ui: str | None = None,
@@ -34,7 +33,7 @@ def render_compare_html(
 
 
 def write_compare_html(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     path: str | os.PathLike[str],
     *,
     source: str = "",
