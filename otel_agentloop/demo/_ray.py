@@ -13,6 +13,7 @@ import asyncio
 import functools
 import os
 from collections.abc import Callable, Sequence
+from types import ModuleType
 from typing import TYPE_CHECKING, Any
 
 import otel_agentloop
@@ -120,6 +121,7 @@ class SimWorker:
 
 def simulate_on_ray(args: argparse.Namespace) -> int:
     """The simulated main job as a manager (this process) and ``args.workers`` Ray actor workers."""
+    ray: ModuleType = ray_module()
     cfg = sim_config(args)
     handle = sim_configure(args)
     monitor = HealthMonitor(log=False)  # alerts are printed below
@@ -130,7 +132,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         f"traces -> {handle.description}",
         file=_info(args),
     )
-    ray = _start_ray(handle, n)
+    _start_ray(ray, handle, n)
     results: list[StepResult] = []
     worker_stats: list[dict[str, int]] = []
     try:
@@ -149,10 +151,8 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     return finish(args, results, monitor, stats, flushed, handle.description)
 
 
-def _start_ray(handle: Handle, workers: int) -> Any:  # Ray's module: a foreign object
-    """A local Ray cluster whose workers export like ``handle`` and import this package from its source; returns
-    the ``ray`` module."""
-    ray = ray_module()
+def _start_ray(ray: ModuleType, handle: Handle, workers: int) -> None:
+    """A local Ray cluster whose workers export like ``handle`` and import this package from its source."""
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__)))  # holds otel_agentloop/
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
     ray.init(
@@ -163,14 +163,13 @@ def _start_ray(handle: Handle, workers: int) -> Any:  # Ray's module: a foreign 
         runtime_env=env,
         configure_logging=False,
     )
-    return ray
 
 
 class OnRay:
     """The step loop's rollouts (:class:`._loop.Rollouts`) on Ray actor workers, this process the manager."""
 
-    def __init__(self, ray: Any, workers: list[Any], generations: int, seed: int) -> None:
-        # Ray's module and its actor handles (``SimWorker``): foreign objects, their remote methods made at run time
+    def __init__(self, ray: ModuleType, workers: list[Any], generations: int, seed: int) -> None:
+        # ``workers``: Ray's actor handles of SimWorker, foreign objects whose remote methods are made at run time
         self.ray = ray
         self.workers = workers
         self.where = f" over {len(workers)} workers"

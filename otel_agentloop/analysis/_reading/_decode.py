@@ -149,9 +149,10 @@ def _value(raw: object, what: str, depth: int = 0) -> AttrValue:
     if "doubleValue" in v:
         return _double(v["doubleValue"], what)
     if "boolValue" in v:
-        if not isinstance(v["boolValue"], bool):
+        flag = v["boolValue"]
+        if not isinstance(flag, bool):
             raise BadRecordError(f"{what} is not a boolean")
-        return v["boolValue"]
+        return flag
     if "arrayValue" in v:
         items = _list(_mapping(v["arrayValue"], what).get("values"), what)
         return tuple(_value(x, what, depth + 1) for x in items)
@@ -376,11 +377,12 @@ def loads_line(text: str) -> object:
     finally:
         threading.stack_size(previous)
     thread.join()
-    if out and isinstance(out[0], (ValueError, RecursionError)):
-        raise out[0]
     if not out:
         raise RecursionError("the line could not be parsed")
-    return out[0]
+    parsed = out[0]
+    if isinstance(parsed, (ValueError, RecursionError)):
+        raise parsed
+    return parsed
 
 
 def read_jsonl(path: str, skipped: Skipped | None = None, label: str = "") -> Iterator[SpanRecord]:

@@ -251,7 +251,8 @@ def _value(v: AnyValue, depth: int) -> JsonObject:
     if kind == "bool_value":
         return {"boolValue": v.bool_value}
     if kind == "array_value":
-        return {"arrayValue": {"values": [_value(x, depth + 1) for x in v.array_value.values]}}
+        values: list[JsonValue] = [_value(x, depth + 1) for x in v.array_value.values]
+        return {"arrayValue": {"values": values}}
     if kind == "kvlist_value":
         return {"kvlistValue": {"values": _attributes(v.kvlist_value.values, depth + 1)}}
     if kind == "bytes_value":

@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+from collections.abc import Mapping
 from typing import TypeAlias
 
 JsonValue: TypeAlias = bool | int | float | str | list["JsonValue"] | dict[str, "JsonValue"] | None
@@ -11,9 +12,9 @@ JsonObject: TypeAlias = dict[str, JsonValue]
 
 
 def dig(value: object, *keys: str) -> object:
-    """``value[k1][k2]...`` of a JSON answer; ``KeyError`` where a level is missing or not an object."""
+    """``value[k1][k2]...`` of JSON read or made; ``KeyError`` where a level is missing or not an object."""
     for key in keys:
-        if not isinstance(value, dict) or key not in value:
+        if not isinstance(value, Mapping) or key not in value:
             raise KeyError(key)
         value = value[key]
     return value

@@ -12,6 +12,7 @@ from __future__ import annotations
 import os
 from collections.abc import Mapping
 
+from .._reading._json import dig
 from ._assets import asset
 from ._html import HEAD, fill, jaeger_ui_base, write_page
 
@@ -26,8 +27,8 @@ def render_compare_html(
     """The page as one string; ``data`` is ``Comparison.to_json()``. A trace id links to the Jaeger UI at
     ``jaeger_ui`` when given, else to its waterfall on the step's timeline page ``pages["a"]``/``pages["b"]``
     (relative paths), else is plain text."""
-    a, b = data["a"], data["b"]
-    title = f"step {a['step']} vs step {b['step']}{' (validation)' if a['validate'] else ''}"
+    a_step, b_step, validate = dig(data, "a", "step"), dig(data, "b", "step"), dig(data, "a", "validate")
+    title = f"step {a_step} vs step {b_step}{' (validation)' if validate else ''}"
     page_data = {"source": source, "jaeger": jaeger_ui_base(jaeger_ui), "pages": dict(pages or {}), **data}
     return fill(_PAGE, title=title, css=asset("compare.css"), js=asset("compare.js"), data=page_data)
 
