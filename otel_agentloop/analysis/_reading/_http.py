@@ -16,8 +16,7 @@ import urllib.error
 import urllib.parse
 import urllib.request
 from collections.abc import Callable
-from email.message import Message
-from typing import IO, TYPE_CHECKING
+from typing import IO, TYPE_CHECKING, Any
 
 if TYPE_CHECKING:
     from _typeshed import ReadableBuffer, WriteableBuffer
@@ -126,7 +125,10 @@ def _bounded(base: type[http.client.HTTPConnection], deadline: float) -> Callabl
         def connect(self) -> None:
             self.timeout = _left(deadline)
             super().connect()
-            self.sock = _DeadlineSocket(self.sock, deadline)  # a plain or a TLS socket, read and sent through
+            # its socket (plain or TLS) wrapped: http.client reads and sends through any object with the
+            # socket's methods, which its annotation (a socket) does not say
+            this: Any = self
+            this.sock = _DeadlineSocket(this.sock, deadline)
 
     return Bounded
 
@@ -150,7 +152,13 @@ class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
     """Redirects are followed to http(s) URLs only (urllib's own also follows ``ftp://``)."""
 
     def redirect_request(
-        self, req: urllib.request.Request, fp: IO[bytes], code: int, msg: str, headers: Message, newurl: str
+        self,
+        req: urllib.request.Request,
+        fp: IO[bytes],
+        code: int,
+        msg: str,
+        headers: http.client.HTTPMessage,
+        newurl: str,
     ) -> urllib.request.Request | None:
         if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
             fp.close()

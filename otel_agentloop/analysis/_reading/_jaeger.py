@@ -20,7 +20,8 @@ from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
 from typing import TYPE_CHECKING, TypedDict, TypeVar
 
-from ._http import JaegerError, fetch_json
+from ._http import JaegerError as JaegerError  # raised here, and imported from here by the readers
+from ._http import fetch_json
 
 if TYPE_CHECKING:
     from typing_extensions import Unpack

@@ -165,20 +165,18 @@ _NESTED = ("tags", "process.tags", "logs.fields")
 """Where Jaeger keeps tags as nested key-value documents."""
 
 
-def _key_value(path: str, key: str, value: str) -> Json:
-    return {"bool": {"filter": [{"term": {f"{path}.key": key}}, {"term": {f"{path}.value": value}}]}}
+def _nested(path: str, key: str, value: str) -> Json:
+    """A span with a nested key-value document ``key``: ``value`` at ``path``."""
+    match: Json = {"bool": {"filter": [{"term": {f"{path}.key": key}}, {"term": {f"{path}.value": value}}]}}
+    return {"nested": {"path": path, "query": match}}
 
 
 def _tag_query(key: str, value: str) -> Json:
     """A span whose tag ``key`` is ``value``, wherever Jaeger keeps it (as its ``buildTagQuery``)."""
     elevated = key.replace(".", "@")
-    return {
-        "bool": {
-            "should": [
-                {"term": {f"tag.{elevated}": value}},
-                {"term": {f"process.tag.{elevated}": value}},
-                *({"nested": {"path": path, "query": _key_value(path, key, value)}} for path in _NESTED),
-            ],
-            "minimum_should_match": 1,
-        }
-    }
+    should: list[JsonValue] = [
+        {"term": {f"tag.{elevated}": value}},
+        {"term": {f"process.tag.{elevated}": value}},
+    ]
+    should += [_nested(path, key, value) for path in _NESTED]
+    return {"bool": {"should": should, "minimum_should_match": 1}}
