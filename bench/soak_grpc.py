@@ -17,6 +17,7 @@ from datetime import datetime
 import grpc
 from opentelemetry.proto.trace.v1.trace_pb2 import Status, TracesData
 
+from otel_agentloop.analysis._reading._jaeger import TraceQuery
 from otel_agentloop.analysis._reading._jaeger_grpc import FIND_TRACES, find_request
 
 
@@ -45,7 +46,7 @@ class GrpcSearch:
         operation: str | None = None,
         search_depth: int = 1000,
     ) -> list[FoundSpan]:
-        request = find_request(service, start, end, attributes, operation, search_depth)
+        request = find_request(TraceQuery(service, start, end, attributes, operation, search_depth))
         out: list[FoundSpan] = []
         try:
             for data in self._find(request, timeout=self.timeout_s):

@@ -25,7 +25,7 @@ from ..analysis._reading._source import JaegerSource, NothingFoundError, jaeger_
 from ..analysis._reading._store import StoreError, is_store, read_steps
 from ..analysis._reading._text import printable
 from ..analysis._rendering._html import jaeger_ui_base
-from ..analysis._rendering._run_page import write_run_page
+from ..analysis._rendering._run_page import RunPage, write_run_page
 from ..analysis._rendering._runs_text import format_table, run_steps_rows, runs_table
 from ..analysis._rendering._terminal import counted, say, say_json
 from ..analysis._rendering._timeline_html import write_step_pages
@@ -204,7 +204,7 @@ def _write_run_page(
             "for another step: report --step N --html FILE"
         )
     jaeger_ui = jaeger_ui_base(o.out.jaeger_ui)
-    write_run_page(steps, html, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
+    write_run_page(RunPage(steps, pages, source, jaeger_ui, notes), html)
     say(f"run page written to {html} ({counted(len(steps.summaries), 'step')}, {counted(len(pages), 'timeline page')})")
     return 0
 

@@ -34,33 +34,25 @@ def report_step(
 ) -> int:
     """Rebuild the asked step (default: the last) from its spans, write the asked files, print it."""
     with gc_paused():  # the report, the page and their rows: many objects, few cycles (collected after)
-        return _report_step(o, loaded, records, available, source)
-
-
-def _report_step(
-    o: ReportOptions,
-    loaded: list[SpanRecord],
-    records: list[SpanRecord],
-    available: list[tuple[int, bool]],
-    source: str,
-) -> int:
-    validate, out = o.step.validate, o.out
-    validate_steps = [s for s, v in available if v == validate]
-    step = o.step.number if o.step.number is not None else max(validate_steps or [s for s, _ in available])
-    # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
-    verdicts = step_verdicts(loaded, step, validate, stored_summaries(loaded).get((step, validate)))
-    report = build_report(records, step, validate, verdicts)
-    view, causes = None, None
-    if out.html or out.timeline_png or out.perfetto:  # the report's causes where it read the same spans (no
-        causes = report.causes() if len(records) == len(loaded) else None  # snapshots): the report built once
-    if out.html or out.timeline_png:
-        view = build_step_view(loaded, step, validate, verdicts, causes)
-    if not len(report.table) and not (view and view.samples):
-        kind = " (validation)" if validate else ""
-        say(f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True)
-        return 1
-    files = _Files(view, loaded, step, validate, source, verdicts, causes)
-    return print_step(o, from_report(report, o.step.top), _write_files(out, files), source)
+        validate, out = o.step.validate, o.out
+        validate_steps = [s for s, v in available if v == validate]
+        step = o.step.number if o.step.number is not None else max(validate_steps or [s for s, _ in available])
+        # one verdict per sample, from the step's stored summary when the live side wrote one, else from snapshots
+        verdicts = step_verdicts(loaded, step, validate, stored_summaries(loaded).get((step, validate)))
+        report = build_report(records, step, validate, verdicts)
+        view, causes = None, None
+        if out.html or out.timeline_png or out.perfetto:  # the report's causes where it read the same spans (no
+            causes = report.causes() if len(records) == len(loaded) else None  # snapshots): the report built once
+        if out.html or out.timeline_png:
+            view = build_step_view(loaded, step, validate, verdicts, causes)
+        if not len(report.table) and not (view and view.samples):
+            kind = " (validation)" if validate else ""
+            say(
+                f"report: no samples for step {step}{kind} in {source} (found steps: {steps_text(available)})", err=True
+            )
+            return 1
+        files = _Files(view, loaded, step, validate, source, verdicts, causes)
+        return print_step(o, from_report(report, o.step.top), _write_files(out, files), source)
 
 
 @dataclass

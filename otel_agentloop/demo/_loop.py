@@ -8,7 +8,7 @@ import json
 import time
 from collections.abc import Callable, Sequence
 from dataclasses import dataclass, replace
-from typing import Any, Protocol
+from typing import TYPE_CHECKING, Protocol, TypedDict
 
 from ..analysis._rendering._display import Output
 from ..analysis._rendering._display import info_stream as _info
@@ -23,6 +23,7 @@ from ..metrics._records import SpanRecord
 from ..metrics._summary import FAILED, HUNG, OK, SLOW, verdict
 from ..metrics._table import StepMetrics
 from ..metrics._verdicts import count_verdicts, sample_key
+from ..setup import Handle, configure
 from ._agent import SimConfig
 from ._trainer import (
     MISBEHAVE_FROM_STEP,
@@ -35,6 +36,36 @@ from ._trainer import (
     validation_config,
 )
 
+if TYPE_CHECKING:
+    from opentelemetry.sdk.trace import SpanProcessor
+
+    from ..core._inflight import InflightSample
+
+StepResult = dict[str, object]
+"""One step's entry in ``--json``'s document (:func:`report_step`)."""
+
+
+class Misbehaviour(TypedDict, total=False):
+    """What ``--misbehave`` changes in a step's :class:`~._agent.SimConfig` (:func:`misbehaviour`)."""
+
+    hang: tuple[int, int]
+    hang_grace_s: float
+    slow: tuple[int, int]
+    slow_tool_s: float
+
+
+def sim_configure(args: argparse.Namespace, processors: Sequence[SpanProcessor] = ()) -> Handle:
+    """This process's tracing for the simulated main job (``processors`` added: a timeline's recorder)."""
+    return configure(
+        args.service_name,
+        endpoint=args.endpoint,
+        protocol=args.protocol,
+        file=args.file,
+        trace_per=args.trace_per,
+        processors=list(processors),
+        watchdog=sim_watchdog(args),
+    )
+
 
 class Rollouts(Protocol):
     """Where a step's samples run (this process, or Ray workers): what :func:`run_steps` asks of it."""
@@ -42,7 +73,7 @@ class Rollouts(Protocol):
     where: str
     """How the step's title says where it ran (``" over 4 workers"``; ``""`` in this process)."""
 
-    def progress(self, step: int) -> tuple[Callable[[], Sequence[Any]], Callable[[], int] | None]:
+    def progress(self, step: int) -> tuple[Callable[[], Sequence[InflightSample]], Callable[[], int] | None]:
         """The live view's sources for ``step``: its running samples, and how many finished (``None``: the bar
         counts them)."""
         ...
@@ -65,11 +96,9 @@ class Rollouts(Protocol):
         ...
 
 
-def run_steps(
-    args: argparse.Namespace, cfg: SimConfig, rollouts: Rollouts, monitor: HealthMonitor
-) -> list[dict[str, Any]]:
+def run_steps(args: argparse.Namespace, cfg: SimConfig, rollouts: Rollouts, monitor: HealthMonitor) -> list[StepResult]:
     """``args.steps`` steps, each reported as it ends (:func:`report_step`); their ``--json`` results."""
-    results: list[dict[str, Any]] = []
+    results: list[StepResult] = []
     for step in range(1, args.steps + 1):
         report_step(args, results, run_step(args, cfg, rollouts, monitor, step), where=rollouts.where)
     return results
@@ -129,7 +158,7 @@ class StepOutcome:
     spans: dict[tuple[int, int], list[SpanRecord]]
 
 
-def report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: StepOutcome, where: str = "") -> None:
+def report_step(args: argparse.Namespace, results: list[StepResult], out: StepOutcome, where: str = "") -> None:
     results.append(
         {
             "step": out.step,
@@ -160,7 +189,7 @@ def report_step(args: argparse.Namespace, results: list[dict[str, Any]], out: St
 
 def finish(
     args: argparse.Namespace,
-    results: list[dict[str, Any]],
+    results: list[StepResult],
     monitor: HealthMonitor,
     stats: dict[str, int],
     flushed: bool,
@@ -193,7 +222,7 @@ def sim_watchdog(args: argparse.Namespace) -> WatchdogSettings | None:
     return WatchdogSettings.from_env(interval_s=WATCH_INTERVAL_S, thresholds_s={"tool_calls": TOOL_THRESHOLD_S})
 
 
-def misbehaviour(step: int, misbehave: bool) -> dict[str, Any]:
+def misbehaviour(step: int, misbehave: bool) -> Misbehaviour:
     """From step MISBEHAVE_FROM_STEP under ``--misbehave``: sample 0/0's sandbox call hangs (cancelled once the
     step is collected), sample 1/0's takes 1.5x the tool threshold (slow, then done)."""
     if not (misbehave and step >= MISBEHAVE_FROM_STEP):

@@ -6,7 +6,7 @@ from __future__ import annotations
 import argparse
 import asyncio
 from collections.abc import Callable, Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ..analysis._reading._timeline import TimelineRecorder
 from ..analysis._rendering._display import info_stream as _info
@@ -16,31 +16,26 @@ from ..health._training import HealthMonitor
 from ..health._validation import ValidationCapture
 from ..metrics._records import SpanRecord
 from ..metrics._table import StepMetrics
-from ..setup import Handle, configure
+from ..setup import Handle
 from ._agent import SimConfig, failed, run_samples
-from ._loop import finish, run_steps, sim_config, sim_watchdog
+from ._loop import StepResult, finish, run_steps, sim_config, sim_configure
+
+if TYPE_CHECKING:
+    from ..core._inflight import InflightSample
 
 
 def simulate(args: argparse.Namespace) -> int:
     """Run ``args.steps`` simulated steps in this process, printing each step's metrics (or JSON at the end)."""
     cfg = sim_config(args)
     timelines = TimelineRecorder()
-    handle = configure(
-        args.service_name,
-        endpoint=args.endpoint,
-        protocol=args.protocol,
-        file=args.file,
-        trace_per=args.trace_per,
-        processors=[timelines],
-        watchdog=sim_watchdog(args),
-    )
+    handle = sim_configure(args, [timelines])
     monitor = HealthMonitor(log=False)  # alerts are printed below
     print(
         f"otel-agentloop simulate: {counted(args.steps, 'step')} x {counted(len(cfg.work()), 'sample')}; "
         f"traces -> {handle.description}",
         file=_info(args),
     )
-    results: list[dict[str, Any]] = []
+    results: list[StepResult] = []
     try:
         results = run_steps(args, cfg, InProcess(handle, timelines, args.val_generations, args.seed), monitor)
     finally:
@@ -63,7 +58,7 @@ class InProcess:
         self.metrics: StepMetrics | None = None
         self.capture: ValidationCapture | None = None
 
-    def progress(self, step: int) -> tuple[Callable[[], Sequence[Any]], Callable[[], int] | None]:
+    def progress(self, step: int) -> tuple[Callable[[], Sequence[InflightSample]], Callable[[], int] | None]:
         return self.handle.inflight, None
 
     def rollout(self, cfg: SimConfig, step: int, bar: Progress) -> tuple[set[tuple[int, int]], list[float]]:

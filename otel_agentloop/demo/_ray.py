@@ -13,7 +13,8 @@ import asyncio
 import functools
 import os
 from collections.abc import Callable, Sequence
-from typing import Any
+from types import ModuleType
+from typing import TYPE_CHECKING, Any
 
 import otel_agentloop
 
@@ -22,17 +23,22 @@ from ..analysis._rendering._display import info_stream as _info
 from ..analysis._rendering._progress import Progress
 from ..analysis._rendering._terminal import counted
 from ..health._training import HealthMonitor
-from ..health._validation import ValidationCapture
+from ..health._validation import Entry, ValidationCapture
 from ..integrations import ray as oal_ray
 from ..integrations.ray._common import ray_module
 from ..metrics._records import SpanRecord
 from ..metrics._table import PhaseTable, StepMetrics
 from ..metrics._verdicts import Verdict
-from ..setup import Handle, configure, current_handle
+from ..setup import Handle, current_handle
 from ._agent import SimConfig, failed, run_samples
-from ._loop import finish, run_steps, sim_config, sim_watchdog
+from ._loop import StepResult, finish, run_steps, sim_config, sim_configure
+
+if TYPE_CHECKING:
+    from ..core._inflight import InflightSample
 
 CHUNKS_PER_WORKER = 4  # finer chunks: a livelier progress bar and better balance
+Rollout = tuple[set[tuple[int, int]], list[float]]
+"""A rollout's failed samples and rewards."""
 
 
 class SimWorker:
@@ -93,7 +99,7 @@ class SimWorker:
             spans[key] = timelines.get(key, [])
         return table, spans, current_handle().stats, verdict  # type: ignore[union-attr]
 
-    def finish_validation(self, step: int) -> tuple[list[Any], int, PhaseTable, Verdict]:
+    def finish_validation(self, step: int) -> tuple[list[Entry], int, PhaseTable, Verdict]:
         """This worker's validation sketch of ``step``, how many samples it saw, and its table and watchdog verdict
         of the validation pass (releasing the step's validation state)."""
         table = oal_ray.worker_table(step, validate=True)
@@ -113,52 +119,11 @@ class SimWorker:
         return stats
 
 
-def _rollout(
-    ray: Any, workers: list[Any], cfg: SimConfig, step: int, bar: Progress | None, val_generations: int = 0
-) -> tuple[set[tuple[int, int]], list[float]]:
-    """One pass over the batch, split into chunks across the workers, inside the current step."""
-    n = len(workers)
-    work = cfg.work()
-    chunks = [work[i :: n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
-    carrier = oal_ray.carrier()
-    pending = {
-        workers[i % n].run_chunk.remote(step, chunk, cfg, val_generations, otel_carrier=carrier): len(chunk)
-        for i, chunk in enumerate(chunks)
-        if chunk
-    }
-    failed_keys: set[tuple[int, int]] = set()
-    rewards: list[float] = []
-    while pending:
-        done, _ = ray.wait(list(pending), num_returns=1, timeout=600)
-        if not done:
-            raise TimeoutError(f"step {step}: no chunk finished in 600 s")
-        for ref in done:
-            chunk_failed, chunk_rewards, finished = ray.get(ref)
-            failed_keys.update((int(i), int(n)) for i, n in chunk_failed)
-            rewards += chunk_rewards
-            pending.pop(ref)
-            if bar is not None:
-                bar.advance(finished)  # a hung sample still running is not done
-    return failed_keys, rewards
-
-
-def _finished_on(ray: Any, workers: list[Any], step: int) -> int:
-    """Samples of ``step`` finished on all ``workers`` so far (the live view's done count)."""
-    return sum(ray.get([w.finished_samples.remote(step) for w in workers], timeout=2.0))
-
-
 def simulate_on_ray(args: argparse.Namespace) -> int:
     """The simulated main job as a manager (this process) and ``args.workers`` Ray actor workers."""
-    ray = ray_module()
+    ray: ModuleType = ray_module()
     cfg = sim_config(args)
-    handle = configure(
-        args.service_name,
-        endpoint=args.endpoint,
-        protocol=args.protocol,
-        file=args.file,
-        trace_per=args.trace_per,
-        watchdog=sim_watchdog(args),
-    )
+    handle = sim_configure(args)
     monitor = HealthMonitor(log=False)  # alerts are printed below
     n = args.workers
     print(
@@ -168,7 +133,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
         file=_info(args),
     )
     _start_ray(ray, handle, n)
-    results: list[dict[str, Any]] = []
+    results: list[StepResult] = []
     worker_stats: list[dict[str, int]] = []
     try:
         actor = ray.remote(num_cpus=0)(SimWorker)
@@ -186,7 +151,7 @@ def simulate_on_ray(args: argparse.Namespace) -> int:
     return finish(args, results, monitor, stats, flushed, handle.description)
 
 
-def _start_ray(ray: Any, handle: Handle, workers: int) -> None:
+def _start_ray(ray: ModuleType, handle: Handle, workers: int) -> None:
     """A local Ray cluster whose workers export like ``handle`` and import this package from its source."""
     package_root = os.path.dirname(os.path.dirname(os.path.abspath(otel_agentloop.__file__)))  # holds otel_agentloop/
     env = oal_ray.runtime_env(handle, base={"env_vars": {"PYTHONPATH": package_root}})
@@ -203,21 +168,50 @@ def _start_ray(ray: Any, handle: Handle, workers: int) -> None:
 class OnRay:
     """The step loop's rollouts (:class:`._loop.Rollouts`) on Ray actor workers, this process the manager."""
 
-    def __init__(self, ray: Any, workers: list[Any], generations: int, seed: int) -> None:
+    def __init__(self, ray: ModuleType, workers: list[Any], generations: int, seed: int) -> None:
+        # ``workers``: Ray's actor handles of SimWorker, foreign objects whose remote methods are made at run time
         self.ray = ray
         self.workers = workers
         self.where = f" over {len(workers)} workers"
         self.generations = generations
         self.seed = seed
 
-    def progress(self, step: int) -> tuple[Callable[[], Sequence[Any]], Callable[[], int] | None]:
+    def progress(self, step: int) -> tuple[Callable[[], Sequence[InflightSample]], Callable[[], int] | None]:
         return (
             lambda: oal_ray.gather_inflight(self.workers, timeout_s=2.0),
-            functools.partial(_finished_on, self.ray, self.workers, step),
+            functools.partial(self._finished_on, step),
         )
 
-    def rollout(self, cfg: SimConfig, step: int, bar: Progress) -> tuple[set[tuple[int, int]], list[float]]:
-        return _rollout(self.ray, self.workers, cfg, step, bar)
+    def _finished_on(self, step: int) -> int:
+        """Samples of ``step`` finished on all workers so far (the live view's done count)."""
+        return sum(self.ray.get([w.finished_samples.remote(step) for w in self.workers], timeout=2.0))
+
+    def rollout(self, cfg: SimConfig, step: int, bar: Progress | None, val_generations: int = 0) -> Rollout:
+        """One pass over the batch, split into chunks across the workers, inside the current step."""
+        workers = self.workers
+        n = len(workers)
+        work = cfg.work()
+        chunks = [work[i :: n * CHUNKS_PER_WORKER] for i in range(n * CHUNKS_PER_WORKER)]
+        carrier = oal_ray.carrier()
+        pending = {
+            workers[i % n].run_chunk.remote(step, chunk, cfg, val_generations, otel_carrier=carrier): len(chunk)
+            for i, chunk in enumerate(chunks)
+            if chunk
+        }
+        failed_keys: set[tuple[int, int]] = set()
+        rewards: list[float] = []
+        while pending:
+            done, _ = self.ray.wait(list(pending), num_returns=1, timeout=600)
+            if not done:
+                raise TimeoutError(f"step {step}: no chunk finished in 600 s")
+            for ref in done:
+                chunk_failed, chunk_rewards, finished = self.ray.get(ref)
+                failed_keys.update((int(i), int(n)) for i, n in chunk_failed)
+                rewards += chunk_rewards
+                pending.pop(ref)
+                if bar is not None:
+                    bar.advance(finished)  # a hung sample still running is not done
+        return failed_keys, rewards
 
     def collect(self, step: int) -> tuple[StepMetrics, dict[tuple[int, int], list[SpanRecord]]]:
         """The workers' tables merged (and the step's ``rl.step.summary`` written); the slowest samples' spans."""
@@ -231,7 +225,7 @@ class OnRay:
         return metrics, spans
 
     def validate(self, cfg: SimConfig, step: int) -> list[float]:
-        _, rewards = _rollout(self.ray, self.workers, cfg, step, None, self.generations)
+        _, rewards = self.rollout(cfg, step, None, self.generations)
         return rewards
 
     def finish_validation(self, step: int) -> ValidationCapture:

@@ -125,6 +125,15 @@ def test_an_unreadable_document_is_skipped_with_its_reason() -> None:
     assert "stored Jaeger span" in skipped.first and "not hex" in skipped.first
 
 
+def test_tags_that_are_not_a_list_skip_the_document_alone() -> None:
+    """A ``tags`` (or a process's ``tags``) that is a number, not a list: that document is skipped and counted, as
+    any unreadable one; the read goes on (it raised ``TypeError`` out of the reader)."""
+    process = {"serviceName": "svc", "tags": True}
+    records, skipped = _records(_doc(tags=5), _doc(process=process), _doc())
+    assert len(records) == 1 and skipped.count == 2
+    assert "tags is not a list" in skipped.first
+
+
 def test_the_local_stacks_opensearch_is_tried_for_the_local_jaeger_only(monkeypatch: Any) -> None:
     monkeypatch.delenv("OTEL_AGENTLOOP_STACK", raising=False)
     local = open_jaeger(JaegerOptions(_local_stack.jaeger_url(None), service="svc", timeout_s=5.0), print)

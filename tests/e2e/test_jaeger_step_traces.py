@@ -252,11 +252,12 @@ def test_an_interrupted_step_read_reads_the_answer_to_its_end(jaeger, job) -> No
     interrupt goes on, so that closing the channel (the process ending) does not cut it under Jaeger."""
     import grpc
 
+    from otel_agentloop.analysis._reading._jaeger import TraceQuery
     from otel_agentloop.analysis._reading._jaeger_grpc import GrpcQuery, grpc_target
     from otel_agentloop.analysis._reading._source import EPOCH
 
     query = GrpcQuery(grpc_target(jaeger.jaeger_url) or "", 10.0)
-    started = query.start(job, EPOCH, datetime.now(timezone.utc), attributes={sc.RL_STEP: "2"}, search_depth=500)
+    started = query.start(TraceQuery(job, EPOCH, datetime.now(timezone.utc), {sc.RL_STEP: "2"}, search_depth=500))
 
     def interrupt(_traces: int) -> None:
         raise KeyboardInterrupt

@@ -24,6 +24,7 @@ import pytest
 
 from otel_agentloop import semconv as sc
 from otel_agentloop.analysis import JaegerClient, decode_resource_spans
+from otel_agentloop.analysis._reading._jaeger import TraceQuery
 from otel_agentloop.analysis._reading._jaeger_grpc import GrpcQuery
 from otel_agentloop.analysis._reading._jaeger_step import StepReader
 from otel_agentloop.analysis._reading._opensearch import IndexQuery
@@ -374,8 +375,8 @@ def test_a_steps_spans_from_the_indices_equal_jaegers_answer(
         every: list[Any] = []
         for step in range(1, STEPS + 1):
             attributes = {sc.RL_STEP: str(step)}
-            mine = list(decode_resource_spans(index.find_traces(service, lo, hi, attributes=attributes)))
-            theirs = list(decode_resource_spans(grpc.find_traces(service, lo, hi, attributes=attributes)))
+            mine = list(decode_resource_spans(index.find_traces(TraceQuery(service, lo, hi, attributes))))
+            theirs = list(decode_resource_spans(grpc.find_traces(TraceQuery(service, lo, hi, attributes))))
             assert sorted(mine, key=_key) == sorted(theirs, key=_key), f"step {step}"
             samples = {r.attributes.get(sc.RL_SAMPLE_INDEX) for r in mine if r.name == "rl.sample"}
             assert samples == set(range(SAMPLES)), f"step {step}"
@@ -386,8 +387,8 @@ def test_a_steps_spans_from_the_indices_equal_jaegers_answer(
         assert all(r.events and r.events[0][0] == "exception" and r.status_message for r in failed)
         assert all(r.resource.get("service.name") == service for r in every)
         newest = {sc.RL_STEP: "4"}
-        mine_5 = index.find_traces(service, lo, hi, attributes=newest, search_depth=5)
-        theirs_5 = grpc.find_traces(service, lo, hi, attributes=newest, search_depth=5)
+        mine_5 = index.find_traces(TraceQuery(service, lo, hi, newest, search_depth=5))
+        theirs_5 = grpc.find_traces(TraceQuery(service, lo, hi, newest, search_depth=5))
         ids = [{r.trace_id for r in decode_resource_spans(page)} for page in (mine_5, theirs_5)]
         assert len(ids[0]) == 5 and ids[0] == ids[1]
     finally:

@@ -5,7 +5,6 @@ from __future__ import annotations
 
 from collections.abc import Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -76,7 +75,7 @@ class Comparison:
     only_b: int
     notes: tuple[str, ...]
 
-    def to_json(self) -> dict[str, Any]:
+    def to_json(self) -> dict[str, object]:
         """Plain JSON-able data (``report --compare --json`` prints it; the page draws it)."""
         return {
             "a": _side_json(self.a, self.step_a_s, self.tail_a),
@@ -101,7 +100,7 @@ def _dist_json(d: Distribution) -> dict[str, float]:
     return {"count": d.count, **{s: getattr(d, s) for s in STATS}, "mean": d.mean}
 
 
-def _side_json(s: StepSide, step_s: float, tail: TailMix) -> dict[str, Any]:
+def _side_json(s: StepSide, step_s: float, tail: TailMix) -> dict[str, object]:
     m = s.summary
     slowest = m.slowest
     return {
@@ -136,7 +135,7 @@ def _side_json(s: StepSide, step_s: float, tail: TailMix) -> dict[str, Any]:
     }
 
 
-def _cause_json(c: Cause) -> dict[str, Any]:
+def _cause_json(c: Cause) -> dict[str, object]:
     return {
         "phase": c.phase,
         "tool": c.tool,
@@ -150,7 +149,7 @@ def _cause_json(c: Cause) -> dict[str, Any]:
     }
 
 
-def _row_json(r: Row) -> dict[str, Any]:
+def _row_json(r: Row) -> dict[str, object]:
     return {
         "kind": r.kind,
         "name": r.name,
@@ -160,7 +159,7 @@ def _row_json(r: Row) -> dict[str, Any]:
     }
 
 
-def _moved_json(m: MovedSample) -> dict[str, Any]:
+def _moved_json(m: MovedSample) -> dict[str, object]:
     return {
         "sample_index": m.index,
         "rollout_n": m.rollout,

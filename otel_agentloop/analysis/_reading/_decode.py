@@ -18,7 +18,7 @@ import sys
 import threading
 from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypeAlias
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -31,6 +31,8 @@ MAX_VALUE_DEPTH = 64
 the library writes (``core._values.MAX_DEPTH``). A value nested deeper (the SDK path writes any depth) keeps its
 span: the attribute reads as :data:`TOO_DEEP`."""
 TOO_DEEP = f"<nested deeper than {MAX_VALUE_DEPTH} levels: not read>"
+AttrValue: TypeAlias = str | int | float | bool | bytes | tuple["AttrValue", ...] | dict[str, "AttrValue"] | None
+"""An attribute value as read: OTLP's ``AnyValue`` (an array a tuple, a key-value list a dict, none ``None``)."""
 
 
 class BadRecordError(ValueError):
@@ -61,7 +63,7 @@ class Skipped:
         return f"skipped {self.count} malformed {plural} in {source} (first: {self.first})"
 
 
-def _mapping(raw: Any, what: str) -> Mapping[str, Any]:
+def _mapping(raw: object, what: str) -> Mapping[str, object]:
     if type(raw) is dict:  # what json.loads makes: skip the ABC check
         return raw
     if raw is None:
@@ -71,7 +73,7 @@ def _mapping(raw: Any, what: str) -> Mapping[str, Any]:
     return raw
 
 
-def _list(raw: Any, what: str) -> list[Any]:
+def _list(raw: object, what: str) -> list[object]:
     if raw is None:
         return []
     if not isinstance(raw, list):
@@ -79,7 +81,7 @@ def _list(raw: Any, what: str) -> list[Any]:
     return raw
 
 
-def _str(raw: Any, what: str) -> str:
+def _str(raw: object, what: str) -> str:
     if raw is None:
         return ""
     if not isinstance(raw, str):
@@ -87,7 +89,7 @@ def _str(raw: Any, what: str) -> str:
     return raw
 
 
-def _int64(raw: Any, what: str, *, unsigned: bool = False) -> int:
+def _int64(raw: object, what: str, *, unsigned: bool = False) -> int:
     """An OTLP-JSON integer: a JSON number without a fraction or a decimal string (protobuf's int64 form)."""
     if isinstance(raw, bool):
         raise BadRecordError(f"{what} is not an integer")
@@ -105,11 +107,11 @@ def _int64(raw: Any, what: str, *, unsigned: bool = False) -> int:
     return value
 
 
-def _time(raw: Any, what: str) -> int:
+def _time(raw: object, what: str) -> int:
     return 0 if raw is None else _int64(raw, what, unsigned=True)
 
 
-def _id(raw: Any, nbytes: int, what: str) -> int:
+def _id(raw: object, nbytes: int, what: str) -> int:
     """A trace or span id: hex (OTLP-JSON) or base64 (protobuf's JSON) of exactly ``nbytes``; missing is 0."""
     if raw is None or raw == "":
         return 0
@@ -126,7 +128,7 @@ def _id(raw: Any, nbytes: int, what: str) -> int:
     return int.from_bytes(data, "big")
 
 
-def _double(raw: Any, what: str) -> float:
+def _double(raw: object, what: str) -> float:
     if isinstance(raw, bool) or not isinstance(raw, (int, float, str)):
         raise BadRecordError(f"{what} is not a number")
     try:
@@ -135,7 +137,7 @@ def _double(raw: Any, what: str) -> float:
         raise BadRecordError(f"{what} is not a number") from None
 
 
-def _value(raw: Any, what: str, depth: int = 0) -> Any:
+def _value(raw: object, what: str, depth: int = 0) -> AttrValue:
     """One ``AnyValue``; an unknown or empty one is ``None``. Nesting is bounded by :data:`MAX_VALUE_DEPTH`."""
     if depth > MAX_VALUE_DEPTH:
         raise _TooDeepError(f"{what} nests deeper than {MAX_VALUE_DEPTH}")
@@ -147,9 +149,10 @@ def _value(raw: Any, what: str, depth: int = 0) -> Any:
     if "doubleValue" in v:
         return _double(v["doubleValue"], what)
     if "boolValue" in v:
-        if not isinstance(v["boolValue"], bool):
+        flag = v["boolValue"]
+        if not isinstance(flag, bool):
             raise BadRecordError(f"{what} is not a boolean")
-        return v["boolValue"]
+        return flag
     if "arrayValue" in v:
         items = _list(_mapping(v["arrayValue"], what).get("values"), what)
         return tuple(_value(x, what, depth + 1) for x in items)
@@ -164,7 +167,7 @@ def _value(raw: Any, what: str, depth: int = 0) -> Any:
     return None
 
 
-def _key_value(raw: Any, what: str, depth: int = 0) -> tuple[str, Any]:
+def _key_value(raw: object, what: str, depth: int = 0) -> tuple[str, AttrValue]:
     kv = _mapping(raw, what)
     key = kv.get("key")
     if not isinstance(key, str):
@@ -207,11 +210,11 @@ def _label(value: object) -> str:
     return json.dumps(value, ensure_ascii=False, default=lambda o: o.hex() if isinstance(o, bytes) else str(o))
 
 
-def _attrs(raw: Any, what: str) -> dict[str, Any]:
+def _attrs(raw: object, what: str) -> dict[str, AttrValue]:
     return dict(_key_value(kv, what) for kv in _list(raw, what))
 
 
-def _status_code(raw: Any) -> int:
+def _status_code(raw: object) -> int:
     if isinstance(raw, str):  # protobuf JSON may spell enums by name
         return {"STATUS_CODE_OK": 1, "STATUS_CODE_ERROR": 2}.get(raw, 0)
     return 0 if raw is None else _int64(raw, "status.code")
@@ -227,7 +230,7 @@ _KINDS = (
 )
 
 
-def _kind(raw: Any) -> int:
+def _kind(raw: object) -> int:
     if isinstance(raw, str):
         value = _KINDS.index(raw) if raw in _KINDS else 1
     else:
@@ -235,30 +238,30 @@ def _kind(raw: Any) -> int:
     return min(max(value - 1, 0), len(_KINDS) - 2)  # back to the SDK's SpanKind value (0..4)
 
 
-class DecodedSpan(dict[str, Any]):
+class DecodedSpan(dict[str, object]):
     """A span already read into its ``record`` (from protobuf: ``_decode_pb``), in a ``resourceSpans`` entry: its
     ``traceId``, ``spanId`` (hex) and ``startTimeUnixNano`` as OTLP-JSON keys, for the searches' bookkeeping
     (``_jaeger.find_all_traces``); :func:`decode_resource_spans` yields ``record`` as it is."""
 
     __slots__ = ("record",)
 
-    def __init__(self, record: SpanRecord, **keys: Any) -> None:
+    def __init__(self, record: SpanRecord, **keys: object) -> None:
         super().__init__(keys)
         self.record = record
 
 
-class UnreadableSpan(dict[str, Any]):
+class UnreadableSpan(dict[str, object]):
     """A span a reader could not read (``_decode_es``'s stored documents), in a ``resourceSpans`` entry with its
     ``traceId`` (and ``spanId``) as far as known: :func:`decode_resource_spans` skips it and counts ``reason``."""
 
     __slots__ = ("reason",)
 
-    def __init__(self, reason: str, **keys: Any) -> None:
+    def __init__(self, reason: str, **keys: object) -> None:
         super().__init__(keys)
         self.reason = reason
 
 
-def decode_span(s: Any, resource: Mapping[str, Any]) -> SpanRecord:
+def decode_span(s: object, resource: Mapping[str, object]) -> SpanRecord:
     """One OTLP-JSON span; raises :class:`BadRecordError` saying what is wrong with it."""
     if not isinstance(s, Mapping):
         raise BadRecordError("a span is not an object")
@@ -299,7 +302,7 @@ def decode_span(s: Any, resource: Mapping[str, Any]) -> SpanRecord:
 
 
 def decode_resource_spans(
-    resource_spans: Iterable[Any], skipped: Skipped | None = None, where: str = ""
+    resource_spans: Iterable[object], skipped: Skipped | None = None, where: str = ""
 ) -> Iterator[SpanRecord]:
     """Spans of OTLP-JSON ``resourceSpans`` entries (also accepts the legacy ``instrumentationLibrarySpans``).
 
@@ -346,7 +349,7 @@ _DEEP_STACK = 256 << 20
 """The stack of the thread that parses such a line (address space; only what the parse uses is touched)."""
 
 
-def loads_line(text: str) -> Any:
+def loads_line(text: str) -> object:
     """``json.loads(text)``; a line nested past the recursion limit (an attribute the SDK path stored hundreds of
     levels deep: 3 JSON levels a level) is parsed again in a thread of its own with a large stack and a limit
     raised by :data:`DEEP_LINE_LEVELS`, so that its spans are read (the value itself reads as :data:`TOO_DEEP`).
@@ -355,7 +358,7 @@ def loads_line(text: str) -> Any:
         return json.loads(text)
     except RecursionError:
         pass
-    out: list[Any] = []
+    out: list[object] = []
 
     def parse() -> None:
         limit = sys.getrecursionlimit()
@@ -374,11 +377,12 @@ def loads_line(text: str) -> Any:
     finally:
         threading.stack_size(previous)
     thread.join()
-    if out and isinstance(out[0], (ValueError, RecursionError)):
-        raise out[0]
     if not out:
         raise RecursionError("the line could not be parsed")
-    return out[0]
+    parsed = out[0]
+    if isinstance(parsed, (ValueError, RecursionError)):
+        raise parsed
+    return parsed
 
 
 def read_jsonl(path: str, skipped: Skipped | None = None, label: str = "") -> Iterator[SpanRecord]:

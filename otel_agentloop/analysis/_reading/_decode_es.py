@@ -23,42 +23,40 @@ A document that cannot be read (an id that is not hex, a field of the wrong shap
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ...metrics._records import SpanRecord
-from ._decode import _INT64, DecodedSpan, UnreadableSpan
+from ._decode import _INT64, AttrValue, DecodedSpan, UnreadableSpan
 from ._text import printable
 
 _KINDS = {"internal": 0, "server": 1, "client": 2, "producer": 3, "consumer": 4}
 """Jaeger's ``span.kind`` values as the SDK's SpanKind (``_decode._kind``'s); any other is unspecified (0)."""
 NO_SERVICE = "OTLPResourceNoServiceName"
 """What Jaeger stores for a resource without ``service.name``; read back as none."""
-_MISSING = object()
 
 
 class _DocumentError(ValueError):
     """A document this reader cannot read."""
 
 
-def _number(kind: str, key: str, value: Any) -> Any:
-    """A non-string value declared ``int64``/``float64`` (Go's ``fromDBNumber``); ``_MISSING`` where Jaeger drops
+def _number(kind: str, value: object) -> int | float | None:
+    """A non-string value declared ``int64``/``float64`` (Go's ``fromDBNumber``); ``None`` where Jaeger drops
     it (a float declared int64 that is not whole-number text)."""
     if kind == "int64":
         if isinstance(value, int) and not isinstance(value, bool) and -_INT64 <= value < _INT64:
             return value
-        return _MISSING  # Go's json.Number.Int64 fails: Jaeger puts nothing
+        return None  # Go's json.Number.Int64 fails: Jaeger puts nothing
     if isinstance(value, (int, float)) and not isinstance(value, bool):
         return float(value)
-    return _MISSING
+    return None
 
 
-def _typed(tag: Mapping[str, Any]) -> tuple[str, Any]:
+def _typed(tag: Mapping[str, object]) -> tuple[str, AttrValue]:
     """One stored tag ``{"key", "type", "value"}`` as (key, value), by ``dbTagsToAttributes``."""
     key, kind, value = str(tag.get("key", "")), str(tag.get("type", "")), tag.get("value")
     if not isinstance(value, str):
         if kind in ("int64", "float64"):
-            number = _number(kind, key, value)
-            return key, number if number is not _MISSING else _invalid(kind, value)
+            number = _number(kind, value)
+            return key, number if number is not None else _invalid(kind, value)
         if kind == "bool" and isinstance(value, bool):
             return key, value
         return key, _invalid(kind, value)
@@ -94,11 +92,11 @@ def _parse_bool(text: str) -> bool:
     raise ValueError(f"parsing {text!r}: invalid syntax")
 
 
-def _invalid(kind: str, value: Any) -> str:
+def _invalid(kind: str, value: object) -> str:
     return f"invalid {kind} type in {value}"
 
 
-def _elevated(value: Any) -> Any:
+def _elevated(value: object) -> AttrValue:
     """An elevated tag field's value, typed by its JSON (``convertTagField``): whole numbers in int64 range are
     int64, other numbers float64."""
     if isinstance(value, (bool, str)):
@@ -110,15 +108,17 @@ def _elevated(value: Any) -> Any:
     return f"invalid tag type in {value}"
 
 
-def _tags(nested: Any, elevated: Any) -> dict[str, Any]:
+def _tags(nested: object, elevated: object) -> dict[str, AttrValue]:
     """The nested ``tags`` list, then the elevated ``tag`` fields, as attributes (a later key replaces an earlier
     one's value)."""
-    out: dict[str, Any] = {}
-    for tag in nested or ():
-        if not isinstance(tag, Mapping):
-            raise _DocumentError("a tag is not an object")
-        key, value = _typed(tag)
-        if value is not _MISSING:
+    out: dict[str, AttrValue] = {}
+    if nested:
+        if not isinstance(nested, list):
+            raise _DocumentError("tags is not a list")
+        for tag in nested:
+            if not isinstance(tag, Mapping):
+                raise _DocumentError("a tag is not an object")
+            key, value = _typed(tag)
             out[key] = value
     if elevated:
         if not isinstance(elevated, Mapping):
@@ -128,7 +128,7 @@ def _tags(nested: Any, elevated: Any) -> dict[str, Any]:
     return out
 
 
-def _status(attrs: dict[str, Any], kind: int) -> tuple[bool, str]:
+def _status(attrs: dict[str, AttrValue], kind: int) -> tuple[bool, str]:
     """(error, message) from the status tags, which are taken out of ``attrs`` (``setSpanStatus``)."""
     code, message, known = 0, "", False
     if attrs.get("error") is True:
@@ -156,7 +156,7 @@ def _status(attrs: dict[str, Any], kind: int) -> tuple[bool, str]:
     return (code == 2, message) if known else (False, "")
 
 
-def _http_code(value: Any) -> int | None:
+def _http_code(value: object) -> int | None:
     if isinstance(value, int) and not isinstance(value, bool):
         return value
     if isinstance(value, str):
@@ -167,12 +167,12 @@ def _http_code(value: Any) -> int | None:
     return None
 
 
-def _str(value: Any) -> str:
+def _str(value: object) -> str:
     """A value as pdata's ``Str()`` reads it: a string's text, else empty."""
     return value if isinstance(value, str) else ""
 
 
-def _hex_id(text: Any, nbytes: int) -> int:
+def _hex_id(text: object, nbytes: int) -> int:
     if not isinstance(text, str) or not text or len(text) > 2 * nbytes:
         raise _DocumentError(f"id {text!r} is not hex of at most {nbytes} bytes")
     try:
@@ -184,7 +184,7 @@ def _hex_id(text: Any, nbytes: int) -> int:
 _IP_KEYS = ("ip", "peer.ipv4")
 
 
-def _adjusted(attrs: dict[str, Any]) -> dict[str, Any]:
+def _adjusted(attrs: dict[str, AttrValue]) -> dict[str, AttrValue]:
     """``attrs`` as Jaeger's query service answers them: sorted by key, an IP number as dotted text."""
     for key in _IP_KEYS:
         value = attrs.get(key)
@@ -194,7 +194,7 @@ def _adjusted(attrs: dict[str, Any]) -> dict[str, Any]:
     return dict(sorted(attrs.items()))
 
 
-def _parent_and_links(doc: Mapping[str, Any], trace: str) -> tuple[int, tuple[tuple[int, int], ...]]:
+def _parent_and_links(doc: Mapping[str, object], trace: str) -> tuple[int, tuple[tuple[int, int], ...]]:
     refs = doc.get("references") or []
     if not isinstance(refs, list):
         raise _DocumentError("references is not a list")
@@ -221,13 +221,13 @@ def _parent_and_links(doc: Mapping[str, Any], trace: str) -> tuple[int, tuple[tu
     return (_hex_id(raw, 8) if raw else 0), links
 
 
-def _micros(value: Any) -> int:
+def _micros(value: object) -> int:
     if isinstance(value, bool) or not isinstance(value, int) or not 0 <= value * 1000 < _INT64:
         raise _DocumentError(f"time {value!r} is not microseconds")
     return value * 1000
 
 
-def _events(logs: Any) -> tuple[tuple[str, int, dict[str, Any]], ...]:
+def _events(logs: object) -> tuple[tuple[str, int, dict[str, AttrValue]], ...]:
     if not logs:
         return ()
     if not isinstance(logs, list):
@@ -237,7 +237,11 @@ def _events(logs: Any) -> tuple[tuple[str, int, dict[str, Any]], ...]:
         if not isinstance(log, Mapping):
             raise _DocumentError("a log is not an object")
         attrs = _tags(log.get("fields"), None)
-        name = attrs.pop("event") if isinstance(attrs.get("event"), str) else ""
+        name = attrs.get("event")
+        if isinstance(name, str):
+            del attrs["event"]
+        else:
+            name = ""
         out.append((name, _micros(log.get("timestamp")), dict(sorted(attrs.items()))))
     return tuple(sorted(out, key=lambda event: event[0]))  # by name, stably
 
@@ -246,9 +250,9 @@ class Resources:
     """The resources of one read, each distinct one made once (the spans of a process share it)."""
 
     def __init__(self) -> None:
-        self._seen: dict[str, dict[str, Any]] = {}
+        self._seen: dict[str, dict[str, AttrValue]] = {}
 
-    def of(self, process: Any) -> dict[str, Any]:
+    def of(self, process: object) -> dict[str, AttrValue]:
         if not isinstance(process, Mapping):
             raise _DocumentError("process is not an object")
         key = repr(process)
@@ -264,7 +268,7 @@ class Resources:
         return resource
 
 
-def _record(doc: Mapping[str, Any], resources: Resources) -> SpanRecord:
+def _record(doc: Mapping[str, object], resources: Resources) -> SpanRecord:
     trace = doc.get("traceID")
     attrs = _tags(doc.get("tags"), doc.get("tag"))
     for scope_key in ("otel.scope.name", "otel.scope.version"):  # the scope: not kept in a record
@@ -300,7 +304,7 @@ def _record(doc: Mapping[str, Any], resources: Resources) -> SpanRecord:
     )
 
 
-def span(doc: Any, resources: Resources) -> dict[str, Any]:
+def span(doc: object, resources: Resources) -> dict[str, object]:
     """One stored span document as a :class:`~._decode.DecodedSpan` (or, unreadable, an
     :class:`~._decode.UnreadableSpan` saying why)."""
     if not isinstance(doc, Mapping):

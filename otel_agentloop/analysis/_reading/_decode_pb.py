@@ -11,13 +11,19 @@ its OTLP-JSON form instead, so that the OTLP-JSON decoder skips and counts it, w
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Iterable, Mapping
+from typing import TYPE_CHECKING
 
 from ...metrics._records import SpanRecord
-from ._decode import _INT64, LABELS, MAX_VALUE_DEPTH, TOO_DEEP, DecodedSpan, _label, _TooDeepError
+from ._decode import _INT64, LABELS, MAX_VALUE_DEPTH, TOO_DEEP, AttrValue, DecodedSpan, _label, _TooDeepError
+from ._json import JsonObject, JsonValue
 
-Fallback = Callable[[Any], dict[str, Any]]
+if TYPE_CHECKING:  # the messages' modules are imported where an answer is read (``_jaeger_grpc``)
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.resource.v1.resource_pb2 import Resource
+    from opentelemetry.proto.trace.v1.trace_pb2 import ResourceSpans, Span
+
+Fallback = Callable[["Span"], JsonObject]
 """The OTLP-JSON form of a protobuf span, for what this reader hands on."""
 
 
@@ -25,7 +31,7 @@ class _RejectError(ValueError):
     """A field the OTLP-JSON decoder would reject: the span is handed on in its OTLP-JSON form."""
 
 
-def _value(v: Any, depth: int) -> Any:
+def _value(v: AnyValue, depth: int) -> AttrValue:
     """One ``AnyValue``, as ``_decode._value`` reads its OTLP-JSON form (an empty one is ``None``)."""
     if depth > MAX_VALUE_DEPTH:
         raise _TooDeepError("too deep")
@@ -47,7 +53,7 @@ def _value(v: Any, depth: int) -> Any:
     return None
 
 
-def _key_value(kv: Any, depth: int = 0) -> tuple[str, Any]:
+def _key_value(kv: KeyValue, depth: int = 0) -> tuple[str, AttrValue]:
     """As ``_decode._key_value``: too deep is :data:`~._decode.TOO_DEEP` at the top, a label's list its JSON."""
     key = kv.key
     try:
@@ -65,9 +71,9 @@ _SCALARS = frozenset(("string_value", "int_value", "double_value", "bool_value")
 """The ``AnyValue`` kinds read as they are (a label's list or a nested value goes through :func:`_key_value`)."""
 
 
-def attributes(kvs: Any) -> dict[str, Any]:
+def attributes(kvs: Iterable[KeyValue]) -> dict[str, AttrValue]:
     """A ``repeated KeyValue`` as a dict (the last of a repeated key wins, as in ``_decode``)."""
-    out: dict[str, Any] = {}
+    out: dict[str, AttrValue] = {}
     for kv in kvs:
         v = kv.value
         kind = v.WhichOneof("value")
@@ -93,7 +99,7 @@ def _time(value: int) -> int:
     return value
 
 
-def _record(s: Any, resource: dict[str, Any]) -> SpanRecord:
+def _record(s: Span, resource: dict[str, AttrValue]) -> SpanRecord:
     start, end = _time(s.start_time_unix_nano), _time(s.end_time_unix_nano)
     if end < start:
         raise _RejectError
@@ -116,7 +122,7 @@ def _record(s: Any, resource: dict[str, Any]) -> SpanRecord:
     )
 
 
-def _span(s: Any, resource: dict[str, Any], fallback: Fallback) -> dict[str, Any]:
+def _span(s: Span, resource: dict[str, AttrValue], fallback: Fallback) -> Mapping[str, object]:
     try:
         record = _record(s, resource)
     except _RejectError:
@@ -134,9 +140,9 @@ class Resources:
     MAX_RESOURCES = 4096
 
     def __init__(self) -> None:
-        self._seen: dict[bytes, dict[str, Any]] = {}
+        self._seen: dict[bytes, dict[str, AttrValue]] = {}
 
-    def read(self, resource: Any) -> dict[str, Any]:
+    def read(self, resource: Resource) -> dict[str, AttrValue]:
         key = resource.SerializeToString(deterministic=True)
         found = self._seen.get(key)
         if found is None:
@@ -147,11 +153,11 @@ class Resources:
 
 
 def resource_spans(
-    rs: Any,
+    rs: ResourceSpans,
     span: Fallback,
-    resource_json: Callable[[Any], list[dict[str, Any]]],
+    resource_json: Callable[[Iterable[KeyValue]], list[JsonValue]],
     resources: Resources | None = None,
-) -> dict[str, Any]:
+) -> dict[str, object]:
     """One ``ResourceSpans`` message as an OTLP-JSON ``resourceSpans`` entry whose spans are
     :class:`~._decode.DecodedSpan`, each with its resource; ``span``: a span's OTLP-JSON form, for those this reader
     hands on, and ``resource_json``: the resource's attributes' (then the entry's, for those spans); ``resources``:

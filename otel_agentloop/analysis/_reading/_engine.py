@@ -11,7 +11,6 @@ left of the turn). The terminal waterfall, the step page, the PNG and Perfetto a
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ... import semconv as sc
 from ...metrics._accumulate import engine_number
@@ -24,11 +23,11 @@ Part = tuple[str, int, int]
 """(engine phase, start, end): Unix nanoseconds inside the turn span."""
 
 
-def engine_seconds(attrs: Mapping[str, Any], key: str) -> float | None:
+def engine_seconds(attrs: Mapping[str, object], key: str) -> float | None:
     return engine_number(attrs.get(key))
 
 
-def engine_parts(start_ns: int, end_ns: int, attrs: Mapping[str, Any]) -> list[Part]:
+def engine_parts(start_ns: int, end_ns: int, attrs: Mapping[str, object]) -> list[Part]:
     """The engine's queue, prefill and decode inside the turn ``[start_ns, end_ns]`` (see the module docstring);
     empty when the span carries none of them. Parts of zero length are left out."""
     if not any(key in attrs for key in _TIMING):  # most spans: not a turn with the engine's timing

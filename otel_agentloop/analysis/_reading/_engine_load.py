@@ -16,7 +16,7 @@ from __future__ import annotations
 import bisect
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass
-from typing import Any, TypeVar
+from typing import TypeVar
 
 from ... import semconv as sc
 from ...metrics._engine import array_value
@@ -99,7 +99,7 @@ def _points(rec: SpanRecord) -> list[tuple[int, int, int, float, int]] | None:
     ]
 
 
-def _belongs(attrs: Mapping[str, Any], rec: SpanRecord, step: int, validate: bool, t0: int, t1: int) -> bool:
+def _belongs(attrs: Mapping[str, object], rec: SpanRecord, step: int, validate: bool, t0: int, t1: int) -> bool:
     if attrs.get(sc.RL_STEP) is not None:
         return sc.step_key(attrs) == (step, validate)
     return rec.start_ns <= t1 and rec.end_ns >= t0
@@ -139,15 +139,15 @@ def _merge(points: Sequence[tuple[int, int, int, float, int]]) -> list[tuple[int
     """``points`` in :data:`MAX_POINTS` equal time buckets (each at its first point's time)."""
     lo, hi = points[0][0], points[-1][0]
     width = (hi - lo) / MAX_POINTS or 1
-    buckets: dict[int, list[Any]] = {}
+    buckets: dict[int, tuple[int, int, int, float, int]] = {}
     for t, r, w, k, p in points:
         b = min(int((t - lo) / width), MAX_POINTS - 1)
         cur = buckets.get(b)
         if cur is None:
-            buckets[b] = [t, r, w, k, p]
+            buckets[b] = (t, r, w, k, p)
         else:
-            cur[1], cur[2], cur[3], cur[4] = max(cur[1], r), max(cur[2], w), max(cur[3], k), cur[4] + p
-    return [(v[0], v[1], v[2], v[3], v[4]) for _, v in sorted(buckets.items())]
+            buckets[b] = (cur[0], max(cur[1], r), max(cur[2], w), max(cur[3], k), cur[4] + p)
+    return [v for _, v in sorted(buckets.items())]
 
 
 K = TypeVar("K")

@@ -5,25 +5,26 @@ turns them into :class:`~otel_agentloop.SpanRecord`. Built on ``/api/v3`` only: 
 ``/api/traces?service=`` was removed on Jaeger's main branch. A missing trace or an empty search is a 404,
 returned here as an empty list (poll past it while spans are in flight).
 
-Each call is bounded as a whole (:class:`_Deadline`): connecting, sending, the answer's headers and its body, and
-any redirects, together within the call's timeout, whatever the server drips; a redirect is followed only to
-an http(s) URL (:class:`_HttpOnlyRedirects`), as the client's own URL check says.
+Each call is bounded as a whole (:func:`~._http.fetch_json`): connecting, sending, the answer's headers and its
+body, and any redirects, together within the call's timeout, whatever the server drips; a redirect is followed
+only to an http(s) URL, as the client's own URL check says.
 """
 
 from __future__ import annotations
 
-import http.client
-import io
 import json
-import socket
 import time
-import urllib.error
 import urllib.parse
-import urllib.request
 from collections.abc import Callable, Mapping
-from dataclasses import dataclass, field
+from dataclasses import dataclass, field, replace
 from datetime import datetime, timedelta, timezone
-from typing import Any
+from typing import TYPE_CHECKING, TypedDict, TypeVar
+
+from ._http import JaegerError as JaegerError  # raised here, and imported from here by the readers
+from ._http import fetch_json
+
+if TYPE_CHECKING:
+    from typing_extensions import Unpack
 
 _UNIX = datetime(1970, 1, 1, tzinfo=timezone.utc)
 MIN_WINDOW = timedelta(microseconds=1)
@@ -33,27 +34,58 @@ MAX_SEARCHES = 4096
 """The most searches one :meth:`JaegerClient.find_all_traces` makes; past it, what is left is reported."""
 
 
-Finder = Callable[..., list[dict[str, Any]]]
-"""A search with :meth:`JaegerClient.find_traces`'s arguments and answer."""
+ResourceSpans = list[object]
+"""OTLP-JSON ``resourceSpans`` entries as a search answers them: unchecked (stored traces are untrusted input) until
+:func:`~._decode.decode_resource_spans` reads them, or entries whose spans are already records
+(:class:`~._decode.DecodedSpan`)."""
+T = TypeVar("T")
 
 
-class JaegerError(RuntimeError):
-    """Jaeger could not be asked (unreachable, timed out) or answered with something other than a trace
-    search result: an HTTP error other than 'not found', an empty or cut answer, or a body that is not JSON."""
-
-
-class JaegerUnreachableError(JaegerError):
-    """Nothing answered at the URL: refused, unknown host, or timed out while connecting."""
+def utc(t: datetime) -> datetime:
+    """``t`` with its zone; a naive time is read as UTC (every search's rule)."""
+    return t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
 
 
 def _rfc3339(t: datetime) -> str:
-    if t.tzinfo is None:
-        t = t.replace(tzinfo=timezone.utc)
-    return t.astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
+    return utc(t).astimezone(timezone.utc).strftime("%Y-%m-%dT%H:%M:%S.%fZ")
 
 
 TRACES_PER_TIMEOUT = 1000
 """A search for N traces is bounded by ``timeout_s`` x N / this (at least ``timeout_s``)."""
+
+
+@dataclass(frozen=True)
+class TraceQuery:
+    """One trace search, as every finder takes it (:meth:`JaegerClient.search`, ``GrpcQuery``, ``IndexQuery``):
+    the traces of ``service`` in [start, end] whose spans match ``attributes`` (e.g. ``{"rl.step": "3"}``) and
+    ``operation``, at most ``search_depth`` (below Jaeger's max-traces setting)."""
+
+    service: str
+    start: datetime
+    end: datetime
+    attributes: Mapping[str, str] | None = None
+    operation: str | None = None
+    search_depth: int = 500
+
+    def within(self, start: datetime, end: datetime) -> TraceQuery:
+        """This search in another window."""
+        return replace(self, start=start, end=end)
+
+    def timeout_s(self, timeout_s: float) -> float:
+        """A call's bound: ``timeout_s`` per :data:`TRACES_PER_TIMEOUT` traces asked for (at least ``timeout_s``)."""
+        return timeout_s * max(1.0, self.search_depth / TRACES_PER_TIMEOUT)
+
+
+class SearchOptions(TypedDict, total=False):
+    """A search's narrowing beyond its service and window, as :class:`TraceQuery` has it."""
+
+    attributes: Mapping[str, str] | None
+    operation: str | None
+    search_depth: int
+
+
+Finder = Callable[[TraceQuery], ResourceSpans]
+"""A search: a :class:`TraceQuery` in, its ``resourceSpans`` out (:meth:`JaegerClient.search`'s answer)."""
 
 
 class JaegerClient:
@@ -65,35 +97,12 @@ class JaegerClient:
         self.base_url = base_url.rstrip("/")
         self.timeout_s = timeout_s
 
-    def _get(self, path: str, params: Mapping[str, str] | None = None, *, timeout_s: float | None = None) -> Any | None:
+    def _get(
+        self, path: str, params: Mapping[str, str] | None = None, *, timeout_s: float | None = None
+    ) -> dict[str, object] | None:
         url = self.base_url + path + ("?" + urllib.parse.urlencode(params) if params else "")
-        timeout_s = timeout_s or self.timeout_s
-        try:
-            with _opener(time.monotonic() + timeout_s).open(url, timeout=timeout_s) as response:
-                body = response.read()
-        except urllib.error.HTTPError as exc:
-            if exc.code == 404:
-                return None
-            try:
-                detail = exc.read()[:300]
-            except (OSError, http.client.HTTPException):
-                detail = b""
-            raise JaegerError(f"GET {url}: HTTP {exc.code} {exc.reason}: {detail!r}") from None
-        except urllib.error.URLError as exc:  # refused, unknown host, timed out while connecting
-            raise JaegerUnreachableError(f"{self.base_url}: {exc.reason}") from None
-        except TimeoutError:  # the answer's headers or body did not all come within the call's deadline
-            raise JaegerError(f"GET {url}: no complete answer within {timeout_s:g} s (--timeout)") from None
-        except (OSError, http.client.HTTPException, ValueError) as exc:  # reset, timed out, no or bad answer
-            raise JaegerError(f"GET {url}: {type(exc).__name__}: {exc}") from None
-        if not body.strip():
-            raise JaegerError(f"GET {url}: an empty answer (is this Jaeger's query port?)")
-        try:
-            answer = json.loads(body)
-        except (ValueError, RecursionError):
-            raise JaegerError(f"GET {url}: the answer is not JSON (is this Jaeger's query port?)") from None
-        if not isinstance(answer, dict):
-            raise JaegerError(f"GET {url}: the answer is not a JSON object")
-        return answer
+        hint = " (is this Jaeger's query port?)"
+        return fetch_json(url, f"GET {url}", self.base_url, timeout_s or self.timeout_s, hint=hint)
 
     def services(self) -> list[str]:
         """Service names Jaeger has seen."""
@@ -112,33 +121,34 @@ class JaegerClient:
         return [str(o.get("name")) for o in ops if isinstance(o, dict)]
 
     def find_traces(
-        self,
-        service: str,
-        start: datetime,
-        end: datetime,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
-    ) -> list[dict[str, Any]]:
+        self, service: str, start: datetime, end: datetime, **search: Unpack[SearchOptions]
+    ) -> ResourceSpans:
         """The ``resourceSpans`` of the traces of ``service`` in [start, end], at most ``search_depth`` (below
         Jaeger's max-traces setting). ``attributes`` (e.g. ``{"rl.step": "3"}``) narrows the search where Jaeger
         supports ``query.attributes`` (newer than 2.13); callers still filter the spans they get. A search for
         more than :data:`TRACES_PER_TIMEOUT` traces may take ``timeout_s`` per that many (Jaeger's OpenSearch
         reader fetches each trace with a search of its own: 8,192 traces took 10-13 s here)."""
+        query = TraceQuery(service, start, end, **search)
+        depth = str(query.search_depth)
         params = {
             "query.service_name": service,
             "query.start_time_min": _rfc3339(start),
             "query.start_time_max": _rfc3339(end),
-            "query.search_depth": str(search_depth),  # the name since Jaeger 2.14 ...
-            "query.num_traces": str(search_depth),  # ... and before (2.13 here); each ignores the other
+            "query.search_depth": depth,  # the name since Jaeger 2.14 ...
+            "query.num_traces": depth,  # ... and before (2.13 here); each ignores the other
         }
-        if operation:
-            params["query.operation_name"] = operation
-        if attributes:
-            params["query.attributes"] = json.dumps(dict(attributes))
-        timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
-        return self._resource_spans(self._get("/api/v3/traces", params, timeout_s=timeout_s))
+        if query.operation:
+            params["query.operation_name"] = query.operation
+        if query.attributes:
+            params["query.attributes"] = json.dumps(dict(query.attributes))
+        return self._resource_spans(self._get("/api/v3/traces", params, timeout_s=query.timeout_s(self.timeout_s)))
+
+    def search(self, query: TraceQuery) -> ResourceSpans:
+        """:meth:`find_traces` of ``query``: the HTTP API's :data:`Finder`."""
+        q = query
+        return self.find_traces(
+            q.service, q.start, q.end, attributes=q.attributes, operation=q.operation, search_depth=q.search_depth
+        )
 
     def find_all_traces(
         self,
@@ -146,10 +156,8 @@ class JaegerClient:
         start: datetime,
         end: datetime,
         *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
         finder: Finder | None = None,
+        **search: Unpack[SearchOptions],
     ) -> Search:
         """Every trace :meth:`find_traces` would match in [start, end], not just one page of ``search_depth``.
 
@@ -159,20 +167,18 @@ class JaegerClient:
         the newest ones, as Badger and OpenSearch return them, else in halves). A window that is full and no
         wider than :data:`MIN_WINDOW` (or past :data:`MAX_SEARCHES` searches) cannot be split further: it is
         listed in ``Search.full`` so that the caller says what may be missing, never silently partial.
-        ``finder``: what searches, with :meth:`find_traces`'s arguments (default that; the gRPC query's, which
-        honours ``attributes``)."""
+        ``finder``: what searches (default :meth:`search`; the gRPC query's, which honours ``attributes``)."""
         result = Search()
         seen: set[tuple[str, str]] = set()
         windows = [(start, end)]
+        query = TraceQuery(service, start, end, **search)
         while windows:
             lo, hi = windows.pop()
-            page = (finder or self.find_traces)(
-                service, lo, hi, attributes=attributes, operation=operation, search_depth=search_depth
-            )
+            page = (finder or self.search)(query.within(lo, hi))
             result.searches += 1
             traces = trace_ids(page)
             result.resource_spans.extend(_new_spans(page, seen))
-            if len(traces) < search_depth:
+            if len(traces) < query.search_depth:
                 continue
             if hi - lo <= MIN_WINDOW or result.searches + len(windows) >= MAX_SEARCHES:
                 result.full.append((lo, hi, len(traces)))
@@ -181,12 +187,12 @@ class JaegerClient:
         result.traces = len({t for t, _ in seen})
         return result
 
-    def get_trace(self, trace_id: str) -> list[dict[str, Any]]:
+    def get_trace(self, trace_id: str) -> ResourceSpans:
         """The ``resourceSpans`` of one trace (hex id), or ``[]`` if Jaeger does not have it (yet)."""
         return self._resource_spans(self._get(f"/api/v3/traces/{trace_id}"))
 
     @staticmethod
-    def _resource_spans(body: Any | None) -> list[dict[str, Any]]:
+    def _resource_spans(body: dict[str, object] | None) -> ResourceSpans:
         if not body:
             return []
         result = body.get("result", body)
@@ -197,11 +203,11 @@ class JaegerClient:
 
     def wait_for(
         self,
-        fetch: Callable[[], list[dict[str, Any]]],
-        done: Callable[[list[dict[str, Any]]], bool],
+        fetch: Callable[[], T],
+        done: Callable[[T], bool],
         timeout_s: float = 30.0,
         interval_s: float = 0.5,
-    ) -> list[dict[str, Any]]:
+    ) -> T:
         """Call ``fetch`` until ``done(result)`` or ``timeout_s`` passes; returns the last result."""
         deadline = time.monotonic() + timeout_s
         result = fetch()
@@ -211,114 +217,13 @@ class JaegerClient:
         return result
 
 
-class _DeadlineReader(io.RawIOBase):
-    """A socket's reading side that gives each read only what is left until ``deadline`` (``time.monotonic()``),
-    raising :class:`TimeoutError` past it: a server dripping one byte at a time cannot stretch the call."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        super().__init__()
-        self._sock, self._deadline = sock, deadline
-        self._raw = sock.makefile("rb", buffering=0)  # the socket stays open while this reads (as makefile's)
-
-    def readable(self) -> bool:
-        return True
-
-    def readinto(self, buffer: Any) -> int | None:
-        self._sock.settimeout(_left(self._deadline))
-        return self._raw.readinto(buffer)
-
-    def close(self) -> None:
-        self._raw.close()
-        super().close()
-
-
-class _DeadlineSocket:
-    """A connected socket whose reads and sends share one deadline (everything else is the socket's)."""
-
-    def __init__(self, sock: socket.socket, deadline: float) -> None:
-        self._sock, self._deadline = sock, deadline
-
-    def makefile(self, mode: str = "rb", *args: Any, **kwargs: Any) -> io.BufferedReader:
-        return io.BufferedReader(_DeadlineReader(self._sock, self._deadline))
-
-    def sendall(self, data: Any, *args: Any) -> None:
-        self._sock.settimeout(_left(self._deadline))
-        self._sock.sendall(data, *args)
-
-    def __getattr__(self, name: str) -> Any:
-        return getattr(self._sock, name)
-
-
-def _left(deadline: float) -> float:
-    left = deadline - time.monotonic()
-    if left <= 0:
-        raise TimeoutError("timed out")
-    return left
-
-
-def _bounded(base: type[http.client.HTTPConnection], deadline: float) -> Callable[..., http.client.HTTPConnection]:
-    """``base`` (an HTTP or HTTPS connection class) connecting within what is left until ``deadline`` and then
-    reading and sending within it (:class:`_DeadlineSocket`)."""
-
-    class Bounded(base):  # type: ignore[valid-type,misc]
-        def connect(self) -> None:
-            self.timeout = _left(deadline)
-            super().connect()
-            this: Any = self  # its socket: a plain or a TLS one
-            this.sock = _DeadlineSocket(this.sock, deadline)
-
-    return Bounded
-
-
-class _HttpHandler(urllib.request.HTTPHandler):
-    """Plain HTTP, each connection bounded by the call's deadline."""
-
-    def __init__(self, deadline: float) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def http_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_bounded(http.client.HTTPConnection, self._deadline), req)
-
-
-class _HttpsHandler(urllib.request.HTTPSHandler):
-    """HTTPS (the default TLS checks), each connection bounded by the call's deadline."""
-
-    def __init__(self, deadline: float) -> None:
-        super().__init__()
-        self._deadline = deadline
-
-    def https_open(self, req: urllib.request.Request) -> http.client.HTTPResponse:
-        return self.do_open(_bounded(http.client.HTTPSConnection, self._deadline), req)
-
-
-class _HttpOnlyRedirects(urllib.request.HTTPRedirectHandler):
-    """Redirects are followed to http(s) URLs only (urllib's own also follows ``ftp://``)."""
-
-    def redirect_request(
-        self, req: urllib.request.Request, fp: Any, code: int, msg: str, headers: Any, newurl: str
-    ) -> urllib.request.Request | None:
-        if urllib.parse.urlsplit(newurl).scheme not in ("http", "https"):
-            fp.close()
-            raise JaegerError(
-                f"GET {req.full_url}: redirected to {newurl!r}, which is not an http(s) URL; not followed"
-            )
-        return super().redirect_request(req, fp, code, msg, headers, newurl)
-
-
-def _opener(deadline: float) -> urllib.request.OpenerDirector:
-    """An opener for one call: every connection (redirects included) within ``deadline``, redirects to http(s)
-    only; proxies as urllib reads them from the environment."""
-    return urllib.request.build_opener(_HttpHandler(deadline), _HttpsHandler(deadline), _HttpOnlyRedirects())
-
-
 @dataclass
 class Search:
     """What :meth:`JaegerClient.find_all_traces` found: ``resource_spans`` (each span once), ``traces`` (distinct
     trace ids), ``searches`` made, and ``full``: the windows still returning a full page when they could not be
     split further (start, end, traces returned), whose other traces were NOT fetched."""
 
-    resource_spans: list[dict[str, Any]] = field(default_factory=list)
+    resource_spans: ResourceSpans = field(default_factory=list)
     traces: int = 0
     searches: int = 0
     full: list[tuple[datetime, datetime, int]] = field(default_factory=list)
@@ -337,17 +242,17 @@ class Search:
         )
 
 
-def _spans(rs: Any) -> list[Any]:
+def _spans(rs: object) -> list[object]:
     if not isinstance(rs, dict):
         return []
-    out: list[Any] = []
+    out: list[object] = []
     for ss in rs.get("scopeSpans") or rs.get("instrumentationLibrarySpans") or []:
         if isinstance(ss, dict) and isinstance(ss.get("spans"), list):
             out.extend(ss["spans"])
     return out
 
 
-def _split(page: list[Any], lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
+def _split(page: ResourceSpans, lo: datetime, hi: datetime) -> list[tuple[datetime, datetime]]:
     """The windows to search after a full ``page`` of [lo, hi] (together they cover it; the last is searched
     first). A backend that returns the newest traces first (Badger scans its index backwards, OpenSearch sorts
     by start time) leaves out only traces older than the page's oldest one, at ``cut`` (the earliest of the
@@ -358,7 +263,7 @@ def _split(page: list[Any], lo: datetime, hi: datetime) -> list[tuple[datetime, 
     for rs in page:
         for span in _spans(rs):
             try:
-                trace, start = str(span["traceId"]), int(span["startTimeUnixNano"])
+                trace, start = str(span["traceId"]), int(span["startTimeUnixNano"])  # type: ignore[index]
             except (KeyError, TypeError, ValueError):
                 continue
             latest[trace] = max(start, latest.get(trace, start))
@@ -371,13 +276,13 @@ def _split(page: list[Any], lo: datetime, hi: datetime) -> list[tuple[datetime, 
     return [(mid, hi), (lo, mid)]  # the older half first: pop() takes the last
 
 
-def trace_ids(resource_spans: list[Any]) -> set[str]:
+def trace_ids(resource_spans: ResourceSpans) -> set[str]:
     return {str(s.get("traceId")) for rs in resource_spans for s in _spans(rs) if isinstance(s, dict)}
 
 
-def _new_spans(resource_spans: list[Any], seen: set[tuple[str, str]]) -> list[Any]:
+def _new_spans(resource_spans: ResourceSpans, seen: set[tuple[str, str]]) -> ResourceSpans:
     """``resource_spans`` without the spans already in ``seen`` (by trace and span id), adding them to it."""
-    out: list[Any] = []
+    out: ResourceSpans = []
     for rs in resource_spans:
         if not isinstance(rs, dict):
             out.append(rs)  # malformed: the decoder counts it

@@ -17,15 +17,21 @@ from __future__ import annotations
 
 import base64
 import urllib.parse
-from collections.abc import Callable, Mapping
+from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass
-from datetime import datetime, timezone
-from typing import Any
+from datetime import datetime
+from typing import TYPE_CHECKING
 
 from ._decode import MAX_VALUE_DEPTH
 from ._decode_pb import Resources, resource_spans
 from ._gc import gc_paused
-from ._jaeger import TRACES_PER_TIMEOUT, JaegerError, JaegerUnreachableError
+from ._http import JaegerError, JaegerUnreachableError
+from ._jaeger import ResourceSpans, TraceQuery, utc
+from ._json import JsonObject, JsonValue
+
+if TYPE_CHECKING:  # imported where an answer is read
+    from opentelemetry.proto.common.v1.common_pb2 import AnyValue, KeyValue
+    from opentelemetry.proto.trace.v1.trace_pb2 import Span
 
 FIND_TRACES = "/jaeger.api_v3.QueryService/FindTraces"
 GET_SERVICES = "/jaeger.api_v3.QueryService/GetServices"
@@ -52,27 +58,21 @@ def _field(number: int, payload: bytes) -> bytes:
 
 
 def _timestamp(number: int, t: datetime) -> bytes:
-    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
+    t = utc(t)
     seconds = max(int(t.timestamp()), 0)
     return _field(number, _varint(1 << 3) + _varint(seconds) + _varint(2 << 3) + _varint(t.microsecond * 1000))
 
 
-def find_request(
-    service: str,
-    start: datetime,
-    end: datetime,
-    attributes: Mapping[str, str] | None = None,
-    operation: str | None = None,
-    search_depth: int = 500,
-) -> bytes:
+def find_request(query: TraceQuery) -> bytes:
     """A serialized ``FindTracesRequest`` (its one field: ``query``, a ``TraceQueryParameters``)."""
-    query = _field(1, service.encode())
-    if operation:
-        query += _field(2, operation.encode())
-    for key, value in (attributes or {}).items():
-        query += _field(3, _field(1, key.encode()) + _field(2, value.encode()))
-    query += _timestamp(4, start) + _timestamp(5, end) + _varint(8 << 3) + _varint(max(search_depth, 0))
-    return _field(1, query)
+    q = query
+    out = _field(1, q.service.encode())
+    if q.operation:
+        out += _field(2, q.operation.encode())
+    for key, value in (q.attributes or {}).items():
+        out += _field(3, _field(1, key.encode()) + _field(2, value.encode()))
+    out += _timestamp(4, q.start) + _timestamp(5, q.end) + _varint(8 << 3) + _varint(max(q.search_depth, 0))
+    return _field(1, out)
 
 
 def grpc_target(base_url: str) -> str | None:
@@ -93,7 +93,8 @@ def grpc_target(base_url: str) -> str | None:
 class Started:
     """A ``FindTraces`` call under way (:meth:`GrpcQuery.start`): its answer streams in as it is read."""
 
-    call: Any
+    call: Iterable[bytes]
+    """The gRPC call: its answer's messages, as they come (or :class:`_Failed`)."""
     timeout_s: float
 
     def drain(self) -> None:
@@ -112,7 +113,7 @@ class _Failed:
     def __init__(self, exc: BaseException) -> None:
         self._exc = exc
 
-    def __iter__(self) -> Any:
+    def __iter__(self) -> Iterator[bytes]:
         raise self._exc
 
 
@@ -144,48 +145,28 @@ class GrpcQuery:
             return None
         return _strings(answer)
 
-    def find_traces(
-        self,
-        service: str,
-        start: datetime,
-        end: datetime,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
-        progress: Progress | None = None,
-    ) -> list[dict[str, Any]]:
-        """The ``resourceSpans`` of the traces of ``service`` in [start, end] whose spans match ``attributes``
-        (and ``operation``), at most ``search_depth``; ``[]`` for none. Raises :class:`JaegerError`."""
-        started = self.start(service, start, end, attributes=attributes, operation=operation, search_depth=search_depth)
-        return self.collect(started, progress)
+    def find_traces(self, query: TraceQuery, progress: Progress | None = None) -> ResourceSpans:
+        """The ``resourceSpans`` of the traces of the query's service in its window whose spans match its
+        ``attributes`` (and ``operation``), at most ``search_depth``; ``[]`` for none. Raises :class:`JaegerError`."""
+        return self.collect(self.start(query), progress)
 
-    def start(
-        self,
-        service: str,
-        start: datetime,
-        end: datetime,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
-    ) -> Started:
+    def start(self, query: TraceQuery) -> Started:
         """:meth:`find_traces`'s search, sent now: Jaeger searches and reads the traces while the caller does
         other things; :meth:`collect` reads the answer (or :meth:`Started.drain` drops it). Its deadline runs
         from now."""
-        request = find_request(service, start, end, attributes, operation, search_depth)
-        timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
+        request = find_request(query)
+        timeout_s = query.timeout_s(self.timeout_s)
         try:
             call = self._find(request, timeout=timeout_s)
         except self._grpc.RpcError as exc:
             call = _Failed(exc)
         return Started(call, timeout_s)
 
-    def collect(self, started: Started, progress: Progress | None = None) -> list[dict[str, Any]]:
+    def collect(self, started: Started, progress: Progress | None = None) -> ResourceSpans:
         """The answer of a :meth:`start`ed search, as :meth:`find_traces` returns it. Raises
         :class:`JaegerError`. Interrupted (Ctrl-C), it reads the rest of the answer before it stops (under a second
         for a step of 8,192 traces), as :meth:`Started.drain` does."""
-        out: list[dict[str, Any]] = []
+        out: ResourceSpans = []
         try:
             with gc_paused():  # tens of thousands of records, no cycles
                 self._stream(started.call, progress, out)
@@ -206,7 +187,7 @@ class GrpcQuery:
             raise JaegerError(f"gRPC FindTraces at {self.target}: the answer is not OTLP: {exc}") from None
         return out
 
-    def _stream(self, call: Any, progress: Progress | None, out: list[dict[str, Any]]) -> None:
+    def _stream(self, call: Iterable[bytes], progress: Progress | None, out: ResourceSpans) -> None:
         """The answer's ``resourceSpans``, appended to ``out`` as they come."""
         from opentelemetry.proto.trace.v1.trace_pb2 import TracesData
 
@@ -255,7 +236,7 @@ def _read_varint(data: bytes, i: int) -> tuple[int, int]:
             raise IndexError("varint too long")
 
 
-def _value(v: Any, depth: int) -> dict[str, Any]:
+def _value(v: AnyValue, depth: int) -> JsonObject:
     """One ``AnyValue`` in OTLP-JSON; past :data:`MAX_VALUE_DEPTH` an empty one (the decoder reads it as too deep
     before it looks inside)."""
     if depth > MAX_VALUE_DEPTH + 1:
@@ -270,7 +251,8 @@ def _value(v: Any, depth: int) -> dict[str, Any]:
     if kind == "bool_value":
         return {"boolValue": v.bool_value}
     if kind == "array_value":
-        return {"arrayValue": {"values": [_value(x, depth + 1) for x in v.array_value.values]}}
+        values: list[JsonValue] = [_value(x, depth + 1) for x in v.array_value.values]
+        return {"arrayValue": {"values": values}}
     if kind == "kvlist_value":
         return {"kvlistValue": {"values": _attributes(v.kvlist_value.values, depth + 1)}}
     if kind == "bytes_value":
@@ -278,7 +260,7 @@ def _value(v: Any, depth: int) -> dict[str, Any]:
     return {}
 
 
-def _attributes(kvs: Any, depth: int = 0) -> list[dict[str, Any]]:
+def _attributes(kvs: Iterable[KeyValue], depth: int = 0) -> list[JsonValue]:
     return [{"key": kv.key, "value": _value(kv.value, depth)} for kv in kvs]
 
 
@@ -286,7 +268,7 @@ def _hex(raw: bytes) -> str:
     return raw.hex()
 
 
-def _span(s: Any) -> dict[str, Any]:
+def _span(s: Span) -> JsonObject:
     return {
         "traceId": _hex(s.trace_id),
         "spanId": _hex(s.span_id),

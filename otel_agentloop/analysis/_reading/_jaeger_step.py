@@ -20,11 +20,10 @@ import time
 from collections.abc import Callable
 from dataclasses import dataclass, field
 from datetime import datetime
-from typing import Any
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
-from ._jaeger import JaegerClient, JaegerError, Search, trace_ids
+from ._jaeger import Finder, JaegerClient, JaegerError, ResourceSpans, Search, TraceQuery, trace_ids
 from ._jaeger_grpc import GrpcQuery, Started, grpc_target
 from ._opensearch import IndexQuery
 from ._report import stored_summaries
@@ -162,7 +161,7 @@ class StepReader:
         if query is None or (service, step) in self._started:
             return
         lo, hi = window
-        started = query.start(service, lo, hi, attributes={sc.RL_STEP: str(step)}, search_depth=depth)
+        started = query.start(TraceQuery(service, lo, hi, {sc.RL_STEP: str(step)}, search_depth=depth))
         self._started[(service, step)] = _StartedRead(started, window, depth)
 
     def close(self) -> None:
@@ -263,18 +262,18 @@ def _searches(
     query: GrpcQuery | IndexQuery | None,
     client: JaegerClient,
     *,
-    answered: list[dict[str, Any]] | None = None,
-) -> Callable[..., list[dict[str, Any]]]:
+    answered: ResourceSpans | None = None,
+) -> Finder:
     """A finder for ``find_all_traces`` that ticks ``ticker``: per trace streamed over gRPC, per batch of ids read
     from the store's indices, per search over HTTP; ``answered``: the answer of its one search, already read."""
 
-    def find(*args: Any, **kwargs: Any) -> list[dict[str, Any]]:
+    def find(search: TraceQuery) -> ResourceSpans:
         if answered is not None:
             page = answered
         elif query is not None:
-            page = query.find_traces(*args, progress=ticker.tick, **kwargs)
+            page = query.find_traces(search, progress=ticker.tick)
         else:
-            page = client.find_traces(*args, **kwargs)
+            page = client.search(search)
         ticker.base += len(trace_ids(page))
         ticker.tick(0)
         return page
@@ -282,22 +281,23 @@ def _searches(
     return find
 
 
-def read_all(
-    client: JaegerClient,
-    note: Note,
-    service: str,
-    lo: datetime,
-    hi: datetime,
-    store: IndexQuery | None = None,
-    **search: Any,
-) -> Search:
-    """``client.find_all_traces(service, lo, hi, **search)`` (not one step's: a run's, the whole store's), from
-    ``store`` (the store's indices) when given, saying how far it got every :data:`PROGRESS_EVERY_S` (between
-    searches) and, when that took longer, what it read."""
-    what = f"service {printable(service, 80)}"
+def read_all(client: JaegerClient, note: Note, search: TraceQuery, store: IndexQuery | None = None) -> Search:
+    """``client.find_all_traces`` of ``search`` (not one step's: a run's, the whole store's), from ``store`` (the
+    store's indices) when given, saying how far it got every :data:`PROGRESS_EVERY_S` (between searches) and,
+    when that took longer, what it read."""
+    what = f"service {printable(search.service, 80)}"
     where = f"Jaeger's store {printable(store.target, 200)}" if store else f"Jaeger {printable(client.base_url, 200)}"
     ticker = Ticker(note, what, [f"{what}: searching {where} (every trace)"])
-    found = client.find_all_traces(service, lo, hi, finder=_searches(ticker, store, client), **search)
+    s = search
+    found = client.find_all_traces(
+        s.service,
+        s.start,
+        s.end,
+        attributes=s.attributes,
+        operation=s.operation,
+        search_depth=s.search_depth,
+        finder=_searches(ticker, store, client),
+    )
     ticker.done(found)
     return found
 

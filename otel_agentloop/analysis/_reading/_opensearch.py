@@ -16,19 +16,19 @@ unchanged. Every call is bounded by ``timeout_s`` (:data:`~._jaeger.TRACES_PER_T
 from __future__ import annotations
 
 import base64
-import http.client
 import json
 import time
-import urllib.error
 import urllib.parse
 import urllib.request
-from collections.abc import Callable, Mapping
-from datetime import datetime, timezone
-from typing import Any
+from collections.abc import Callable
+from datetime import datetime
 
 from ._decode_es import Resources, span
 from ._gc import gc_paused
-from ._jaeger import TRACES_PER_TIMEOUT, JaegerError, JaegerUnreachableError, _opener
+from ._http import JaegerError, fetch_json
+from ._jaeger import ResourceSpans, TraceQuery, utc
+from ._json import JsonObject as Json
+from ._json import JsonValue, dig
 from ._text import printable
 
 DEFAULT_INDEX = "*jaeger-span-*"
@@ -62,65 +62,31 @@ class IndexQuery:
         self.target = f"{self.base_url}/{index}"
         """What is read, for the progress lines (no password)."""
 
-    def _post(self, path: str, body: Mapping[str, Any], timeout_s: float) -> dict[str, Any]:
+    def _post(self, path: str, body: Json, timeout_s: float) -> dict[str, object]:
         url = f"{self.base_url}/{urllib.parse.quote(self.index, safe='*,-_')}{path}"
         request = urllib.request.Request(url, data=json.dumps(body).encode(), method="POST")
         request.add_header("Content-Type", "application/json")
         if self._auth:
             request.add_header("Authorization", self._auth)
-        try:
-            with _opener(time.monotonic() + timeout_s).open(request, timeout=timeout_s) as response:
-                raw = response.read()
-        except urllib.error.HTTPError as exc:
-            try:
-                detail = exc.read()[:300]
-            except (OSError, http.client.HTTPException):
-                detail = b""
-            raise JaegerError(f"POST {self.target}{path}: HTTP {exc.code} {exc.reason}: {detail!r}") from None
-        except urllib.error.URLError as exc:
-            raise JaegerUnreachableError(f"{self.base_url}: {exc.reason}") from None
-        except TimeoutError:
-            raise JaegerError(f"POST {self.target}{path}: no complete answer within {timeout_s:g} s") from None
-        except (OSError, http.client.HTTPException, ValueError) as exc:
-            raise JaegerError(f"POST {self.target}{path}: {type(exc).__name__}: {exc}") from None
-        try:
-            answer = json.loads(raw)
-        except (ValueError, RecursionError):
-            raise JaegerError(f"POST {self.target}{path}: the answer is not JSON") from None
-        if not isinstance(answer, dict):
-            raise JaegerError(f"POST {self.target}{path}: the answer is not a JSON object")
-        return answer
+        return fetch_json(request, f"POST {self.target}{path}", self.base_url, timeout_s, absent_ok=False) or {}
 
     def services(self) -> list[str] | None:
         """The services in the span indices (one aggregation; none when no index matches), ``None`` when they
         cannot be read there (not OpenSearch or Elasticsearch, refused)."""
-        body = {"size": 0, "aggs": {"s": {"terms": {"field": "process.serviceName", "size": 10_000}}}}
+        body: Json = {"size": 0, "aggs": {"s": {"terms": {"field": "process.serviceName", "size": 10_000}}}}
         try:
-            answer = self._post("/_search", body, self.timeout_s)
-            if "aggregations" not in answer and isinstance(answer.get("hits"), dict):  # no index matches
-                return []
-            return [str(b["key"]) for b in answer["aggregations"]["s"]["buckets"]]
-        except (JaegerError, KeyError, TypeError):
+            return _bucket_keys(self._post("/_search", body, self.timeout_s), "s")
+        except (JaegerError, KeyError):
             return None
 
-    def find_traces(
-        self,
-        service: str,
-        start: datetime,
-        end: datetime,
-        *,
-        attributes: Mapping[str, str] | None = None,
-        operation: str | None = None,
-        search_depth: int = 500,
-        progress: Progress | None = None,
-    ) -> list[dict[str, Any]]:
-        """The ``resourceSpans`` of the newest ``search_depth`` traces of ``service`` with a span in [start, end]
-        that matches ``attributes`` and ``operation`` (their spans as :class:`~._decode.DecodedSpan`); ``[]`` for
-        none. Raises :class:`~._jaeger.JaegerError`."""
-        timeout_s = self.timeout_s * max(1.0, search_depth / TRACES_PER_TIMEOUT)
+    def find_traces(self, query: TraceQuery, progress: Progress | None = None) -> ResourceSpans:
+        """The ``resourceSpans`` of the newest ``search_depth`` traces of the query's service with a span in its
+        window that matches its ``attributes`` and ``operation`` (their spans as :class:`~._decode.DecodedSpan`);
+        ``[]`` for none. Raises :class:`~._jaeger.JaegerError`."""
+        timeout_s = query.timeout_s(self.timeout_s)
         deadline = time.monotonic() + timeout_s
-        ids = self._trace_ids(service, start, end, attributes or {}, operation, search_depth, timeout_s)
-        spans: list[dict[str, Any]] = []
+        ids = self._trace_ids(query, timeout_s)
+        spans: list[object] = []
         resources = Resources()
         with gc_paused():  # tens of thousands of records, no cycles
             for first in range(0, len(ids), IDS_PER_SEARCH):
@@ -130,45 +96,34 @@ class IndexQuery:
                     progress(min(first + IDS_PER_SEARCH, len(ids)))
         return [{"resource": {"attributes": []}, "scopeSpans": [{"spans": spans}]}] if spans else []
 
-    def _trace_ids(
-        self,
-        service: str,
-        start: datetime,
-        end: datetime,
-        attributes: Mapping[str, str],
-        operation: str | None,
-        depth: int,
-        timeout_s: float,
-    ) -> list[str]:
-        must: list[dict[str, Any]] = [
-            {"range": {"startTimeMillis": {"gte": _millis(start), "lte": _millis(end)}}},
-            {"term": {"process.serviceName": service}},
+    def _trace_ids(self, query: TraceQuery, timeout_s: float) -> list[str]:
+        must: list[JsonValue] = [
+            {"range": {"startTimeMillis": {"gte": _millis(query.start), "lte": _millis(query.end)}}},
+            {"term": {"process.serviceName": query.service}},
         ]
-        if operation:
-            must.append({"term": {"operationName": operation}})
-        must += [_tag_query(key, value) for key, value in attributes.items()]
-        size = min(max(depth, 1), MAX_BUCKETS)
-        by_trace = {  # the newest first, as Jaeger orders its trace-id search
+        if query.operation:
+            must.append({"term": {"operationName": query.operation}})
+        must += [_tag_query(key, value) for key, value in (query.attributes or {}).items()]
+        size = min(max(query.search_depth, 1), MAX_BUCKETS)
+        by_trace: Json = {  # the newest first, as Jaeger orders its trace-id search
             "terms": {"field": "traceID", "size": size, "order": [{"newest": "desc"}]},
             "aggs": {"newest": {"max": {"field": "startTime"}}},
         }
-        body = {"size": 0, "query": {"bool": {"filter": must}}, "aggs": {"ids": by_trace}}
+        body: Json = {"size": 0, "query": {"bool": {"filter": must}}, "aggs": {"ids": by_trace}}
         answer = self._post("/_search", body, timeout_s)
-        if "aggregations" not in answer and isinstance(answer.get("hits"), dict):  # no index matches (any more)
-            return []
         try:
-            return [str(b["key"]) for b in answer["aggregations"]["ids"]["buckets"]]
-        except (KeyError, TypeError):
+            return _bucket_keys(answer, "ids")
+        except KeyError:
             raise JaegerError(f"POST {self.target}/_search: no trace-id aggregation in the answer") from None
 
-    def _spans(self, ids: list[str], deadline: float) -> list[Any]:
+    def _spans(self, ids: list[str], deadline: float) -> list[object]:
         """Every stored span of the traces ``ids``, a page of :data:`PAGE` at a time."""
-        out: list[Any] = []
-        after: list[Any] | None = None
+        out: list[object] = []
+        after: list[JsonValue] | None = None
         while True:
-            body: dict[str, Any] = {
+            body: Json = {
                 "size": PAGE,
-                "query": {"terms": {"traceID": ids}},
+                "query": {"terms": {"traceID": list[JsonValue](ids)}},
                 "sort": [{"startTime": "asc"}, {"traceID": "asc"}, {"spanID": "asc"}],
             }
             if after is not None:
@@ -178,8 +133,10 @@ class IndexQuery:
                 raise JaegerError(f"POST {self.target}/_search: the step's spans not read within the timeout")
             answer = self._post("/_search", body, left)
             try:
-                hits = answer["hits"]["hits"]
-                out += [hit["_source"] for hit in hits]
+                hits = dig(answer, "hits", "hits")
+                if not isinstance(hits, list):
+                    raise TypeError
+                out += [hit["_source"] for hit in hits]  # a hit that is not an object raises TypeError
             except (KeyError, TypeError):
                 raise JaegerError(f"POST {self.target}/_search: the answer holds no hits") from None
             if len(hits) < PAGE:
@@ -189,29 +146,37 @@ class IndexQuery:
                 raise JaegerError(f"POST {self.target}/_search: a page without its sort values")
 
 
+def _bucket_keys(answer: dict[str, object], name: str) -> list[str]:
+    """The keys of the buckets of aggregation ``name`` in ``answer``, ``[]`` when no index matches (any more);
+    ``KeyError`` when the answer has no such buckets."""
+    if "aggregations" not in answer and isinstance(answer.get("hits"), dict):
+        return []
+    buckets = dig(answer, "aggregations", name, "buckets")
+    if not isinstance(buckets, list):
+        raise KeyError("buckets")
+    return [str(dig(b, "key")) for b in buckets]
+
+
 def _millis(t: datetime) -> int:
-    t = t if t.tzinfo is not None else t.replace(tzinfo=timezone.utc)
-    return max(int(t.timestamp() * 1000), 0)
+    return max(int(utc(t).timestamp() * 1000), 0)
 
 
 _NESTED = ("tags", "process.tags", "logs.fields")
 """Where Jaeger keeps tags as nested key-value documents."""
 
 
-def _key_value(path: str, key: str, value: str) -> dict[str, Any]:
-    return {"bool": {"filter": [{"term": {f"{path}.key": key}}, {"term": {f"{path}.value": value}}]}}
+def _nested(path: str, key: str, value: str) -> Json:
+    """A span with a nested key-value document ``key``: ``value`` at ``path``."""
+    match: Json = {"bool": {"filter": [{"term": {f"{path}.key": key}}, {"term": {f"{path}.value": value}}]}}
+    return {"nested": {"path": path, "query": match}}
 
 
-def _tag_query(key: str, value: str) -> dict[str, Any]:
+def _tag_query(key: str, value: str) -> Json:
     """A span whose tag ``key`` is ``value``, wherever Jaeger keeps it (as its ``buildTagQuery``)."""
     elevated = key.replace(".", "@")
-    return {
-        "bool": {
-            "should": [
-                {"term": {f"tag.{elevated}": value}},
-                {"term": {f"process.tag.{elevated}": value}},
-                *({"nested": {"path": path, "query": _key_value(path, key, value)}} for path in _NESTED),
-            ],
-            "minimum_should_match": 1,
-        }
-    }
+    should: list[JsonValue] = [
+        {"term": {f"tag.{elevated}": value}},
+        {"term": {f"process.tag.{elevated}": value}},
+    ]
+    should += [_nested(path, key, value) for path in _NESTED]
+    return {"bool": {"should": should, "minimum_should_match": 1}}

@@ -13,7 +13,7 @@ from the watchdog's snapshot spans (:func:`step_verdicts`).
 
 from __future__ import annotations
 
-from collections.abc import Iterable, Mapping
+from collections.abc import Iterable, Iterator, Mapping
 from dataclasses import dataclass, field
 
 from ... import semconv as sc
@@ -85,11 +85,27 @@ class StepReport:
 
 
 def sample_key_of(attrs: Mapping[str, object]) -> SampleKey | None:
-    """(sample index, rollout) of a sample's span (rollout -1 when unknown); ``None`` without an index."""
-    index, rollout = attrs.get(sc.RL_SAMPLE_INDEX), attrs.get(sc.RL_ROLLOUT_N)
-    if not isinstance(index, int):
+    """(sample index, rollout) of a sample's span (rollout -1 when unknown); ``None`` without an int index (a
+    bool is not one)."""
+    index = attrs.get(sc.RL_SAMPLE_INDEX)
+    if type(index) is not int:
         return None
-    return index, rollout if isinstance(rollout, int) else -1
+    rollout = attrs.get(sc.RL_ROLLOUT_N)
+    return index, rollout if type(rollout) is int else -1
+
+
+def of_step(
+    records: Iterable[SpanRecord], step: int, validate: bool, unstepped: list[SpanRecord]
+) -> Iterator[tuple[SpanRecord, SampleKey | None]]:
+    """The records of ``step`` (its validation pass with ``validate``) with their samples' keys; the records
+    without any ``rl.step`` go to ``unstepped`` (for :func:`adopt_unstepped`), other steps' are left out."""
+    for rec in records:
+        attrs = rec.attributes
+        if sc.step_key(attrs) != (step, validate):
+            if attrs.get(sc.RL_STEP) is None:
+                unstepped.append(rec)
+            continue
+        yield rec, sample_key_of(attrs)
 
 
 def overdue_json(items: Iterable[OverdueSample]) -> list[dict[str, object]]:
@@ -128,18 +144,12 @@ def build_report(
     samples: dict[SampleKey, list[SpanRecord]] = {}
     hung = verdicts.hung if verdicts is not None else {}
     foreign: list[SpanRecord] = []
-    for rec in records:
-        attrs = rec.attributes
-        if sc.step_key(attrs) != (step, validate):
-            if attrs.get(sc.RL_STEP) is None:
-                foreign.append(rec)
-            continue
-        key = sample_key_of(attrs)
+    for rec, key in of_step(records, step, validate, foreign):
         if key is not None:
             samples.setdefault(key, []).append(rec)
             if key in hung:
                 continue
-        proc.ingest(rec.name, attrs, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
+        proc.ingest(rec.name, rec.attributes, rec.start_ns, rec.end_ns, rec.trace_id, rec.error)
     adopt_unstepped(samples, foreign)
     table = proc.take(step, validate)
     metrics = compute_metrics(table)

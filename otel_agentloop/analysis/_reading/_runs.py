@@ -12,7 +12,6 @@ from __future__ import annotations
 
 from collections.abc import Callable, Iterable, Mapping, Sequence
 from dataclasses import dataclass, field
-from typing import Any
 
 from ... import semconv as sc
 from ...export._clean import clean_text
@@ -35,7 +34,7 @@ RunKey = tuple[bool, str]
 """A run's identity: (True, its id), or (False, its service name) for records without a run id."""
 
 
-def run_key(resource: Mapping[str, Any]) -> RunKey:
+def run_key(resource: Mapping[str, object]) -> RunKey:
     """The run a record belongs to: its resource's ``rl.run.id``, else one run per service name."""
     run_id = resource.get(sc.RL_RUN_ID)
     if run_id is not None and str(run_id):
@@ -57,7 +56,7 @@ def steps_text(keys: Iterable[StepKey]) -> str:
     return text + (f"; validation: {', '.join(val)}" if val else "")
 
 
-def attempt_of(resource: Mapping[str, Any]) -> str:
+def attempt_of(resource: Mapping[str, object]) -> str:
     """The record's attempt (``rl.run.attempt`` as text; ``""`` when not set)."""
     attempt = resource.get(sc.RL_RUN_ATTEMPT)
     return "" if attempt is None else str(attempt)

@@ -20,7 +20,8 @@ from ...config import _local_stack
 from ...config._environment import variable
 from ...metrics._records import SpanRecord
 from ._decode import Skipped, decode_resource_spans
-from ._jaeger import JaegerClient, JaegerError, JaegerUnreachableError, Search
+from ._http import JaegerUnreachableError
+from ._jaeger import JaegerClient, JaegerError, Search, TraceQuery
 from ._jaeger_step import StepReader, expected_samples, read_all
 from ._opensearch import IndexQuery
 from ._options import JaegerOptions
@@ -163,17 +164,8 @@ class JaegerSource:
                 expected, named = self._expected(service, step), len(self.services) > 1
                 found = self.steps.read(service, step, (lo, hi), depth, self.progress, expected, named=named)
             else:  # progress on stderr: the whole store may take minutes
-                found = read_all(
-                    self.client,
-                    self.progress,
-                    service,
-                    lo,
-                    hi,
-                    self.steps.store(),
-                    attributes=attributes,
-                    operation=operation,
-                    search_depth=depth,
-                )
+                search = TraceQuery(service, lo, hi, attributes, operation, depth)
+                found = read_all(self.client, self.progress, search, self.steps.store())
             if found.full:
                 warn(f"service {service}: {found.left_out(depth)}")
             records += decode_resource_spans(found.resource_spans, skipped)

@@ -16,7 +16,6 @@ from __future__ import annotations
 
 from collections.abc import Iterable, Mapping, Sequence
 from dataclasses import dataclass, field, replace
-from typing import Any
 
 from ... import semconv as sc
 from ...metrics._accumulate import add_interval
@@ -26,7 +25,7 @@ from ...metrics._table import OverdueSample
 from ...metrics._verdicts import StepVerdicts
 from ._engine import Part, engine_parts
 from ._engine_load import EngineLoad, step_engine_load
-from ._report import adopt_unstepped, build_report, step_verdicts
+from ._report import adopt_unstepped, build_report, of_step, step_verdicts
 
 SampleKey = tuple[int, int]
 __all__ = ["FAILED", "HUNG", "OK", "SLOW", "SampleView", "StepView", "build_step_view", "is_snapshot"]
@@ -148,14 +147,6 @@ class StepView:
     """Each engine's load over ``[t0_ns, t1_ns]`` (``_engine_load.step_engine_load``; empty without load spans)."""
 
 
-def _key(attrs: Mapping[str, Any]) -> SampleKey | None:
-    index = attrs.get(sc.RL_SAMPLE_INDEX)
-    if type(index) is not int:
-        return None
-    rollout = attrs.get(sc.RL_ROLLOUT_N)
-    return (index, rollout if type(rollout) is int else -1)
-
-
 def _lanes(bars: list[Bar]) -> int:
     """Give overlapping bars different lanes (greedy by start); returns the number of lanes used."""
     ends: list[int] = []
@@ -250,13 +241,7 @@ def build_step_view(
     spans: dict[SampleKey, list[SpanRecord]] = {}
     snapshots: dict[SampleKey, list[SpanRecord]] = {}
     foreign: list[SpanRecord] = []
-    for rec in records:
-        attrs = rec.attributes
-        if sc.step_key(attrs) != (step, validate):
-            if attrs.get(sc.RL_STEP) is None:
-                foreign.append(rec)
-            continue
-        key = _key(attrs)
+    for rec, key in of_step(records, step, validate, foreign):
         if key is None:
             continue
         (snapshots if is_snapshot(rec) else spans).setdefault(key, []).append(rec)

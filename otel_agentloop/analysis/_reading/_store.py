@@ -17,7 +17,6 @@ import json
 import os
 from collections.abc import Callable, Iterable, Iterator
 from dataclasses import dataclass, field
-from typing import Any
 
 from ... import semconv as sc
 from ...export._rolled import INDEX, ROLL_NS, SUMMARIES
@@ -99,7 +98,8 @@ def _entry(line: bytes) -> Segment:
         raise ValueError("no valid segment path")
     if (step is not None and type(step) is not int) or type(opened) is not int:
         raise ValueError("step or opened_ns is not an integer")
-    resource: dict[str, Any] = {"service.name": service if isinstance(service, str) else "?"}
+    service = service if isinstance(service, str) else "?"
+    resource: dict[str, object] = {"service.name": service}
     if isinstance(run, str) and run:
         resource[sc.RL_RUN_ID] = run
     until = obj.get("until_ns")
@@ -107,7 +107,7 @@ def _entry(line: bytes) -> Segment:
     attempt = obj.get("attempt")
     attempts = {"" if attempt is None else str(attempt): opened}
     key = run_key(resource)
-    return Segment(rel, key, step, obj.get("validate") is True, opened, until, attempts, resource["service.name"])
+    return Segment(rel, key, step, obj.get("validate") is True, opened, until, attempts, service)
 
 
 def read_index(path: str, note: Note) -> list[StoreRun]:

@@ -8,7 +8,6 @@ import json
 import mmap
 import os
 from collections.abc import Iterator
-from typing import Any
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -20,12 +19,12 @@ _RESOURCE = b'{"resource":'
 _DECODER = json.JSONDecoder()
 
 
-def _summary_entries(raw: bytes) -> list[Any] | None:
+def _summary_entries(raw: bytes) -> list[object] | None:
     """The summary spans of one line with their resources, parsed alone (a batch line is ~0.5 MB of sample spans
     around them): each span from its ``{"traceId":`` on, its resource from the enclosing ``{"resource":``, the
     layout the file exporters write. ``None`` when the line is laid out otherwise (then it is parsed whole)."""
     text = raw.decode("utf-8", errors="strict")
-    entries: list[Any] = []
+    entries: list[object] = []
     at = text.find(_NAME.decode())
     while at >= 0:
         span_at = text.rfind(_SPAN_START.decode(), 0, at)
@@ -41,10 +40,10 @@ def _summary_entries(raw: bytes) -> list[Any] | None:
     return entries or None
 
 
-def _whole_line_entries(raw: bytes) -> list[Any]:
+def _whole_line_entries(raw: bytes) -> list[object]:
     obj = json.loads(raw)
     entries = obj.get("resourceSpans") if isinstance(obj, dict) else None
-    picked: list[Any] = []
+    picked: list[object] = []
     for rs in entries if isinstance(entries, list) else ():
         if not isinstance(rs, dict):
             continue

@@ -11,14 +11,14 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping
-from typing import Any
 
+from .._reading._json import dig
 from ._assets import asset
 from ._html import HEAD, fill, jaeger_ui_base, write_page
 
 
 def render_compare_html(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     *,
     source: str = "",
     jaeger_ui: str | None = None,
@@ -27,14 +27,14 @@ def render_compare_html(
     """The page as one string; ``data`` is ``Comparison.to_json()``. A trace id links to the Jaeger UI at
     ``jaeger_ui`` when given, else to its waterfall on the step's timeline page ``pages["a"]``/``pages["b"]``
     (relative paths), else is plain text."""
-    a, b = data["a"], data["b"]
-    title = f"step {a['step']} vs step {b['step']}{' (validation)' if a['validate'] else ''}"
+    a_step, b_step, validate = dig(data, "a", "step"), dig(data, "b", "step"), dig(data, "a", "validate")
+    title = f"step {a_step} vs step {b_step}{' (validation)' if validate else ''}"
     page_data = {"source": source, "jaeger": jaeger_ui_base(jaeger_ui), "pages": dict(pages or {}), **data}
     return fill(_PAGE, title=title, css=asset("compare.css"), js=asset("compare.js"), data=page_data)
 
 
 def write_compare_html(
-    data: Mapping[str, Any],
+    data: Mapping[str, object],
     path: str | os.PathLike[str],
     *,
     source: str = "",

@@ -10,7 +10,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any, TextIO
+from typing import TYPE_CHECKING, TextIO
 
 from ... import semconv as sc
 from ...metrics._summary import OK
@@ -22,6 +22,7 @@ if TYPE_CHECKING:
     from rich.console import Console, RenderableType
     from rich.table import Table
 
+    from ...core._inflight import InflightSample
     from ...metrics._records import SpanRecord
 
 _PHASES = ("generate_sequences", "tool_calls", "compute_score")
@@ -162,7 +163,7 @@ def slowest_table(rows: Sequence[Mapping[str, object]]) -> str:
     return "\n".join(lines)
 
 
-def inflight_lines(samples: Sequence[Any], top: int = 3, others: int = 0) -> list[str]:
+def inflight_lines(samples: Sequence[InflightSample], top: int = 3, others: int = 0) -> list[str]:
     """The live view of running samples (``InflightSample``\\ s, any order): counts by phase (tools by name),
     then the ``top`` oldest, overdue ones flagged. ``others``: samples of other steps still running (not in
     ``samples``), said apart so the step's counts add up."""
@@ -320,6 +321,6 @@ class Output:
         console.print(table)
 
 
-def info_stream(args: Any) -> TextIO:
+def info_stream(args: object) -> TextIO:
     """Where lines for people go: stderr under ``--json``, so stdout holds only the JSON document."""
     return sys.stderr if getattr(args, "json", False) else sys.stdout

@@ -4,13 +4,12 @@
 from __future__ import annotations
 
 from collections.abc import Mapping
-from typing import Any
 
 from ... import semconv as sc
 from .._reading._engine import ENGINE_PARTS, engine_seconds
 
 
-def engine_note(attrs: Mapping[str, Any]) -> str:
+def engine_note(attrs: Mapping[str, object]) -> str:
     """The engine's timing of a turn in a few words (``""`` without it): ``queue 0.150s prefill 0.002s decode
     0.010s, 100 tokens``."""
     words = []

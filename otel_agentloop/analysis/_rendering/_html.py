@@ -7,7 +7,6 @@ import html
 import json
 import os
 import urllib.parse
-from typing import Any
 
 HEAD = """<!DOCTYPE html>
 <html lang="en"><head><meta charset="utf-8">
@@ -18,7 +17,7 @@ HEAD = """<!DOCTYPE html>
 """A page's head; :func:`fill` puts in its title and style."""
 
 
-def fill(template: str, *, title: str, css: str, js: str, data: Any) -> str:
+def fill(template: str, *, title: str, css: str, js: str, data: object) -> str:
     """``template`` (starting with :data:`HEAD`) with its title (escaped), style, script and inline data."""
     return (
         template.replace("%TITLE%", html.escape(f"otel-agentloop: {title}"))
@@ -28,7 +27,7 @@ def fill(template: str, *, title: str, css: str, js: str, data: Any) -> str:
     )
 
 
-def script_json(data: Any) -> str:
+def script_json(data: object) -> str:
     """JSON safe inside a ``<script>`` element: no ``</script>``, ``<!--`` or entity can form."""
     text = json.dumps(data, ensure_ascii=True, separators=(",", ":"), allow_nan=False)
     return text.replace("<", "\\u003c").replace(">", "\\u003e").replace("&", "\\u0026")

@@ -43,7 +43,7 @@ import math
 import os
 from collections.abc import Iterable, Mapping
 from dataclasses import dataclass
-from typing import Any
+from typing import TypedDict
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -51,29 +51,31 @@ from ...metrics._summary import HUNG, OK, SLOW
 from ...metrics._verdicts import StepVerdicts
 from .._reading._engine import engine_parts
 from .._reading._gc import gc_paused
-from .._reading._report import build_report, step_verdicts, stored_summaries
-from ._perfetto_counters import counter_tracks
+from .._reading._json import JsonValue
+from .._reading._report import build_report, sample_key_of, step_verdicts, stored_summaries
+from ._perfetto_counters import TraceEvent, counter_tracks, meta_event
 from ._perfetto_layout import Group, Item, layout
 
 SampleKey = tuple[int, int]
 SpanKey = tuple[int, int]
 """(trace id, span id)"""
-Event = tuple[tuple[int, int, int, int, int], dict[str, Any]]
+Event = tuple[tuple[int, int, int, int, int], TraceEvent]
 """An event with its sort key (tid, start, -duration, depth, span id)."""
+
+
+class TraceFile(TypedDict):
+    """A Trace Event Format file (its JSON Object Format), as :func:`step_trace` makes it."""
+
+    traceEvents: list[TraceEvent]
+    displayTimeUnit: str
+    otherData: dict[str, object]
+
 
 MAX_STRING_CHARS = 1000
 """A longer string attribute is cut to this many characters in ``args`` (prompt/response content)."""
 MAX_ATTR_DEPTH = 8
 TIME_UNIT = "ms"
 """``displayTimeUnit``: how viewers print times (the ``ts``/``dur`` numbers are microseconds either way)."""
-
-
-def _sample_key(attrs: Mapping[str, Any]) -> SampleKey | None:
-    index = attrs.get(sc.RL_SAMPLE_INDEX)
-    if type(index) is not int:
-        return None
-    rollout = attrs.get(sc.RL_ROLLOUT_N)
-    return (index, rollout if type(rollout) is int else -1)
 
 
 def _is_snapshot(rec: SpanRecord) -> bool:
@@ -97,7 +99,7 @@ def _worker(rec: SpanRecord) -> str:
     return str(service) if service else "unknown"
 
 
-def _json_value(value: Any, depth: int = 0) -> Any:
+def _json_value(value: object, depth: int = 0) -> JsonValue:
     """An attribute value as JSON (strings cut, non-finite floats and bytes as text, nesting bounded)."""
     if value is None or isinstance(value, (bool, int)):
         return value
@@ -162,11 +164,11 @@ def _owners(spans: Mapping[SpanKey, SpanRecord]) -> dict[SpanKey, SampleKey | No
             chain.append(key)
             seen.add(key)
             if rec.name == sc.SAMPLE_SPAN or rec.attributes.get(sc.RL_SNAPSHOT) is True:  # a root or a snapshot
-                result = _sample_key(rec.attributes)
+                result = sample_key_of(rec.attributes)
                 break
             parent = (rec.trace_id, rec.parent_id)
             if not rec.parent_id or parent not in spans or parent in seen:
-                result = _sample_key(rec.attributes)
+                result = sample_key_of(rec.attributes)
                 break
             key = parent
         for k in chain:
@@ -195,11 +197,11 @@ def _label(verdict_: str) -> str:
 
 def _group_items(
     group: Group, spans: list[SpanRecord], verdicts: StepVerdicts, t0: int, causes: Mapping[SampleKey, str]
-) -> dict[str, Any] | None:
+) -> dict[str, str] | None:
     """Fill ``group.items`` (and the sample's verdict); returns the sample's facts for its events' args."""
     snapshot_events: set[int] = set()
     primary: SpanRecord | None = None
-    facts: dict[str, Any] | None = None
+    facts: dict[str, str] | None = None
     if group.key is not None:
         group.verdict, root, snapshots = _verdict(spans, verdicts, group.key)
         primary = root if root is not None else (snapshots[-1] if snapshots else None)
@@ -221,9 +223,9 @@ def _group_items(
     return facts
 
 
-def _args(item: Item, facts: dict[str, Any] | None) -> dict[str, Any]:
+def _args(item: Item, facts: dict[str, str] | None) -> dict[str, object]:
     rec = item.rec
-    args: dict[str, Any] = {"trace_id": rec.trace_id_hex, "span_id": format(rec.span_id, "016x")}
+    args: dict[str, object] = {"trace_id": rec.trace_id_hex, "span_id": format(rec.span_id, "016x")}
     if rec.parent_id:
         args["parent_span_id"] = format(rec.parent_id, "016x")
     if facts is not None and (item.primary or item.instant):
@@ -269,15 +271,11 @@ def _engine_events(item: Item, pid: int, tid: int, t0: int) -> list[Event]:
         start = min(max(_us(start_ns, t0), item.start), item.end)
         end = min(max(_us(end_ns, t0), start), item.end)
         if end > start:
-            event: dict[str, Any] = {"name": f"engine {name}", "cat": "engine", "ph": "X", "ts": start}
-            event.update(dur=end - start, pid=pid, tid=tid, args={"span_id": format(item.rec.span_id, "016x")})
+            args = {"span_id": format(item.rec.span_id, "016x")}
+            event: TraceEvent = {"name": f"engine {name}", "cat": "engine", "ph": "X", "ts": start}
+            event.update({"dur": end - start, "pid": pid, "tid": tid, "args": args})
             out.append(((tid, start, start - end, item.depth + 1, item.rec.span_id), event))
     return out
-
-
-def _meta(kind: str, pid: int, tid: int, **args: Any) -> dict[str, Any]:
-    """A metadata event (``ts`` 0: some readers want a ``ts`` on every event)."""
-    return {"name": kind, "ph": "M", "ts": 0, "pid": pid, "tid": tid, "args": args}
 
 
 @dataclass(slots=True)
@@ -319,37 +317,38 @@ def _tracks(spans: Mapping[SpanKey, SpanRecord]) -> _Tracks:
     return _Tracks(by_sample, outside, sample_worker, workers, groups)
 
 
-def _item_events(group: Group, pid: int, track: int, facts: dict[str, Any] | None, t0: int) -> list[Event]:
+def _item_events(group: Group, pid: int, track: int, facts: dict[str, str] | None, t0: int) -> list[Event]:
     """The events of one group's items (and their engine parts) on the tracks from ``track`` on."""
     out: list[Event] = []
     for item in group.items:
-        event: dict[str, Any] = {
+        tid = track + item.lane
+        event: TraceEvent = {
             "name": item.name,
             "cat": _category(item.rec),
             "ph": "i" if item.instant else "X",
             "ts": item.start,
             "pid": pid,
-            "tid": track + item.lane,
+            "tid": tid,
         }
         if item.instant:
             event["s"] = "t"
         else:
             event["dur"] = item.end - item.start
         event["args"] = _args(item, facts)
-        out.append(((event["tid"], item.start, item.start - item.end, item.depth, item.rec.span_id), event))
+        out.append(((tid, item.start, item.start - item.end, item.depth, item.rec.span_id), event))
         out.extend(_engine_events(item, pid, track + item.lane, t0))
     return out
 
 
-def _process_meta(tracks: _Tracks, pids: Mapping[str, int], first_tid: Mapping[int, int]) -> list[dict[str, Any]]:
+def _processmeta_event(tracks: _Tracks, pids: Mapping[str, int], first_tid: Mapping[int, int]) -> list[TraceEvent]:
     """A process's metadata on its first track: every event's (pid, tid) agrees."""
-    meta: list[dict[str, Any]] = []
+    meta: list[TraceEvent] = []
     for worker in tracks.workers:
         pid = pids[worker]
         n = sum(1 for s in tracks.by_sample if tracks.sample_worker[s] == worker)
-        meta.append(_meta("process_name", pid, first_tid[pid], name=f"worker {worker}" if n else worker))
-        meta.append(_meta("process_labels", pid, first_tid[pid], labels=f"{n} samples"))
-        meta.append(_meta("process_sort_index", pid, first_tid[pid], sort_index=pid))
+        meta.append(meta_event("process_name", pid, first_tid[pid], name=f"worker {worker}" if n else worker))
+        meta.append(meta_event("process_labels", pid, first_tid[pid], labels=f"{n} samples"))
+        meta.append(meta_event("process_sort_index", pid, first_tid[pid], sort_index=pid))
     return meta
 
 
@@ -361,7 +360,7 @@ def step_trace(
     source: str = "",
     verdicts: StepVerdicts | None = None,
     causes: Mapping[SampleKey, str] | None = None,
-) -> dict[str, Any]:
+) -> TraceFile:
     """The Trace Event Format object of ``step`` (its validation pass with ``validate``) from ``records``
     (spans of one run: selecting the run is the caller's). A step without spans gives a trace without events.
     ``verdicts`` and ``causes``: the step's, when the caller has them (``report`` built them from the same
@@ -375,7 +374,7 @@ def step_trace(
     t0 = min((r.start_ns for r in spans.values()), default=0)
     tracks = _tracks(spans)
     pids = {w: i + 1 for i, w in enumerate(tracks.workers)}
-    threads: list[dict[str, Any]] = []
+    threads: list[TraceEvent] = []
     events: list[Event] = []
     counts: dict[str, int] = {}
     # tids are unique across processes (Perfetto keys thread names by tid) and never equal a pid (Perfetto takes
@@ -395,8 +394,8 @@ def step_trace(
         for lane in range(group.lanes):
             tid += 1
             thread = title if lane == 0 else f"{title} (lane {lane})"
-            threads.append(_meta("thread_name", pid, tid, name=thread))
-            threads.append(_meta("thread_sort_index", pid, tid, sort_index=tid))
+            threads.append(meta_event("thread_name", pid, tid, name=thread))
+            threads.append(meta_event("thread_sort_index", pid, tid, sort_index=tid))
         events.extend(_item_events(group, pid, track, facts, t0))
     events.sort(key=lambda e: e[0])
     t1 = max((r.end_ns for r in spans.values()), default=0)
@@ -404,7 +403,7 @@ def step_trace(
     other = _other_data(step, validate, source, t0, len(spans), tracks, counts)
     other["engines"] = [e.engine_id for e in engines]
     return {
-        "traceEvents": _process_meta(tracks, pids, first_tid)
+        "traceEvents": _processmeta_event(tracks, pids, first_tid)
         + threads
         + engine_meta
         + [e for _, e in events]
@@ -416,7 +415,7 @@ def step_trace(
 
 def _other_data(
     step: int, validate: bool, source: str, t0: int, spans: int, tracks: _Tracks, counts: Mapping[str, int]
-) -> dict[str, Any]:
+) -> dict[str, object]:
     groups = tracks.groups
     return {
         "generator": "otel-agentloop report --perfetto",
@@ -433,7 +432,7 @@ def _other_data(
     }
 
 
-def write_perfetto(trace: Mapping[str, Any], path: str | os.PathLike[str]) -> str:
+def write_perfetto(trace: TraceFile, path: str | os.PathLike[str]) -> str:
     """Write ``trace`` (a :func:`step_trace` object) to ``path`` as compact JSON; returns the path. Raises
     ``OSError`` when the file cannot be written."""
     with gc_paused():  # only acyclic dicts and lists

@@ -17,7 +17,7 @@ import sys
 import threading
 import time
 from collections.abc import Callable, Sequence
-from typing import TYPE_CHECKING, Any
+from typing import TYPE_CHECKING
 
 from ...core._guard import internal_error
 from ._display import inflight_lines, live_view, rich_console
@@ -25,6 +25,8 @@ from ._display import inflight_lines, live_view, rich_console
 if TYPE_CHECKING:
     from rich.console import RenderableType
     from rich.live import Live
+
+    from ...core._inflight import InflightSample
 
 
 class Progress:
@@ -43,7 +45,7 @@ class Progress:
         label: str,
         *,
         enabled: bool = True,
-        inflight: Callable[[], Sequence[Any]] | None = None,
+        inflight: Callable[[], Sequence[InflightSample]] | None = None,
         step: int | None = None,
         validate: bool = False,
         finished: Callable[[], int] | None = None,

@@ -18,7 +18,8 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import TYPE_CHECKING, Any
+from dataclasses import dataclass
+from typing import TYPE_CHECKING
 
 from ... import semconv as sc
 from ...metrics._summary import FAILED, HUNG, SLOW, Distribution
@@ -70,19 +71,25 @@ def _quantiles(d: Distribution | None) -> list[float] | int:
     return 0 if d is None or not d.count else [_r(d.p50), _r(d.p90), _r(d.p99), _r(d.max), d.count]
 
 
-def page_data(
-    steps: RunSteps,
-    *,
-    pages: Mapping[StepKey, str],
-    source: str = "",
-    jaeger_ui: str | None = None,
-    notes: Sequence[str] = (),
-) -> dict[str, Any]:
+@dataclass(frozen=True)
+class RunPage:
+    """What a run's page shows: its ``steps``, the step pages' paths by step (``pages``, relative), where the
+    spans were read (``source``), the Jaeger UI to link to (``jaeger_ui``) and lines for people (``notes``)."""
+
+    steps: RunSteps
+    pages: Mapping[StepKey, str]
+    source: str = ""
+    jaeger_ui: str | None = None
+    notes: Sequence[str] = ()
+
+
+def page_data(page: RunPage) -> dict[str, object]:
     """What the page's script draws, as plain JSON-able data."""
-    rows: list[list[Any]] = []
-    phases: dict[str, list[Any]] = {p: [] for p in PHASES}
+    steps, pages = page.steps, page.pages
+    rows: list[list[object]] = []
+    phases: dict[str, list[object]] = {p: [] for p in PHASES}
     tool_names = sorted({name for s in steps.summaries.values() for name in s.tools})
-    tools: dict[str, list[Any]] = {name: [] for name in tool_names}
+    tools: dict[str, list[object]] = {name: [] for name in tool_names}
     for key, s in steps.summaries.items():
         slow = s.slowest
         rows.append(
@@ -122,9 +129,9 @@ def page_data(
         "has_id": run.has_id,
         "attempts": run.attempts,
         "service": run.service,
-        "source": source,
-        "notes": list(notes),
-        "jaeger": jaeger_ui,
+        "source": page.source,
+        "notes": list(page.notes),
+        "jaeger": page.jaeger_ui,
         "fields": STEP_FIELDS,
         "steps": rows,
         "phases": phases,
@@ -132,31 +139,15 @@ def page_data(
     }
 
 
-def render_run_page(
-    steps: RunSteps,
-    *,
-    pages: Mapping[StepKey, str],
-    source: str = "",
-    jaeger_ui: str | None = None,
-    notes: Sequence[str] = (),
-) -> str:
+def render_run_page(page: RunPage) -> str:
     """The page as one string."""
-    title = f"run {steps.run.label} ({len(steps.summaries)} steps)"
-    data = page_data(steps, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes)
-    return fill(_PAGE, title=title, css=asset("run.css"), js=asset("run.js"), data=data)
+    title = f"run {page.steps.run.label} ({len(page.steps.summaries)} steps)"
+    return fill(_PAGE, title=title, css=asset("run.css"), js=asset("run.js"), data=page_data(page))
 
 
-def write_run_page(
-    steps: RunSteps,
-    path: str | os.PathLike[str],
-    *,
-    pages: Mapping[StepKey, str],
-    source: str = "",
-    jaeger_ui: str | None = None,
-    notes: Sequence[str] = (),
-) -> str:
+def write_run_page(page: RunPage, path: str | os.PathLike[str]) -> str:
     """Write the page to ``path``; returns the path."""
-    return write_page(path, render_run_page(steps, pages=pages, source=source, jaeger_ui=jaeger_ui, notes=notes))
+    return write_page(path, render_run_page(page))
 
 
 _PAGE = (

@@ -18,7 +18,6 @@ from __future__ import annotations
 
 import os
 from collections.abc import Mapping, Sequence
-from typing import Any
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -46,7 +45,7 @@ class _Strings:
         return i
 
 
-def _info(span: Any) -> str:
+def _info(span: SpanRecord) -> str:
     parts = []
     error_type = span.attributes.get(sc.ERROR_TYPE)
     if error_type is not None:
@@ -71,12 +70,12 @@ class _Encoder:
     def parts(self, engine: list[Part]) -> list[list[float]]:
         return [[ENGINE_PARTS.index(name), self.ms(a), self.ms(b)] for name, a, b in engine]
 
-    def wf_engine(self, span: SpanRecord) -> list[Any]:
+    def wf_engine(self, span: SpanRecord) -> list[object]:
         """The engine's parts of a turn and their note (nothing for a span without them: its entry as before)."""
         found = self.parts(engine_parts(span.start_ns, span.end_ns, span.attributes))
         return [found, self.strings(engine_note(span.attributes))] if found else []
 
-    def bar(self, b: Bar) -> list[Any]:
+    def bar(self, b: Bar) -> list[object]:
         return [
             self.phases.index(b.phase) if b.phase in self.phases else -1,
             self.strings(b.name),
@@ -88,7 +87,7 @@ class _Encoder:
             *([self.parts(b.engine)] if b.engine else []),
         ]
 
-    def waterfall_row(self, s: SampleView, depth: int, span: SpanRecord) -> list[Any]:
+    def waterfall_row(self, s: SampleView, depth: int, span: SpanRecord) -> list[object]:
         return [
             depth,
             self.strings(span.name),
@@ -100,7 +99,7 @@ class _Encoder:
             *self.wf_engine(span),
         ]
 
-    def sample(self, s: SampleView) -> dict[str, Any]:
+    def sample(self, s: SampleView) -> dict[str, object]:
         return {
             "i": s.index,
             "r": s.rollout,
@@ -122,7 +121,7 @@ class _Encoder:
         }
 
 
-def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> dict[str, Any]:
+def page_data(view: StepView, *, source: str = "", jaeger_ui: str | None = None) -> dict[str, object]:
     """What the page's script draws, as plain JSON-able data (times in ms since the step's first sample)."""
     enc = _Encoder(view)
     samples = [enc.sample(s) for s in view.samples]

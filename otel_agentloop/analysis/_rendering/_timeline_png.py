@@ -3,7 +3,7 @@
 from __future__ import annotations
 
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 import numpy as np
 
@@ -11,6 +11,11 @@ from ... import semconv as sc
 from ...metrics._summary import FAILED, HUNG, OK, SLOW
 from .._reading._step_view import SampleView, StepView
 from ._waterfall import LITERAL_TEXT
+
+if TYPE_CHECKING:  # matplotlib is the ``plot`` extra, imported where a PNG is drawn
+    from matplotlib.axes import Axes
+    from matplotlib.figure import Figure
+    from matplotlib.gridspec import GridSpec
 
 PALETTE = {sc.GENERATE: "#4C72B0", sc.TOOL_CALLS: "#DD8452", sc.COMPUTE_SCORE: "#55A868"}
 ERROR = "#C44E52"
@@ -41,11 +46,10 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
 
         matplotlib.use("Agg")
         import matplotlib.pyplot as plt
-        from matplotlib.patches import Patch
     except ImportError as exc:  # pragma: no cover - depends on the environment
         raise ImportError("--timeline-png needs matplotlib: pip install 'otel-agentloop[plot]'") from exc
     with matplotlib.rc_context(LITERAL_TEXT):  # any text from trace data is drawn as written, never as mathtext
-        fig = _draw(view, title, plt, Patch)
+        fig = _draw(view, title)
         try:
             fig.savefig(path, dpi=110)
         finally:
@@ -53,8 +57,10 @@ def render_timeline_png(view: StepView, path: str, *, title: str = "") -> str:
     return path
 
 
-def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N803 - matplotlib's class
-    """The timeline figure (matplotlib's ``pyplot`` and ``Patch`` passed in: imported lazily above)."""
+def _draw(view: StepView, title: str) -> Figure:
+    """The timeline figure (matplotlib imported by :func:`render_timeline_png`)."""
+    import matplotlib.pyplot as plt
+
     samples = view.samples
     n = max(len(samples), 1)
     height = min(max(0.16 * n + 1.8, 6.0), 40.0)
@@ -63,13 +69,13 @@ def _draw(view: StepView, title: str, plt: Any, Patch: Any) -> Any:  # noqa: N80
     ax = fig.add_subplot(grid[:, 0])
     _draw_samples(ax, view, n)
     _label_rows(ax, view, n, title)
-    _legend(ax, Patch, height)
+    _legend(ax, height)
     _histograms(fig, grid, samples)
     fig.subplots_adjust(left=0.1, right=0.98, top=1 - 0.5 / height, bottom=1.3 / height)
     return fig
 
 
-def _draw_samples(ax: Any, view: StepView, n: int) -> None:
+def _draw_samples(ax: Axes, view: StepView, n: int) -> None:
     """Each sample's line, its phase bars (one collection per colour), its snapshot mark, ``hung`` at its end."""
     samples = view.samples
     from matplotlib.collections import LineCollection, PolyCollection
@@ -121,7 +127,7 @@ def _draw_samples(ax: Any, view: StepView, n: int) -> None:
         ax.add_collection(LineCollection(snaps, colors=ERROR, linewidths=1.2, linestyles=":", zorder=3))
 
 
-def _label_rows(ax: Any, view: StepView, n: int, title: str) -> None:
+def _label_rows(ax: Axes, view: StepView, n: int, title: str) -> None:
     """The rows' labels (marked samples in red or bold), the axes' limits, labels and title."""
     samples = view.samples
     t0 = view.t0_ns
@@ -145,7 +151,9 @@ def _label_rows(ax: Any, view: StepView, n: int, title: str) -> None:
     ax.set_title(title or timeline_title(view), fontsize=10)
 
 
-def _legend(ax: Any, Patch: Any, height: float) -> None:  # noqa: N803 - matplotlib's class
+def _legend(ax: Axes, height: float) -> None:
+    from matplotlib.patches import Patch
+
     handles = [Patch(color=c, label=_LABELS[p]) for p, c in PALETTE.items()]
     handles += [
         Patch(color=ERROR, label="error"),
@@ -161,7 +169,7 @@ def _legend(ax: Any, Patch: Any, height: float) -> None:  # noqa: N803 - matplot
     )
 
 
-def _histograms(fig: Any, grid: Any, samples: Sequence[SampleView]) -> None:
+def _histograms(fig: Figure, grid: GridSpec, samples: Sequence[SampleView]) -> None:
     """Per phase and in total, the finished samples' seconds as histograms at the right."""
     finished = [s for s in samples if s.state != HUNG]
     for row, phase in enumerate((*sc.PHASES, "total")):

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 import sys
 from collections.abc import Sequence
-from typing import Any
+from typing import TYPE_CHECKING
 
 from ... import semconv as sc
 from ...metrics._records import SpanRecord
@@ -13,10 +13,13 @@ from .._reading._step_view import order_spans
 from .._reading._text import printable
 from ._engine_text import engine_note
 
+if TYPE_CHECKING:  # matplotlib is the ``plot`` extra, imported where a PNG is drawn
+    from matplotlib.typing import RcKeyType
+
 _COLORS = {sc.GENERATE: "\033[34m", sc.TOOL_CALLS: "\033[33m", sc.COMPUTE_SCORE: "\033[32m"}
 _RESET = "\033[0m"
 _ERROR = "\033[31m"
-LITERAL_TEXT: dict[Any, Any] = {"text.parse_math": False, "text.usetex": False}
+LITERAL_TEXT: dict[RcKeyType, bool] = {"text.parse_math": False, "text.usetex": False}
 """matplotlib settings under which text from trace data is drawn literally: ``$x$`` is not mathtext."""
 
 
