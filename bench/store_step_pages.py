@@ -27,6 +27,7 @@ import asyncio
 import json
 import os
 import platform
+import shutil
 import statistics
 import subprocess
 import sys
@@ -202,6 +203,7 @@ def main() -> int:
         stack.stop()
         if cluster is not None:
             cluster.stop()
+        shutil.rmtree(out, ignore_errors=True)  # the store and the reports' files (hundreds of MB)
     text = json.dumps(result, indent=2)
     if args.json_out:
         args.json_out.write_text(text)

@@ -107,7 +107,6 @@ class JaegerSource:
         default_factory=dict, repr=False
     )
     _one_per_step_cache: dict[tuple[str, str], Search] = field(default_factory=dict, repr=False)
-    _step_spans_cache: dict[str, list[tuple[int, SpanRecord]] | None] = field(default_factory=dict, repr=False)
     progress: Callable[[str], None] = field(default=lambda _line: None, repr=False)
     """Where what a read does and how far it got go (stderr lines; ``open_jaeger`` sets its ``note``)."""
     index: IndexQuery | None = None
@@ -239,45 +238,22 @@ class JaegerSource:
         cache = (service, run)
         if cache in self._step_times_cache:
             return self._step_times_cache[cache]
-        spans = self._step_spans(service, start, end)
-        times: dict[int, tuple[int, int]] | None = None
-        if spans is not None:
-            times = {}
-            for step, rec in spans:
+        times: dict[int, tuple[int, int]] = {}
+        for operation in _ONE_PER_STEP:
+            found = self.one_per_step(service, operation, start, end)
+            if found.full:
+                self._step_times_cache[cache] = None
+                return None
+            for rec in decode_resource_spans(found.resource_spans, Skipped()):
+                step = sc.step_key(rec.attributes)[0]
+                if rec.name != operation or step is None or rec.start_ns <= 0:
+                    continue
                 if run is not None and run_key(rec.resource) != run:
                     continue
                 first, last = times.get(step, (rec.start_ns, rec.end_ns))
                 times[step] = (min(first, rec.start_ns), max(last, rec.end_ns, rec.start_ns))
         self._step_times_cache[cache] = times
         return times
-
-    def _step_runs(self, service: str, start: datetime, end: datetime) -> dict[int, set[RunKey]] | None:
-        """The runs whose ``rl.step`` or summary spans have each step; ``None`` when either search is incomplete."""
-        spans = self._step_spans(service, start, end)
-        if spans is None:
-            return None
-        runs: dict[int, set[RunKey]] = {}
-        for step, rec in spans:
-            runs.setdefault(step, set()).add(run_key(rec.resource))
-        return runs
-
-    def _step_spans(self, service: str, start: datetime, end: datetime) -> list[tuple[int, SpanRecord]] | None:
-        """``service``'s ``rl.step`` and summary spans in [start, end] with their step (read once:
-        :meth:`one_per_step`); ``None`` when either search is incomplete."""
-        if service in self._step_spans_cache:
-            return self._step_spans_cache[service]
-        spans: list[tuple[int, SpanRecord]] | None = []
-        for operation in _ONE_PER_STEP:
-            found = self.one_per_step(service, operation, start, end)
-            if found.full or spans is None:
-                spans = None
-                continue
-            for rec in decode_resource_spans(found.resource_spans, Skipped()):
-                step = sc.step_key(rec.attributes)[0]
-                if rec.name == operation and step is not None and rec.start_ns > 0:
-                    spans.append((step, rec))
-        self._step_spans_cache[service] = spans
-        return spans
 
     def _expected(self, service: str, step: int) -> int | None:
         """The samples step ``step`` counts in :attr:`run`'s summaries, when they were searched (for progress)."""
