@@ -1,15 +1,15 @@
 """Trace sampling that never changes the metrics.
 
-:class:`RecordingSampler` wraps every sampler ``configure()`` installs: a span the metrics read (a step, a
+:class:`MetricsSampler` wraps every sampler ``configure()`` installs. A span the metrics read (a step, a
 sample, a phase: :func:`metrics_span`) that the sampler would DROP (below an unsampled remote parent, a root a
 ratio sampler rejects) is RECORD_ONLY instead, so it still reaches the metrics processor while the export
 processors skip it: exported traces follow the parent's (and the sampler's) decision, the metrics count every
 sample. Any other span (a user's own SDK span) gets the sampler's answer unchanged.
 
-:class:`BudgetSampler` decides per *sample* (at the ``rl.sample`` root) whether its trace is exported, and
-never answers DROP for spans of a sample: an over-budget sample is RECORD_ONLY, so every span still reaches
-the metrics processor (``collect()`` stays exact under any budget or ratio) while the export processors skip
-it. The wrapped sampler (``OTEL_TRACES_SAMPLER`` or the user's) still decides first.
+With a budget it also decides per *sample* (at the ``rl.sample`` root) whether its trace is exported, and never
+answers DROP for spans of a sample: an over-budget sample is RECORD_ONLY, so every span still reaches the
+metrics processor (``collect()`` stays exact under any budget or ratio) while the export processors skip it.
+The wrapped sampler still decides first.
 """
 
 from __future__ import annotations
@@ -38,42 +38,18 @@ def metrics_span(name: str, attributes: Attributes) -> bool:
     return sc.RL_PHASE in attributes or sc.RL_SAMPLE_INDEX in attributes
 
 
-class RecordingSampler(Sampler):
-    """``inner``, except that a span the metrics read is never dropped: a DROP becomes RECORD_ONLY (see the
-    module docstring). ``asks_roots``: whether the fast path must ask it for a new root (``False`` when
-    ``inner`` is the default ``ParentBased(ALWAYS_ON)``, which samples every root)."""
+class MetricsSampler(Sampler):
+    """``inner`` (``OTEL_TRACES_SAMPLER`` or the user's sampler), except that the metrics never lose a span.
 
-    def __init__(self, inner: Sampler) -> None:
-        self.inner = inner
-        self.asks_roots = inner.get_description() != DEFAULT_ON.get_description()
-
-    def should_sample(
-        self,
-        parent_context: Context | None,
-        trace_id: int,
-        name: str,
-        kind: SpanKind | None = None,
-        attributes: Attributes = None,
-        links: Sequence[Link] | None = None,
-        trace_state: TraceState | None = None,
-    ) -> SamplingResult:
-        result = self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
-        if result.decision is Decision.DROP and metrics_span(name, attributes):
-            # the SDK gives the span the result's attributes (a DROP carries none): pass the span's own
-            return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
-        return result
-
-    def get_description(self) -> str:
-        return f"RecordingSampler{{{self.inner.get_description()}}}"
-
-
-class BudgetSampler(Sampler):
-    """Export at most ``max_samples_per_step`` samples per (step, validate) in this process, whole prompts.
-
-    A prompt (``rl.sample.index``) is admitted while fewer than ``max_samples_per_step`` samples were admitted
-    this step; every rollout of an admitted prompt is admitted, so the budget is rounded up to whole prompts.
-    ``None`` means no budget (only the wrapped sampler decides). State: the admitted prompts of the last
-    ``max_steps`` steps.
+    - A span the metrics read (:func:`metrics_span`) that ``inner`` would DROP is RECORD_ONLY instead.
+    - With ``max_samples_per_step``, at most that many samples per (step, validate) in this process are exported,
+      whole prompts: a prompt (``rl.sample.index``) is admitted while fewer samples were admitted this step, and
+      every rollout of an admitted prompt is admitted (the budget is rounded up to whole prompts). ``None``: no
+      budget. State: the admitted prompts of the last ``max_steps`` steps.
+    - ``selective`` (a budget, or an ``inner`` other than the default ``ParentBased(ALWAYS_ON)``): some samples
+      are recorded but not exported. Then a span below a local parent follows it without asking ``inner``, and is
+      never dropped (a record-only sample's phases must be recorded); and the fast path asks for every new root
+      (``asks_roots``), which it need not for the default sampler.
     """
 
     def __init__(self, inner: Sampler, max_samples_per_step: int | None = None, *, max_steps: int = 8) -> None:
@@ -82,6 +58,9 @@ class BudgetSampler(Sampler):
         self.inner = inner
         self.budget = max_samples_per_step
         self.max_steps = max_steps
+        self.selective = self.asks_roots = (
+            max_samples_per_step is not None or inner.get_description() != DEFAULT_ON.get_description()
+        )
         self._admitted: OrderedDict[tuple[object, bool], tuple[set[int], list[int]]] = OrderedDict()
         self._lock = threading.Lock()
         after_fork_in_child(self, "_after_fork")
@@ -99,18 +78,20 @@ class BudgetSampler(Sampler):
         links: Sequence[Link] | None = None,
         trace_state: TraceState | None = None,
     ) -> SamplingResult:
-        # NB: the SDK gives the span the *result's* attributes, so every result below carries them.
-        if name == sc.SAMPLE_SPAN and attributes:
-            result = self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
-            if result.decision.is_sampled() and self._admit(attributes):
-                return result
+        # NB: the SDK gives the span the *result's* attributes (a DROP carries none): each result made here
+        # carries the span's own.
+        a_sample = name == sc.SAMPLE_SPAN and bool(attributes)
+        if self.selective and not a_sample:
+            parent = get_current_span(parent_context).get_span_context()
+            if parent.is_valid and not parent.is_remote:
+                decision = Decision.RECORD_AND_SAMPLE if parent.trace_flags.sampled else Decision.RECORD_ONLY
+                return SamplingResult(decision, attributes, parent.trace_state)
+        result = self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        if result.decision is Decision.DROP and metrics_span(name, attributes):
+            result = SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
+        if self.selective and a_sample and not (result.decision.is_sampled() and self._admit(attributes)):
             return SamplingResult(Decision.RECORD_ONLY, attributes, result.trace_state)
-        parent = get_current_span(parent_context).get_span_context()
-        if parent.is_valid and not parent.is_remote:
-            # Below a local parent, follow it, but never drop: a record-only sample's phases must be recorded.
-            decision = Decision.RECORD_AND_SAMPLE if parent.trace_flags.sampled else Decision.RECORD_ONLY
-            return SamplingResult(decision, attributes, parent.trace_state)
-        return self.inner.should_sample(parent_context, trace_id, name, kind, attributes, links, trace_state)
+        return result
 
     def _admit(self, attributes: Attributes) -> bool:
         if self.budget is None:
@@ -135,4 +116,5 @@ class BudgetSampler(Sampler):
             return True
 
     def get_description(self) -> str:
-        return f"BudgetSampler{{{self.budget},{self.inner.get_description()}}}"
+        budget = "" if self.budget is None else f"{self.budget},"
+        return f"MetricsSampler{{{budget}{self.inner.get_description()}}}"

@@ -11,7 +11,6 @@ from opentelemetry import trace
 from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import SpanLimits, TracerProvider
 from opentelemetry.sdk.trace.export import SpanExporter
-from opentelemetry.sdk.trace.sampling import DEFAULT_ON, Sampler
 from opentelemetry.sdk.util.instrumentation import InstrumentationScope
 
 from .._version import __version__
@@ -29,7 +28,7 @@ from ..export._keep import SampleKeeper
 from ..export._pipeline import PipelineProvider, RecordPipeline
 from ..export._processor import ExportProcessor
 from ..export._rolled import file_exporter_for
-from ..export._sampling import BudgetSampler, RecordingSampler
+from ..export._sampling import MetricsSampler
 from ..export._sending import SendingExporter
 from ..health import _watchdog
 from ..metrics import _otel as _otel_metrics
@@ -90,9 +89,8 @@ def _provider(
     limits = _span_limits(s.attribute_value_length_limit)
     # OTEL_TRACES_SAMPLER(_ARG) as the SDK reads it, through a throwaway provider (public API only).
     inner = options.get("sampler") or TracerProvider(shutdown_on_exit=False, span_limits=limits).sampler
-    selective = budget is not None or inner.get_description() != DEFAULT_ON.get_description()
-    recording = RecordingSampler(inner)  # the spans the metrics read are never dropped, only not exported
-    effective: Sampler = BudgetSampler(recording, budget) if selective else recording
+    effective = MetricsSampler(inner, budget)  # the spans the metrics read are never dropped, only not exported
+    selective = effective.selective
     pipeline = RecordPipeline(
         s.schedule_delay_s,
         max_queue=8 * s.max_queue_size,
