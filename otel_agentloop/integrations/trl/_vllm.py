@@ -20,13 +20,15 @@ from __future__ import annotations
 import functools
 import threading
 from collections.abc import Callable, Sequence
-from typing import Protocol
+from typing import Protocol, TypeVar, cast
 
 from ...core._guard import internal_error
 from ...core._scope import OpenSpan, span_of
 from .._engine import trace_headers
 from .._patching import put_back
 from ._state import switch
+
+T = TypeVar("T")
 
 
 def wrap_llm(original: Callable[..., object]) -> Callable[..., object]:
@@ -58,25 +60,27 @@ class Engine(Protocol):
     add_request: Callable[..., object]
 
 
-def vllm_generation(trainer: object, mode: str) -> object | None:
-    """The trainer's ``vllm_generation`` when it generates with vLLM in ``mode`` (``"colocate"``, ``"server"``)."""
-    if not getattr(trainer, "use_vllm", False):
+def vllm_part(trainer: object, mode: str, usable: Callable[[object], bool], part: Callable[[object], T]) -> T | None:
+    """``part(generation)`` of the trainer's ``vllm_generation`` when the trainer generates with vLLM in ``mode``
+    (``"colocate"``, ``"server"``) and ``usable(generation)``; else ``None``, also when reading it raises."""
+    try:
+        generation = getattr(trainer, "vllm_generation", None) if getattr(trainer, "use_vllm", False) else None
+        if getattr(generation, "mode", None) != mode or not usable(generation):
+            return None
+        return part(generation)
+    except Exception:
         return None
-    generation = getattr(trainer, "vllm_generation", None)
-    return generation if getattr(generation, "mode", None) == mode else None
 
 
 def colocated_engine(trainer: object) -> Engine | None:
     """The trainer's in-process vLLM engine (``LLMEngine``) when it generates with vLLM colocated on one
     process per engine (``tensor_parallel_size == 1``), else ``None``."""
-    try:
-        generation = vllm_generation(trainer, "colocate")
-        if generation is None or getattr(generation, "tensor_parallel_size", 1) != 1:
-            return None
-        engine: Engine = getattr(generation, "llm").llm_engine  # noqa: B009
-        return engine
-    except Exception:
-        return None
+    return vllm_part(
+        trainer,
+        "colocate",
+        lambda generation: getattr(generation, "tensor_parallel_size", 1) == 1,
+        lambda generation: cast("Engine", getattr(generation, "llm").llm_engine),  # noqa: B009
+    )
 
 
 class RequestFeed:

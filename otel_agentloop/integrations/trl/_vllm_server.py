@@ -26,13 +26,13 @@ import functools
 import re
 import threading
 from collections.abc import Awaitable, Callable, Mapping, Sequence
-from typing import Protocol
+from typing import Protocol, cast
 
 from ...core._guard import internal_error
 from ...core._scope import OpenSpan, span_of
 from .._engine import trace_headers
 from .._patching import put_back
-from ._vllm import vllm_generation
+from ._vllm import vllm_part
 
 ROWS_HEADER = "x-otel-agentloop-rows"
 MAX_ROWS = 65536  # a header longer than this many traceparents is ignored
@@ -64,14 +64,12 @@ class _ParentRequest(Protocol):
 
 def server_session(trainer: object) -> Session | None:
     """The ``requests.Session`` of the trainer's vLLM server client (one process), else ``None``."""
-    try:
-        generation = vllm_generation(trainer, "server")
-        if generation is None or getattr(trainer, "accelerator").num_processes != 1:  # noqa: B009
-            return None
-        session: Session = getattr(generation, "vllm_client").session  # noqa: B009
-        return session
-    except Exception:
-        return None
+    return vllm_part(
+        trainer,
+        "server",
+        lambda generation: getattr(trainer, "accelerator").num_processes == 1,  # noqa: B009
+        lambda generation: cast("Session", getattr(generation, "vllm_client").session),  # noqa: B009
+    )
 
 
 class PostFeed:
