@@ -1,7 +1,9 @@
-"""Grouping an export batch by resource, then instrumentation scope, as the SDK's OTLP encoder groups it."""
+"""What the two OTLP encoders share: an export batch grouped by resource, then instrumentation scope, as the SDK's
+encoder groups it (:class:`Groups`); the encoded attribute keys (:class:`KeyHeads`)."""
 
 from __future__ import annotations
 
+from collections.abc import Callable
 from typing import Generic, TypeVar
 
 from opentelemetry.sdk.resources import Resource
@@ -45,3 +47,20 @@ class Groups(Generic[T]):
             scopes.append((scope, spans))
         self._scope_by_id[key] = spans
         return spans
+
+
+class KeyHeads(dict[object, T]):
+    """``heads[key]``: ``encode(key)``, what an encoded attribute starts with, kept for up to ``limit`` string keys
+    (an attribute's name is encoded once per process, not once per span). A key that is not a string is encoded
+    as ``str(key)`` and not kept."""
+
+    def __init__(self, encode: Callable[[str], T], limit: int = 4096) -> None:
+        super().__init__()
+        self.encode = encode
+        self.limit = limit
+
+    def __missing__(self, key: object) -> T:
+        head = self.encode(key if type(key) is str else str(key))
+        if type(key) is str and len(self) < self.limit:
+            self[key] = head
+        return head

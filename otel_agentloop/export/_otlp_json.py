@@ -29,11 +29,11 @@ from ..core._guard import internal_error
 from ..core._record import Event, FastSpan
 from ..core._values import plain_attributes
 from ._clean import clean_text
-from ._groups import Groups
+from ._groups import Groups, KeyHeads
 
 _STATUS = {StatusCode.UNSET: 0, StatusCode.OK: 1, StatusCode.ERROR: 2}
 _quote: Callable[[str], str] = encode_basestring  # C-accelerated JSON string quoting
-_key_cache: dict[str, str] = {}
+_key_heads: KeyHeads[str] = KeyHeads(lambda key: '{"key":' + _quote(key) + ',"value":')
 
 
 _I64_MIN, _I64_MAX = -(1 << 63), (1 << 63) - 1
@@ -91,21 +91,11 @@ def _other(v: object) -> str | None:
 
 
 def _attrs(attrs: Mapping[str, object] | None) -> str:
+    """``attrs`` as a JSON ``KeyValue`` list; items that cannot be encoded are left out."""
     if not attrs:
         return "[]"
-    parts = []
-    cache = _key_cache
-    for k, v in attrs.items():
-        value = _value(v)
-        if value is None:
-            continue
-        head = cache.get(k)
-        if head is None:
-            head = '{"key":' + _quote(str(k)) + ',"value":'
-            if len(cache) < 4096:
-                cache[k] = head
-        parts.append(head + value + "}")
-    return "[" + ",".join(parts) + "]"
+    heads = _key_heads
+    return "[" + ",".join([heads[k] + value + "}" for k, v in attrs.items() if (value := _value(v)) is not None]) + "]"
 
 
 def _dropped(count: int) -> str:

@@ -31,7 +31,7 @@ from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ..core._values import plain_attributes
 from ._clean import clean_text
-from ._groups import Groups
+from ._groups import Groups, KeyHeads
 
 _fixed64: Callable[[int], bytes] = struct.Struct("<Q").pack
 _fixed32: Callable[[int], bytes] = struct.Struct("<I").pack
@@ -71,10 +71,18 @@ def _field(tag: bytes, payload: bytes) -> bytes:
     return tag + _varint(len(payload)) + payload
 
 
+def _key_head(key: str) -> bytes:
+    """A ``KeyValue``'s key field and the value field's tag."""
+    encoded = _utf8(key)
+    return b"\x0a" + _varint(len(encoded)) + encoded + b"\x12"
+
+
+_key_heads: KeyHeads[bytes] = KeyHeads(_key_head)
+
+
 # -- attributes (common.proto: KeyValue 1 key, 2 value; AnyValue 1 string, 2 bool, 3 int, 4 double, 5 array,
 # 6 kvlist, 7 bytes) ------------------------------------------------------------------------------------------
 _TRUE, _FALSE = b"\x10\x01", b"\x10\x00"
-_key_cache: dict[str, bytes] = {}
 
 
 def _value(v: Any) -> bytes | None:  # Any: an attribute value (the user's), dispatched on its exact type
@@ -128,21 +136,15 @@ def _key_values(attrs: Mapping[str, object] | None, tag: bytes) -> bytes:
     """Each item of ``attrs`` as a ``KeyValue`` field ``tag``; items that cannot be encoded are left out."""
     if not attrs:
         return b""
-    parts = []
-    cache = _key_cache
-    for k, v in attrs.items():
-        value = _value(v)
-        if value is None:
-            continue
-        head = cache.get(k)
-        if head is None:
-            key = _utf8(k if type(k) is str else str(k))
-            head = b"\x0a" + _varint(len(key)) + key + b"\x12"
-            if len(cache) < 4096 and type(k) is str:
-                cache[k] = head
-        kv = head + _varint(len(value)) + value
-        parts.append(tag + _varint(len(kv)) + kv)
-    return b"".join(parts)
+    heads = _key_heads
+    return b"".join(
+        [
+            tag + _varint(len(kv)) + kv
+            for k, v in attrs.items()
+            if (value := _value(v)) is not None
+            for kv in [heads[k] + _varint(len(value)) + value]
+        ]
+    )
 
 
 # -- spans: events, links, the span ----------------------------------------------------------------------------
