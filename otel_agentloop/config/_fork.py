@@ -55,6 +55,7 @@ _held: list[Lockable] = []
 _holding: list[Lockable] = []  # what the parent acquired for the fork in progress
 _lock = threading.Lock()
 _MAX_DEAD = 256  # hooks kept before the ones of objects that are gone are forgotten
+_prune_at = _MAX_DEAD  # twice the hooks left by the last prune (at least _MAX_DEAD): pruning stays amortised O(1)
 _RLOCK = type(threading.RLock())
 
 
@@ -77,11 +78,14 @@ def renew_lock(namespace: MutableMapping[str, object], name: str) -> None:
 
 def after_fork_in_child(owner: object, method: str) -> None:
     """Call ``owner.<method>()`` in every forked child while ``owner`` lives (held weakly: registering never
-    keeps an object alive)."""
+    keeps an object alive). The hooks of objects that are gone are forgotten once the hooks have doubled since
+    the last prune: at most ``max(256, 2 * live)`` are kept."""
+    global _prune_at
     ref: weakref.WeakMethod[_Hook] = weakref.WeakMethod(getattr(owner, method))
     with _lock:
-        if len(_hooks) >= _MAX_DEAD:
+        if len(_hooks) >= _prune_at:
             _hooks[:] = [hook for hook in _hooks if not isinstance(hook, weakref.WeakMethod) or hook() is not None]
+            _prune_at = max(_MAX_DEAD, 2 * len(_hooks))
         _hooks.append(ref)
 
 
