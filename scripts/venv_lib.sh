@@ -1,8 +1,8 @@
 # The shared head of the cached venvs (scripts/{engine,verl,verifiers,trl}_env.sh source it: `. venv_lib.sh NAME
 # [PIN FILE...]`). One venv per set of pins, shared by every checkout, holding no checkout's code:
 #
-# - Key: a hash of the calling script (its package list), pyproject.toml but its [tool.*] tables, constraints.txt
-#   and the extra pin files.
+# - Key: a hash of the calling script (its package list), pyproject.toml but its [tool.*] tables and comment
+#   lines, constraints.txt and the extra pin files.
 #   The venv is $OTEL_AGENTLOOP_CACHE/venvs/NAME-KEY (cache root default ~/.cache/otel-agentloop): checkouts
 #   with other pins get another venv and never delete this one.
 # - Contents: third-party packages, and this package's metadata only (its dist-info: the entry points that
@@ -29,13 +29,14 @@ repo=$(cd "$(dirname "${BASH_SOURCE[0]}")/.." && pwd)
 cache=${OTEL_AGENTLOOP_CACHE:-$HOME/.cache/otel-agentloop}
 VENV_LAYOUT=1 # part of the key: bump when what this head puts in a venv changes
 # NAME:LEGACY_STAMP:KEY: a $cache/NAME-venv stamped LEGACY_STAMP was built from the same pins as KEY
-VENV_LEGACY="engine:4141323854:96b6d545fcee verl:2541705762:c0a53261b2cd verifiers:2127759332:e052e2bbba78
-trl:3031875324:8f905de27d74"
+VENV_LEGACY="engine:4141323854:1593f30bda46 verl:2541705762:df87068457d0 verifiers:2127759332:3385752243e8
+trl:3031875324:3f445d1423cc"
 venv_key=$({
   echo "layout $VENV_LAYOUT"
   cat "$0"
-  # pyproject.toml less its [tool.*] tables (linters, pytest, import contracts): they put nothing in a venv
-  awk '/^\[\[?tool\./ { skip = 1; next } /^\[/ { skip = 0 } !skip' "$repo/pyproject.toml"
+  # pyproject.toml less its [tool.*] tables (linters, pytest, import contracts) and its comment lines: they put
+  # nothing in a venv
+  awk '/^[[:space:]]*#/ { next } /^\[\[?tool\./ { skip = 1; next } /^\[/ { skip = 0 } !skip' "$repo/pyproject.toml"
   cat "$repo/constraints.txt" "$@"
 } | sha256sum | cut -c1-12)
 venv_root=$cache/venvs

@@ -129,9 +129,12 @@ def current_key(name: str) -> str:
 
 
 def project_pins(pyproject: str) -> str:
-    """``pyproject.toml`` less its ``[tool.*]`` tables, as the key reads it (what puts nothing in a venv)."""
+    """``pyproject.toml`` less its ``[tool.*]`` tables and comment lines, as the key reads it (what puts nothing
+    in a venv)."""
     kept, skip = [], False
     for line in pyproject.splitlines(keepends=True):
+        if re.match(r"[ \t]*#", line):
+            continue
         if re.match(r"\[\[?tool\.", line):
             skip = True
             continue
@@ -143,14 +146,20 @@ def project_pins(pyproject: str) -> str:
 
 
 def test_a_tool_table_leaves_the_key_as_it_is(tmp_path: Path) -> None:
-    """Linters', pytest's and import contracts' settings ([tool.*] in pyproject.toml) put nothing in a venv: a
-    checkout that changes them gets the same venv (no rebuild); one that changes the dependencies gets another."""
+    """Linters', pytest's and import contracts' settings ([tool.*] in pyproject.toml) and comment lines put
+    nothing in a venv: a checkout that changes them gets the same venv (no rebuild); one that changes the
+    dependencies gets another."""
     cache = tmp_path / "cache"
     a = clone(tmp_path / "a")
     _, err = env_script(a, "tests/venvs/tiny_env.sh", cache)
     first = venv_of(err)
     pyproject = a / "pyproject.toml"
     pyproject.write_text(pyproject.read_text() + '\n[tool.some-linter]\nrule = "new"\n')
+    _, err = env_script(a, "tests/venvs/tiny_env.sh", cache)
+    assert venv_of(err) == first and "cached at" in err, err
+    text = pyproject.read_text()
+    assert "dependencies = [" in text
+    pyproject.write_text(text.replace("dependencies = [", "dependencies = [\n    # a comment, put nowhere", 1))
     _, err = env_script(a, "tests/venvs/tiny_env.sh", cache)
     assert venv_of(err) == first and "cached at" in err, err
     text = pyproject.read_text()
