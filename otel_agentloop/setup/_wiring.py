@@ -21,9 +21,6 @@ from ..config._watchdog import WatchdogSettings
 from ..core import _tracer
 from ..core._guard import logger
 from ..core._recorder import Recorder
-from ..export._grpc import OTLPGrpcExporter
-from ..export._http_json import OTLPJsonHttpExporter
-from ..export._http_proto import OTLPProtoHttpExporter
 from ..export._keep import SampleKeeper
 from ..export._pipeline import PipelineProvider, RecordPipeline
 from ..export._processor import ExportProcessor
@@ -117,7 +114,7 @@ def _export_targets(
     targets: list[tuple[str, SpanExporter]] = [(type(e).__name__, e) for e in exporters]
     otlp = s.traces_exporter == "otlp" and traces.endpoint is not None
     if otlp:
-        targets.append((f"otlp/{traces.protocol} {traces.endpoint}", _otlp_exporter(traces)))
+        targets.append((f"otlp/{traces.protocol} {traces.endpoint}", otlp_exporter(traces)))
     if (s.also_file and s.file is not None) or (s.traces_exporter == "otlp" and not otlp and not exporters):
         file_exporter = file_exporter_for(s.file or DEFAULT_FILE)
         targets.append((f"file {s.file or DEFAULT_FILE}", file_exporter))
@@ -129,18 +126,21 @@ def _export_targets(
     return s, targets
 
 
-OTLP_EXPORTERS: dict[str, type[SendingExporter]] = {
-    "grpc": OTLPGrpcExporter,
-    "http/protobuf": OTLPProtoHttpExporter,
-    "http/json": OTLPJsonHttpExporter,
-}
-"""The OTLP trace exporter of each protocol: each built from the resolved target alone (``config._otlp``: its URL,
-headers, TLS, compression and timeout rules)."""
+def otlp_exporter(traces: OtlpTarget) -> SendingExporter:
+    """The OTLP trace exporter for ``traces.protocol`` (``grpc``, ``http/json``, else ``http/protobuf``), built from
+    the resolved target alone (``config._otlp``: its URL, headers, TLS, compression and timeout rules). Only that
+    protocol's module is imported (``import otel_agentloop`` loads none of them)."""
+    if traces.protocol == "grpc":
+        from ..export._grpc import OTLPGrpcExporter
 
+        return OTLPGrpcExporter(traces)
+    if traces.protocol == "http/json":
+        from ..export._http_json import OTLPJsonHttpExporter
 
-def _otlp_exporter(traces: OtlpTarget) -> SpanExporter:
-    """The OTLP exporter for ``traces.protocol`` (:data:`OTLP_EXPORTERS`), built from ``traces``."""
-    return OTLP_EXPORTERS.get(traces.protocol, OTLPProtoHttpExporter)(traces)
+        return OTLPJsonHttpExporter(traces)
+    from ..export._http_proto import OTLPProtoHttpExporter
+
+    return OTLPProtoHttpExporter(traces)
 
 
 def _export_processors(s: Settings, targets: Sequence[tuple[str, SpanExporter]]) -> list[ExportProcessor]:

@@ -24,7 +24,7 @@ from opentelemetry.sdk.trace.export import SpanExportResult
 
 from otel_agentloop.config._otlp import OtlpTarget, resolve_otlp
 from otel_agentloop.export._sending import SendingExporter
-from otel_agentloop.setup._wiring import OTLP_EXPORTERS
+from otel_agentloop.setup._wiring import otlp_exporter
 from tests._support.fast_records import sample_records
 from tests._support.header_servers import serve_metrics
 from tests._support.otlp_receiver import Receiver, _Servicer, start_grpc, start_http, wait_for
@@ -35,8 +35,8 @@ PROTOCOLS = ["grpc", "http/protobuf", "http/json"]
 
 
 def _exporter(target: OtlpTarget) -> SendingExporter:
-    """The trace exporter ``configure()`` builds for ``target`` (its one table of protocols)."""
-    return OTLP_EXPORTERS[target.protocol](target)
+    """The trace exporter ``configure()`` builds for ``target``."""
+    return otlp_exporter(target)
 
 
 def _serve(protocol: str, receiver: Receiver) -> tuple[str, Callable[[], object]]:

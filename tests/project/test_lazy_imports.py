@@ -1,4 +1,5 @@
-"""``import otel_agentloop`` leaves numpy (``metrics._numpy``) and the SDK's metrics out: imported where first used."""
+"""``import otel_agentloop`` leaves numpy (``metrics._numpy``), the SDK's metrics and the OTLP exporters of the
+protocols not configured out: imported where first used."""
 
 from __future__ import annotations
 
@@ -14,6 +15,8 @@ import sys
 import otel_agentloop as oal
 assert "numpy" not in sys.modules, "import otel_agentloop imported numpy"
 assert "opentelemetry.sdk.metrics" not in sys.modules, "import otel_agentloop imported the SDK's metrics"
+for name in ("_grpc", "_http_proto", "_otlp_proto"):
+    assert "otel_agentloop.export." + name not in sys.modules, "import otel_agentloop imported export." + name
 from otel_agentloop import testing
 assert "numpy" not in sys.modules, "import otel_agentloop.testing imported numpy"
 with testing.capture() as captured:
