@@ -88,21 +88,28 @@ venv_adopt_legacy() {
 
 # remove venvs of this name beyond the most recently used, each only while nothing holds its lock
 venv_prune() {
-  local keep=${OTEL_AGENTLOOP_VENVS_KEEP:-2} lock old target fd
+  local keep=${OTEL_AGENTLOOP_VENVS_KEEP:-2} lock old target fd other shared
   [ "$keep" -ge 1 ] 2>/dev/null || keep=2
   # shellcheck disable=SC2012 # names are ours: NAME-<hex>.lock
   ls -t "$venv_root/$venv_name"-*.lock 2>/dev/null | tail -n +$((keep + 1)) | while read -r lock; do
     old=${lock%.lock}
     [ "$old" = "$venv" ] && continue
     target=$old
-    [ -L "$old" ] && target=$(readlink "$old")
+    [ -L "$old" ] && target=$(readlink -f "$old")
+    # a previous layout's folder adopted under several keys (by checkouts of other pins formulas): while another
+    # key (this one included) still links to it, only this key's link goes
+    shared=
+    for other in "$venv_root/$venv_name"-*; do
+      case $other in "$old" | *.lock | *.link.*) continue ;; esac
+      [ "$(readlink -f "$other")" = "$target" ] && shared=1
+    done
     # a process started without the wrapper (an old script's caller): its command line or a mapped file names it
     if grep -lsaF -e "$old/" -e "$target/" /proc/[0-9]*/cmdline /proc/[0-9]*/maps >/dev/null 2>&1; then
       continue
     fi
     exec {fd}>>"$lock"
     if flock -n -x "$fd"; then
-      rm -rf "$target" "$old"
+      if [ -n "$shared" ]; then rm -f "$old"; else rm -rf "$target" "$old"; fi
       rm -f "$venv_root/run/$(basename "$old")"-* "$lock"
       echo "$venv_name venv: removed $old (not among the $keep most recently used)" >&2
     fi

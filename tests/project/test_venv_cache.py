@@ -173,7 +173,7 @@ def test_a_tool_table_leaves_the_key_as_it_is(tmp_path: Path) -> None:
 def test_real_scripts_adopt_the_previous_venv_and_run_the_callers_code(tmp_path: Path, name: str) -> None:
     """Each real script, on a cache holding the previous layout's venv for today's pins (a stand-in: a bare venv
     with the stamp that layout wrote), adopts it without a build and gives each checkout a wrapper running its
-    own code; the stand-in is neither removed nor rebuilt."""
+    own code; the stand-in is neither removed nor rebuilt, not even when an older key linked to it is pruned."""
     table = re.search(r'VENV_LEGACY="([^"]*)"', (ROOT / "scripts" / "venv_lib.sh").read_text())
     assert table is not None
     entries = {e.split(":")[0]: e.split(":")[1:] for e in table.group(1).split()}
@@ -186,9 +186,19 @@ def test_real_scripts_adopt_the_previous_venv_and_run_the_callers_code(tmp_path:
     legacy = cache / f"{name}-venv"
     subprocess.run(["python3", "-m", "venv", "--without-pip", str(legacy)], check=True)
     (legacy / ".stamp").write_text(stamp + "\n")
+    # the same folder adopted before under another key (a checkout of an earlier key formula), least recently used
+    stale = cache / "venvs" / f"{name}-000000000000"
+    stale.parent.mkdir(parents=True)
+    stale.symlink_to(legacy)
+    stale_lock = stale.parent / f"{stale.name}.lock"
+    stale_lock.touch()
+    os.utime(stale_lock, (1, 1))
     b = clone(tmp_path / "b")
-    wrapper_a, err = env_script(ROOT, f"scripts/{name}_env.sh", cache)
+    wrapper_a, err = env_script(ROOT, f"scripts/{name}_env.sh", cache, OTEL_AGENTLOOP_VENVS_KEEP="1")
     assert venv_of(err) == cache / "venvs" / f"{name}-{key}" and "adopted" in err, err
+    # pruned: the stale key's link goes, the folder it shares with today's key stays
+    assert f"removed {stale}" in err and not stale.is_symlink(), err
+    assert (legacy / "bin" / "python").exists(), err
     wrapper_b, err = env_script(b, f"scripts/{name}_env.sh", cache)
     assert venv_of(err) == cache / "venvs" / f"{name}-{key}" and "cached at" in err, err
     assert origin(wrapper_a).strip() == str(ROOT / "otel_agentloop" / "__init__.py")
