@@ -128,8 +128,8 @@ def _export_targets(
 
 def otlp_exporter(traces: OtlpTarget) -> SendingExporter:
     """The OTLP trace exporter for ``traces.protocol`` (``grpc``, ``http/json``, else ``http/protobuf``), built from
-    the resolved target alone (``config._otlp``: its URL, headers, TLS, compression and timeout rules). Only that
-    protocol's module is imported (``import otel_agentloop`` loads none of them)."""
+    the resolved target alone (``config._otlp``: its URL, headers, TLS, compression and timeout rules). gRPC's and
+    http/protobuf's modules are imported here, for that protocol only (``import otel_agentloop`` loads neither)."""
     if traces.protocol == "grpc":
         from ..export._grpc import OTLPGrpcExporter
 
