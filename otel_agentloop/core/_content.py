@@ -5,8 +5,9 @@ from __future__ import annotations
 import threading
 from collections.abc import Callable
 
+from ..config._fork import after_fork_in_child
 from ..config._settings import Settings, check_int
-from ._guard import after_fork_in_child, warn_once
+from ._guard import warn_once
 
 Redactor = Callable[[str], str]
 TRUNCATION_MARK = "…[truncated]"

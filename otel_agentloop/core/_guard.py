@@ -2,7 +2,6 @@
 
 from __future__ import annotations
 
-from ..config._fork import after_fork_in_child as after_fork_in_child  # fork safety, for every layer
 from ..config._values import forget_warnings as forget_warnings  # the one warn-once registry, for every layer
 from ..config._values import logger as logger
 from ..config._values import warn_once as warn_once

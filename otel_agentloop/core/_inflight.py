@@ -27,8 +27,9 @@ from typing import Any, NamedTuple
 
 from opentelemetry import trace
 
+from ..config._fork import after_fork_in_child
 from ..semconv import SAMPLE_SPAN
-from ._guard import after_fork_in_child, internal_error
+from ._guard import internal_error
 from ._record import span_ids
 from ._scope import OpenSpan, TrackedSample, span_of
 

@@ -16,8 +16,9 @@ from typing import TYPE_CHECKING, Literal, NamedTuple, Protocol
 
 from opentelemetry.trace import Tracer, TracerProvider
 
+from ..config._fork import after_fork_in_child
 from ._content import ContentPolicy, Redactor
-from ._guard import after_fork_in_child, forget_warnings, internal_error
+from ._guard import forget_warnings, internal_error
 
 if TYPE_CHECKING:  # typed here, imported where they are made (neither imports this module)
     from ._inflight import InflightRegistry

@@ -8,7 +8,8 @@ from collections.abc import Sequence
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..config._fork import after_fork_in_child
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._exporter import RecordSpanExporter
 from ._otlp_json import encode_line

@@ -22,8 +22,9 @@ from collections.abc import Sequence
 from opentelemetry.trace import StatusCode
 
 from .. import semconv as sc
+from ..config._fork import after_fork_in_child
 from ..core._door import RecordProcessor
-from ..core._guard import after_fork_in_child, internal_error
+from ..core._guard import internal_error
 from ..core._record import FastSpan
 from ..metrics._accumulate import PHASE_INDEX, add_interval
 from ..metrics._hooks import StepHooks

@@ -39,8 +39,9 @@ from opentelemetry.sdk.trace import ReadableSpan, SpanLimits, SpanProcessor, Tra
 from opentelemetry.sdk.trace import Span as SdkSpan
 from opentelemetry.sdk.trace.sampling import Sampler
 
+from ..config._fork import after_fork_in_child
 from ..core._door import Foreign, RecordProcessor, admit, sampled
-from ..core._guard import after_fork_in_child, internal_error
+from ..core._guard import internal_error
 from ..core._record import FastSpan, Queued
 from ..core._recorder import START, Recorder
 from ..metrics._hooks import StepHooks

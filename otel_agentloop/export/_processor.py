@@ -39,9 +39,10 @@ from opentelemetry.context import _SUPPRESS_INSTRUMENTATION_KEY, attach, detach,
 from opentelemetry.sdk.trace import ReadableSpan
 from opentelemetry.sdk.trace.export import SpanExporter, SpanExportResult
 
+from ..config._fork import after_fork_in_child
 from ..config._settings import MAX_QUEUE, MAX_SECONDS, check_int, check_seconds
 from ..core._door import RecordProcessor, records_of
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._exporter import record_exporter
 

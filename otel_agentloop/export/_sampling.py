@@ -25,7 +25,7 @@ from opentelemetry.trace.span import TraceState
 from opentelemetry.util.types import Attributes
 
 from .. import semconv as sc
-from ..core._guard import after_fork_in_child
+from ..config._fork import after_fork_in_child
 
 
 def metrics_span(name: str, attributes: Attributes) -> bool:

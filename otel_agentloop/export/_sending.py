@@ -10,8 +10,9 @@ from collections.abc import Sequence
 
 from opentelemetry.sdk.trace.export import SpanExportResult
 
+from ..config._fork import after_fork_in_child
 from ..config._otlp import OtlpTarget
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ._exporter import RecordSpanExporter
 

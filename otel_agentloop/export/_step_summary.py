@@ -26,7 +26,8 @@ from opentelemetry.sdk.trace import SpanProcessor
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
-from ..core._guard import after_fork_in_child, internal_error
+from ..config._fork import after_fork_in_child
+from ..core._guard import internal_error
 from ..metrics._hooks import StepHooks
 from ..metrics._summary import StepSummary, summarize
 from ..metrics._table import PhaseTable, StepMetrics

@@ -30,12 +30,13 @@ from opentelemetry.trace import Link, NonRecordingSpan, SpanContext, TraceFlags,
 from opentelemetry.util.types import AttributeValue
 
 from .. import semconv as sc
+from ..config._fork import after_fork_in_child
 from ..config._values import ThresholdKey
 from ..config._values import parse_thresholds as parse_thresholds
 from ..config._watchdog import WATCHDOG_FIELDS as WATCHDOG_FIELDS
 from ..config._watchdog import WatchdogSettings as WatchdogSettings
 from ..core import _tracer
-from ..core._guard import after_fork_in_child, internal_error, logger
+from ..core._guard import internal_error, logger
 from ..core._inflight import InflightRegistry, OpenPhase
 from ..core._scope import TrackedSample
 from ..export._processor import failed_wait

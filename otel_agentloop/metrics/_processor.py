@@ -11,8 +11,9 @@ from typing import Any
 from opentelemetry.trace import StatusCode
 
 from .. import semconv as sc
+from ..config._fork import after_fork_in_child
 from ..core._door import RecordProcessor
-from ..core._guard import after_fork_in_child, internal_error, warn_once
+from ..core._guard import internal_error, warn_once
 from ..core._record import FastSpan
 from ..semconv import StepKey, step_key
 from ._accumulate import PHASE_INDEX, StepRows

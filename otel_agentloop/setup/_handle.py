@@ -15,10 +15,11 @@ from opentelemetry.sdk.resources import Resource
 from opentelemetry.sdk.trace import TracerProvider
 
 from .. import semconv as sc
+from ..config._fork import after_fork_in_child
 from ..config._otlp import OtlpSettings
 from ..config._settings import Settings
 from ..core import _tracer
-from ..core._guard import after_fork_in_child, internal_error
+from ..core._guard import internal_error
 from ..core._state import Saved, forked_worker, state
 from ..export._keep import SampleKeeper
 from ..export._pipeline import PipelineProvider, RecordPipeline

@@ -8,7 +8,8 @@ from opentelemetry.context import Context
 from opentelemetry.sdk.trace import ReadableSpan, Span, SpanProcessor
 
 from ... import semconv as sc
-from ...core._guard import after_fork_in_child, internal_error
+from ...config._fork import after_fork_in_child
+from ...core._guard import internal_error
 from ...metrics._records import SpanRecord
 
 SampleKey = tuple[int, int]

@@ -19,8 +19,9 @@ from typing import Any
 import numpy as np
 
 from ... import semconv as sc
+from ...config._fork import after_fork_in_child
 from ...core._door import RecordProcessor
-from ...core._guard import after_fork_in_child, internal_error, safe_str, warn_once
+from ...core._guard import internal_error, safe_str, warn_once
 from ...core._record import FastSpan
 from ...metrics._accumulate import PHASE_INDEX, StepRows
 from ...metrics._engine import EngineTurns

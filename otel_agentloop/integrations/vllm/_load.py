@@ -39,7 +39,8 @@ from opentelemetry.trace import Tracer
 from opentelemetry.util.types import AttributeValue
 
 from ... import semconv as sc
-from ...core._guard import after_fork_in_child, internal_error
+from ...config._fork import after_fork_in_child
+from ...core._guard import internal_error
 from ...export._side import side_tracer
 from ...metrics._hooks import StepHooks
 from ...setup import current_handle
